@@ -1,0 +1,31 @@
+"""remprop.theory: signal propagation through transformers at initialisation.
+
+Pure mathematics (NumPy, numba, sympy): the Random Energy Model of attention, the
+maps of every block component on the order parameters (q, p), block orders, and their
+iteration over depth, vectorised over whole parameter grids.
+
+Reference: A. Giorlandino & S. Goldt, "Two failure modes of deep transformers and how
+to avoid them: a unified theory of signal propagation at initialisation",
+arXiv 2505.24333.
+"""
+from . import components
+from .activations import ACTIVATIONS, activation_moments, dense_map, mlp_map, relu_kernel
+from .architecture import ATTENTIONS, NORMS, NUMERIC_FIELDS, Architecture
+from .attention import (
+    critical_beta,
+    gain_controlled_attention_map,
+    participation_ratio,
+    softmax_attention_map,
+)
+from .layernorm import layernorm_map
+from .propagation import Trajectory, final_state, propagate
+from .residual import skip_map
+
+__all__ = [
+    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS",
+    "Architecture", "Trajectory",
+    "critical_beta", "participation_ratio",
+    "softmax_attention_map", "gain_controlled_attention_map",
+    "skip_map", "layernorm_map", "dense_map", "mlp_map", "activation_moments", "relu_kernel",
+    "propagate", "final_state", "components",
+]

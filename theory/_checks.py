@@ -1,0 +1,104 @@
+"""Input checking shared by the public functions: every error names its parameter."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def as_float_array(name, value, *, positive=False, nonnegative=False, low=None, high=None,
+                   allow_inf=False):
+    """Convert ``value`` to a float64 array and check it, naming ``name`` in any error.
+
+    Parameters
+    ----------
+    name : str
+        Parameter name used in the error message.
+    value : array_like
+        The value to check.
+    positive, nonnegative : bool
+        Require ``value > 0`` or ``value >= 0`` element-wise.
+    low, high : float, optional
+        Closed bounds ``low <= value <= high``.
+    allow_inf : bool
+        Accept ``+inf`` (never NaN).
+    """
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}") from None
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} must not be NaN")
+    if not allow_inf and not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite")
+    if positive and (arr <= 0).any():
+        raise ValueError(f"{name} must be > 0, got {_worst(arr, arr <= 0)}")
+    if nonnegative and (arr < 0).any():
+        raise ValueError(f"{name} must be >= 0, got {_worst(arr, arr < 0)}")
+    if low is not None and (arr < low).any():
+        raise ValueError(f"{name} must be >= {low}, got {_worst(arr, arr < low)}")
+    if high is not None and (arr > high).any():
+        raise ValueError(f"{name} must be <= {high}, got {_worst(arr, arr > high)}")
+    return arr
+
+
+def check_open_unit(name, value):
+    """Check a scalar in the open interval (0, 1) (collapse thresholds)."""
+    value = check_real_scalar(name, value)
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{name} must lie in the open interval (0, 1), got {value!r}")
+    return value
+
+
+def check_real_scalar(name, value):
+    """A finite real scalar (bools are rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        arr = np.asarray(value)
+        if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"{name} must be a real number, got {value!r}")
+        value = arr.item()
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def check_depth(depth, name="depth"):
+    """A layer count: an integer >= 1."""
+    if isinstance(depth, bool) or not isinstance(depth, (numbers.Integral, np.integer)):
+        if isinstance(depth, (float, np.floating)) and float(depth).is_integer():
+            depth = int(depth)
+        else:
+            raise ValueError(f"{name} must be an integer >= 1, got {depth!r}")
+    depth = int(depth)
+    if depth < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {depth}")
+    return depth
+
+
+def check_choice(name, value, choices):
+    """A string among ``choices``."""
+    if value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value
+
+
+def check_overlap(q, p, q_name="q", p_name="p"):
+    """Order parameters of a token simplex: q > 0 and |p| <= q."""
+    q = as_float_array(q_name, q, positive=True)
+    p = as_float_array(p_name, p)
+    if (np.abs(p) > q * (1 + 1e-12)).any():
+        raise ValueError(f"{p_name} must satisfy |{p_name}| <= {q_name} (a cosine in [-1, 1])")
+    return q, p
+
+
+def _worst(arr, mask):
+    bad = arr[mask]
+    return bad.flat[0] if bad.size else arr
+
+
+def scalar_or_array(x):
+    """Return a Python float for 0-d results (like a ufunc on scalars), else an ndarray."""
+    x = np.asarray(x, dtype=np.float64)
+    return float(x) if x.ndim == 0 else x

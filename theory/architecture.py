@@ -1,0 +1,120 @@
+"""The transformer architecture that the theory propagates through."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import components as C
+from ._checks import as_float_array, check_choice
+from .activations import ACTIVATIONS
+
+__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS"]
+
+#: Block orders (LayerNorm placement) and their kernel codes.
+NORMS = {"post": 0, "pre": 1, "none": 2}
+#: Attention variants and their kernel codes.
+ATTENTIONS = {"softmax": 0, "gain-controlled": 1}
+#: Fields that may be arrays and broadcast into a grid.
+NUMERIC_FIELDS = ("sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp")
+
+
+@dataclass(frozen=True, eq=False)
+class Architecture:
+    r"""A stack of identical transformer blocks at initialisation.
+
+    Block orders (``x`` is the residual stream):
+
+    * ``norm="post"`` (BERT): ``x <- LN(alpha_sa x + SA(x)); x <- LN(alpha_mlp x + MLP(x))``
+    * ``norm="pre"`` (GPT-2): ``x <- alpha_sa x + SA(LN(x)); x <- alpha_mlp x + MLP(LN(x))``
+    * ``norm="none"``: ``x <- alpha_sa x + SA(x); x <- alpha_mlp x + MLP(x)``
+
+    Defaults are the BERT settings of the reference experiments: ReLU, single head,
+    ``sigma_w2 = sigma_v2 = 0.2``, ``sigma_b2 = 4e-4``, ``alpha_mlp = 1``.
+
+    Parameters
+    ----------
+    norm : {"post", "pre", "none"}
+        LayerNorm placement.
+    attention : {"softmax", "gain-controlled"}
+        Softmax attention, or its centred (gain-controlled) version.
+    activation : {"relu", "linear"}
+        MLP activation.
+    sigma_w2 : array_like
+        MLP weight variance times fan-in (``W ~ N(0, sigma_w2 / d)``), >= 0.
+    sigma_b2 : array_like
+        Bias variance of every bias (values and MLP), >= 0.
+    sigma_v2 : array_like
+        Value weight variance times fan-in, >= 0.
+    alpha_sa, alpha_mlp : array_like
+        Strength of the identity path around attention and MLP (``alpha x + F(x)``), >= 0.
+
+    Numeric fields may be arrays: they broadcast with ``beta`` in
+    :func:`~remprop.theory.propagate`. Invalid values raise ``ValueError`` naming the field.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333 (settings of Sec. 2 of ``THEORY.md``).
+    """
+
+    norm: str = "post"
+    attention: str = "softmax"
+    activation: str = "relu"
+    sigma_w2: Any = 0.2
+    sigma_b2: Any = 4e-4
+    sigma_v2: Any = 0.2
+    alpha_sa: Any = 1.0
+    alpha_mlp: Any = 1.0
+
+    def __post_init__(self):
+        check_choice("norm", self.norm, tuple(NORMS))
+        check_choice("attention", self.attention, tuple(ATTENTIONS))
+        check_choice("activation", self.activation, tuple(ACTIVATIONS))
+        for name in NUMERIC_FIELDS:
+            value = as_float_array(name, getattr(self, name), nonnegative=True)
+            object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
+
+    # -- conveniences -------------------------------------------------------------
+    def replace(self, **changes) -> "Architecture":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def numeric(self) -> dict:
+        """The numeric fields as float64 arrays."""
+        return {name: np.asarray(getattr(self, name), dtype=np.float64) for name in NUMERIC_FIELDS}
+
+    @property
+    def codes(self) -> tuple:
+        """Integer codes (norm, attention, activation) used by the numba kernels."""
+        return NORMS[self.norm], ATTENTIONS[self.attention], ACTIVATIONS[self.activation]
+
+    def to_dict(self) -> dict:
+        """JSON-ready description (arrays become lists)."""
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            out[field.name] = value.tolist() if isinstance(value, np.ndarray) else value
+        return out
+
+    def block(self, beta) -> C.Component:
+        """This architecture's block as a composition of component maps.
+
+        The composition is the readable statement of the block order; it evaluates the
+        same maps as the numba kernels (and is slower).
+        """
+        attn = (C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention)(
+            beta, self.sigma_v2, self.sigma_b2)
+        ff = C.mlp(self.sigma_w2, self.sigma_b2, self.activation)
+        if self.norm == "post":
+            return C.serial(C.residual(self.alpha_sa, attn), C.layer_norm(),
+                            C.residual(self.alpha_mlp, ff), C.layer_norm())
+        if self.norm == "pre":
+            return C.serial(C.residual(self.alpha_sa, C.serial(C.layer_norm(), attn)),
+                            C.residual(self.alpha_mlp, C.serial(C.layer_norm(), ff)))
+        return C.serial(C.residual(self.alpha_sa, attn), C.residual(self.alpha_mlp, ff))
+
+    def __repr__(self):
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+        return f"Architecture({fields})"

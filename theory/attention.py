@@ -1,0 +1,167 @@
+"""Softmax self-attention at initialisation as a Random Energy Model (REM).
+
+For a fixed query the scores over the T keys are correlated Gaussians; the part
+shared by all keys cancels in the softmax and the independent part has variance
+``beta**2 q (q - p) log T``. A row of the attention matrix is therefore a REM with T
+states (Derrida 1981) whose freezing point sets the critical query/key scale.
+
+Reference: A. Giorlandino & S. Goldt, "Two failure modes of deep transformers and how
+to avoid them" (arXiv 2505.24333), Result 1.
+
+The ``*_core`` functions hold each formula once. They use NumPy ufuncs only, so the
+same source broadcasts over arrays and compiles with numba for the depth kernels.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba.extending import register_jitable
+
+from ._checks import scalar_or_array, as_float_array, check_overlap
+
+__all__ = [
+    "critical_beta",
+    "participation_ratio",
+    "softmax_attention_map",
+    "gain_controlled_attention_map",
+]
+
+
+@register_jitable
+def critical_beta_core(q, p):
+    """beta_c = sqrt(2 / (q (q - p))); +inf for collapsed tokens (p = q)."""
+    return np.sqrt(2.0 / (q * (q - p)))
+
+
+@register_jitable
+def asymptotic_participation_core(beta, beta_c):
+    """Y2 = max(0, 1 - beta_c / beta) (T -> infinity)."""
+    return np.maximum(0.0, 1.0 - beta_c / beta)
+
+
+@register_jitable
+def softmax_attention_core(q, p, y2, sigma_v2, sigma_b2):
+    """(q_A, p_A) of softmax attention with values, given the participation ratio y2."""
+    q_out = sigma_v2 * (p + (q - p) * y2) + sigma_b2
+    p_out = sigma_v2 * p + sigma_b2
+    return q_out, p_out
+
+
+@register_jitable
+def gain_controlled_attention_core(q, p, y2_centred, sigma_v2, sigma_b2):
+    """(q_A, p_A) of attention with the sequence mean removed; y2_centred = Y2 - 1/T."""
+    q_out = sigma_v2 * (q - p) * y2_centred + sigma_b2
+    p_out = sigma_b2 + 0.0 * q
+    return q_out, p_out
+
+
+def critical_beta(q, p):
+    r"""Critical inverse temperature of the attention REM.
+
+    .. math:: \beta_c(q, p) = \sqrt{\frac{2}{q\,(q - p)}}
+
+    Below ``beta_c`` an attention row spreads over all keys (participation ratio
+    ``Y2 -> 0`` as ``T -> inf``, the rank-collapse side); above it the row freezes onto
+    a few keys (entropy collapse). For normalised, orthogonal tokens (q = 1, p = 0)
+    ``beta_c = sqrt(2)``. Collapsed tokens (p = q) give ``+inf``.
+
+    Parameters
+    ----------
+    q : array_like
+        Mean squared token norm per coordinate, > 0.
+    p : array_like
+        Mean overlap per coordinate of two distinct tokens, ``|p| <= q``.
+
+    Returns
+    -------
+    ndarray or float
+        ``beta_c``, broadcast over the inputs.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Eq. for the REM transition; Derrida (1981).
+
+    Examples
+    --------
+    >>> float(critical_beta(1.0, 0.0))  # doctest: +ELLIPSIS
+    1.41421356...
+    """
+    q, p = check_overlap(q, p)
+    with np.errstate(divide="ignore"):
+        return scalar_or_array(critical_beta_core(q, p))
+
+
+def participation_ratio(beta, q, p):
+    r"""Asymptotic participation ratio ``Y2 = <sum_j a_ij^2>`` of an attention row.
+
+    .. math:: Y_2 = \max\left(0,\ 1 - \frac{\beta_c(q, p)}{\beta}\right),
+              \qquad T \to \infty
+
+    Parameters
+    ----------
+    beta : array_like
+        Query/key scale, > 0 (``s_qk^2 = beta sqrt(log T) / d``).
+    q, p : array_like
+        Token order parameters (see :func:`critical_beta`).
+
+    Returns
+    -------
+    ndarray or float
+        Y2 in [0, 1), broadcast over the inputs.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333; Derrida (1981) for the REM overlap.
+    """
+    beta = as_float_array("beta", beta, positive=True)
+    q, p = check_overlap(q, p)
+    with np.errstate(divide="ignore"):
+        return scalar_or_array(asymptotic_participation_core(beta, critical_beta_core(q, p)))
+
+
+def softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4):
+    r"""Order parameters after one softmax self-attention layer (T -> infinity).
+
+    .. math::
+        q_A = \sigma_v^2\,(p + (q - p)\,Y_2) + \sigma_b^2, \qquad
+        p_A = \sigma_v^2\,p + \sigma_b^2
+
+    with ``Y2 = participation_ratio(beta, q, p)``; values ``W_V ~ N(0, sigma_v2/d)``,
+    value bias ``N(0, sigma_b2)``, no output projection.
+
+    Returns
+    -------
+    (q_A, p_A) : tuple of ndarray
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Result 1.
+    """
+    q, p = check_overlap(q, p)
+    y2 = participation_ratio(beta, q, p)
+    sigma_v2 = as_float_array("sigma_v2", sigma_v2, nonnegative=True)
+    sigma_b2 = as_float_array("sigma_b2", sigma_b2, nonnegative=True)
+    return tuple(scalar_or_array(x) for x in softmax_attention_core(q, p, y2, sigma_v2, sigma_b2))
+
+
+def gain_controlled_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4):
+    r"""Order parameters after gain-controlled attention (sequence mean removed).
+
+    .. math::
+        q_A = \sigma_v^2\,(q - p)\,Y_2 + \sigma_b^2, \qquad p_A = \sigma_b^2
+
+    (T -> infinity; at finite T, ``Y2`` becomes ``Y2 - 1/T``). In the spread phase the
+    output is the bias alone: the centring removes the collapsed common direction.
+
+    Returns
+    -------
+    (q_A, p_A) : tuple of ndarray
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Sec. on gain-controlled attention.
+    """
+    q, p = check_overlap(q, p)
+    y2 = participation_ratio(beta, q, p)
+    sigma_v2 = as_float_array("sigma_v2", sigma_v2, nonnegative=True)
+    sigma_b2 = as_float_array("sigma_b2", sigma_b2, nonnegative=True)
+    return tuple(scalar_or_array(x) for x in gain_controlled_attention_core(q, p, y2, sigma_v2, sigma_b2))

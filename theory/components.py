@@ -1,0 +1,169 @@
+"""Composable layer maps on the order parameters (q, p), in the style of ``stax``.
+
+Every component is a callable ``(q, p) -> (q', p')`` that broadcasts over arrays.
+Blocks are compositions::
+
+    from remprop.theory import components as C
+    post_ln_block = C.serial(
+        C.residual(alpha_sa, C.softmax_attention(beta)), C.layer_norm(),
+        C.residual(alpha_mlp, C.mlp()), C.layer_norm(),
+    )
+    q1, p1 = post_ln_block(1.0, 0.0)
+
+These compositions are the readable reference of the block orders; the numba kernels
+in :mod:`remprop.theory._kernels` run the same maps over whole grids and depths.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+import numpy as np
+
+from ._checks import as_float_array, check_choice, scalar_or_array
+from .activations import ACTIVATIONS, dense_core, linear_moments_core, relu_moments_core
+from .attention import (
+    asymptotic_participation_core,
+    critical_beta_core,
+    gain_controlled_attention_core,
+    softmax_attention_core,
+)
+from .layernorm import layernorm_core
+from .residual import skip_core
+
+__all__ = [
+    "Component", "serial", "residual", "layer_norm", "softmax_attention",
+    "gain_controlled_attention", "mlp",
+]
+
+
+class Component:
+    """A map on (q, p). Subclasses implement :meth:`apply` on float arrays."""
+
+    name = "component"
+
+    def __call__(self, q, p) -> Tuple[np.ndarray, np.ndarray]:
+        q = np.asarray(q, dtype=np.float64)
+        p = np.asarray(p, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q_out, p_out = self.apply(q, p)
+        return scalar_or_array(q_out), scalar_or_array(p_out)
+
+    def apply(self, q, p):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self):
+        return self.name
+
+
+@dataclass(repr=False)
+class _Serial(Component):
+    layers: tuple
+    name = "serial"
+
+    def apply(self, q, p):
+        for layer in self.layers:
+            q, p = layer.apply(q, p)
+        return q, p
+
+    def __repr__(self):
+        return "serial(" + ", ".join(map(repr, self.layers)) + ")"
+
+
+@dataclass(repr=False)
+class _Residual(Component):
+    alpha: np.ndarray
+    branch: Component
+    name = "residual"
+
+    def apply(self, q, p):
+        q_branch, p_branch = self.branch.apply(q, p)
+        return skip_core(q_branch, p_branch, q, p, self.alpha)
+
+    def __repr__(self):
+        return f"residual(alpha, {self.branch!r})"
+
+
+class _LayerNorm(Component):
+    name = "layer_norm"
+
+    def apply(self, q, p):
+        return layernorm_core(q, p)
+
+
+@dataclass(repr=False)
+class _Attention(Component):
+    beta: np.ndarray
+    sigma_v2: np.ndarray
+    sigma_b2: np.ndarray
+    gain_controlled: bool = False
+
+    @property
+    def name(self):
+        return "gain_controlled_attention" if self.gain_controlled else "softmax_attention"
+
+    def apply(self, q, p):
+        y2 = asymptotic_participation_core(self.beta, critical_beta_core(q, p))
+        core = gain_controlled_attention_core if self.gain_controlled else softmax_attention_core
+        return core(q, p, y2, self.sigma_v2, self.sigma_b2)
+
+
+@dataclass(repr=False)
+class _MLP(Component):
+    sigma_w2: np.ndarray
+    sigma_b2: np.ndarray
+    activation: str = "relu"
+    name = "mlp"
+
+    def apply(self, q, p):
+        q1, p1 = dense_core(q, p, self.sigma_w2, self.sigma_b2)
+        moments = relu_moments_core if self.activation == "relu" else linear_moments_core
+        m2, m11 = moments(q1, p1)
+        return dense_core(m2, m11, self.sigma_w2, self.sigma_b2)
+
+
+def serial(*layers: Component) -> Component:
+    """Compose maps left to right: ``serial(f, g)(q, p) == g(*f(q, p))``."""
+    for layer in layers:
+        if not isinstance(layer, Component):
+            raise ValueError(f"layers must be components, got {layer!r}")
+    return _Serial(tuple(layers))
+
+
+def residual(alpha, branch: Component) -> Component:
+    r"""``x -> alpha x + branch(x)``: :math:`q' = q_F + \alpha^2 q`, :math:`p' = p_F + \alpha^2 p`."""
+    if not isinstance(branch, Component):
+        raise ValueError(f"branch must be a component, got {branch!r}")
+    return _Residual(as_float_array("alpha", alpha, nonnegative=True), branch)
+
+
+def layer_norm() -> Component:
+    """LayerNorm without affine parameters: ``(q, p) -> (1, p/q)``."""
+    return _LayerNorm()
+
+
+def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4) -> Component:
+    """Softmax self-attention (REM, T -> infinity); see :func:`softmax_attention_map`."""
+    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2))
+
+
+def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4) -> Component:
+    """Attention with the sequence mean removed; see :func:`gain_controlled_attention_map`."""
+    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), gain_controlled=True)
+
+
+def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu") -> Component:
+    """Two-layer MLP with the given activation; see :func:`mlp_map`."""
+    check_choice("activation", activation, tuple(ACTIVATIONS))
+    return _MLP(as_float_array("sigma_w2", sigma_w2, nonnegative=True),
+                as_float_array("sigma_b2", sigma_b2, nonnegative=True), activation)
+
+
+def _attention_args(beta, sigma_v2, sigma_b2):
+    return (as_float_array("beta", beta, positive=True),
+            as_float_array("sigma_v2", sigma_v2, nonnegative=True),
+            as_float_array("sigma_b2", sigma_b2, nonnegative=True))
+
+
+#: Type of a user-supplied map, for annotations.
+Map = Callable[[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]

@@ -1,0 +1,33 @@
+"""LayerNorm without affine parameters on the token simplex."""
+from __future__ import annotations
+
+import numpy as np
+from numba.extending import register_jitable
+
+from ._checks import check_overlap, scalar_or_array
+
+__all__ = ["layernorm_map"]
+
+
+@register_jitable
+def layernorm_core(q, p):
+    """(1, p / q)."""
+    return 1.0 + 0.0 * q, p / q
+
+
+def layernorm_map(q, p):
+    r"""Order parameters after LayerNorm (no gain, no bias).
+
+    .. math:: q' = 1, \qquad p' = p / q
+
+    Each token is rescaled to unit mean square; at large width the per-token mean
+    subtracted by LayerNorm is O(1/sqrt(d)) and the cosine is unchanged. The map is
+    idempotent.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333.
+    """
+    q, p = check_overlap(q, p)
+    out = layernorm_core(q, p)
+    return tuple(scalar_or_array(x) for x in out)

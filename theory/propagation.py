@@ -1,0 +1,156 @@
+"""Iterate the block map over depth, broadcast over whole parameter grids."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _kernels
+from ._checks import as_float_array, check_depth
+from .architecture import NUMERIC_FIELDS, Architecture
+
+__all__ = ["Trajectory", "propagate", "final_state", "pack_parameters", "CHUNK_ROWS"]
+
+#: Grid cells handed to a kernel at once: bounds the memory of packed parameters.
+CHUNK_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """Order parameters layer by layer.
+
+    Attributes
+    ----------
+    q, p : ndarray, shape (..., depth + 1)
+        Mean squared norm and mean overlap per coordinate; index 0 is the input.
+    beta_critical : ndarray, shape (..., depth)
+        Critical beta of each layer's attention input (``inf`` for collapsed tokens).
+    """
+
+    q: np.ndarray
+    p: np.ndarray
+    beta_critical: np.ndarray
+
+    @property
+    def rho(self) -> np.ndarray:
+        """Mean cosine similarity ``p / q`` of two tokens, per layer."""
+        return self.p / self.q
+
+    @property
+    def depth(self) -> int:
+        return self.q.shape[-1] - 1
+
+
+def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
+    """Validate and broadcast beta, the numeric fields and the input state.
+
+    Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
+    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 8)``
+    in the order of :data:`remprop.theory._kernels.PARAMS`. Rows are materialised a
+    chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
+    """
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+    values = {"beta": as_float_array("beta", beta, positive=True)}
+    values.update(arch.numeric())
+    for name, value in overrides.items():
+        values[name] = as_float_array(name, value, nonnegative=True)
+    q0 = as_float_array("q0", q0, positive=True)
+    rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
+    values["q0"] = q0
+    values["p0"] = q0 * rho0
+    columns = [values[name] for name in _kernels.PARAMS]
+    try:
+        shape = np.broadcast_shapes(*(c.shape for c in columns))
+    except ValueError:
+        described = ", ".join(f"{n}{values[n].shape}" for n in _kernels.PARAMS if values[n].ndim)
+        raise ValueError(f"beta and the numeric fields do not broadcast together: {described}") from None
+    views = [np.broadcast_to(c, shape) for c in columns]
+    size = int(np.prod(shape, dtype=np.int64))
+
+    def rows(start, stop):
+        index = np.unravel_index(np.arange(start, stop), shape) if shape else ()
+        out = np.empty((stop - start, len(views)))
+        for k, view in enumerate(views):
+            out[:, k] = view[index] if shape else view
+        return out
+
+    return shape, size, rows
+
+
+def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Trajectory:
+    r"""Propagate the order parameters (q, p) through ``depth`` blocks.
+
+    Each block applies the maps of its components in the order given by
+    ``arch.norm`` (see :class:`Architecture`); the attention uses the asymptotic
+    REM participation ratio ``Y2 = max(0, 1 - beta_c / beta)`` with
+    ``beta_c = sqrt(2 / (q (q - p)))`` evaluated on its own input.
+
+    Parameters
+    ----------
+    arch : Architecture
+    beta : array_like
+        Query/key scale (``s_qk^2 = beta sqrt(log T) / d``), > 0.
+    depth : int
+        Number of blocks, >= 1.
+    q0 : array_like
+        Input mean squared norm per coordinate, > 0.
+    rho0 : array_like
+        Input mean cosine of two tokens, in [-1, 1].
+
+    Returns
+    -------
+    Trajectory
+        ``q``, ``p``, ``rho`` of shape ``broadcast(beta, arch fields, q0, rho0) +
+        (depth + 1,)``; the last axis is depth (0 = input).
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Result 1 and Sec. 4.
+
+    Examples
+    --------
+    >>> from remprop.theory import Architecture, propagate
+    >>> traj = propagate(Architecture(), beta=[0.5, 1.0], depth=60)
+    >>> traj.rho.shape
+    (2, 61)
+    """
+    depth = check_depth(depth)
+    shape, size, rows = pack_parameters(arch, beta, q0, rho0)
+    q = np.empty((size, depth + 1))
+    p = np.empty((size, depth + 1))
+    beta_c = np.empty((size, depth))
+    norm, attention, activation = arch.codes
+    for start in range(0, size, CHUNK_ROWS):
+        stop = min(size, start + CHUNK_ROWS)
+        q[start:stop], p[start:stop], beta_c[start:stop] = _kernels.trajectories(
+            norm, attention, activation, rows(start, stop), depth)
+    return Trajectory(q.reshape(shape + (depth + 1,)), p.reshape(shape + (depth + 1,)),
+                      beta_c.reshape(shape + (depth,)))
+
+
+def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress=None):
+    """Final-layer (q, p) and critical betas without storing trajectories.
+
+    Returns a dict of arrays of the broadcast shape: ``q``, ``p``, ``rho``,
+    ``beta_critical_first`` (first attention layer) and ``beta_critical_min``
+    (smallest over layers). ``progress``, if given, is called with the number of
+    cells finished after each chunk.
+    """
+    depth = check_depth(depth)
+    shape, size, rows = pack_parameters(arch, beta, q0, rho0)
+    out = np.empty((size, 4))
+    norm, attention, activation = arch.codes
+    for start in range(0, size, CHUNK_ROWS):
+        stop = min(size, start + CHUNK_ROWS)
+        out[start:stop] = _kernels.final_states(norm, attention, activation, rows(start, stop), depth)
+        if progress is not None:
+            progress(stop - start)
+    q, p = out[:, 0].reshape(shape), out[:, 1].reshape(shape)
+    return {"q": q, "p": p, "rho": p / q,
+            "beta_critical_first": out[:, 2].reshape(shape),
+            "beta_critical_min": out[:, 3].reshape(shape)}
+
+
+# Keep the field list in one place for callers that broadcast over it.
+assert set(NUMERIC_FIELDS) <= set(_kernels.PARAMS)
