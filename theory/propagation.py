@@ -120,11 +120,10 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     q = np.empty((size, depth + 1))
     p = np.empty((size, depth + 1))
     beta_c = np.empty((size, depth))
-    norm, attention, activation = arch.codes
+    kernels = _kernels.kernels_for(*arch.codes)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
-        q[start:stop], p[start:stop], beta_c[start:stop] = _kernels.trajectories(
-            norm, attention, activation, rows(start, stop), depth)
+        q[start:stop], p[start:stop], beta_c[start:stop] = kernels.trajectories(rows(start, stop), depth)
     return Trajectory(q.reshape(shape + (depth + 1,)), p.reshape(shape + (depth + 1,)),
                       beta_c.reshape(shape + (depth,)))
 
@@ -140,10 +139,10 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
     depth = check_depth(depth)
     shape, size, rows = pack_parameters(arch, beta, q0, rho0)
     out = np.empty((size, 4))
-    norm, attention, activation = arch.codes
+    kernels = _kernels.kernels_for(*arch.codes)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
-        out[start:stop] = _kernels.final_states(norm, attention, activation, rows(start, stop), depth)
+        out[start:stop] = kernels.final_states(rows(start, stop), depth)
         if progress is not None:
             progress(stop - start)
     q, p = out[:, 0].reshape(shape), out[:, 1].reshape(shape)
