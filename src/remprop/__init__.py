@@ -1,0 +1,54 @@
+"""remprop: signal propagation through transformers at initialisation.
+
+Self-attention at initialisation is a Random Energy Model: a query's scores over the
+keys are Gaussian energies, and the query/key scale beta plays the inverse temperature.
+Iterating the maps of attention, skip connections, LayerNorm and MLP on the order
+parameters (q, p) of the token simplex over depth predicts the two failure modes of
+deep transformers -- rank collapse (all tokens align, rho -> 1) and entropy collapse
+(beta above the critical beta_c, attention locks onto one key) -- and the smallest
+skip strength alpha* that avoids rank collapse at depth L.
+
+Sub-packages, imported on first access (``import remprop`` itself stays light and never
+imports torch or matplotlib):
+
+``remprop.theory``
+    the maps and their iteration over depth and parameter grids (NumPy, numba, sympy)
+``remprop.diagrams``
+    trainability diagrams, minimum residual strength, figures
+``remprop.validation``
+    finite-size checks against simulated networks (torch; the ``validation`` extra)
+``remprop.cli``
+    the ``remprop`` command line
+
+Reference: A. Giorlandino & S. Goldt, "Two failure modes of deep transformers and how
+to avoid them: a unified theory of signal propagation at initialisation",
+arXiv 2505.24333.
+"""
+from __future__ import annotations
+
+import importlib as _importlib
+
+try:
+    from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+    from importlib.metadata import version as _distribution_version
+
+    __version__ = _distribution_version("remprop")
+except _PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+#: Sub-packages and modules reachable as attributes of ``remprop``, imported lazily.
+_LAZY_SUBMODULES = ("theory", "diagrams", "validation", "cli")
+
+__all__ = ["__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        module = _importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))

@@ -1,0 +1,274 @@
+"""The ``remprop`` command line: trainability diagrams and signal propagation from the shell.
+
+Commands
+--------
+``remprop diagram``    trainability diagram over (beta, alpha_SA): PNG + npz + json
+``remprop min-alpha``  smallest skip strength alpha_SA that avoids rank collapse at depth L
+``remprop propagate``  order parameters q, p, rho layer by layer
+``remprop figures``    the theory figures
+``remprop validate``   finite-size checks against real networks (needs the validation extra)
+
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the parameter),
+1 on an unexpected error (one line; ``REMPROP_DEBUG=1`` shows the traceback).
+
+The option helpers :func:`add_architecture_arguments` and :func:`architecture_from_args`
+are public: other command lines (``remprop.validation.cli``) reuse them.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import textwrap
+
+from ._cli_options import (
+    CommandLineError,
+    OneLineArgumentParser,
+    GRID_SYNTAX,
+    add_architecture_arguments,
+    architecture_from_args,
+    cosine,
+    grid_of,
+    layer_count,
+    nonnegative_real,
+    open_unit_real,
+    positive_real,
+)
+
+__all__ = ["main", "build_parser", "add_architecture_arguments", "architecture_from_args", "COMMANDS"]
+
+#: Sub-commands, in the order of ``remprop --help``.
+COMMANDS = ("diagram", "min-alpha", "propagate", "figures", "validate")
+
+#: Environment variable that turns the one-line report of unexpected errors into a traceback.
+DEBUG_VARIABLE = "REMPROP_DEBUG"
+
+VALIDATION_HINT = "the validation extra is needed: pip install 'remprop[validation]'"
+
+JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the strings "inf", '
+             '"-inf", "nan" (alpha_star = "inf": no alpha_SA up to the search bound avoids rank collapse).')
+
+EPILOG = "\n".join(textwrap.wrap(JSON_NOTE, 79) + textwrap.wrap(
+    "Exit status: 0 success, 2 bad input (one line on stderr naming the parameter), "
+    f"1 unexpected error ({DEBUG_VARIABLE}=1 shows the traceback).", 79))
+
+#: Option that sets each library parameter, to point error messages at the right flag.
+_OPTION_OF = {"alpha_sa": "--alpha", "alpha_mlp": "--alpha-mlp", "sigma_w2": "--sigma-w2",
+              "sigma_b2": "--sigma-b2", "sigma_v2": "--sigma-v2", "norm": "--norm",
+              "attention": "--attention", "activation": "--activation", "beta": "--beta",
+              "depth": "--depth", "threshold": "--threshold", "q0": "--q0", "rho0": "--rho0"}
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# -- parser --------------------------------------------------------------------------------
+def _add_run_options(parser, *, threshold=True, json_help="print JSON instead of a table"):
+    """Options shared by the commands that propagate: --depth, --threshold, --q0, --rho0, --json."""
+    parser.add_argument("--depth", type=layer_count, default=60, metavar="L",
+                        help="number of transformer blocks (default: %(default)s)")
+    if threshold:
+        from remprop.diagrams import DEFAULT_THRESHOLD
+
+        parser.add_argument("--threshold", type=open_unit_real, default=DEFAULT_THRESHOLD, metavar="RHO",
+                            help="rank-collapse threshold in (0, 1): the stack is rank-collapsed when the "
+                                 "final-layer cosine rho exceeds it (default: %(default)s)")
+    parser.add_argument("--q0", type=positive_real, default=1.0,
+                        help="input squared norm per coordinate, > 0 (default: %(default)s)")
+    parser.add_argument("--rho0", type=cosine, default=0.0,
+                        help="input cosine similarity of two tokens, in [-1, 1] (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def _add_progress_option(parser):
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar on stderr (default: only when stderr is a terminal)")
+
+
+def build_parser(validation_cli=None) -> OneLineArgumentParser:
+    """The ``remprop`` argument parser.
+
+    Parameters
+    ----------
+    validation_cli : module, optional
+        ``remprop.validation.cli``; when given, its ``add_arguments(parser)`` fills the
+        ``validate`` sub-command (it is imported only when that command runs).
+    """
+    parser = OneLineArgumentParser(
+        prog="remprop", description="Signal propagation through transformers at initialisation "
+        "(attention as a Random Energy Model): trainability diagrams and minimum skip strengths.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"remprop {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser)
+
+    diagram = commands.add_parser(
+        "diagram", help="trainability diagram over (beta, alpha_SA): PNG + npz + json",
+        description="Trainability diagram of a depth-L stack over the query/key scale beta and the "
+        "attention skip strength alpha_SA. Phases: trainable, rank collapse (final rho above the "
+        "threshold), entropy collapse (beta above the critical beta of the first attention layer; "
+        "pre-LN: the smallest over layers). With no options: the 60-layer post-LN BERT diagram. "
+        "Writes OUT/NAME.png, OUT/NAME.npz and OUT/NAME.json and prints alpha* and beta_c.",
+        epilog=JSON_NOTE)
+    diagram.add_argument("--betas", type=grid_of(positive_real), default=grid_of(positive_real)("0.05:3:200"),
+                         metavar="GRID", help=f"beta values (> 0): {GRID_SYNTAX} (default: 0.05:3:200)")
+    diagram.add_argument("--alphas", type=grid_of(nonnegative_real), default=grid_of(nonnegative_real)("0:3:200"),
+                         metavar="GRID", help="alpha_SA values (>= 0), same syntax (default: 0:3:200)")
+    _add_run_options(diagram, json_help="print a JSON summary (files, alpha_star, beta_critical) instead of text")
+    diagram.add_argument("--out", default="remprop-out", metavar="DIR",
+                         help="output directory, created if needed (default: %(default)s)")
+    diagram.add_argument("--name", default="trainability", help="file name stem (default: %(default)s)")
+    _add_progress_option(diagram)
+    add_architecture_arguments(diagram, alpha_sa=False)
+
+    min_alpha = commands.add_parser(
+        "min-alpha", help="smallest alpha_SA that keeps a depth-L stack out of rank collapse",
+        description="Smallest attention skip strength alpha_SA for which the final-layer cosine rho of a "
+        "depth-L stack stays at or below the threshold, for each beta. JSON: an object with key "
+        "alpha_star (a number for one beta, a list for several) and the inputs.",
+        epilog=JSON_NOTE)
+    min_alpha.add_argument("--beta", type=grid_of(positive_real), default=grid_of(positive_real)("0.5"),
+                           metavar="BETA", help=f"query/key scale(s) beta > 0: {GRID_SYNTAX} (default: 0.5)")
+    _add_run_options(min_alpha, json_help="print a JSON object with key alpha_star")
+    add_architecture_arguments(min_alpha, alpha_sa=False)
+
+    propagate = commands.add_parser(
+        "propagate", help="order parameters q, p, rho layer by layer",
+        description="Propagate the order parameters (q, p) of the token simplex through L blocks and "
+        "print q, p, rho = p/q per layer (layer 0 = input) and the critical beta of each attention "
+        "input. JSON: lists layer, q, p, rho (length L+1) and beta_critical (length L).",
+        epilog=JSON_NOTE)
+    propagate.add_argument("--beta", type=positive_real, default=0.5,
+                           help="query/key scale beta > 0 (default: %(default)s)")
+    _add_run_options(propagate, threshold=False, json_help="print JSON lists instead of a table")
+    add_architecture_arguments(propagate, alpha_sa=True)
+
+    figures = commands.add_parser(
+        "figures", help="the theory figures (attention phases, LayerNorm placement, diagram)",
+        description="Draw the theory figures into DIR and print their paths.")
+    figures.add_argument("--out", default="remprop-out", metavar="DIR",
+                         help="output directory, created if needed (default: %(default)s)")
+    figures.add_argument("--quick", action="store_true", help="coarse grids (seconds instead of minutes)")
+    figures.add_argument("--json", action="store_true", help="print the paths as JSON")
+    _add_progress_option(figures)
+
+    validate = commands.add_parser(
+        "validate", help="compare the theory with simulated networks (needs the validation extra)",
+        description="Finite-size validation against real networks (torch). Needs the validation extra: "
+        "pip install 'remprop[validation]'.")
+    if validation_cli is not None:
+        validation_cli.add_arguments(validate)
+    return parser
+
+
+# -- running -------------------------------------------------------------------------------
+def _command_name(argv):
+    """The sub-command named in ``argv``: the first word that is not an option.
+
+    The top-level parser has no option that takes a value, so this is exact.
+    """
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def _load_validation_cli():
+    try:
+        validation_cli = importlib.import_module("remprop.validation.cli")
+    except ImportError as err:
+        raise CommandLineError(f"{VALIDATION_HINT} ({_one_line(err)})", prog="remprop validate") from None
+    return validation_cli
+
+
+def _dispatch(argv, command) -> int:
+    validation_cli = _load_validation_cli() if command == "validate" else None
+    args, unknown = build_parser(validation_cli).parse_known_args(argv)
+    if unknown:  # reported by the sub-command that got them, not by "remprop"
+        prog = f"remprop {args.command}" if args.command else "remprop"
+        raise CommandLineError(f"unrecognized arguments: {' '.join(unknown)}", prog=prog)
+    if args.command is None:
+        raise CommandLineError(f"a command is required: one of {', '.join(COMMANDS)} "
+                               "(remprop --help lists them)", prog="remprop")
+    from . import _cli_commands as run
+
+    if args.command == "diagram":
+        return run.run_diagram(args)
+    if args.command == "min-alpha":
+        return run.run_min_alpha(args)
+    if args.command == "propagate":
+        return run.run_propagate(args)
+    if args.command == "figures":
+        return run.run_figures(args)
+    try:
+        return int(validation_cli.run(args) or 0)
+    except ImportError as err:
+        raise CommandLineError(f"{VALIDATION_HINT} ({_one_line(err)})", prog="remprop validate") from None
+
+
+def _one_line(error) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+def _point_at_option(message: str) -> str:
+    """Add the command-line option to a library message that starts with a parameter name."""
+    name = message.split(" ", 1)[0]
+    option = _OPTION_OF.get(name)
+    return f"{message} (option {option})" if option else message
+
+
+def _report(prog, message):
+    print(f"{prog}: error: {message}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    """Run ``remprop`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    Bad input -- argparse errors, ``ValueError`` from the library, an output directory
+    that cannot be written -- prints one line ``remprop CMD: error: ...`` on stderr and
+    returns 2; any other exception prints one line and returns 1 (set ``REMPROP_DEBUG=1``
+    to get the traceback instead). ``--help`` and ``--version`` return 0.
+    """
+    argv = sys.argv[1:] if argv is None else [str(word) for word in argv]
+    command = _command_name(argv)
+    prog = f"remprop {command}" if command in COMMANDS else "remprop"
+    debug = bool(os.environ.get(DEBUG_VARIABLE))
+    try:
+        return _dispatch(argv, command)
+    except CommandLineError as err:
+        _report(err.prog or prog, err)
+        return 2
+    except ValueError as err:
+        if debug:
+            raise
+        _report(prog, _point_at_option(_one_line(err)))
+        return 2
+    except SystemExit as exit_:  # --help and --version
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        _report(prog, "interrupted")
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. piped into `head`): silence the flush at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as err:  # noqa: BLE001 - the command line never shows a traceback
+        if debug:
+            raise
+        _report(prog, f"unexpected {type(err).__name__}: {_one_line(err)} "
+                      f"(set {DEBUG_VARIABLE}=1 to see the traceback)")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

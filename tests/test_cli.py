@@ -1,0 +1,419 @@
+"""The ``remprop`` command line: outputs, JSON, exit codes and every bad-input path.
+
+Most cases call :func:`remprop.cli.main` in-process (fast); a few run the installed
+``remprop`` script and ``python -m remprop`` in a subprocess to check the real entry
+points, exit statuses and that no traceback ever reaches the user.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import remprop
+from remprop.cli import COMMANDS, add_architecture_arguments, architecture_from_args, build_parser, main
+from remprop.theory import ACTIVATIONS, ATTENTIONS, NORMS, Architecture, propagate
+
+# Small problems keep the suite fast; the CLI adds no numerics of its own.
+DEPTH = 8
+
+
+def run_cli(capsys, *argv):
+    """main(argv) -> (exit status, stdout, stderr); SystemExit is folded into the status."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit_:  # main should return, but accept an exit too
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code, err, *names, status=2):
+    """Exit status ``status``, exactly one line on stderr naming every ``names``, no traceback."""
+    assert code == status, err
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for name in names:
+        assert name in lines[0], lines[0]
+
+
+def json_float(value):
+    """Numbers of the JSON outputs: non-finite ones are the strings "inf", "-inf", "nan"."""
+    return float(value)
+
+
+# -- help, version, no command -----------------------------------------------------------
+def test_help_lists_every_command_and_the_json_convention(capsys):
+    code, out, err = run_cli(capsys, "--help")
+    assert code == 0 and err == ""
+    for command in COMMANDS:
+        assert command in out
+    assert '"inf"' in out  # the documented JSON spelling of infinity
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "validate"])
+def test_each_command_has_help(capsys, command):
+    code, out, _ = run_cli(capsys, command, "--help")
+    assert code == 0
+    assert out.startswith(f"usage: remprop {command}")
+
+
+def test_version_is_the_package_version(capsys):
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0
+    assert out.strip() == f"remprop {remprop.__version__}"
+
+
+def test_missing_command_is_a_one_line_usage_error(capsys):
+    code, out, err = run_cli(capsys)
+    assert_one_line_error(code, err, "command")
+    assert out == ""
+
+
+# -- architecture options -----------------------------------------------------------------
+def test_architecture_choices_come_from_the_theory_package():
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices["propagate"]
+    choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
+    assert choices == {"norm": tuple(NORMS), "attention": tuple(ATTENTIONS), "activation": tuple(ACTIVATIONS)}
+
+
+def test_architecture_helpers_round_trip_every_field():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_architecture_arguments(parser)
+    args = parser.parse_args(["--norm", "pre", "--attention", "gain-controlled", "--activation", "linear",
+                              "--sigma-w2", "0.3", "--sigma-b2", "0.01", "--sigma-v2", "0.4",
+                              "--alpha", "0.7", "--alpha-mlp", "0.9"])
+    arch = architecture_from_args(args)
+    assert arch.to_dict() == Architecture(norm="pre", attention="gain-controlled", activation="linear",
+                                          sigma_w2=0.3, sigma_b2=0.01, sigma_v2=0.4, alpha_sa=0.7,
+                                          alpha_mlp=0.9).to_dict()
+    # no options: the class defaults (BERT)
+    assert architecture_from_args(parser.parse_args([])).to_dict() == Architecture().to_dict()
+
+
+# -- propagate ---------------------------------------------------------------------------
+NON_DEFAULT = ["--norm", "pre", "--attention", "gain-controlled", "--sigma-w2", "0.3", "--sigma-b2", "0.01",
+               "--sigma-v2", "0.4", "--alpha", "0.7", "--alpha-mlp", "0.9", "--q0", "2", "--rho0", "0.1"]
+
+
+def test_propagate_json_forwards_every_option(capsys):
+    """Each option must reach the library: the JSON equals a direct call with the same inputs."""
+    code, out, err = run_cli(capsys, "propagate", "--beta", "0.8", "--depth", DEPTH, "--json", *NON_DEFAULT)
+    assert code == 0, err
+    data = json.loads(out)
+    arch = Architecture(norm="pre", attention="gain-controlled", sigma_w2=0.3, sigma_b2=0.01, sigma_v2=0.4,
+                        alpha_sa=0.7, alpha_mlp=0.9)
+    expected = propagate(arch, 0.8, DEPTH, q0=2.0, rho0=0.1)
+    assert data["layer"] == list(range(DEPTH + 1))
+    # JSON round-trips doubles exactly (repr), so equality is exact
+    np.testing.assert_array_equal([json_float(v) for v in data["q"]], expected.q)
+    np.testing.assert_array_equal([json_float(v) for v in data["p"]], expected.p)
+    np.testing.assert_array_equal([json_float(v) for v in data["rho"]], expected.rho)
+    np.testing.assert_array_equal([json_float(v) for v in data["beta_critical"]], expected.beta_critical)
+    assert data["architecture"] == arch.to_dict()
+    assert (data["beta"], data["depth"], data["q0"], data["rho0"]) == (0.8, DEPTH, 2.0, 0.1)
+
+
+def test_propagate_table_has_one_row_per_layer(capsys):
+    code, out, _ = run_cli(capsys, "propagate", "--beta", "0.5", "--depth", DEPTH)
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:4] == ["layer", "q", "p", "rho"])
+    rows = [line.split() for line in lines[start + 2:start + 3 + DEPTH]]
+    assert [int(r[0]) for r in rows] == list(range(DEPTH + 1))
+    expected = propagate(Architecture(), 0.5, DEPTH).rho
+    # the table prints 8 significant digits
+    np.testing.assert_allclose([float(r[3]) for r in rows], expected, rtol=1e-7, atol=1e-12)
+
+
+# -- min-alpha ---------------------------------------------------------------------------
+def final_rho(capsys, alpha, beta, depth, *extra):
+    code, out, err = run_cli(capsys, "propagate", "--beta", beta, "--alpha", repr(alpha), "--depth", depth,
+                             "--json", *extra)
+    assert code == 0, err
+    return json_float(json.loads(out)["rho"][-1])
+
+
+@pytest.mark.parametrize("extra", [[], ["--norm", "pre", "--sigma-w2", "0.3"]])
+def test_min_alpha_json_is_the_smallest_trainable_alpha(capsys, extra):
+    """alpha* from `min-alpha` sits on the threshold of the rho that `propagate` reports.
+
+    The library bisects to 1e-8 in alpha; final rho decreases with alpha_SA (a larger
+    identity path keeps more of the input's decorrelation), so alpha* (1 + 1e-5) must be
+    trainable and alpha* (1 - 1e-5) rank-collapsed.
+    """
+    threshold = 0.9
+    code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--beta", "0.5", "--threshold", threshold,
+                             "--json", *extra)
+    assert code == 0, err
+    data = json.loads(out)
+    alpha_star = json_float(data["alpha_star"])
+    assert math.isfinite(alpha_star) and alpha_star > 0
+    assert data["beta"] == 0.5 and data["depth"] == DEPTH and data["threshold"] == threshold
+    assert final_rho(capsys, alpha_star * (1 + 1e-5), 0.5, DEPTH, *extra) <= threshold
+    assert final_rho(capsys, alpha_star * (1 - 1e-5), 0.5, DEPTH, *extra) > threshold
+
+
+def test_min_alpha_several_betas_give_a_list(capsys):
+    code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--beta", "0.2,0.5,1", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["beta"] == [0.2, 0.5, 1.0]
+    assert isinstance(data["alpha_star"], list) and len(data["alpha_star"]) == 3
+    # a range spec gives the same numbers as a comma list
+    code, out2, _ = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--beta", "0.2:1:5", "--json")
+    data2 = json.loads(out2)
+    assert data2["beta"] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0], rel=1e-15)
+    # both ends of a range are exact, so beta = 0.2 and beta = 1 give identical answers
+    assert data2["alpha_star"][0] == data["alpha_star"][0]
+    assert data2["alpha_star"][-1] == data["alpha_star"][-1]
+
+
+def test_min_alpha_impossible_is_the_string_inf(capsys):
+    """No skip strength gets below the input cosine: every map here raises rho.
+
+    With beta < beta_c the attention output is fully correlated, ReLU's kernel satisfies
+    f(c) >= c and biases add overlap, so final rho >= rho0 = 0.5 > 0.4 for every alpha.
+    """
+    code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--beta", "0.5", "--rho0", "0.5",
+                             "--threshold", "0.4", "--json")
+    assert code == 0, err
+    assert json.loads(out)["alpha_star"] == "inf"
+    code, out, _ = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--beta", "0.5", "--rho0", "0.5",
+                           "--threshold", "0.4")
+    assert code == 0 and "inf" in out
+
+
+def test_min_alpha_table_is_readable(capsys):
+    code, out, _ = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--beta", "0.3,0.6")
+    assert code == 0
+    header = next(line for line in out.splitlines() if "alpha*" in line and "beta" in line)
+    rows = out.splitlines()[out.splitlines().index(header) + 2:][:2]
+    assert [float(r.split()[0]) for r in rows] == [0.3, 0.6]
+
+
+# -- diagram -----------------------------------------------------------------------------
+SMALL_GRID = ["--betas", "0.5:2:4", "--alphas", "0:2:3", "--depth", DEPTH]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_diagram_writes_png_npz_json_and_prints_beta_c(capsys, tmp_path):
+    out_dir = tmp_path / "new" / "dir"  # created on demand
+    code, out, err = run_cli(capsys, "diagram", *SMALL_GRID, "--out", out_dir, "--no-progress")
+    assert code == 0, err
+    png, npz, meta = (out_dir / f"trainability.{ext}" for ext in ("png", "npz", "json"))
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    with np.load(npz) as data:
+        arrays = dict(data)
+    assert any(a.shape == (3, 4) for a in arrays.values())  # (len(alphas), len(betas))
+    json.loads(meta.read_text())
+    # post-LN with orthogonal inputs: beta_c = sqrt(2) (THEORY.md sec. 3), printed to 6 digits
+    assert f"beta_c = {math.sqrt(2):.6g}" in out
+    assert "alpha*" in out and str(png) in out
+
+
+def test_diagram_json_summary(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "diagram", *SMALL_GRID, "--out", tmp_path, "--name", "small", "--json",
+                             "--norm", "pre", "--threshold", "0.9")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["beta"] == [0.5, 1.0, 1.5, 2.0] and data["alpha"] == [0.0, 1.0, 2.0]
+    assert len(data["alpha_star"]) == 4 and len(data["beta_critical"]) == 4
+    assert data["architecture"]["norm"] == "pre" and data["threshold"] == 0.9
+    assert sorted(Path(f).name for f in data["files"]) == ["small.json", "small.npz", "small.png"]
+    assert all(Path(f).exists() for f in data["files"])
+
+
+def test_diagram_refuses_an_unwritable_output_directory(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    code, out, err = run_cli(capsys, "diagram", *SMALL_GRID, "--out", blocker / "sub")
+    assert_one_line_error(code, err, "--out")
+    assert out == ""
+
+
+# -- figures -----------------------------------------------------------------------------
+def test_figures_forwards_out_quick_and_progress(capsys, tmp_path, monkeypatch):
+    """`figures` is a thin wrapper: check what it hands to make_theory_figures."""
+    import remprop.diagrams
+
+    calls = []
+
+    def fake_make_theory_figures(out_dir, *, quick=False, progress=False):
+        calls.append((Path(out_dir), quick, progress))
+        return [Path(out_dir) / "a.png", Path(out_dir) / "b.png"]
+
+    monkeypatch.setattr(remprop.diagrams, "make_theory_figures", fake_make_theory_figures, raising=False)
+    code, out, err = run_cli(capsys, "figures", "--out", tmp_path / "figs", "--quick", "--no-progress")
+    assert code == 0, err
+    assert calls == [(tmp_path / "figs", True, False)]
+    assert out.split() == [str(tmp_path / "figs" / "a.png"), str(tmp_path / "figs" / "b.png")]
+    code, out, _ = run_cli(capsys, "figures", "--out", tmp_path, "--progress", "--json")
+    assert calls[-1] == (tmp_path, False, True)
+    assert json.loads(out)["files"] == [str(tmp_path / "a.png"), str(tmp_path / "b.png")]
+
+
+# -- validate ----------------------------------------------------------------------------
+@pytest.mark.parametrize("imported_before", [False, True])
+def test_validate_without_the_extra_is_one_line_and_status_2(capsys, monkeypatch, imported_before):
+    if imported_before:  # the package attribute must not bypass the failed import
+        pytest.importorskip("remprop.validation.cli")
+    monkeypatch.setitem(sys.modules, "remprop.validation.cli", None)  # import now raises ImportError
+    code, out, err = run_cli(capsys, "validate")
+    assert_one_line_error(code, err, "remprop validate", "validation extra")
+    # the other commands do not depend on it
+    code, out, err = run_cli(capsys, "propagate", "--depth", "2", "--json")
+    assert code == 0, err
+
+
+def test_validate_missing_torch_at_run_time_is_one_line_and_status_2(capsys, monkeypatch):
+    """validation.cli imports torch only when it runs: that ImportError is reported the same way."""
+    import types
+
+    def run(args):
+        raise ModuleNotFoundError("No module named 'torch'")
+
+    fake = types.SimpleNamespace(add_arguments=lambda parser: None, run=run)
+    monkeypatch.setitem(sys.modules, "remprop.validation.cli", fake)
+    code, out, err = run_cli(capsys, "validate")
+    assert_one_line_error(code, err, "remprop validate", "validation extra", "torch")
+
+
+def test_validate_help_when_the_extra_is_installed(capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("remprop.validation.cli")
+    code, out, err = run_cli(capsys, "validate", "--help")
+    assert code == 0, err
+    assert out.startswith("usage: remprop validate")
+
+
+# -- bad input: one line, status 2, names the parameter --------------------------------------
+BAD_INPUTS = [
+    (["min-alpha", "--depth", "0"], "--depth"),
+    (["min-alpha", "--depth", "2.5"], "--depth"),
+    (["min-alpha", "--depth"], "--depth"),
+    (["min-alpha", "--beta", "-1"], "--beta"),
+    (["min-alpha", "--beta", "0"], "--beta"),
+    (["min-alpha", "--beta", "nan"], "--beta"),
+    (["min-alpha", "--beta", "inf"], "--beta"),
+    (["min-alpha", "--beta", "0.5,abc"], "--beta"),
+    (["min-alpha", "--beta", "0.5,-0.1"], "--beta"),
+    (["min-alpha", "--threshold", "1"], "--threshold"),
+    (["min-alpha", "--threshold", "0"], "--threshold"),
+    (["min-alpha", "--threshold", "1.5"], "--threshold"),
+    (["min-alpha", "--threshold", "nan"], "--threshold"),
+    (["min-alpha", "--sigma-w2", "-0.1"], "--sigma-w2"),
+    (["min-alpha", "--sigma-b2", "-1e-4"], "--sigma-b2"),
+    (["min-alpha", "--sigma-v2", "nan"], "--sigma-v2"),
+    (["min-alpha", "--alpha-mlp", "-1"], "--alpha-mlp"),
+    (["min-alpha", "--activation", "tanh"], "--activation"),
+    (["min-alpha", "--norm", "middle"], "--norm"),
+    (["min-alpha", "--attention", "linear"], "--attention"),
+    (["min-alpha", "--alpha", "1"], "--alpha"),  # solved for, not an option here
+    (["min-alpha", "--q0", "0"], "--q0"),
+    (["min-alpha", "--rho0", "1.5"], "--rho0"),
+    (["min-alpha", "--no-such-option"], "--no-such-option"),
+    (["propagate", "--alpha", "-1"], "--alpha"),
+    (["propagate", "--alpha", "abc"], "--alpha"),
+    (["propagate", "--alpha-mlp", "inf"], "--alpha-mlp"),
+    (["propagate", "--beta", "0.5,1"], "--beta"),
+    (["propagate", "--depth", "-3"], "--depth"),
+    (["diagram", "--betas", "0:3:10"], "--betas"),  # contains beta = 0
+    (["diagram", "--betas", "1:2"], "--betas"),
+    (["diagram", "--betas", "1:2:x"], "--betas"),
+    (["diagram", "--alphas", "1:2:0"], "--alphas"),
+    (["diagram", "--alphas", "-1,1"], "--alphas"),
+    (["diagram", "--alpha", "1"], "--alpha"),  # no abbreviation of --alphas
+    (["diagram", "--threshold", "2"], "--threshold"),
+    (["no-such-command"], "no-such-command"),
+]
+
+
+@pytest.mark.parametrize("argv, option", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_naming_the_option(capsys, argv, option):
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, option)
+    assert out == ""
+
+
+def test_library_value_error_is_one_line_status_2(capsys, monkeypatch):
+    """A ValueError raised by the library (here injected) becomes one line and status 2."""
+    import remprop.theory
+
+    def reject(*args, **kwargs):
+        raise ValueError("beta must be > 0,\n got something odd")
+
+    monkeypatch.setattr(remprop.theory, "propagate", reject)
+    code, out, err = run_cli(capsys, "propagate")
+    assert_one_line_error(code, err, "remprop propagate", "beta must be > 0", "--beta")
+
+
+def test_unexpected_error_is_one_line_status_1_and_debug_shows_it(capsys, monkeypatch):
+    import remprop.theory
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(remprop.theory, "propagate", crash)
+    monkeypatch.delenv("REMPROP_DEBUG", raising=False)
+    code, out, err = run_cli(capsys, "propagate")
+    assert_one_line_error(code, err, "RuntimeError", "boom", "REMPROP_DEBUG", status=1)
+    monkeypatch.setenv("REMPROP_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["propagate"])
+
+
+# -- real entry points (subprocesses) ------------------------------------------------------
+SCRIPT = Path(sys.executable).with_name("remprop")
+
+
+def run_process(*argv, jit=True):
+    """Run a command; ``jit=False`` runs the numba kernels as Python (no compilation).
+
+    The kernels have their own tests; here only the entry points and the imports matter,
+    so the subprocesses need not pay for compiling in a fresh process.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "REMPROP_DEBUG"}
+    if not jit:
+        env["NUMBA_DISABLE_JIT"] = "1"
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the remprop console script is not installed in this environment")
+def test_console_script_help_and_bad_input():
+    result = run_process(SCRIPT, "--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: remprop"), result.stderr
+    result = run_process(SCRIPT, "min-alpha", "--beta", "nan")
+    assert_one_line_error(result.returncode, result.stderr, "--beta")
+    assert result.stdout == ""
+
+
+def test_python_m_remprop():
+    result = run_process(sys.executable, "-m", "remprop", "min-alpha", "--depth", "5", "--beta", "0.5,1", "--json",
+                         jit=False)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["alpha_star"]) == 2
+    result = run_process(sys.executable, "-m", "remprop", "propagate", "--threshold", "0.5")
+    assert_one_line_error(result.returncode, result.stderr, "--threshold")
+
+
+def test_light_imports():
+    """`import remprop`, `remprop --help` and `remprop min-alpha` load neither torch nor matplotlib."""
+    code = ("import sys, remprop\n"
+            "from remprop.cli import main\n"
+            "assert main(['--help']) == 0\n"
+            "assert main(['min-alpha', '--depth', '3', '--json']) == 0\n"
+            "heavy = sorted(m for m in ('torch', 'matplotlib', 'transformers') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    result = run_process(sys.executable, "-c", code, jit=False)
+    assert result.returncode == 0, result.stderr
