@@ -1,0 +1,49 @@
+"""remprop.diagrams: trainability diagrams, the minimum residual strength, and figures.
+
+A depth-L transformer stack at initialisation is in one of three phases
+(:mod:`~remprop.diagrams.phases`): trainable, rank-collapsed (the mean cosine of two
+tokens after the last block exceeds a collapse threshold, default 0.99) or
+entropy-collapsed (beta above the critical beta of the attention input).
+:func:`trainability_diagram` maps the phases over (beta, alpha_sa);
+:func:`min_residual_strength` gives the smallest alpha_sa that avoids rank collapse.
+
+The figure functions need matplotlib and are imported on first use, so that
+``import remprop.diagrams`` stays light (the CLI's ``min-alpha`` starts fast).
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
+"""
+from __future__ import annotations
+
+import importlib as _importlib
+
+from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, classify_phases
+from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
+from .trainability import TrainabilityDiagram, trainability_diagram
+
+#: Public names defined in modules that import matplotlib, loaded lazily.
+_LAZY = {
+    "trainability_figure": ".figures",
+    "attention_phase_figure": ".figures",
+    "layernorm_placement_figure": ".figures",
+    "attention_phase_data": ".curves",
+    "layernorm_placement_data": ".curves",
+    "make_theory_figures": ".gallery",
+}
+
+__all__ = [
+    "min_residual_strength", "trainability_diagram", "TrainabilityDiagram",
+    "TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases",
+    "ALPHA_MAX", "DEFAULT_THRESHOLD", *_LAZY,
+]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

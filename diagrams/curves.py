@@ -1,0 +1,170 @@
+"""The numbers behind the theory figures (no plotting): one attention layer over
+(beta, input cosine), and the cosine over depth for the four LayerNorm placements."""
+from __future__ import annotations
+
+import numpy as np
+
+from remprop.theory import components as C
+from remprop.theory import participation_ratio, softmax_attention_map
+from remprop.theory._checks import as_float_array, check_choice, check_depth, check_real_scalar
+
+__all__ = ["attention_phase_data", "layernorm_placement_data", "LAYERNORM_VARIANTS"]
+
+#: The four stacks of the LayerNorm-placement comparison: (norm, attention).
+LAYERNORM_VARIANTS = {
+    "post-LN": ("post", "softmax"),
+    "pre-LN": ("pre", "softmax"),
+    "post-LN, gain-controlled": ("post", "gain-controlled"),
+    "pre-LN, gain-controlled": ("pre", "gain-controlled"),
+}
+
+
+def attention_phase_data(betas=None, input_cosines=None, *, sigma_v2=1.0, sigma_b2=0.0, q=1.0,
+                         y2_cosines=(0.0, 0.5, 0.8, 0.95)) -> dict:
+    r"""Output cosine and participation ratio of one softmax attention layer.
+
+    For input tokens with mean squared norm ``q`` and mean cosine ``rho`` (``p = rho q``),
+    attention alone (values, value bias; no skip, no LayerNorm; T -> infinity) gives
+
+    .. math::
+        \rho_A = \frac{p_A}{q_A}
+               = \frac{\sigma_v^2 p + \sigma_b^2}{\sigma_v^2 (p + (q - p) Y_2) + \sigma_b^2},
+        \qquad Y_2 = \max\left(0, 1 - \beta_c / \beta\right),\quad
+        \beta_c = \sqrt{2 / (q (q - p))}.
+
+    Below ``beta_c`` (``Y2 = 0``) every output token is the mean token and ``rho_A = 1``.
+    Without a value bias the output at ``rho = 0`` below ``beta_c`` vanishes
+    (``q_A = 0``) and ``rho_A`` is set to its limit ``rho -> 0+``, which is 1.
+
+    Parameters
+    ----------
+    betas : array_like, optional
+        1-d query/key scales, > 0 (default 300 points from 0.05 to 4).
+    input_cosines : array_like, optional
+        1-d input cosines in [0, 1) (default 300 points from 0 to 0.99).
+    sigma_v2, sigma_b2 : float
+        Value weight and value bias variances (default 1 and 0).
+    q : float
+        Input mean squared norm, > 0.
+    y2_cosines : sequence of float
+        Input cosines of the ``Y2``-against-beta curves.
+
+    Returns
+    -------
+    dict
+        ``betas``, ``input_cosines``, ``output_cosine`` (shape (len(input_cosines),
+        len(betas))), ``beta_critical`` (per input cosine), ``y2_cosines``, ``y2``
+        (shape (len(y2_cosines), len(betas))), ``y2_beta_critical``, and the settings.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 2 and Result 1; THEORY.md section 3.
+    """
+    betas = _axis("betas", np.linspace(0.05, 4.0, 300) if betas is None else betas, positive=True)
+    input_cosines = _axis("input_cosines", np.linspace(0.0, 0.99, 300) if input_cosines is None
+                          else input_cosines, low=0.0, high=1.0)
+    y2_cosines = _axis("y2_cosines", y2_cosines, low=0.0, high=1.0)
+    sigma_v2 = float(as_float_array("sigma_v2", check_real_scalar("sigma_v2", sigma_v2), nonnegative=True))
+    sigma_b2 = float(as_float_array("sigma_b2", check_real_scalar("sigma_b2", sigma_b2), nonnegative=True))
+    q = check_real_scalar("q", q)
+    if not q > 0:
+        raise ValueError(f"q must be > 0, got {q!r}")
+    p = q * input_cosines[:, None]
+    q_out, p_out = softmax_attention_map(q, p, betas[None, :], sigma_v2, sigma_b2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cosine = np.where(q_out > 0, p_out / np.where(q_out > 0, q_out, 1.0), 1.0)
+        beta_c = np.sqrt(2.0 / (q * (q - q * input_cosines)))
+        y2_beta_c = np.sqrt(2.0 / (q * (q - q * y2_cosines)))
+    y2 = participation_ratio(betas[None, :], q, q * y2_cosines[:, None])
+    return {
+        "betas": betas, "input_cosines": input_cosines, "output_cosine": np.asarray(cosine),
+        "beta_critical": beta_c, "y2_cosines": y2_cosines, "y2": np.asarray(y2),
+        "y2_beta_critical": y2_beta_c, "sigma_v2": sigma_v2, "sigma_b2": sigma_b2, "q": q,
+    }
+
+
+def layernorm_placement_data(depth=100, *, beta=0.1, sigma_w2=0.2, sigma_b2=0.02 ** 2,
+                             sigma_bv2=0.0, sigma_v2=1.0, alpha_sa=1.0, alpha_mlp=1.0, q0=1.0,
+                             rho0=0.2, activation="relu") -> dict:
+    r"""Mean cosine over depth for post-LN, pre-LN and their gain-controlled versions.
+
+    Blocks (``x`` the residual stream, asymptotic REM attention):
+
+    * post-LN: ``x <- LN(alpha_sa x + SA(x)); x <- LN(alpha_mlp x + MLP(x))``
+    * pre-LN: ``x <- alpha_sa x + SA(LN(x)); x <- alpha_mlp x + MLP(LN(x))``
+    * gain-controlled: SA replaced by its centred version
+      (:math:`q_A = \sigma_v^2 (q - p) Y_2 + \sigma_{bv}^2`, :math:`p_A = \sigma_{bv}^2`).
+
+    The defaults are those of the reference figure (THEORY.md section 9, Fig. 4):
+    ``sigma_w2 = 0.2``, ``sigma_b2 = 0.02**2``, ``sigma_v2 = 1``, alphas 1, ``beta = 0.1``,
+    ``rho0 = 0.2``, ``q0 = 1``, with *no bias on the values*. :class:`~remprop.theory.Architecture`
+    has a single ``sigma_b2`` for every bias, so these stacks are composed from the public
+    component maps (:mod:`remprop.theory.components`) with the MLP biases at ``sigma_b2``
+    and the value bias at ``sigma_bv2`` (default 0). With ``sigma_bv2 == sigma_b2`` they
+    coincide with :func:`remprop.theory.propagate` of the corresponding Architecture.
+
+    At ``beta = 0.1`` attention is in its spread phase (``Y2 = 0`` for T -> infinity), so
+    without a value bias the centred attention outputs nothing and the gain-controlled
+    stacks are driven by the MLPs alone; the finite-T participation ratio (a later
+    extension of the theory) would add a small decorrelating branch.
+
+    Parameters
+    ----------
+    depth : int
+        Number of blocks (default 100).
+    beta, sigma_w2, sigma_b2, sigma_bv2, sigma_v2, alpha_sa, alpha_mlp : float
+        Query/key scale (> 0), MLP weight and bias variances, value bias and weight
+        variances, skip strengths (all >= 0).
+    q0, rho0 : float
+        Input state (q0 > 0, rho0 in [0, 1]).
+    activation : {"relu", "linear"}
+
+    Returns
+    -------
+    dict
+        ``layers`` (0..depth), ``rho`` and ``q``: dicts variant -> array of length
+        depth + 1, and ``settings`` (the parameters above).
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 4; THEORY.md sections 5 and 9.
+    """
+    depth = check_depth(depth)
+    settings = {"beta": beta, "sigma_w2": sigma_w2, "sigma_b2": sigma_b2, "sigma_bv2": sigma_bv2,
+                "sigma_v2": sigma_v2, "alpha_sa": alpha_sa, "alpha_mlp": alpha_mlp, "q0": q0, "rho0": rho0}
+    for name, value in settings.items():
+        settings[name] = check_real_scalar(name, value)
+        as_float_array(name, settings[name], nonnegative=True, positive=name in ("beta", "q0"))
+    if settings["rho0"] > 1.0:
+        raise ValueError(f"rho0 must lie in [0, 1], got {rho0!r}")
+    check_choice("activation", activation, ("relu", "linear"))
+    settings["activation"] = activation
+    settings["depth"] = depth
+    rho, q = {}, {}
+    for name, (norm, attention) in LAYERNORM_VARIANTS.items():
+        block = _block(norm, attention, settings)
+        qs, ps = np.empty(depth + 1), np.empty(depth + 1)
+        qs[0], ps[0] = settings["q0"], settings["q0"] * settings["rho0"]
+        for layer in range(depth):
+            qs[layer + 1], ps[layer + 1] = block(qs[layer], ps[layer])
+        q[name], rho[name] = qs, ps / qs
+    return {"layers": np.arange(depth + 1), "rho": rho, "q": q, "settings": settings}
+
+
+def _block(norm, attention, s):
+    """One block composed from the component maps, value bias separate from MLP biases."""
+    make_attention = C.softmax_attention if attention == "softmax" else C.gain_controlled_attention
+    attn = make_attention(s["beta"], s["sigma_v2"], s["sigma_bv2"])
+    ff = C.mlp(s["sigma_w2"], s["sigma_b2"], s["activation"])
+    if norm == "post":
+        return C.serial(C.residual(s["alpha_sa"], attn), C.layer_norm(),
+                        C.residual(s["alpha_mlp"], ff), C.layer_norm())
+    return C.serial(C.residual(s["alpha_sa"], C.serial(C.layer_norm(), attn)),
+                    C.residual(s["alpha_mlp"], C.serial(C.layer_norm(), ff)))
+
+
+def _axis(name, values, **checks):
+    arr = as_float_array(name, values, **checks)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-d sequence, got shape {arr.shape}")
+    return arr

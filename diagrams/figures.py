@@ -1,0 +1,229 @@
+"""Theory figures in the paper's visual language (matplotlib, no pyplot state).
+
+* :func:`trainability_figure` -- phases over (beta, alpha_sa) with the beta_c line and
+  the alpha*(L) curve (paper Fig. 1(c));
+* :func:`attention_phase_figure` -- one attention layer: output cosine over
+  (beta, input cosine) with the beta_c(rho) curve, and Y2 against beta (Fig. 2, Fig. 5);
+* :func:`layernorm_placement_figure` -- mean cosine over depth for post-LN, pre-LN and
+  their gain-controlled versions (Fig. 4).
+
+Every function returns a :class:`matplotlib.figure.Figure` (the one of ``ax`` when an
+Axes is passed); save it with ``fig.savefig(path)``. Nothing is registered with pyplot.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
+"""
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from scipy import ndimage
+
+from .curves import attention_phase_data, layernorm_placement_data
+from .phases import PHASE_LABELS
+from .style import LINE, NORM_TITLES, PHASE_STYLE, VARIANT_STYLE, new_figure
+
+__all__ = ["trainability_figure", "attention_phase_figure", "layernorm_placement_figure"]
+
+#: Smallest share of the grid a phase needs to get a text label inside its region.
+_LABEL_MIN_SHARE = 0.02
+
+
+def trainability_figure(diagram, ax=None):
+    r"""Draw a trainability diagram: phases over (beta, alpha_sa).
+
+    Regions are filled by phase (colours of distinct lightness, collapsed phases hatched)
+    and labelled in place; the dashed line is the critical beta (a vertical line at the
+    first layer's :math:`\beta_c = \sqrt{2 / (q_0 (q_0 - p_0))}` for post-LN, the
+    contour :math:`\beta = \beta_c` of the smallest per-layer value for pre-LN and no
+    LN); the solid curve is the minimum residual strength :math:`\alpha^*(L)` per beta.
+    The title states the stack, the depth and the collapse threshold (rank collapse:
+    final mean cosine of two tokens above it).
+
+    Parameters
+    ----------
+    diagram : TrainabilityDiagram
+        From :func:`remprop.diagrams.trainability_diagram`.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into; a new Figure is made when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c).
+    """
+    if ax is None:
+        ax = new_figure(6.4, 4.8).add_subplot()
+    betas, alphas, phase = diagram.betas, diagram.alphas, diagram.phase
+    codes = sorted(PHASE_LABELS)
+    cmap = ListedColormap([PHASE_STYLE[c]["color"] for c in codes])
+    norm = BoundaryNorm(np.arange(len(codes) + 1) - 0.5, cmap.N)
+    ax.pcolormesh(betas, alphas, phase, cmap=cmap, norm=norm, shading="nearest", rasterized=True)
+    two_d = len(betas) > 1 and len(alphas) > 1
+    for code in codes:
+        style = PHASE_STYLE[code]
+        mask = phase == code
+        if style["hatch"] and two_d and mask.any():
+            hatched = ax.contourf(betas, alphas, mask.astype(float), levels=[0.5, 1.5], colors="none",
+                                  hatches=[style["hatch"]])
+            hatched.set_edgecolor(style["hatch_color"])
+            hatched.set_linewidth(0.0)
+        if mask.mean() >= _LABEL_MIN_SHARE:
+            j, i = _interior_point(mask)
+            ax.text(betas[i], alphas[j], style["text"], ha="center", va="center", fontsize=11,
+                    fontweight="bold", color=style["text_color"],
+                    bbox=dict(boxstyle="round,pad=0.25", facecolor=style["color"], edgecolor="none",
+                              alpha=0.9))
+    handles = [Patch(facecolor=PHASE_STYLE[c]["color"], hatch=PHASE_STYLE[c]["hatch"],
+                     edgecolor=PHASE_STYLE[c]["hatch_color"] or "0.5", label=PHASE_STYLE[c]["text"])
+               for c in codes]
+    # beta_c: one value for post-LN (first layer), a contour for pre-LN / no LN.
+    beta_c_cells = diagram.beta_critical_cells
+    beta_c_label = r"$\beta_c$ (first layer)" if diagram.arch.norm == "post" else r"$\beta_c$ (smallest over layers)"
+    finite_bc = beta_c_cells[np.isfinite(beta_c_cells)]
+    if diagram.arch.norm == "post" and finite_bc.size and np.ptp(finite_bc) <= 1e-12 * finite_bc.max():
+        if betas.min() <= finite_bc[0] <= betas.max():
+            ax.axvline(finite_bc[0], **LINE["beta_critical"])
+        handles.append(Line2D([], [], label=rf"$\beta_c = {finite_bc[0]:.3g}$ (first layer)",
+                              **LINE["beta_critical"]))
+    elif two_d:
+        with np.errstate(invalid="ignore"):
+            gap = betas[None, :] - beta_c_cells
+        if np.nanmin(gap) < 0 < np.nanmax(gap):
+            ax.contour(betas, alphas, gap, levels=[0.0], colors=LINE["beta_critical"]["color"],
+                       linestyles=LINE["beta_critical"]["linestyle"],
+                       linewidths=LINE["beta_critical"]["linewidth"])
+        handles.append(Line2D([], [], label=beta_c_label, **LINE["beta_critical"]))
+    # alpha*(L): solid where the column's beta is below beta_c, dotted inside entropy collapse.
+    alpha_star = np.where(np.isfinite(diagram.alpha_star), diagram.alpha_star, np.nan)
+    below = betas <= diagram.beta_critical
+    ax.plot(betas, np.where(below, alpha_star, np.nan), **LINE["alpha_star"])
+    beyond = ~below | np.r_[~below[1:], False]  # overlap one point so the curve stays joined
+    ax.plot(betas, np.where(beyond, alpha_star, np.nan),
+            **{**LINE["alpha_star"], "linestyle": ":", "color": "0.85"})  # light: readable on dark red
+    handles.append(Line2D([], [], label=rf"$\alpha^*(L)$, $L = {diagram.depth}$", **LINE["alpha_star"]))
+    ax.set_xlim(betas.min(), betas.max())
+    ax.set_ylim(alphas.min(), alphas.max())
+    ax.set_xlabel(r"query/key scale $\beta$")
+    ax.set_ylabel(r"attention skip strength $\alpha_{SA}$")
+    arch = diagram.arch
+    ax.set_title(f"{NORM_TITLES[arch.norm]} {arch.attention} attention, {arch.activation} MLP, "
+                 rf"$L = {diagram.depth}$" "\n"
+                 rf"rank collapse: $\rho_L > {diagram.threshold:g}$ (final mean token cosine)",
+                 fontsize=10)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8,
+              frameon=False)
+    return ax.figure
+
+
+def attention_phase_figure(betas=None, input_cosines=None, *, sigma_v2=1.0, sigma_b2=0.0, q=1.0,
+                           y2_cosines=(0.0, 0.5, 0.8, 0.95), data=None):
+    r"""One attention layer: output cosine over (beta, input cosine), and Y2 against beta.
+
+    Left: the output cosine :math:`p_A / q_A` of softmax attention alone (no skip, no
+    LayerNorm, T -> infinity) as a colour map over the query/key scale and the input
+    cosine, with the REM transition :math:`\beta_c(\rho) = \sqrt{2 / (q^2 (1 - \rho))}`
+    (dashed). Left of it attention is spread (output tokens all equal the mean, cosine 1:
+    the rank-collapse side); right of it rows localise (entropy collapse). Right: the
+    participation ratio :math:`Y_2 = \max(0, 1 - \beta_c / \beta)` against beta for a few
+    input cosines. Defaults: ``sigma_v2 = 1``, ``sigma_b2 = 0``, ``q = 1``; the numbers
+    come from :func:`remprop.diagrams.attention_phase_data` (pass ``data`` to reuse them).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 2 and Fig. 5.
+    """
+    if data is None:
+        data = attention_phase_data(betas, input_cosines, sigma_v2=sigma_v2, sigma_b2=sigma_b2, q=q,
+                                    y2_cosines=y2_cosines)
+    fig = new_figure(10.0, 4.2)
+    left, right = fig.subplots(1, 2, width_ratios=[1.25, 1.0])
+    betas, cosines = data["betas"], data["input_cosines"]
+    mesh = left.pcolormesh(betas, cosines, data["output_cosine"], cmap="viridis", vmin=0.0, vmax=1.0,
+                           shading="nearest", rasterized=True)
+    fig.colorbar(mesh, ax=left, label=r"output cosine $p_A / q_A$")
+    inside = np.isfinite(data["beta_critical"]) & (data["beta_critical"] <= betas.max())
+    left.plot(data["beta_critical"][inside], cosines[inside], color="white", linestyle="--", linewidth=2.0,
+              label=r"$\beta_c(\rho) = \sqrt{2 / (q^2 (1 - \rho))}$")
+    left.set_xlim(betas.min(), betas.max())
+    left.set_ylim(cosines.min(), cosines.max())
+    left.set_xlabel(r"query/key scale $\beta$")
+    left.set_ylabel(r"input cosine $\rho$")
+    left.set_title("one attention layer: output cosine", fontsize=10)
+    left.text(0.04, 0.5, "spread\n(rank-collapse side)", transform=left.transAxes, color="black",
+              fontsize=9, va="center", bbox=dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.8,
+                                                 edgecolor="none"))
+    left.text(0.96, 0.08, "localised\n(entropy-collapse side)", transform=left.transAxes, ha="right",
+              color="white", fontsize=9)
+    left.legend(loc="upper right", fontsize=8, framealpha=0.85)
+    styles = ["-", "--", "-.", ":"]
+    for k, (rho, y2) in enumerate(zip(data["y2_cosines"], data["y2"])):
+        right.plot(betas, y2, linestyle=styles[k % len(styles)], linewidth=1.8,
+                           label=rf"$\rho = {rho:g}$ ($\beta_c = {data['y2_beta_critical'][k]:.3g}$)")
+    right.set_xlim(betas.min(), betas.max())
+    right.set_ylim(-0.02, 1.0)
+    right.set_xlabel(r"query/key scale $\beta$")
+    right.set_ylabel(r"participation ratio $Y_2$")
+    right.set_title(r"$Y_2 = \max(0,\, 1 - \beta_c/\beta)$, $T \to \infty$", fontsize=10)
+    right.legend(loc="upper left", fontsize=8, title="input cosine", title_fontsize=8)
+    fig.suptitle(rf"Attention as a Random Energy Model ($\sigma_v^2 = {data['sigma_v2']:g}$, "
+                 rf"$\sigma_b^2 = {data['sigma_b2']:g}$, $q = {data['q']:g}$)", fontsize=11)
+    return fig
+
+
+def layernorm_placement_figure(depth=100, *, data=None, ax=None, **settings):
+    r"""Mean token cosine over depth for post-LN, pre-LN and their gain-controlled versions.
+
+    Numbers from :func:`remprop.diagrams.layernorm_placement_data` (keyword ``settings``
+    are passed on; pass ``data`` to reuse them). Defaults are the reference settings
+    (``sigma_w2 = 0.2``, ``sigma_b2 = 0.02**2`` on the MLP biases, no value bias,
+    ``sigma_v2 = 1``, alphas 1, ``beta = 0.1``, ``rho0 = 0.2``, ``q0 = 1``); the legend
+    states them.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 4.
+    """
+    if data is None:
+        data = layernorm_placement_data(depth, **settings)
+    if ax is None:
+        ax = new_figure(6.4, 4.4).add_subplot()
+    for name, rho in data["rho"].items():
+        ax.plot(data["layers"], rho, linewidth=2.0, label=name, **VARIANT_STYLE[name])
+    s = data["settings"]
+    ax.set_xlim(0, data["layers"][-1])
+    ax.set_ylim(0.0, 1.02)
+    ax.set_xlabel(r"layer $\ell$")
+    ax.set_ylabel(r"mean token cosine $\rho_\ell$")
+    ax.set_title("LayerNorm placement and gain control", fontsize=10)
+    note = (rf"$\beta = {s['beta']:g}$, $\sigma_w^2 = {s['sigma_w2']:g}$, "
+            rf"$\sigma_v^2 = {s['sigma_v2']:g}$, $\sigma_b^2 = {s['sigma_b2']:g}$ (MLP), "
+            rf"$\sigma_{{b,V}}^2 = {s['sigma_bv2']:g}$ (values)" "\n"
+            rf"$\alpha_{{SA}} = {s['alpha_sa']:g}$, $\alpha_{{MLP}} = {s['alpha_mlp']:g}$, "
+            rf"$\rho_0 = {s['rho0']:g}$, $q_0 = {s['q0']:g}$, {s['activation']}, $T \to \infty$")
+    ax.legend(loc="lower right", fontsize=8, title=note, title_fontsize=7, framealpha=0.9)
+    ax.grid(alpha=0.3)
+    return ax.figure
+
+
+def _interior_point(mask):
+    """(row, column) of the cell of ``mask`` farthest from the region's edge."""
+    padded = np.pad(mask, 1, constant_values=False)
+    distance = ndimage.distance_transform_edt(padded)[1:-1, 1:-1]
+    # Among equally deep cells prefer the one nearest the region's centroid.
+    rows, cols = np.nonzero(distance >= distance.max() - 0.5)
+    centre = np.array(np.nonzero(mask)).mean(axis=1)
+    k = np.argmin((rows - centre[0]) ** 2 + (cols - centre[1]) ** 2)
+    return int(rows[k]), int(cols[k])
