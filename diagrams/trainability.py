@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from remprop._json import to_jsonable
 from remprop.theory import Architecture, final_state
 from remprop.theory._checks import (
     as_float_array,
@@ -111,9 +112,10 @@ class TrainabilityDiagram:
         """Write ``<path>.npz`` (all arrays) and ``<path>.json`` (a readable summary).
 
         A trailing ``.npz`` or ``.json`` on ``path`` is dropped. JSON has no infinity:
-        ``null`` in ``alpha_star`` or ``beta_critical`` stands for ``+inf`` (no alpha up to
-        ``alpha_max`` avoids rank collapse; collapsed input tokens) and the string ``"nan"``
-        for an undefined value (a vanished stream). The JSON holds the
+        the string ``"inf"`` in ``alpha_star`` or ``beta_critical`` stands for ``+inf`` (no
+        alpha up to ``alpha_max`` avoids rank collapse; collapsed input tokens) and
+        ``"nan"`` for an undefined value (a vanished stream), as everywhere in remprop
+        (:mod:`remprop._json`). The JSON holds the
         architecture (``Architecture.to_dict()``), depth, threshold, input state, the
         grid, the phase codes (rows = alphas, columns = betas) with their labels,
         ``alpha_star`` and ``beta_critical``; the final cosines are in the npz only.
@@ -148,11 +150,10 @@ class TrainabilityDiagram:
                 "labels": {str(code): label for code, label in PHASE_LABELS.items()},
                 "codes": self.phase.tolist(),
             },
-            "alpha_star": _json_floats(self.alpha_star),
+            "alpha_star": to_jsonable(self.alpha_star),
             "alpha_max": self.alpha_max,
-            "beta_critical": _json_floats(self.beta_critical),
+            "beta_critical": to_jsonable(self.beta_critical),
             "beta_critical_rule": self.beta_critical_rule,
-            "null_means": "+inf",
         }
         with open(json_path, "w", encoding="utf-8") as handle:
             json.dump(summary, handle, allow_nan=False)
@@ -281,11 +282,3 @@ def _final_states(arch, betas, depth, q0, rho0, progress):
 def _base_path(path) -> Path:
     path = Path(path)
     return path.with_suffix("") if path.suffix in (".npz", ".json") else path
-
-
-def _json_floats(values):
-    """Floats for JSON, which has no infinity: +inf becomes None (null), nan the string "nan"."""
-    out = []
-    for value in np.asarray(values, dtype=np.float64).ravel().tolist():
-        out.append(None if value == np.inf else "nan" if value != value else value)
-    return out

@@ -248,7 +248,7 @@ def test_alpha_star_zero_and_inf():
 
 # -- files ---------------------------------------------------------------------------------
 def test_save_load_round_trip(tmp_path):
-    # rho0 above the threshold: alpha* = inf in every column (exercises null in JSON)
+    # rho0 above the threshold: alpha* = inf in every column (exercises "inf" in JSON)
     d = trainability_diagram(Architecture(sigma_w2=0.3), [0.5, 2.0], [0.0, 1.0, 2.0], 8, 0.9, rho0=0.95)
     assert np.isinf(d.alpha_star).all()
     npz_path, json_path = d.save(tmp_path / "diagram.npz")
@@ -258,7 +258,7 @@ def test_save_load_round_trip(tmp_path):
         raise AssertionError(f"non-standard JSON constant {token}")
 
     summary = json.loads(json_path.read_text(), parse_constant=strict)
-    assert summary["alpha_star"] == [None, None]
+    assert summary["alpha_star"] == ["inf", "inf"]
     assert summary["phase"]["codes"] == d.phase.tolist()
     assert summary["phase"]["labels"] == {"0": "trainable", "1": "rank-collapse", "2": "entropy-collapse"}
     assert summary["arch"]["sigma_w2"] == 0.3 and summary["depth"] == 8 and summary["threshold"] == 0.9
