@@ -1,0 +1,257 @@
+"""The numba depth kernels and the component compositions against the scalar reference.
+
+``tests/reference.py`` implements the maps of THEORY.md sections 3-5 one float at a time
+with the ``math`` module. Every (norm, attention, activation) combination is compared
+over random parameters drawn by hypothesis, as scalars and broadcast over grids.
+
+Tolerance 1e-12: both sides evaluate the same closed forms in float64 (error ~1e-16 per
+operation); the maps are smooth away from the kink of Y2 at beta_c (continuous there),
+so a few dozen layers amplify round-off by far less than 1e4.
+"""
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference as ref
+from remprop.theory import ACTIVATIONS, Architecture, final_state, propagate
+
+TOL = 1e-12
+COMBOS = list(itertools.product(ref.NORMS, ref.ATTENTIONS, ref.ACTIVATIONS))
+COMBO_IDS = ["-".join(c) for c in COMBOS]
+
+
+def floats(low, high):
+    return st.floats(low, high, allow_nan=False, allow_infinity=False)
+
+
+# sigma_b2 > 0 keeps every branch output away from q = 0 (0/0 in LayerNorm and the
+# ReLU kernel); rho0 in [0, 1] is the physical domain of the T -> infinity theory
+# (a simplex of T tokens has rho >= -1/(T - 1)).
+FIELDS = {
+    "sigma_w2": floats(0.0, 3.0),
+    "sigma_b2": floats(1e-6, 0.5),
+    "sigma_v2": floats(0.0, 3.0),
+    "alpha_sa": floats(0.0, 3.0),
+    "alpha_mlp": floats(0.0, 3.0),
+}
+SCALAR_CASE = st.fixed_dictionaries({
+    **FIELDS,
+    "beta": floats(0.05, 6.0),
+    "q0": floats(0.05, 5.0),
+    "rho0": floats(0.0, 1.0),
+})
+
+
+def assert_state_close(q, p, q_ref, p_ref, where=""):
+    """q relative to 1e-12; p relative to the scale q (p may cancel to ~0)."""
+    assert math.isfinite(q) and math.isfinite(p), where
+    assert abs(q - q_ref) <= TOL * abs(q_ref), f"q {q} != {q_ref} {where}"
+    assert abs(p - p_ref) <= TOL * abs(q_ref), f"p {p} != {p_ref} {where}"
+
+
+def assert_beta_c_close(value, expected, where=""):
+    if math.isinf(expected):
+        assert math.isinf(value), where
+    else:
+        assert abs(value - expected) <= TOL * expected, f"beta_c {value} != {expected} {where}"
+
+
+def split(case):
+    fields = {k: case[k] for k in FIELDS}
+    return case["beta"], case["q0"], case["rho0"], fields
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=COMBO_IDS)
+@settings(max_examples=20, deadline=None)
+@given(case=SCALAR_CASE, depth=st.integers(1, 40))
+def test_propagate_matches_scalar_reference(combo, case, depth):
+    norm, attention, activation = combo
+    beta, q0, rho0, fields = split(case)
+    arch = Architecture(norm=norm, attention=attention, activation=activation, **fields)
+    traj = propagate(arch, beta, depth, q0=q0, rho0=rho0)
+    qs, ps, beta_cs = ref.propagate(norm, attention, activation, beta, depth, q0, rho0, **fields)
+    assert traj.q.shape == traj.p.shape == traj.rho.shape == (depth + 1,)
+    assert traj.beta_critical.shape == (depth,)
+    for layer in range(depth + 1):
+        assert_state_close(traj.q[layer], traj.p[layer], qs[layer], ps[layer], f"layer {layer}")
+    for layer in range(depth):
+        assert_beta_c_close(traj.beta_critical[layer], beta_cs[layer], f"layer {layer}")
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=COMBO_IDS)
+@settings(max_examples=20, deadline=None)
+@given(case=SCALAR_CASE, depth=st.integers(1, 40))
+def test_final_state_matches_scalar_reference(combo, case, depth):
+    norm, attention, activation = combo
+    beta, q0, rho0, fields = split(case)
+    arch = Architecture(norm=norm, attention=attention, activation=activation, **fields)
+    got = final_state(arch, beta, depth, q0=q0, rho0=rho0)
+    want = ref.final_state(norm, attention, activation, beta, depth, q0, rho0, **fields)
+    assert_state_close(float(got["q"]), float(got["p"]), want["q"], want["p"])
+    assert abs(float(got["rho"]) - want["rho"]) <= TOL
+    assert_beta_c_close(float(got["beta_critical_first"]), want["beta_critical_first"])
+    assert_beta_c_close(float(got["beta_critical_min"]), want["beta_critical_min"])
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=COMBO_IDS)
+@settings(max_examples=20, deadline=None)
+@given(case=SCALAR_CASE)
+def test_block_composition_matches_scalar_reference(combo, case):
+    norm, attention, activation = combo
+    beta, q0, rho0, fields = split(case)
+    arch = Architecture(norm=norm, attention=attention, activation=activation, **fields)
+    q, p = arch.block(beta)(q0, q0 * rho0)
+    q_ref, p_ref, _ = ref.block(norm, attention, activation, q0, q0 * rho0, beta,
+                                fields["sigma_w2"], fields["sigma_b2"], fields["sigma_v2"],
+                                fields["alpha_sa"], fields["alpha_mlp"])
+    assert_state_close(float(q), float(p), q_ref, p_ref)
+
+
+# --- grids: every numeric input an array, broadcast together into shape (3, 4) ----------
+SHAPES = {"beta": (3, 1), "sigma_w2": (4,), "sigma_b2": (3, 4), "sigma_v2": (3, 1),
+          "alpha_sa": (4,), "alpha_mlp": (1, 4), "q0": (3, 1), "rho0": (4,)}
+RANGES = {"beta": (0.05, 6.0), "sigma_w2": (0.0, 3.0), "sigma_b2": (1e-6, 0.5),
+          "sigma_v2": (0.0, 3.0), "alpha_sa": (0.0, 3.0), "alpha_mlp": (0.0, 3.0),
+          "q0": (0.05, 5.0), "rho0": (0.0, 1.0)}
+
+
+@st.composite
+def grid_case(draw):
+    out = {}
+    for name, shape in SHAPES.items():
+        low, high = RANGES[name]
+        size = int(np.prod(shape))
+        values = draw(st.lists(floats(low, high), min_size=size, max_size=size))
+        out[name] = np.array(values).reshape(shape)
+    return out
+
+
+def grid_arch_and_inputs(combo, case):
+    norm, attention, activation = combo
+    arch = Architecture(norm=norm, attention=attention, activation=activation,
+                        **{k: case[k] for k in FIELDS})
+    return arch, case["beta"], case["q0"], case["rho0"]
+
+
+def cell(case, index):
+    """Scalar inputs of one grid cell."""
+    return {name: float(np.broadcast_to(value, (3, 4))[index]) for name, value in case.items()}
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=COMBO_IDS)
+@settings(max_examples=4, deadline=None)
+@given(case=grid_case(), depth=st.integers(1, 25))
+def test_grid_propagate_and_final_state_match_reference_cellwise(combo, case, depth):
+    norm, attention, activation = combo
+    arch, beta, q0, rho0 = grid_arch_and_inputs(combo, case)
+    traj = propagate(arch, beta, depth, q0=q0, rho0=rho0)
+    final = final_state(arch, beta, depth, q0=q0, rho0=rho0)
+    assert traj.q.shape == (3, 4, depth + 1)
+    assert traj.beta_critical.shape == (3, 4, depth)
+    for key in ("q", "p", "rho", "beta_critical_first", "beta_critical_min"):
+        assert final[key].shape == (3, 4)
+    for index in itertools.product(range(3), range(4)):
+        c = cell(case, index)
+        fields = {k: c[k] for k in FIELDS}
+        qs, ps, beta_cs = ref.propagate(norm, attention, activation, c["beta"], depth,
+                                        c["q0"], c["rho0"], **fields)
+        for layer in range(depth + 1):
+            assert_state_close(traj.q[index][layer], traj.p[index][layer], qs[layer], ps[layer],
+                               f"cell {index} layer {layer}")
+        for layer in range(depth):
+            assert_beta_c_close(traj.beta_critical[index][layer], beta_cs[layer])
+        assert_state_close(final["q"][index], final["p"][index], qs[-1], ps[-1], f"cell {index}")
+        assert_beta_c_close(final["beta_critical_first"][index], beta_cs[0])
+        assert_beta_c_close(final["beta_critical_min"][index], min(beta_cs))
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=COMBO_IDS)
+@settings(max_examples=5, deadline=None)
+@given(case=grid_case())
+def test_grid_block_composition_matches_reference_cellwise(combo, case):
+    norm, attention, activation = combo
+    arch, beta, q0, rho0 = grid_arch_and_inputs(combo, case)
+    q, p = arch.block(beta)(q0, q0 * rho0)
+    assert np.shape(q) == np.shape(p) == (3, 4)
+    for index in itertools.product(range(3), range(4)):
+        c = cell(case, index)
+        q_ref, p_ref, _ = ref.block(norm, attention, activation, c["q0"], c["q0"] * c["rho0"],
+                                    c["beta"], c["sigma_w2"], c["sigma_b2"], c["sigma_v2"],
+                                    c["alpha_sa"], c["alpha_mlp"])
+        assert_state_close(q[index], p[index], q_ref, p_ref, f"cell {index}")
+
+
+def test_final_state_equals_last_layer_of_propagate_on_a_large_grid():
+    """More cells than one kernel batch, uneven count: final_state == propagate[..., -1]."""
+    arch = Architecture(alpha_sa=np.linspace(0.0, 2.0, 37)[:, None])
+    beta = np.linspace(0.1, 3.0, 29)
+    traj = propagate(arch, beta, 17)
+    final = final_state(arch, beta, 17)
+    assert final["q"].shape == (37, 29)
+    close = dict(rtol=TOL, atol=TOL)  # q = 1 after post-LN: absolute and relative coincide
+    np.testing.assert_allclose(final["q"], traj.q[..., -1], **close)
+    np.testing.assert_allclose(final["p"], traj.p[..., -1], **close)
+    np.testing.assert_allclose(final["beta_critical_first"], traj.beta_critical[..., 0], **close)
+    np.testing.assert_allclose(final["beta_critical_min"], traj.beta_critical.min(axis=-1), **close)
+
+
+def test_final_state_progress_counts_every_cell():
+    arch = Architecture(alpha_sa=np.linspace(0.0, 2.0, 50)[:, None])
+    seen = []
+    final_state(arch, np.linspace(0.1, 3.0, 40), 3, progress=seen.append)
+    assert sum(seen) == 50 * 40
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=COMBO_IDS)
+def test_deep_stacks_match_reference(combo):
+    """300 layers: round-off does not accumulate beyond 1e-12. Variances and skips <= 1
+    bound the growth of pre-LN and no-LN norms to < 4^300 per stack (finite in float64)."""
+    norm, attention, activation = combo
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        fields = {"sigma_w2": rng.uniform(0.0, 1.0), "sigma_b2": rng.uniform(1e-4, 0.1),
+                  "sigma_v2": rng.uniform(0.0, 1.0), "alpha_sa": rng.uniform(0.0, 1.0),
+                  "alpha_mlp": rng.uniform(0.0, 1.0)}
+        beta, q0, rho0 = rng.uniform(0.1, 4.0), rng.uniform(0.2, 3.0), rng.uniform(0.0, 1.0)
+        arch = Architecture(norm=norm, attention=attention, activation=activation, **fields)
+        traj = propagate(arch, beta, 300, q0=q0, rho0=rho0)
+        qs, ps, _ = ref.propagate(norm, attention, activation, beta, 300, q0, rho0, **fields)
+        for layer in (100, 200, 300):
+            assert_state_close(traj.q[layer], traj.p[layer], qs[layer], ps[layer], f"layer {layer}")
+
+
+#: Activations beyond the main sweep (quadrature or closed forms added later).
+OTHER_ACTIVATIONS = sorted(set(ACTIVATIONS) - set(ref.ACTIVATIONS))
+
+
+@pytest.mark.parametrize("activation", OTHER_ACTIVATIONS)
+@settings(max_examples=5, deadline=None)
+@given(case=SCALAR_CASE, depth=st.integers(1, 20))
+def test_other_activations_kernel_matches_reference_or_block(activation, case, depth):
+    """Pre-LN softmax stacks with the other activations: the kernel against the scalar
+    reference where it has the kernel in closed form (erf), else against iterating the
+    component composition ``Architecture.block`` (same maps, NumPy path). Pre-LN: the
+    same compiled kernels as test_activations_general.py (compilation dominates)."""
+    beta, q0, rho0, fields = split(case)
+    arch = Architecture(norm="pre", attention="softmax", activation=activation, **fields)
+    traj = propagate(arch, beta, depth, q0=q0, rho0=rho0)
+    if activation in ref.EXTRA_ACTIVATIONS:
+        qs, ps, _ = ref.propagate("pre", "softmax", activation, beta, depth, q0, rho0, **fields)
+    else:
+        block = arch.block(beta)
+        qs, ps = [q0], [q0 * rho0]
+        for _ in range(depth):
+            q, p = block(qs[-1], ps[-1])
+            qs.append(float(q))
+            ps.append(float(p))
+    # Same maps on both sides: NaN (see test_collapsed_tokens_stay_finite in
+    # test_theory_invariants.py) must appear at the same layers of both.
+    q_ref, p_ref = np.array(qs), np.array(ps)
+    nan = np.isnan(q_ref) | np.isnan(p_ref)
+    assert np.array_equal(np.isnan(traj.q) | np.isnan(traj.p), nan)
+    for layer in np.flatnonzero(~nan):
+        assert_state_close(traj.q[layer], traj.p[layer], qs[layer], ps[layer], f"layer {layer}")
