@@ -1,0 +1,49 @@
+"""remprop.validation: real transformer stacks at initialisation, simulated in PyTorch.
+
+Builds transformer stacks exactly as the theory assumes (``THEORY.md`` section 2), pushes
+synthetic Gaussian tokens or embedded real text through them, measures what the theory
+predicts (q, p, rho, mean pairwise cosine, attention participation ratio and entropy)
+layer by layer, and draws both side by side.
+
+* :class:`SimulatedStack` -- our BERT-style stack built from a ``remprop.theory.Architecture``;
+* :class:`HuggingFaceBert` -- the same network as a ``transformers.BertModel``;
+* :data:`REGISTRY` -- each theory map paired with its simulated torch component;
+* :func:`compare`, :func:`attention_sweep` -- theory against simulation;
+* :mod:`remprop.validation.figures` -- the paper's simulated figures (1d, 1e, 2, 5).
+
+torch is imported on first use of these names, not by ``import remprop.validation``
+(so ``remprop.validation.cli`` builds its parser without torch). Runs on CUDA when
+available, else on the CPU.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "SimulatedStack": "simulator", "StackTrace": "simulator",
+    "HuggingFaceBert": "hf_bert", "bert_config": "hf_bert",
+    "REGISTRY": "registry", "ComponentPair": "registry",
+    "compare": "comparison", "Comparison": "comparison", "attention_sweep": "comparison",
+    "AttentionSweep": "comparison",
+    "TokenBatch": "inputs", "gaussian_tokens": "inputs", "text_tokens": "inputs", "input_batches": "inputs",
+    "WordTokenizer": "text", "TextCorpus": "text", "pydoc_corpus": "text",
+    "token_statistics": "measurements", "attention_statistics": "measurements",
+    "FigureResult": "figures", "FIGURES": "figures",
+    "figure_1d": "figures", "figure_1e": "figures", "figure_2": "figures", "figure_5": "figures",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

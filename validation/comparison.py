@@ -1,0 +1,354 @@
+"""Theory against simulation, layer by layer.
+
+:func:`compare` pushes ``seeds x sequences`` input sequences through simulated stacks
+(one initialisation per seed), measures every layer, and sets the means and standard
+deviations beside :func:`remprop.theory.propagate` started from the measured input
+state. The result is a :class:`Comparison`: a per-layer table and the maximum and mean
+absolute error of the theory's cosine ``rho``.
+
+Reference: Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d, e).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from remprop.theory import Architecture, Trajectory, layernorm_map, participation_ratio, propagate
+from remprop.theory._checks import as_float_array, check_choice
+
+from . import layers
+from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
+from .inputs import INPUT_KINDS, gaussian_tokens, input_batches
+from .measurements import attention_statistics, token_statistics
+from .registry import REGISTRY
+from .simulator import SimulatedStack, StackTrace
+
+__all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "compare", "attention_sweep", "theory_participation"]
+
+#: Measured cosines the theory's rho may be compared with.
+OBSERVABLES = ("cosine", "rho")
+
+
+def theory_participation(arch: Architecture, beta, trajectory: Trajectory) -> np.ndarray:
+    r"""Asymptotic Y2 of each layer's attention along a theory trajectory.
+
+    The attention of block l sees the block input (post-LN, no LN) or its LayerNorm
+    (pre-LN); ``Y2 = max(0, 1 - beta_c(q, p) / beta)`` there.
+
+    Returns
+    -------
+    ndarray, shape (..., depth)
+    """
+    q, p = trajectory.q[..., :-1], trajectory.p[..., :-1]
+    if arch.norm == "pre":
+        q, p = layernorm_map(q, p)
+    return np.asarray(participation_ratio(beta, q, np.minimum(p, q)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Theory and measurements of one architecture, layer by layer.
+
+    Attributes
+    ----------
+    settings : dict
+        Everything that defines the run (JSON-ready).
+    trace : StackTrace
+        Per-sequence measurements, ``seeds x sequences`` rows (seed-major).
+    theory : remprop.theory.Trajectory
+        The theory started from the mean measured input ``(q0, rho0)``.
+    theory_y2 : ndarray, shape (depth,)
+        Asymptotic participation ratio of each layer's attention.
+    observable : {"cosine", "rho"}
+        Measured quantity compared with the theory's ``rho`` (mean pairwise cosine,
+        or the Gram-matrix ratio p/q).
+    elapsed : float
+        Seconds spent simulating.
+    """
+
+    settings: dict
+    trace: StackTrace
+    theory: Trajectory
+    theory_y2: np.ndarray
+    observable: str = "cosine"
+    elapsed: float = 0.0
+
+    @property
+    def depth(self) -> int:
+        return self.theory.depth
+
+    @property
+    def layers(self) -> np.ndarray:
+        """0 (input), 1, ..., depth."""
+        return np.arange(self.depth + 1)
+
+    @property
+    def samples(self) -> int:
+        """Number of simulated sequences, seeds x sequences."""
+        return self.trace.q.shape[0]
+
+    def mean(self, name: str) -> np.ndarray:
+        """Mean over all sequences of a measured statistic (q, p, rho, cosine, y2, entropy)."""
+        return getattr(self.trace, name).mean(axis=0)
+
+    def std(self, name: str) -> np.ndarray:
+        """Standard deviation over all sequences (ddof = 1; 0 for a single sequence)."""
+        values = getattr(self.trace, name)
+        return values.std(axis=0, ddof=1) if values.shape[0] > 1 else np.zeros(values.shape[1])
+
+    @property
+    def error(self) -> np.ndarray:
+        """``|theory rho - measured mean|`` per layer, shape (depth + 1,)."""
+        return np.abs(self.theory.rho - self.mean(self.observable))
+
+    @property
+    def max_abs_error(self) -> float:
+        """Largest error over layers 1..depth (layer 0 is the input the theory starts from)."""
+        return float(self.error[1:].max())
+
+    @property
+    def mean_abs_error(self) -> float:
+        """Mean error over layers 1..depth."""
+        return float(self.error[1:].mean())
+
+    def table(self) -> list:
+        """One dict per layer: theory, measured mean and std, and error of rho; q and Y2 beside."""
+        rows = []
+        m_obs, s_obs, err = self.mean(self.observable), self.std(self.observable), self.error
+        m_q, s_q = self.mean("q"), self.std("q")
+        m_y2, s_y2 = self.mean("y2"), self.std("y2")
+        for layer in self.layers:
+            row = {"layer": int(layer), "theory_rho": float(self.theory.rho[layer]),
+                   "measured_mean": float(m_obs[layer]), "measured_std": float(s_obs[layer]),
+                   "error": float(err[layer]),
+                   "theory_q": float(self.theory.q[layer]), "measured_q": float(m_q[layer]),
+                   "measured_q_std": float(s_q[layer])}
+            if layer > 0:
+                row.update(theory_y2=float(self.theory_y2[layer - 1]), measured_y2=float(m_y2[layer - 1]),
+                           measured_y2_std=float(s_y2[layer - 1]))
+            rows.append(row)
+        return rows
+
+    def to_dict(self, per_sequence: bool = True) -> dict:
+        """JSON-ready summary: settings, errors, table and (optionally) the per-sequence measurements."""
+        out = {"settings": self.settings, "observable": self.observable, "samples": self.samples,
+               "max_abs_error": self.max_abs_error, "mean_abs_error": self.mean_abs_error,
+               "elapsed_s": self.elapsed, "table": self.table()}
+        if per_sequence:
+            out["per_sequence"] = {k: v.tolist() for k, v in self.trace.as_dict().items()}
+        return out
+
+    def summary(self) -> str:
+        """One line: the architecture and the errors."""
+        s = self.settings
+        return (f"norm={s['arch']['norm']} attention={s['arch']['attention']} alpha_sa={s['arch']['alpha_sa']} "
+                f"beta={s['beta']} depth={s['depth']} d={s['width']} T={s['seq_len']} "
+                f"samples={self.samples}: max |theory - measured {self.observable}| = {self.max_abs_error:.4f}, "
+                f"mean = {self.mean_abs_error:.4f} ({self.elapsed:.1f} s)")
+
+
+def _seed_list(seeds):
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        return list(range(check_positive_int("seeds", seeds)))
+    try:
+        values = [check_seed(s, "seeds") for s in seeds]
+    except TypeError:
+        raise ValueError(f"seeds must be a count >= 1 or a list of seeds, got {seeds!r}") from None
+    if not values:
+        raise ValueError("seeds must not be empty")
+    return values
+
+
+def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, width=720, seeds=2, sequences=2, *,
+            inputs="text", q0=1.0, rho0=0.0, d_ff=None, heads=1, causal=False, dtype="float32", device=None,
+            batch_size=None, observable="cosine", progress=None) -> Comparison:
+    """Simulate ``seeds x sequences`` sequences through the stack and compare with the theory.
+
+    Parameters
+    ----------
+    arch : remprop.theory.Architecture, optional
+        Default BERT defaults. Numeric fields must be scalars.
+    beta : float
+        Query/key scale.
+    depth, seq_len, width : int
+        Blocks L, tokens T, width d.
+    seeds : int or sequence of int
+        A count (seeds 0..n-1) or the seeds themselves: one initialisation each.
+    sequences : int
+        Input sequences per seed.
+    inputs : {"text", "synthetic"}
+        Embedded pydoc text windows, or Gaussian tokens with ``q0``, ``rho0``.
+    q0, rho0 : float
+        Input state of synthetic sequences.
+    d_ff, heads, causal, dtype, device
+        As :class:`~remprop.validation.simulator.SimulatedStack`.
+    batch_size : int, optional
+        Sequences pushed through at once (default all of a seed, at most 16).
+    observable : {"cosine", "rho"}
+        Measured quantity set against the theory's rho.
+    progress : callable, optional
+        Called with the number of sequences finished after each batch.
+
+    Returns
+    -------
+    Comparison
+
+    Notes
+    -----
+    The theory starts from the mean measured input state (q0 and rho0 of the embedded
+    text; for synthetic tokens they equal the prescribed values exactly), and uses the
+    asymptotic (T -> infinity) participation ratio. With ``causal=True`` the theory is
+    still the encoder's, which only late tokens follow (``THEORY.md`` section 8).
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d, e).
+    """
+    arch = Architecture() if arch is None else arch
+    check_choice("inputs", inputs, INPUT_KINDS)
+    check_choice("observable", observable, OBSERVABLES)
+    seed_list = _seed_list(seeds)
+    sequences = check_positive_int("sequences", sequences)
+    batch_size = min(sequences, 16) if batch_size is None else check_positive_int("batch_size", batch_size)
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    stacks = [SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, heads=heads, seq_len=seq_len,
+                             causal=causal, dtype=dtype, device=device, seed=s) for s in seed_list]
+    start = time.perf_counter()
+    traces = []
+    for stack in stacks:
+        for batch in input_batches(inputs, seed=stack.seed, sequences=sequences, batch_size=batch_size,
+                                   seq_len=stack.seq_len, width=stack.width, q0=q0, rho0=rho0,
+                                   dtype=dtype, device=device):
+            traces.append(stack.trace(batch.tokens, batch.mask))
+            if progress is not None:
+                progress(len(batch))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - start
+    trace = StackTrace.concatenate(traces)
+    stack = stacks[0]
+    q_in, rho_in = float(trace.q[:, 0].mean()), float(trace.rho[:, 0].mean())
+    theory = propagate(arch, stack.beta, stack.depth, q0=q_in, rho0=rho_in)
+    settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": stack.seq_len,
+                "width": stack.width, "d_ff": stack.d_ff, "heads": stack.heads, "causal": stack.causal,
+                "seeds": seed_list, "sequences": sequences, "inputs": inputs,
+                "q0": q_in, "rho0": rho_in, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+    return Comparison(settings, trace, theory, theory_participation(arch, stack.beta, theory),
+                      observable, elapsed)
+
+
+@dataclass(frozen=True)
+class AttentionSweep:
+    """One attention layer over a grid of ``beta`` and input cosines.
+
+    Arrays have shape ``(len(input_cosines), len(betas))``; ``measured`` and ``spread``
+    map ``cosine``, ``rho``, ``q``, ``y2``, ``entropy`` to the mean and the standard
+    deviation over ``seeds x sequences``; ``theory`` maps ``cosine`` (the theory's
+    ``p_A / q_A``), ``q`` and ``y2`` (asymptotic) to predictions.
+    """
+
+    settings: dict
+    betas: np.ndarray
+    input_cosines: np.ndarray
+    theory: dict
+    measured: dict
+    spread: dict
+    elapsed: float = 0.0
+
+    def theory_curve(self, quantity: str, betas) -> np.ndarray:
+        """Theory of ``quantity`` ("cosine", "q" or "y2") at any ``betas``: shape (input cosines, betas)."""
+        return _attention_theory(self.settings, self.input_cosines, betas)[quantity]
+
+    def to_dict(self) -> dict:
+        as_lists = lambda d: {k: np.asarray(v).tolist() for k, v in d.items()}  # noqa: E731
+        return {"settings": self.settings, "betas": self.betas.tolist(),
+                "input_cosines": self.input_cosines.tolist(), "theory": as_lists(self.theory),
+                "measured": as_lists(self.measured), "measured_std": as_lists(self.spread),
+                "elapsed_s": self.elapsed}
+
+
+def _attention_theory(settings, cosines, betas):
+    arch = Architecture(**settings["arch"])
+    entry = REGISTRY["softmax_attention" if arch.attention == "softmax" else "gain_controlled_attention"]
+    q0 = settings["q0"]
+    p0 = q0 * np.asarray(cosines, dtype=float)[:, None]
+    betas = np.asarray(betas, dtype=float)[None, :]
+    q_a, p_a = entry.theory(q0, p0, beta=betas, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2)
+    return {"cosine": np.asarray(p_a / q_a), "q": np.asarray(q_a),
+            "y2": np.asarray(participation_ratio(betas, q0, p0)) + 0.0 * p0}
+
+
+def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = None, q0=1.0, width=720,
+                    seq_len=512, seeds=2, sequences=2, heads=1, dtype="float32", device=None,
+                    progress=None) -> AttentionSweep:
+    """Measure one attention layer (no skip, no LayerNorm) against its theory map.
+
+    For every seed, input cosine and beta, ``sequences`` synthetic sequences
+    (:func:`~remprop.validation.inputs.gaussian_tokens` with ``q0`` and the input cosine)
+    pass through one attention layer of the kind ``arch.attention`` with the value
+    variances of ``arch``. The weights of a seed are the same draw at every beta (scaled),
+    which makes the curves smooth in beta.
+
+    Parameters
+    ----------
+    betas : array_like
+        Query/key scales, > 0.
+    input_cosines : array_like
+        Input rho0 values.
+    arch : Architecture, optional
+        Supplies ``attention``, ``sigma_v2`` and ``sigma_b2``.
+    q0, width, seq_len, seeds, sequences, heads, dtype, device, progress
+        As :func:`compare` (``progress`` is called once per sequence batch).
+
+    Returns
+    -------
+    AttentionSweep
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 2 (output cosine) and Fig. 5 (Y2).
+    """
+    arch = Architecture() if arch is None else arch
+    betas = np.atleast_1d(as_float_array("betas", betas, positive=True)).ravel()
+    cosines = np.atleast_1d(as_float_array("input_cosines", input_cosines, low=-1.0, high=1.0)).ravel()
+    seed_list = _seed_list(seeds)
+    sequences = check_positive_int("sequences", sequences)
+    width = check_positive_int("width", width, 2)
+    seq_len = check_positive_int("seq_len", seq_len, 2)
+    heads = check_positive_int("heads", heads)
+    if width % heads:
+        raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    entry = REGISTRY["softmax_attention" if arch.attention == "softmax" else "gain_controlled_attention"]
+    sigma_v2, sigma_b2 = check_scalar("sigma_v2", arch.sigma_v2), check_scalar("sigma_b2", arch.sigma_b2)
+    q0 = check_scalar("q0", q0, positive=True)
+    names = ("q", "p", "rho", "cosine", "y2", "entropy")
+    samples = {k: np.empty((len(cosines), len(betas), len(seed_list) * sequences)) for k in names}
+    start = time.perf_counter()
+    with torch.no_grad():
+        for s_index, seed in enumerate(seed_list):
+            cols = slice(s_index * sequences, (s_index + 1) * sequences)
+            for r_index, rho in enumerate(cosines):
+                x = gaussian_tokens(q0, float(rho), count=sequences, seq_len=seq_len, width=width, seed=seed,
+                                    index=r_index, dtype=dtype, device=device).tokens
+                for b_index, beta in enumerate(betas):
+                    gen = generator(seed, STREAM_WEIGHTS, 0, device)
+                    weights = layers.draw_attention_weights(gen, width, float(beta), seq_len, sigma_v2, sigma_b2,
+                                                            dtype=dtype, device=device)
+                    out, probs = entry.torch_function(x, weights, heads=heads)
+                    stats = {**token_statistics(out), **attention_statistics(probs)}
+                    for k in names:
+                        samples[k][r_index, b_index, cols] = stats[k].cpu().numpy()
+                if progress is not None:
+                    progress(sequences)
+    elapsed = time.perf_counter() - start
+    ddof = 1 if samples["q"].shape[-1] > 1 else 0
+    settings = {"arch": arch.to_dict(), "q0": float(q0), "width": width, "seq_len": seq_len, "heads": heads,
+                "seeds": seed_list, "sequences": sequences, "dtype": str(dtype).replace("torch.", ""),
+                "device": str(device)}
+    return AttentionSweep(settings, betas, cosines, _attention_theory(settings, cosines, betas),
+                          {k: v.mean(axis=-1) for k, v in samples.items()},
+                          {k: v.std(axis=-1, ddof=ddof) for k, v in samples.items()}, elapsed)

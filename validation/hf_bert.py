@@ -1,0 +1,166 @@
+"""The simulated stack as a real Hugging Face ``transformers.BertModel``.
+
+:class:`HuggingFaceBert` builds a ``BertModel`` from a ``BertConfig`` matching a
+:class:`~remprop.validation.simulator.SimulatedStack` and re-initialises it to our
+conventions, using only public module attributes and hooks (no library code is copied):
+
+* LayerNorms of the blocks are swapped for ``nn.LayerNorm(d, elementwise_affine=False)``;
+* query and key projections are swapped for bias-free ``nn.Linear`` layers;
+* the attention output projection ``attention.output.dense`` becomes ``nn.Identity``
+  (our variant has none);
+* every weight is copied from :meth:`SimulatedStack.weights`, so both run the same network;
+* ``alpha_sa`` and ``alpha_mlp`` multiply the identity path through forward pre-hooks on
+  ``BertSelfOutput`` and ``BertOutput``, whose forward is ``LN(branch + input_tensor)``:
+  the hook hands them ``alpha * input_tensor``;
+* gain-controlled attention is a forward hook on ``BertSelfAttention`` that removes the
+  sequence mean of its output and adds the value bias back (the mean of ``A V`` holds it);
+* inputs enter as ``inputs_embeds``. ``BertEmbeddings`` adds position and token-type
+  embeddings and applies a LayerNorm: both tables are zeroed and that LayerNorm is
+  ``nn.Identity``, so the first block sees our inputs unchanged.
+
+Dropout probabilities are 0 and the model is in eval mode; attention is ``"eager"`` so
+the attention matrices can be read. BERT is post-LN: other block orders raise.
+
+Requires the optional dependency ``transformers``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .simulator import SimulatedStack, StackTrace, trace_stack
+
+__all__ = ["HuggingFaceBert", "bert_config"]
+
+#: Our activation names -> Hugging Face ``hidden_act`` (ACT2FN; "gelu" is the exact GELU).
+#: erf has no ACT2FN entry: the config says "linear" and the adapter sets every block's
+#: ``intermediate_act_fn`` to an erf module.
+HF_ACTIVATIONS = {"relu": "relu", "linear": "linear", "tanh": "tanh", "gelu": "gelu", "silu": "silu",
+                  "erf": "linear"}
+
+
+class _Erf(nn.Module):
+    """erf as a module (the activation slot of ``BertIntermediate`` holds modules)."""
+
+    def forward(self, x):
+        return torch.erf(x)
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:  # pragma: no cover - exercised only without the extra
+        raise ImportError("the Hugging Face adapter needs transformers: pip install 'remprop[validation]'") from None
+    return transformers
+
+
+def bert_config(stack: SimulatedStack):
+    """A ``BertConfig`` with the sizes, activation and mask of ``stack``, no dropout."""
+    if not isinstance(stack, SimulatedStack):
+        raise ValueError(f"stack must be a SimulatedStack, got {type(stack).__name__}")
+    if stack.arch.norm != "post":
+        raise ValueError(f"norm must be 'post' for BertModel (post-LN), got {stack.arch.norm!r}")
+    transformers = _transformers()
+    return transformers.BertConfig(
+        vocab_size=2, hidden_size=stack.width, num_hidden_layers=stack.depth,
+        num_attention_heads=stack.heads, intermediate_size=stack.d_ff,
+        hidden_act=HF_ACTIVATIONS[stack.arch.activation],
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=stack.seq_len,
+        type_vocab_size=1, layer_norm_eps=stack.layer_norm_eps, is_decoder=stack.causal, use_cache=False,
+        attn_implementation="eager")
+
+
+def _copy(module: nn.Linear, weight, bias=None):
+    module.weight.copy_(weight)
+    if bias is not None:
+        module.bias.copy_(bias)
+
+
+class HuggingFaceBert:
+    """A ``transformers.BertModel`` running the same network as a simulated stack.
+
+    Parameters
+    ----------
+    stack : SimulatedStack
+        Post-LN stack to mirror (sizes, activation, alphas, attention variant, weights).
+
+    Attributes
+    ----------
+    model : transformers.BertModel
+    """
+
+    def __init__(self, stack: SimulatedStack):
+        config = bert_config(stack)
+        transformers = _transformers()
+        self.stack = stack
+        self.depth = stack.depth
+        self._mask = None
+        model = transformers.BertModel(config, add_pooling_layer=False).to(device=stack.device, dtype=stack.dtype)
+        d, kw = stack.width, dict(device=stack.device, dtype=stack.dtype)
+        with torch.no_grad():
+            emb = model.embeddings
+            emb.position_embeddings.weight.zero_()
+            emb.token_type_embeddings.weight.zero_()
+            emb.LayerNorm = nn.Identity()
+            for index, layer in enumerate(model.encoder.layer):
+                w = stack.weights(index)
+                attn = layer.attention
+                attn.self.query = nn.Linear(d, d, bias=False, **kw)
+                attn.self.key = nn.Linear(d, d, bias=False, **kw)
+                _copy(attn.self.query, w.attention.query)
+                _copy(attn.self.key, w.attention.key)
+                _copy(attn.self.value, w.attention.value, w.attention.value_bias)
+                attn.output.dense = nn.Identity()
+                attn.output.LayerNorm = nn.LayerNorm(d, eps=stack.layer_norm_eps, elementwise_affine=False, **kw)
+                _copy(layer.intermediate.dense, w.mlp.w1, w.mlp.b1)
+                if stack.arch.activation == "erf":
+                    layer.intermediate.intermediate_act_fn = _Erf()
+                _copy(layer.output.dense, w.mlp.w2, w.mlp.b2)
+                layer.output.LayerNorm = nn.LayerNorm(d, eps=stack.layer_norm_eps, elementwise_affine=False, **kw)
+                attn.output.register_forward_pre_hook(self._skip_hook(stack.params["alpha_sa"]))
+                layer.output.register_forward_pre_hook(self._skip_hook(stack.params["alpha_mlp"]))
+                if stack.arch.attention == "gain-controlled":
+                    attn.self.register_forward_hook(self._centre_hook)
+        self.model = model.eval()
+
+    @staticmethod
+    def _skip_hook(alpha):
+        def hook(module, args):
+            branch, identity = args
+            return branch, identity * alpha
+        return hook
+
+    def _centre_hook(self, module, args, output):
+        out, probs = output
+        if self._mask is None:
+            mean = out.mean(dim=1, keepdim=True)
+        else:
+            m = self._mask.to(out.dtype)[..., None]
+            mean = (out * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True)
+        return out - mean + module.value.bias, probs
+
+    def forward(self, x, mask=None, observe=None):
+        """Same contract as :meth:`SimulatedStack.forward` (hidden states of every layer to ``observe``)."""
+        x, mask = self.stack.prepare_inputs(x, mask)
+        attention_mask = None if mask is None else mask.to(torch.long)
+        self._mask = mask
+        try:
+            with torch.no_grad():
+                out = self.model(inputs_embeds=x, attention_mask=attention_mask, output_hidden_states=True,
+                                 output_attentions=observe is not None, use_cache=False)
+        finally:
+            self._mask = None
+        hidden = out.hidden_states
+        if len(hidden) != self.depth + 1:  # pragma: no cover - guards against an API change
+            raise RuntimeError(f"expected {self.depth + 1} hidden states from BertModel, got {len(hidden)}")
+        if observe is not None:
+            observe(0, hidden[0], None)
+            for layer in range(self.depth):
+                observe(layer + 1, hidden[layer + 1], out.attentions[layer])
+        return hidden[-1]
+
+    __call__ = forward
+
+    def trace(self, x, mask=None) -> StackTrace:
+        """Per-sequence statistics of every layer, as :meth:`SimulatedStack.trace`."""
+        return trace_stack(self, x, mask)

@@ -1,0 +1,259 @@
+"""Transformer components at initialisation, in torch: weights and forward maps.
+
+Conventions are those of the reference experiments (``THEORY.md`` section 2):
+
+* query/key weights ``W_Q, W_K ~ N(0, s_qk^2)`` with ``s_qk^2 = beta sqrt(log T) / d``,
+  scores divided by ``sqrt(d_H)``, no query/key biases. The variance is over ``d`` for
+  every number of heads ``H``: the score of head h is a sum of ``d_H`` products each of
+  variance ``(s_qk^2 d q)^2``, divided by ``d_H``, so ``Var(s_ij) = beta^2 q^2 log T`` for
+  all H (with ``s_qk^2`` over ``d_H`` it would grow as ``H^2`` and freeze the heads);
+* values ``W_V ~ N(0, s_v^2 / d)``, value bias ``N(0, s_b^2)``, no output projection;
+* MLP ``W1 ~ N(0, s_w^2 / d)``, ``W2 ~ N(0, s_w^2 / d_ff)``, biases ``N(0, s_b^2)``;
+* LayerNorm without affine parameters;
+* gain-controlled attention: the value-weighted output with its sequence mean removed,
+  then the value bias, ``(A - 1 abar^T) X W_V^T + b_V``.
+
+Matrices follow :class:`torch.nn.Linear`: shape ``(out_features, in_features)``, applied
+as ``x @ W.T``, so they load into Hugging Face modules unchanged.
+
+Reference: Giorlandino & Goldt, arXiv 2505.24333.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "ACTIVATION_FUNCTIONS", "AttentionWeights", "MLPWeights", "DenseWeights", "BlockWeights",
+    "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_dense_weights",
+    "softmax_attention", "gain_controlled_attention", "layer_norm", "mlp", "dense", "skip",
+]
+
+def _identity(u):
+    return u
+
+
+#: torch activations of the MLP, by the names of :data:`remprop.theory.ACTIVATIONS`
+#: (GELU is the exact ``x Phi(x)``, not the tanh approximation).
+ACTIVATION_FUNCTIONS = {"relu": torch.relu, "linear": _identity, "tanh": torch.tanh, "erf": torch.erf,
+                        "gelu": F.gelu, "silu": F.silu}
+
+
+@dataclass(frozen=True)
+class AttentionWeights:
+    """Query, key, value matrices ``(d, d)`` and the value bias ``(d,)``."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    value_bias: torch.Tensor
+
+
+@dataclass(frozen=True)
+class MLPWeights:
+    """``W1 (d_ff, d)``, ``b1 (d_ff,)``, ``W2 (d, d_ff)``, ``b2 (d,)``."""
+
+    w1: torch.Tensor
+    b1: torch.Tensor
+    w2: torch.Tensor
+    b2: torch.Tensor
+
+
+@dataclass(frozen=True)
+class DenseWeights:
+    """One dense layer ``W (d_out, d_in)``, ``b (d_out,)``."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    """The weights of one transformer block."""
+
+    attention: AttentionWeights
+    mlp: MLPWeights
+
+
+def query_key_variance(beta: float, width: int, seq_len: int) -> float:
+    r"""Variance of the query and key weights.
+
+    .. math:: s_{qk}^2 = \beta \sqrt{\log T} / d
+
+    (over the full width ``d`` for every number of heads; see the module docstring).
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, initialisation of the reference experiments.
+    """
+    return beta * math.sqrt(math.log(seq_len)) / width
+
+
+def _normal(gen, shape, variance, dtype, device):
+    out = torch.randn(shape, generator=gen, dtype=dtype, device=device)
+    return out.mul_(math.sqrt(variance))
+
+
+def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dtype, device):
+    """Draw ``W_Q, W_K ~ N(0, s_qk^2)``, ``W_V ~ N(0, sigma_v2/d)``, ``b_V ~ N(0, sigma_b2)``.
+
+    Drawn in this order from ``gen``.
+    """
+    s_qk2 = query_key_variance(beta, width, seq_len)
+    return AttentionWeights(
+        query=_normal(gen, (width, width), s_qk2, dtype, device),
+        key=_normal(gen, (width, width), s_qk2, dtype, device),
+        value=_normal(gen, (width, width), sigma_v2 / width, dtype, device),
+        value_bias=_normal(gen, (width,), sigma_b2, dtype, device),
+    )
+
+
+def draw_mlp_weights(gen, width, d_ff, sigma_w2, sigma_b2, *, dtype, device):
+    """Draw ``W1 ~ N(0, sigma_w2/d)``, ``b1``, ``W2 ~ N(0, sigma_w2/d_ff)``, ``b2 ~ N(0, sigma_b2)``."""
+    return MLPWeights(
+        w1=_normal(gen, (d_ff, width), sigma_w2 / width, dtype, device),
+        b1=_normal(gen, (d_ff,), sigma_b2, dtype, device),
+        w2=_normal(gen, (width, d_ff), sigma_w2 / d_ff, dtype, device),
+        b2=_normal(gen, (width,), sigma_b2, dtype, device),
+    )
+
+
+def draw_dense_weights(gen, width, sigma_w2, sigma_b2, *, dtype, device):
+    """Draw a square dense layer ``W ~ N(0, sigma_w2/d)``, ``b ~ N(0, sigma_b2)``."""
+    return DenseWeights(weight=_normal(gen, (width, width), sigma_w2 / width, dtype, device),
+                        bias=_normal(gen, (width,), sigma_b2, dtype, device))
+
+
+def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal):
+    """Softmax attention matrix, shape ``(batch, heads, T, T)``."""
+    batch, seq, width = x.shape
+    d_head = width // heads
+    q = (x @ weights.query.T).view(batch, seq, heads, d_head).transpose(1, 2)
+    k = (x @ weights.key.T).view(batch, seq, heads, d_head).transpose(1, 2)
+    scores = q @ k.transpose(-1, -2)
+    scores.mul_(1.0 / math.sqrt(d_head))
+    blocked = None
+    if mask is not None and not bool(mask.all()):
+        blocked = ~mask[:, None, None, :]
+    if causal:
+        future = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu_(1)
+        blocked = future if blocked is None else (blocked | future)
+    if blocked is not None:
+        scores.masked_fill_(blocked, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def _weighted_values(x, probs, weights: AttentionWeights, heads):
+    """``A (X W_V^T)`` per head, concatenated: shape ``(batch, T, d)``, no bias."""
+    batch, seq, width = x.shape
+    v = (x @ weights.value.T).view(batch, seq, heads, width // heads).transpose(1, 2)
+    return (probs @ v).transpose(1, 2).reshape(batch, seq, width)
+
+
+def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False):
+    r"""Softmax self-attention with values and no output projection.
+
+    .. math:: \mathrm{SA}(X)_i = \sum_j a_{ij} (W_V x_j) + b_V,\quad
+              a_{ij} = \mathrm{softmax}_j\!\left(\frac{(W_Q x_i)\cdot(W_K x_j)}{\sqrt{d_H}}\right)
+
+    per head (``d_H = d / H``), heads concatenated.
+
+    Parameters
+    ----------
+    x : Tensor, shape (batch, T, d)
+    weights : AttentionWeights
+    heads : int
+        Number of heads H (divides d).
+    mask : Tensor of bool, shape (batch, T), optional
+        True for real tokens; padded keys get zero attention.
+    causal : bool
+        Token i attends to keys j <= i only.
+
+    Returns
+    -------
+    (out, probs) : Tensor (batch, T, d), Tensor (batch, H, T, T)
+
+    References
+    ----------
+    Vaswani et al. 2017; Giorlandino & Goldt, arXiv 2505.24333 (initialisation).
+    """
+    probs = _attention_probabilities(x, weights, heads, mask, causal)
+    out = _weighted_values(x, probs, weights, heads)
+    return out.add_(weights.value_bias), probs
+
+
+def gain_controlled_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False):
+    r"""Attention with the sequence mean of its value-weighted output removed.
+
+    .. math:: \mathrm{GC}(X)_i = \sum_j \left(a_{ij} - \bar a_j\right) (W_V x_j) + b_V,
+              \qquad \bar a_j = \frac1T \sum_i a_{ij}
+
+    The mean runs over the real (unpadded) tokens of each sequence (in causal mode too).
+    Returns ``(out, probs)`` as :func:`softmax_attention`.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, gain-controlled attention.
+    """
+    probs = _attention_probabilities(x, weights, heads, mask, causal)
+    out = _weighted_values(x, probs, weights, heads)
+    if mask is None:
+        out = out - out.mean(dim=1, keepdim=True)
+    else:
+        m = mask.to(out.dtype)[..., None]
+        mean = (out * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True)
+        out = out - mean
+    return out.add_(weights.value_bias), probs
+
+
+def layer_norm(x, eps=1e-12):
+    r"""LayerNorm over the feature axis without gain or bias.
+
+    .. math:: \mathrm{LN}(x) = \frac{x - \bar x}{\sqrt{\overline{(x - \bar x)^2} + \epsilon}}
+
+    References
+    ----------
+    Ba, Kiros & Hinton 2016.
+    """
+    return F.layer_norm(x, (x.shape[-1],), eps=eps)
+
+
+def dense(x, weights: DenseWeights):
+    """``x W^T + b``."""
+    return torch.addmm(weights.bias, x.reshape(-1, x.shape[-1]), weights.weight.T).view(
+        *x.shape[:-1], weights.weight.shape[0])
+
+
+def mlp(x, weights: MLPWeights, activation="relu"):
+    r"""Two-layer MLP ``W2 phi(W1 x + b1) + b2``.
+
+    Parameters
+    ----------
+    x : Tensor, shape (..., d)
+    weights : MLPWeights
+    activation : str
+        A key of :data:`ACTIVATION_FUNCTIONS` (those of ``remprop.theory.ACTIVATIONS``).
+    """
+    flat = x.reshape(-1, x.shape[-1])
+    hidden = torch.addmm(weights.b1, flat, weights.w1.T)
+    if activation == "relu":
+        hidden.relu_()
+    else:
+        hidden = ACTIVATION_FUNCTIONS[activation](hidden)
+    out = torch.addmm(weights.b2, hidden, weights.w2.T)
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def skip(x, branch, alpha=1.0):
+    r"""Residual connection with the strength on the identity path: ``alpha x + F(x)``.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333 (their convention; Noci et al. 2022 scale the branch).
+    """
+    if alpha == 1.0:
+        return branch + x
+    return torch.add(branch, x, alpha=alpha)

@@ -1,0 +1,244 @@
+"""A BERT-style transformer stack at initialisation, simulated in torch.
+
+The stack is built from a :class:`remprop.theory.Architecture` (block order, attention
+variant, activation, variances, skip strengths) plus the sizes the theory does not need
+(width, MLP width, heads, sequence length), the query/key scale ``beta`` and the run
+settings (causal mask, precision, device, seed). Its components are those of
+:data:`remprop.validation.registry.REGISTRY`, composed in the block order of
+``THEORY.md`` section 5, exactly as :meth:`Architecture.block` composes the theory maps.
+
+Weights are drawn layer by layer while the inputs pass through: a 60-layer stack with
+d = 720, T = 512 holds one layer's weights at a time. Layer ``l`` of seed ``s`` always
+gets the same weights (stream ``(s, weights, l)`` of :func:`~remprop.validation.backend.generator`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from remprop.theory import Architecture
+from remprop.theory._checks import check_depth
+
+from . import layers
+from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
+from .measurements import attention_statistics, token_statistics
+from .registry import REGISTRY
+
+__all__ = ["SimulatedStack", "StackTrace", "trace_stack"]
+
+
+@dataclass(frozen=True)
+class StackTrace:
+    """Per-sequence statistics of every layer of a stack.
+
+    Attributes
+    ----------
+    q, p, rho, cosine : ndarray, shape (batch, depth + 1)
+        Token statistics (see :func:`~remprop.validation.measurements.token_statistics`);
+        column 0 is the input, column l the output of block l.
+    y2, entropy : ndarray, shape (batch, depth)
+        Attention statistics of block l + 1's attention (column l).
+    """
+
+    q: np.ndarray
+    p: np.ndarray
+    rho: np.ndarray
+    cosine: np.ndarray
+    y2: np.ndarray
+    entropy: np.ndarray
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def concatenate(traces) -> "StackTrace":
+        """Stack the batches of several traces."""
+        traces = list(traces)
+        return StackTrace(**{f.name: np.concatenate([getattr(t, f.name) for t in traces])
+                             for f in fields(StackTrace)})
+
+
+class SimulatedStack:
+    r"""A depth-L stack of transformer blocks at initialisation.
+
+    Block orders (``THEORY.md`` section 5):
+
+    * post-LN: ``x <- LN(alpha_sa x + SA(x)); x <- LN(alpha_mlp x + MLP(x))``
+    * pre-LN:  ``x <- alpha_sa x + SA(LN(x)); x <- alpha_mlp x + MLP(LN(x))``
+    * no LN:   ``x <- alpha_sa x + SA(x);     x <- alpha_mlp x + MLP(x)``
+
+    with SA softmax or gain-controlled attention, initialised as in
+    :mod:`remprop.validation.layers` (``s_qk^2 = beta sqrt(log T) / d``, scores over
+    ``sqrt(d_H)``, no output projection).
+
+    Parameters
+    ----------
+    arch : remprop.theory.Architecture, optional
+        Block order, attention, activation, variances and skip strengths (scalars).
+        Default: BERT defaults ``Architecture()``.
+    beta : float
+        Query/key scale, > 0.
+    depth : int
+        Number of blocks L, >= 1.
+    width : int
+        Model width d.
+    d_ff : int, optional
+        MLP hidden width (default d).
+    heads : int
+        Attention heads H, dividing d.
+    seq_len : int
+        Sequence length T >= 2 (sets the ``sqrt(log T)`` scale; inputs have T tokens).
+    causal : bool
+        Causal attention mask (decoder).
+    dtype : {"float32", "float64"}
+    device : str or torch.device, optional
+        Default CUDA when available, else CPU.
+    seed : int
+        Initialisation seed, >= 0.
+    layer_norm_eps : float
+        The epsilon of LayerNorm.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333 (reference experiments' initialisation).
+    """
+
+    def __init__(self, arch: Architecture | None = None, beta=0.5, depth=12, *, width=720, d_ff=None,
+                 heads=1, seq_len=512, causal=False, dtype="float32", device=None, seed=0,
+                 layer_norm_eps=1e-12):
+        arch = Architecture() if arch is None else arch
+        if not isinstance(arch, Architecture):
+            raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+        self.arch = arch
+        self.beta = check_scalar("beta", beta, positive=True)
+        self.depth = check_depth(depth)
+        self.width = check_positive_int("width", width, 2)
+        self.d_ff = self.width if d_ff is None else check_positive_int("d_ff", d_ff)
+        self.heads = check_positive_int("heads", heads)
+        if self.width % self.heads:
+            raise ValueError(f"heads must divide width, got heads={self.heads}, width={self.width}")
+        self.seq_len = check_positive_int("seq_len", seq_len, 2)
+        if not isinstance(causal, (bool, np.bool_)):
+            raise ValueError(f"causal must be True or False, got {causal!r}")
+        self.causal = bool(causal)
+        self.dtype = resolve_dtype(dtype)
+        self.device = resolve_device(device)
+        self.seed = check_seed(seed)
+        self.layer_norm_eps = check_scalar("layer_norm_eps", layer_norm_eps, nonnegative=True)
+        self.params = {name: check_scalar(name, value) for name, value in arch.numeric().items()}
+        self._attention = REGISTRY["softmax_attention" if arch.attention == "softmax"
+                                   else "gain_controlled_attention"].torch_function
+        self._layer_norm = REGISTRY["layer_norm"].torch_function
+        self._skip = REGISTRY["skip"].torch_function
+        self._mlp = REGISTRY["mlp"].torch_function
+
+    def __repr__(self):
+        return (f"SimulatedStack({self.arch!r}, beta={self.beta}, depth={self.depth}, width={self.width}, "
+                f"d_ff={self.d_ff}, heads={self.heads}, seq_len={self.seq_len}, causal={self.causal}, "
+                f"dtype={self.dtype}, device={self.device}, seed={self.seed})")
+
+    # -- weights ------------------------------------------------------------------------
+    def weights(self, layer: int) -> layers.BlockWeights:
+        """The weights of block ``layer`` (0-based), drawn from stream ``(seed, weights, layer)``."""
+        layer = check_positive_int("layer", layer, 0)
+        if layer >= self.depth:
+            raise ValueError(f"layer must be < depth = {self.depth}, got {layer}")
+        gen = generator(self.seed, STREAM_WEIGHTS, layer, self.device)
+        kw = dict(dtype=self.dtype, device=self.device)
+        return layers.BlockWeights(
+            attention=layers.draw_attention_weights(gen, self.width, self.beta, self.seq_len,
+                                                    self.params["sigma_v2"], self.params["sigma_b2"], **kw),
+            mlp=layers.draw_mlp_weights(gen, self.width, self.d_ff, self.params["sigma_w2"],
+                                        self.params["sigma_b2"], **kw),
+        )
+
+    # -- forward ------------------------------------------------------------------------
+    def block(self, x, weights: layers.BlockWeights, mask=None):
+        """One block: returns ``(x_out, attention_probabilities)``."""
+        norm, act = self.arch.norm, self.arch.activation
+        a_sa, a_mlp = self.params["alpha_sa"], self.params["alpha_mlp"]
+        ln = lambda h: self._layer_norm(h, self.layer_norm_eps)  # noqa: E731
+        attend = lambda h: self._attention(h, weights.attention, heads=self.heads,  # noqa: E731
+                                           mask=mask, causal=self.causal)
+        if norm == "post":
+            branch, probs = attend(x)
+            x = ln(self._skip(x, branch, a_sa))
+            x = ln(self._skip(x, self._mlp(x, weights.mlp, act), a_mlp))
+        elif norm == "pre":
+            branch, probs = attend(ln(x))
+            x = self._skip(x, branch, a_sa)
+            x = self._skip(x, self._mlp(ln(x), weights.mlp, act), a_mlp)
+        else:
+            branch, probs = attend(x)
+            x = self._skip(x, branch, a_sa)
+            x = self._skip(x, self._mlp(x, weights.mlp, act), a_mlp)
+        return x, probs
+
+    def prepare_inputs(self, x, mask=None):
+        """Check ``x`` (batch, seq_len, width) and ``mask``; move them to this stack's device and dtype."""
+        if not isinstance(x, torch.Tensor) or x.ndim != 3 or x.shape[1:] != (self.seq_len, self.width):
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must be a tensor of shape (batch, seq_len={self.seq_len}, "
+                             f"width={self.width}), got {shape}")
+        x = x.to(device=self.device, dtype=self.dtype)
+        if mask is not None:
+            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != x.shape[:2]:
+                raise ValueError(f"mask must be a bool tensor of shape {tuple(x.shape[:2])}")
+            mask = mask.to(self.device)
+            if bool((mask.sum(dim=1) < 2).any()):
+                raise ValueError("mask must leave at least 2 real tokens in every sequence")
+        return x, mask
+
+    def forward(self, x, mask=None, observe=None):
+        """Push a batch through the stack.
+
+        Parameters
+        ----------
+        x : Tensor, shape (batch, seq_len, width)
+        mask : Tensor of bool, shape (batch, seq_len), optional
+            True for real tokens (padding is masked out as attention keys).
+        observe : callable, optional
+            Called as ``observe(layer, hidden, probs)``: layer 0 with the input and
+            ``probs=None``, then after each block l = 1..depth.
+
+        Returns
+        -------
+        Tensor, the output of the last block.
+        """
+        x, mask = self.prepare_inputs(x, mask)
+        with torch.no_grad():
+            if observe is not None:
+                observe(0, x, None)
+            for layer in range(self.depth):
+                x, probs = self.block(x, self.weights(layer), mask)
+                if observe is not None:
+                    observe(layer + 1, x, probs)
+        return x
+
+    __call__ = forward
+
+    def trace(self, x, mask=None) -> StackTrace:
+        """Per-sequence statistics of every layer (see :class:`StackTrace`)."""
+        return trace_stack(self, x, mask)
+
+
+def trace_stack(stack, x, mask=None) -> StackTrace:
+    """Run ``stack.forward(x, mask, observe)`` and collect :class:`StackTrace` statistics.
+
+    Works for any stack with that ``forward`` signature (the simulator and the Hugging
+    Face adapter).
+    """
+    tokens, attention = [], []
+
+    def observe(layer, hidden, probs):
+        tokens.append({k: v.cpu().numpy() for k, v in token_statistics(hidden, mask).items()})
+        if probs is not None:
+            attention.append({k: v.cpu().numpy() for k, v in attention_statistics(probs, mask).items()})
+
+    stack.forward(x, mask, observe)
+    stat = lambda rows, name: np.stack([r[name] for r in rows], axis=1)  # noqa: E731
+    return StackTrace(q=stat(tokens, "q"), p=stat(tokens, "p"), rho=stat(tokens, "rho"),
+                      cosine=stat(tokens, "cosine"), y2=stat(attention, "y2"),
+                      entropy=stat(attention, "entropy"))

@@ -1,0 +1,470 @@
+"""Simulated trainability diagrams: sweep a (beta, alpha_sa) grid, one cell at a time.
+
+A sweep is fixed by a :class:`SweepSpec` (architecture, grid, depth, seeds, sizes). Each
+cell ``(alpha_sa, beta)`` is one independent job (:func:`simulate_cell`): for every
+seed, a :class:`~remprop.validation.simulator.SimulatedStack` with that skip strength and
+query/key scale pushes ``sequences`` input sequences through ``depth`` blocks and the
+per-layer token and attention statistics are kept (means over the ``seeds x sequences``
+samples, and each sample's final cosine).
+
+:func:`run_sweep` computes the cells that are not on disk yet and writes each record the
+moment it finishes (:class:`~remprop.validation.cell_store.CellStore`: one JSON file per
+cell, atomic temporary-file-and-rename), so an interrupted sweep -- an exception, Ctrl-C,
+``SIGKILL``, a lost cluster -- resumes where it stopped, without recomputing or
+duplicating a cell. Cells run
+
+* on a ``dask.distributed`` cluster (:mod:`remprop.validation.distributed`): a
+  ``LocalCluster`` with one single-threaded worker process per core by default, or an
+  existing cluster given by its scheduler address; each worker simulates on CUDA when it
+  has a GPU;
+* or in this process, one after another (``workers=0``, or when dask is not installed).
+
+Both run the same :func:`simulate_cell` with a fixed number of torch threads
+(``SweepSpec.threads``, default 1), so a cell's numbers do not depend on where or when
+it ran: on one device a seeded cell is bitwise reproducible, which makes interrupted and
+uninterrupted sweeps identical. (A CUDA run draws other weights than a CPU run of the
+same seed: generators live on their device. Each record notes its device.)
+
+:class:`~remprop.validation.measured_diagram.MeasuredDiagram` classifies the cells and
+sets them against the theory.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c) (trainability diagram).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from remprop.diagrams import DEFAULT_THRESHOLD
+from remprop.theory import Architecture
+from remprop.theory._checks import as_float_array, check_choice, check_depth, check_open_unit, check_real_scalar
+from remprop.theory.architecture import NUMERIC_FIELDS
+
+from .cell_store import CellStore
+
+__all__ = ["SweepSpec", "SweepReport", "simulate_cell", "run_sweep", "load_records", "cell_key",
+           "SWEEP_FORMAT", "INPUT_KINDS", "DTYPE_NAMES"]
+
+#: Format tag of the manifest and of every cell record.
+SWEEP_FORMAT = "remprop.sweep/1"
+#: Input kinds (see :func:`remprop.validation.inputs.input_batches`).
+INPUT_KINDS = ("synthetic", "text")
+#: Simulation precisions.
+DTYPE_NAMES = ("float32", "float64")
+_ARCH_FIELDS = {f.name for f in dataclasses.fields(Architecture)}
+
+
+def cell_key(alpha_index: int, beta_index: int) -> str:
+    """File stem of a cell: ``a<alpha index>_b<beta index>`` (zero-padded to 4 digits)."""
+    return f"a{int(alpha_index):04d}_b{int(beta_index):04d}"
+
+
+def _positive_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _axis(name, values, **checks):
+    arr = as_float_array(name, values, **checks)
+    if arr.ndim > 1:
+        raise ValueError(f"{name} must be a number or a 1-d sequence, got shape {arr.shape}")
+    arr = np.atleast_1d(arr)
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    return tuple(float(v) for v in arr)
+
+
+def _seeds(seeds):
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        return tuple(range(_positive_int("seeds", seeds)))
+    try:
+        values = tuple(seeds)
+    except TypeError:
+        raise ValueError(f"seeds must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}") from None
+    if not values:
+        raise ValueError("seeds must not be empty")
+    out = tuple(_positive_int("seeds", s, 0) for s in values)
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds must be distinct, got {list(out)}")
+    return out
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Everything that decides the numbers of a simulated (beta, alpha_sa) sweep.
+
+    Parameters
+    ----------
+    arch : Architecture
+        Block order, attention, activation, variances (scalars). Its ``alpha_sa`` is
+        replaced by each grid value (stored as 1.0) and its ``seq_len`` (finite-T
+        theory, where the theory has it) by None: the simulation's length is
+        ``seq_len`` below, the theory's choice belongs to the diagram.
+    betas : array_like
+        Query/key scales, > 0 (``s_qk^2 = beta sqrt(log T) / d``).
+    alphas : array_like
+        Attention skip strengths, >= 0 (``x -> alpha x + SA(x)``).
+    depth : int
+        Number of blocks L.
+    seeds : int or sequence of int
+        A count (seeds 0..n-1) or the seeds: one initialisation each.
+    sequences : int
+        Input sequences per seed.
+    width, seq_len : int
+        Model width d >= 2 and tokens T >= 2.
+    d_ff : int, optional
+        MLP hidden width (default d).
+    threshold : float
+        Rank-collapse threshold on the final mean token cosine, in (0, 1).
+    q0, rho0 : float
+        Input state of synthetic sequences.
+    inputs : {"synthetic", "text"}
+        Gaussian tokens with exactly ``q0``, ``rho0``, or embedded pydoc text.
+    dtype : {"float32", "float64"}
+    threads : int
+        torch CPU threads while a cell is simulated (fixed so that results do not depend
+        on the machine's core count; 1 suits one worker per core).
+    """
+
+    arch: Architecture = field(default_factory=Architecture)
+    betas: tuple = (0.5,)
+    alphas: tuple = (1.0,)
+    depth: int = 12
+    seeds: tuple = (0, 1)
+    sequences: int = 2
+    width: int = 128
+    seq_len: int = 128
+    d_ff: int | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    q0: float = 1.0
+    rho0: float = 0.0
+    inputs: str = "synthetic"
+    dtype: str = "float32"
+    threads: int = 1
+
+    def __post_init__(self):
+        arch = self.arch
+        if not isinstance(arch, Architecture):
+            raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+        for name in NUMERIC_FIELDS:
+            if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:
+                raise ValueError(f"arch.{name} must be a scalar for a sweep")
+        reset = {"alpha_sa": 1.0}
+        if "seq_len" in _ARCH_FIELDS:
+            reset["seq_len"] = None
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        set_("arch", arch.replace(**reset))
+        set_("betas", _axis("betas", self.betas, positive=True))
+        set_("alphas", _axis("alphas", self.alphas, nonnegative=True))
+        set_("depth", check_depth(self.depth))
+        set_("seeds", _seeds(self.seeds))
+        set_("sequences", _positive_int("sequences", self.sequences))
+        set_("width", _positive_int("width", self.width, 2))
+        set_("seq_len", _positive_int("seq_len", self.seq_len, 2))
+        if self.d_ff is not None:
+            set_("d_ff", _positive_int("d_ff", self.d_ff))
+        set_("threshold", check_open_unit("threshold", self.threshold))
+        q0 = check_real_scalar("q0", self.q0)
+        if not q0 > 0:
+            raise ValueError(f"q0 must be > 0, got {self.q0!r}")
+        set_("q0", q0)
+        rho0 = check_real_scalar("rho0", self.rho0)
+        if not -1.0 / (self.seq_len - 1) <= rho0 <= 1.0:
+            raise ValueError(f"rho0 must lie in [-1/(seq_len - 1), 1], got {self.rho0!r}")
+        set_("rho0", rho0)
+        check_choice("inputs", self.inputs, INPUT_KINDS)
+        check_choice("dtype", self.dtype, DTYPE_NAMES)
+        set_("threads", _positive_int("threads", self.threads))
+
+    # -- the grid ---------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        """``(len(alphas), len(betas))``: rows are alphas, columns betas."""
+        return len(self.alphas), len(self.betas)
+
+    @property
+    def samples(self) -> int:
+        """Sequences per cell: seeds x sequences."""
+        return len(self.seeds) * self.sequences
+
+    def cells(self) -> list:
+        """``(alpha_index, beta_index)`` of every cell, row by row."""
+        return [(a, b) for a in range(len(self.alphas)) for b in range(len(self.betas))]
+
+    def manifest(self) -> dict:
+        """JSON-ready settings (the sweep folder's ``sweep.json``)."""
+        arch = self.arch.to_dict()
+        arch.pop("alpha_sa", None)
+        arch.pop("seq_len", None)
+        return {"format": SWEEP_FORMAT, "arch": arch, "betas": list(self.betas), "alphas": list(self.alphas),
+                "depth": self.depth, "seeds": list(self.seeds), "sequences": self.sequences,
+                "width": self.width, "seq_len": self.seq_len, "d_ff": self.d_ff, "threshold": self.threshold,
+                "q0": self.q0, "rho0": self.rho0, "inputs": self.inputs, "dtype": self.dtype,
+                "threads": self.threads}
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> "SweepSpec":
+        """The spec a manifest was written from (inverse of :meth:`manifest`)."""
+        if manifest.get("format") != SWEEP_FORMAT:
+            raise ValueError(f"manifest is not a remprop sweep manifest ({SWEEP_FORMAT})")
+        fields_ = {k: v for k, v in manifest.items() if k not in ("format", "arch")}
+        return cls(arch=Architecture(**manifest["arch"]), **fields_)
+
+
+# -- one cell -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _torch_threads(count):
+    import torch
+
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=None) -> dict:
+    r"""Simulate one grid cell and return its record.
+
+    For each seed a stack with ``alpha_sa = alphas[alpha_index]`` and
+    ``beta = betas[beta_index]`` processes the seed's ``sequences`` inputs; every layer
+    is measured (:class:`~remprop.validation.simulator.StackTrace`).
+
+    Parameters
+    ----------
+    spec : SweepSpec
+    alpha_index, beta_index : int
+        Position in the grid.
+    device : str or torch.device, optional
+        Default CUDA when available, else the CPU.
+
+    Returns
+    -------
+    dict
+        ``key``, ``alpha_index``, ``beta_index``, ``alpha``, ``beta``, ``format``;
+        ``result`` (deterministic for a given device): per layer ``l = 0..L`` the sample
+        means ``layer_q``, ``layer_p``, ``layer_cosine`` (mean pairwise cosine) and, per
+        attention layer, ``layer_y2``; per sample (seed-major) ``final_cosine``;
+        and ``run``: ``device``, ``elapsed_s``, ``pid``.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c, d, e).
+    """
+    import torch
+
+    from .inputs import input_batches
+    from .simulator import SimulatedStack, StackTrace
+    from .backend import resolve_device
+
+    alpha_index = _positive_int("alpha_index", alpha_index, 0)
+    beta_index = _positive_int("beta_index", beta_index, 0)
+    if alpha_index >= len(spec.alphas) or beta_index >= len(spec.betas):
+        raise ValueError(f"cell ({alpha_index}, {beta_index}) lies outside the {spec.shape} grid")
+    alpha, beta = spec.alphas[alpha_index], spec.betas[beta_index]
+    device = resolve_device(device)
+    arch = spec.arch.replace(alpha_sa=alpha)
+    start = time.perf_counter()
+    traces = []
+    with _torch_threads(spec.threads), torch.no_grad():
+        for seed in spec.seeds:
+            stack = SimulatedStack(arch, beta, spec.depth, width=spec.width, d_ff=spec.d_ff, seq_len=spec.seq_len,
+                                   dtype=spec.dtype, device=device, seed=seed)
+            for batch in input_batches(spec.inputs, seed=seed, sequences=spec.sequences, seq_len=spec.seq_len,
+                                       width=spec.width, q0=spec.q0, rho0=spec.rho0, dtype=spec.dtype,
+                                       device=device):
+                traces.append(stack.trace(batch.tokens, batch.mask))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    trace = StackTrace.concatenate(traces)
+    result = {
+        "layer_q": trace.q.mean(axis=0).tolist(),
+        "layer_p": trace.p.mean(axis=0).tolist(),
+        "layer_cosine": trace.cosine.mean(axis=0).tolist(),
+        "layer_y2": trace.y2.mean(axis=0).tolist(),
+        "final_cosine": trace.cosine[:, -1].tolist(),
+    }
+    return {"format": SWEEP_FORMAT, "key": cell_key(alpha_index, beta_index), "alpha_index": alpha_index,
+            "beta_index": beta_index, "alpha": alpha, "beta": beta, "result": _finite_or_string(result),
+            "run": {"device": str(device), "elapsed_s": time.perf_counter() - start, "pid": os.getpid()}}
+
+
+def _finite_or_string(result):
+    """Strict JSON: non-finite numbers (a vanished or overflowed stream) as "nan"/"inf"."""
+    from remprop._json import to_jsonable
+
+    return to_jsonable(result)
+
+
+# -- the sweep ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepReport:
+    """What a call of :func:`run_sweep` did.
+
+    Attributes
+    ----------
+    directory : Path
+        The sweep folder.
+    backend : str
+        ``"dask"`` (with the cluster's description), ``"serial"``, or ``"none"`` when
+        every cell was already on disk.
+    cells_total, cells_reused, cells_computed : int
+        Grid size, cells found on disk, cells computed now.
+    workers : int
+        Worker processes used (0 in this process).
+    elapsed_s : float
+        Wall-clock seconds of this call.
+    """
+
+    directory: Path
+    backend: str
+    cells_total: int
+    cells_reused: int
+    cells_computed: int
+    workers: int
+    elapsed_s: float
+
+    @property
+    def cells_per_minute(self) -> float:
+        return 60.0 * self.cells_computed / self.elapsed_s if self.elapsed_s > 0 else float("nan")
+
+
+def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None, device=None, progress=False,
+              on_cell=None) -> SweepReport:
+    """Compute every cell of ``spec`` that is not yet in ``out``, writing each as it finishes.
+
+    Parameters
+    ----------
+    spec : SweepSpec
+    out : str or Path
+        Sweep folder. A folder that holds another sweep's manifest is refused.
+    workers : int, optional
+        ``0``: compute in this process. ``n >= 1``: a dask ``LocalCluster`` with ``n``
+        worker processes of one thread each. ``None`` (default): a LocalCluster with one
+        worker per core (at most one per missing cell), or this process when
+        ``dask.distributed`` is not installed.
+    scheduler : str, optional
+        Address of a running dask scheduler (``tcp://host:8786``); its workers need
+        remprop installed. Overrides ``workers``.
+    client : dask.distributed.Client, optional
+        A client to use as it is (left open); overrides ``scheduler`` and ``workers``.
+    device : str, optional
+        ``None``/``"auto"``: CUDA when the worker has it (worker k takes GPU k mod the
+        GPU count), else the CPU; or ``"cpu"``/``"cuda[:n]"`` for every worker.
+    progress : bool
+        A tqdm bar over the cells on stderr.
+    on_cell : callable, optional
+        ``on_cell(key, record)`` after each computed cell is on disk (an exception
+        raised there stops the sweep; the cells on disk stay).
+
+    Returns
+    -------
+    SweepReport
+
+    Raises
+    ------
+    ValueError
+        Bad settings, a folder of another sweep, ``scheduler`` unreachable or dask
+        missing for it.
+    """
+    if not isinstance(spec, SweepSpec):
+        raise ValueError(f"spec must be a SweepSpec, got {type(spec).__name__}")
+    if workers is not None:
+        workers = _positive_int("workers", workers, 0)
+    if device not in (None, "auto"):
+        from .backend import resolve_device
+
+        device = str(resolve_device(device))  # fail early, here, on a bad name
+    start = time.perf_counter()
+    store = CellStore(out, spec.manifest())
+    done = store.done()
+    todo = [(a, b) for a, b in spec.cells() if cell_key(a, b) not in done]
+    reused = len(spec.cells()) - len(todo)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(spec.cells()), initial=reused, disable=not progress, desc="sweep", unit="cell",
+               file=sys.stderr, dynamic_ncols=True)
+
+    def finished(record):
+        _check_record(spec, record)
+        store.write(record["key"], record)
+        bar.update(1)
+        if on_cell is not None:
+            on_cell(record["key"], record)
+
+    from . import distributed
+
+    use_dask = scheduler is not None or (workers != 0 and distributed.dask_installed())
+    if scheduler is not None and not distributed.dask_installed():
+        raise ValueError(f"scheduler: dask.distributed is not installed ({distributed.INSTALL_HINT})")
+    n_workers = 0
+    try:
+        if not todo:
+            backend = "none"
+        elif client is not None:
+            n_workers = distributed.worker_count(client)
+            backend = f"dask ({distributed.describe(client)})"
+            distributed.map_cells(client, simulate_cell_on_worker, [(spec, a, b, device) for a, b in todo], finished)
+        elif use_dask:
+            if scheduler is None:
+                n_workers = min(workers or (os.cpu_count() or 1), len(todo))
+            with distributed.dask_client(scheduler=scheduler, workers=n_workers) as client:
+                n_workers = distributed.worker_count(client)
+                backend = f"dask ({distributed.describe(client, scheduler)})"
+                distributed.map_cells(client, simulate_cell_on_worker,
+                                      [(spec, a, b, device) for a, b in todo], finished)
+        else:
+            backend = "serial"
+            for a, b in todo:
+                finished(simulate_cell(spec, a, b, device=device))
+    finally:
+        bar.close()
+    return SweepReport(Path(out), backend, len(spec.cells()), reused, len(todo), n_workers,
+                       time.perf_counter() - start)
+
+
+def simulate_cell_on_worker(spec, alpha_index, beta_index, device=None):
+    """:func:`simulate_cell` on a dask worker, on the worker's own device (see :func:`run_sweep`)."""
+    from . import distributed
+
+    return simulate_cell(spec, alpha_index, beta_index, device=distributed.worker_device(device))
+
+
+def _check_record(spec, record):
+    a, b = record["alpha_index"], record["beta_index"]
+    if record["key"] != cell_key(a, b) or record["alpha"] != spec.alphas[a] or record["beta"] != spec.betas[b]:
+        raise RuntimeError(f"cell record {record.get('key')!r} does not belong to this sweep")
+
+
+def load_records(spec: SweepSpec, out, *, require_all=True) -> dict:
+    """The cell records of a sweep folder, keyed by :func:`cell_key`.
+
+    Parameters
+    ----------
+    spec : SweepSpec
+        Must match the folder's manifest.
+    out : str or Path
+        Sweep folder.
+    require_all : bool
+        Raise ``ValueError`` (naming the count) when cells are missing.
+    """
+    store = CellStore(out, spec.manifest(), create=False)
+    records = store.read_all()
+    for record in records.values():
+        _check_record(spec, record)
+    missing = len(spec.cells()) - len(records)
+    if require_all and missing:
+        raise ValueError(f"out: {missing} of {len(spec.cells())} cells are not computed yet in {out}")
+    return records
