@@ -9,7 +9,15 @@ to avoid them: a unified theory of signal propagation at initialisation",
 arXiv 2505.24333.
 """
 from . import components
-from .activations import ACTIVATIONS, activation_moments, dense_map, mlp_map, relu_kernel
+from .activations import (
+    ACTIVATIONS,
+    activation_moments,
+    dense_map,
+    derivative_moment,
+    mlp_map,
+    register_activation,
+    relu_kernel,
+)
 from .architecture import ATTENTIONS, NORMS, NUMERIC_FIELDS, Architecture
 from .attention import (
     critical_beta,
@@ -17,6 +25,8 @@ from .attention import (
     participation_ratio,
     softmax_attention_map,
 )
+from .edge_of_chaos import chaos_boundary, chi_1, mlp_block_boundary, mlp_block_chi
+from .finite_size import participation_moment, participation_table
 from .layernorm import layernorm_map
 from .propagation import Trajectory, final_state, propagate
 from .residual import skip_map
@@ -24,8 +34,10 @@ from .residual import skip_map
 __all__ = [
     "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS",
     "Architecture", "Trajectory",
-    "critical_beta", "participation_ratio",
+    "critical_beta", "participation_ratio", "participation_moment", "participation_table",
     "softmax_attention_map", "gain_controlled_attention_map",
     "skip_map", "layernorm_map", "dense_map", "mlp_map", "activation_moments", "relu_kernel",
+    "register_activation", "derivative_moment",
+    "chi_1", "chaos_boundary", "mlp_block_chi", "mlp_block_boundary",
     "propagate", "final_state", "components",
 ]

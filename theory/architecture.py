@@ -9,7 +9,8 @@ import numpy as np
 
 from . import components as C
 from ._checks import as_float_array, check_choice
-from .activations import ACTIVATIONS
+from .activations import ACTIVATIONS, resolve_activation
+from .finite_size import check_seq_len
 
 __all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS"]
 
@@ -40,8 +41,12 @@ class Architecture:
         LayerNorm placement.
     attention : {"softmax", "gain-controlled"}
         Softmax attention, or its centred (gain-controlled) version.
-    activation : {"relu", "linear"}
-        MLP activation.
+    activation : str or callable
+        MLP activation: a name in :data:`~remprop.theory.ACTIVATIONS` ("relu",
+        "linear", "tanh", "erf", "gelu", "silu" or a registered one) or a numba-jittable
+        scalar function, which is registered on the fly under the name
+        ``"user:<function name>"`` (see :func:`~remprop.theory.register_activation`);
+        the field then holds that name.
     sigma_w2 : array_like
         MLP weight variance times fan-in (``W ~ N(0, sigma_w2 / d)``), >= 0.
     sigma_b2 : array_like
@@ -50,6 +55,11 @@ class Architecture:
         Value weight variance times fan-in, >= 0.
     alpha_sa, alpha_mlp : array_like
         Strength of the identity path around attention and MLP (``alpha x + F(x)``), >= 0.
+    seq_len : int or None
+        Sequence length T. ``None`` (default) uses the ``T -> infinity`` attention maps
+        (``Y2 = max(0, 1 - beta_c/beta)``); an integer >= 2 uses the exact finite-T
+        participation ratio of :mod:`~remprop.theory.finite_size` in every attention
+        layer (gain-controlled attention: ``Y2 - 1/T``).
 
     Numeric fields may be arrays: they broadcast with ``beta`` in
     :func:`~remprop.theory.propagate`. Invalid values raise ``ValueError`` naming the field.
@@ -67,11 +77,13 @@ class Architecture:
     sigma_v2: Any = 0.2
     alpha_sa: Any = 1.0
     alpha_mlp: Any = 1.0
+    seq_len: Any = None
 
     def __post_init__(self):
         check_choice("norm", self.norm, tuple(NORMS))
         check_choice("attention", self.attention, tuple(ATTENTIONS))
-        check_choice("activation", self.activation, tuple(ACTIVATIONS))
+        object.__setattr__(self, "activation", resolve_activation(self.activation))
+        object.__setattr__(self, "seq_len", check_seq_len(self.seq_len))
         for name in NUMERIC_FIELDS:
             value = as_float_array(name, getattr(self, name), nonnegative=True)
             object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
@@ -105,7 +117,7 @@ class Architecture:
         same maps as the numba kernels (and is slower).
         """
         attn = (C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention)(
-            beta, self.sigma_v2, self.sigma_b2)
+            beta, self.sigma_v2, self.sigma_b2, seq_len=self.seq_len)
         ff = C.mlp(self.sigma_w2, self.sigma_b2, self.activation)
         if self.norm == "post":
             return C.serial(C.residual(self.alpha_sa, attn), C.layer_norm(),

@@ -20,14 +20,16 @@ from typing import Callable, Tuple
 
 import numpy as np
 
-from ._checks import as_float_array, check_choice, scalar_or_array
-from .activations import ACTIVATIONS, dense_core, linear_moments_core, relu_moments_core
+from ._checks import as_float_array, scalar_or_array
+from .activations import activation_spec, dense_core, moments_array
 from .attention import (
     asymptotic_participation_core,
     critical_beta_core,
     gain_controlled_attention_core,
     softmax_attention_core,
+    softmax_attention_overlap_core,
 )
+from .finite_size import check_seq_len, participation_table
 from .layernorm import layernorm_core
 from .residual import skip_core
 
@@ -97,13 +99,24 @@ class _Attention(Component):
     sigma_v2: np.ndarray
     sigma_b2: np.ndarray
     gain_controlled: bool = False
+    seq_len: int = None
 
     @property
     def name(self):
         return "gain_controlled_attention" if self.gain_controlled else "softmax_attention"
 
     def apply(self, q, p):
-        y2 = asymptotic_participation_core(self.beta, critical_beta_core(q, p))
+        if self.seq_len is None:
+            y2 = asymptotic_participation_core(self.beta, critical_beta_core(q, p))
+        else:
+            # the tabulated Y2 that the depth kernels read (relative error <= 1e-6)
+            x = self.beta * np.sqrt(np.maximum(q * (q - p), 0.0))
+            y2 = participation_table(self.seq_len)(x)
+            if self.gain_controlled:
+                y2 = y2 - 1.0 / self.seq_len
+            else:  # cross-overlap of two rows: 1/T
+                return softmax_attention_overlap_core(q, p, y2, 1.0 / self.seq_len, self.sigma_v2,
+                                                      self.sigma_b2)
         core = gain_controlled_attention_core if self.gain_controlled else softmax_attention_core
         return core(q, p, y2, self.sigma_v2, self.sigma_b2)
 
@@ -117,8 +130,7 @@ class _MLP(Component):
 
     def apply(self, q, p):
         q1, p1 = dense_core(q, p, self.sigma_w2, self.sigma_b2)
-        moments = relu_moments_core if self.activation == "relu" else linear_moments_core
-        m2, m11 = moments(q1, p1)
+        m2, m11 = moments_array(activation_spec(self.activation).code, q1, p1)
         return dense_core(m2, m11, self.sigma_w2, self.sigma_b2)
 
 
@@ -142,21 +154,30 @@ def layer_norm() -> Component:
     return _LayerNorm()
 
 
-def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4) -> Component:
-    """Softmax self-attention (REM, T -> infinity); see :func:`softmax_attention_map`."""
-    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2))
+def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Component:
+    """Softmax self-attention (REM); see :func:`softmax_attention_map`.
+
+    ``seq_len=None``: T -> infinity; an integer T >= 2: the tabulated exact finite-T
+    participation ratio (:func:`~remprop.theory.finite_size.participation_table`).
+    """
+    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), seq_len=check_seq_len(seq_len))
 
 
-def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4) -> Component:
-    """Attention with the sequence mean removed; see :func:`gain_controlled_attention_map`."""
-    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), gain_controlled=True)
+def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Component:
+    """Attention with the sequence mean removed; see :func:`gain_controlled_attention_map`.
+
+    ``seq_len``: as in :func:`softmax_attention` (finite T uses ``Y2 - 1/T``).
+    """
+    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), gain_controlled=True,
+                      seq_len=check_seq_len(seq_len))
 
 
 def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu") -> Component:
-    """Two-layer MLP with the given activation; see :func:`mlp_map`."""
-    check_choice("activation", activation, tuple(ACTIVATIONS))
+    """Two-layer MLP with the given activation (a name in ``ACTIVATIONS`` or a
+    numba-jittable function); see :func:`mlp_map`."""
+    name = activation_spec(activation).name
     return _MLP(as_float_array("sigma_w2", sigma_w2, nonnegative=True),
-                as_float_array("sigma_b2", sigma_b2, nonnegative=True), activation)
+                as_float_array("sigma_b2", sigma_b2, nonnegative=True), name)
 
 
 def _attention_args(beta, sigma_v2, sigma_b2):

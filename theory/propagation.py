@@ -58,13 +58,15 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     q0 = as_float_array("q0", q0, positive=True)
     rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
     values["q0"] = q0
+    values["rho0"] = rho0
+    names = [name for name in _kernels.PARAMS if name != "p0"] + ["rho0"]
+    try:
+        shape = np.broadcast_shapes(*(values[n].shape for n in names))
+    except ValueError:
+        described = ", ".join(f"{n}{values[n].shape}" for n in names if values[n].ndim)
+        raise ValueError(f"beta and the numeric fields do not broadcast together: {described}") from None
     values["p0"] = q0 * rho0
     columns = [values[name] for name in _kernels.PARAMS]
-    try:
-        shape = np.broadcast_shapes(*(c.shape for c in columns))
-    except ValueError:
-        described = ", ".join(f"{n}{values[n].shape}" for n in _kernels.PARAMS if values[n].ndim)
-        raise ValueError(f"beta and the numeric fields do not broadcast together: {described}") from None
     views = [np.broadcast_to(c, shape) for c in columns]
     size = int(np.prod(shape, dtype=np.int64))
 
@@ -82,9 +84,11 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     r"""Propagate the order parameters (q, p) through ``depth`` blocks.
 
     Each block applies the maps of its components in the order given by
-    ``arch.norm`` (see :class:`Architecture`); the attention uses the asymptotic
-    REM participation ratio ``Y2 = max(0, 1 - beta_c / beta)`` with
-    ``beta_c = sqrt(2 / (q (q - p)))`` evaluated on its own input.
+    ``arch.norm`` (see :class:`Architecture`); the attention uses the REM
+    participation ratio of its own input: asymptotic, ``Y2 = max(0, 1 - beta_c / beta)``
+    with ``beta_c = sqrt(2 / (q (q - p)))``, when ``arch.seq_len`` is None, else the
+    exact finite-T ``Y2`` (tabulated, relative error <= 1e-6; see
+    :func:`~remprop.theory.finite_size.participation_table`).
 
     Parameters
     ----------
@@ -120,10 +124,12 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     q = np.empty((size, depth + 1))
     p = np.empty((size, depth + 1))
     beta_c = np.empty((size, depth))
-    kernels = _kernels.kernels_for(*arch.codes)
+    kernels = _kernels.kernels_for(*arch.codes, arch.seq_len is not None)
+    table = _kernels.packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
-        q[start:stop], p[start:stop], beta_c[start:stop] = kernels.trajectories(rows(start, stop), depth)
+        q[start:stop], p[start:stop], beta_c[start:stop] = kernels.trajectories(
+            rows(start, stop), depth, table)
     return Trajectory(q.reshape(shape + (depth + 1,)), p.reshape(shape + (depth + 1,)),
                       beta_c.reshape(shape + (depth,)))
 
@@ -137,12 +143,15 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
     cells finished after each chunk.
     """
     depth = check_depth(depth)
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be callable or None, got {progress!r}")
     shape, size, rows = pack_parameters(arch, beta, q0, rho0)
     out = np.empty((size, 4))
-    kernels = _kernels.kernels_for(*arch.codes)
+    kernels = _kernels.kernels_for(*arch.codes, arch.seq_len is not None)
+    table = _kernels.packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
-        out[start:stop] = kernels.final_states(rows(start, stop), depth)
+        out[start:stop] = kernels.final_states(rows(start, stop), depth, table)
         if progress is not None:
             progress(stop - start)
     q, p = out[:, 0].reshape(shape), out[:, 1].reshape(shape)
