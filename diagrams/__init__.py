@@ -28,6 +28,10 @@ _LAZY = {
     "attention_phase_data": ".curves",
     "layernorm_placement_data": ".curves",
     "make_theory_figures": ".gallery",
+    "finite_size_boundary_data": ".finite_size_figures",
+    "finite_size_boundary_figure": ".finite_size_figures",
+    "edge_of_chaos_data": ".edge_of_chaos_figures",
+    "edge_of_chaos_figure": ".edge_of_chaos_figures",
 }
 
 __all__ = [

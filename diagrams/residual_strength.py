@@ -149,7 +149,7 @@ def _search(arch, params, depth, threshold, alpha_max, tol):
     for bound in np.unique(upper[todo]):
         rows = np.flatnonzero(todo & (upper == bound))
         result[rows] = _kernels.min_alpha_bisection(*arch.codes, params[rows], depth, threshold,
-                                                   float(bound), tol)
+                                                   float(bound), tol, seq_len=arch.seq_len)
     return result
 
 

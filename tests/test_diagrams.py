@@ -339,3 +339,15 @@ def test_bad_diagram_arguments(kwargs, name):
 def test_bad_alpha_star_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         min_residual_strength(Architecture(), 10, 0.5, **kwargs)
+
+
+def test_min_residual_strength_follows_finite_seq_len():
+    # With finite T the participation ratio is positive below beta_c, so alpha* must
+    # depend on beta and agree with a direct bracket of the finite-T final cosine.
+    arch = Architecture(seq_len=128)
+    betas = np.array([0.3, 1.0])
+    alpha_star = min_residual_strength(arch, 20, betas)
+    assert alpha_star[0] != alpha_star[1]
+    above = final_state(arch.replace(alpha_sa=alpha_star), betas, 20)["rho"]
+    below = final_state(arch.replace(alpha_sa=alpha_star - 2e-6), betas, 20)["rho"]
+    assert (above <= 0.99).all() and (below > 0.99).all()
