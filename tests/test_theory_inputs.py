@@ -110,6 +110,17 @@ BAD_CALLS = {
     "Architecture activation=3": (lambda: Architecture(activation=3), "activation"),
     "Architecture.replace norm": (lambda: ARCH.replace(norm="post-ln"), "norm"),
     "Architecture.replace alpha_sa<0": (lambda: ARCH.replace(alpha_sa=-1.0), "alpha_sa"),
+    "Architecture.replace unknown field": (lambda: ARCH.replace(depth=3), "depth"),
+    "mlp sigma_w2=sigma_b2=0": (lambda: mlp_map(1.0, 0.0, 0.0, 0.0), "sigma_w2"),
+    # attention inputs are T tokens: cosine >= -1/(T - 1), i.e. >= 0 as T -> infinity
+    "softmax p<0 (T -> inf)": (lambda: softmax_attention_map(1.0, -0.1, 0.5), "p"),
+    "gain-controlled p<0 (T -> inf)": (lambda: gain_controlled_attention_map(1.0, -0.1, 0.5), "p"),
+    "softmax p/q<-1/(T-1)": (lambda: softmax_attention_map(1.0, -0.2, 0.5, seq_len=8), "p"),
+    "components.softmax_attention p<0": (lambda: C.softmax_attention(1.0)(1.0, -0.1), "p"),
+    "pre-LN block p<0": (lambda: ARCH.replace(norm="pre").block(1.0)(2.0, -0.1), "p"),
+    "propagate rho0<0 (T -> inf)": (lambda: propagate(ARCH, 0.5, 3, rho0=-0.1), "rho0"),
+    "final_state rho0<-1/(T-1)": (
+        lambda: final_state(ARCH.replace(seq_len=8), 0.5, 3, rho0=-0.2), "rho0"),
     # propagate / final_state
     "propagate arch": (lambda: propagate("post", 0.5, 3), "arch"),
     "final_state arch": (lambda: final_state(None, 0.5, 3), "arch"),
@@ -151,6 +162,21 @@ def test_architecture_rejects_bad_numeric_fields(field, value):
     assert_names(err.value, field)
 
 
+def test_missing_numeric_field_says_it_must_be_a_number():
+    with pytest.raises(ValueError, match="alpha_sa must be a real number"):
+        Architecture(alpha_sa=None)
+
+
+def test_finite_seq_len_accepts_the_most_negative_simplex_cosine():
+    """A regular simplex of T tokens has cosine exactly -1/(T - 1); it must be accepted
+    and stay physical (q > 0, |rho| <= 1)."""
+    T = 8
+    traj = propagate(ARCH.replace(seq_len=T), 0.5, 3, rho0=-1.0 / (T - 1))
+    assert np.all(traj.q > 0) and np.all(np.abs(traj.rho) <= 1.0)
+    q_a, p_a = softmax_attention_map(1.0, -1.0 / (T - 1), 0.5, seq_len=T)
+    assert q_a > 0 and abs(p_a) <= q_a
+
+
 def test_architecture_choices_are_the_documented_ones():
     assert set(NORMS) == {"post", "pre", "none"}
     assert set(ATTENTIONS) == {"softmax", "gain-controlled"}
@@ -183,7 +209,7 @@ def test_integral_float_depth_is_accepted():
     np.testing.assert_array_equal(propagate(ARCH, 0.5, 3.0).rho, propagate(ARCH, 0.5, 3).rho)
 
 
-# --- error names of the less common paths; known gaps are strict xfails (a fix flips them)
+# --- error names of the less common paths
 def test_broadcast_error_names_rho0():
     with pytest.raises(ValueError) as err:
         propagate(ARCH, [0.5, 1.0], 3, rho0=[0.0, 0.1, 0.2])
@@ -196,12 +222,6 @@ def test_final_state_rejects_a_non_callable_progress():
     assert_names(err.value, "progress")
 
 
-COMPONENT_STATE_BUG = pytest.mark.xfail(
-    strict=True, reason="theory bug (reported): Component.__call__ does not check (q, p): "
-    "bad states return NaN or negative variances silently")
-
-
-@COMPONENT_STATE_BUG
 @pytest.mark.parametrize("q, p, name", [(0.0, 0.0, "q"), (-1.0, 0.0, "q"), (1.0, NAN, "p"),
                                         (1.0, 5.0, "p")])
 @pytest.mark.parametrize("component", ["layer_norm", "mlp", "softmax_attention", "block"])

@@ -176,14 +176,7 @@ def test_linear_no_ln_stack_with_uniform_attention_has_a_closed_form(fields, bet
     assert np.all(np.abs(spread - expected) <= 1e-12 * expected + slack)
 
 
-NEGATIVE_RHO_BUG = pytest.mark.xfail(
-    strict=True, reason="theory bug (reported): rho0 < 0 is accepted, but the T -> infinity "
-    "softmax map then gives q_A = s_v2 p + s_b2 < 0 (negative variance) and |rho| > 1")
-
-
-@pytest.mark.parametrize("norm, attention", [
-    pytest.param(norm, attention, marks=NEGATIVE_RHO_BUG if attention == "softmax" else ())
-    for norm, attention in itertools.product(NORMS, ATTENTIONS)])
+@pytest.mark.parametrize("norm, attention", list(itertools.product(NORMS, ATTENTIONS)))
 def test_negative_input_cosine_is_rejected_or_stays_physical(norm, attention):
     arch = Architecture(norm=norm, attention=attention)
     try:
@@ -194,10 +187,6 @@ def test_negative_input_cosine_is_rejected_or_stays_physical(norm, attention):
     assert np.all(traj.q > 0) and np.all(np.abs(traj.rho) <= 1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="theory bug (reported): for tanh, GELU and SiLU the "
-                   "quadrature gives E[phi(u)phi(v)] > E[phi(u)^2] by an ulp at p1 = q1, so "
-                   "rho = 1 + ulp and the next beta_c = sqrt(2 / (q (q - p))) is NaN (also "
-                   "GELU post/none, SiLU none at sigma_w2 = 2)")
 def test_collapsed_tokens_stay_finite():
     """rho0 = 1 (fully collapsed tokens) is a fixed point: rho stays 1, nothing is NaN.
 

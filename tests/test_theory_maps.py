@@ -315,16 +315,7 @@ BROADCAST_SHAPE = {name: (3, 2) if name in ("layernorm_map", "activation_moments
                    for name in BROADCAST_CASES}
 
 
-SHAPE_BUG = pytest.mark.xfail(strict=True, reason="theory bug (reported): q' and p' keep the "
-                              "shapes of the inputs each formula touches, not their broadcast")
-#: Maps that still return q' and p' of different shapes (strict: a fix turns these red).
-SHAPE_BUG_MAPS = {"softmax_attention_map", "gain_controlled_attention_map", "layernorm_map",
-                  "skip_map", "dense_map", "components.softmax_attention", "components.layer_norm"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=SHAPE_BUG if name in SHAPE_BUG_MAPS else ())
-    for name in sorted(BROADCAST_CASES)])
+@pytest.mark.parametrize("name", sorted(BROADCAST_CASES))
 def test_maps_return_q_and_p_of_the_common_broadcast_shape(name):
     q_out, p_out = BROADCAST_CASES[name]()
     assert np.shape(q_out) == np.shape(p_out) == BROADCAST_SHAPE[name]

@@ -23,6 +23,8 @@ def as_float_array(name, value, *, positive=False, nonnegative=False, low=None, 
     allow_inf : bool
         Accept ``+inf`` (never NaN).
     """
+    if value is None or isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -91,6 +93,39 @@ def check_overlap(q, p, q_name="q", p_name="p"):
     if (np.abs(p) > q * (1 + 1e-12)).any():
         raise ValueError(f"{p_name} must satisfy |{p_name}| <= {q_name} (a cosine in [-1, 1])")
     return q, p
+
+
+def simplex_cosine_floor(seq_len):
+    """Smallest mean cosine of T tokens: ``-1/(T - 1)`` (0 as T -> infinity, ``seq_len=None``).
+
+    ``|sum_i x_i|^2 = T q + T (T - 1) p >= 0`` gives ``p / q >= -1/(T - 1)``.
+    """
+    return 0.0 if seq_len is None else -1.0 / (seq_len - 1)
+
+
+def check_simplex_cosine(name, cosine, seq_len):
+    """Check a mean cosine of T tokens against :func:`simplex_cosine_floor`.
+
+    ``cosine`` is a validated float array; ``name`` is named in the error.
+    """
+    floor = simplex_cosine_floor(seq_len)
+    if (cosine < floor).any():
+        if seq_len is None:
+            why = ("negative mean cosines are not reachable as T -> infinity (T tokens have mean "
+                   "cosine >= -1/(T - 1) -> 0); the T -> infinity attention maps would give "
+                   "negative variances. Use a finite seq_len for negative cosines")
+        else:
+            why = f"T = {seq_len} tokens have mean cosine >= -1/(T - 1) = {floor!r}"
+        worst = float(_worst(cosine, cosine < floor))
+        raise ValueError(f"{name} must be >= {floor!r}: {why}; got {worst!r}")
+    return cosine
+
+
+def output_pair(first, second):
+    """Broadcast the two outputs of a map to their common shape (like a two-output ufunc)."""
+    first, second = np.broadcast_arrays(np.asarray(first, dtype=np.float64),
+                                        np.asarray(second, dtype=np.float64))
+    return scalar_or_array(np.array(first)), scalar_or_array(np.array(second))
 
 
 def _worst(arr, mask):

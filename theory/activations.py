@@ -77,7 +77,7 @@ import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
-from ._checks import as_float_array, check_overlap, scalar_or_array
+from ._checks import as_float_array, check_overlap, output_pair, scalar_or_array
 from ._naming import specialised
 from .quadrature import HALF_WIDTH, trapezoid_half_nodes
 
@@ -138,6 +138,20 @@ def dense_core(q, p, sigma_w2, sigma_b2):
 # ---------------------------------------------------------------------------------
 # Trapezoid helpers
 # ---------------------------------------------------------------------------------
+@register_jitable
+def capped_covariance(m2, m11):
+    """Clip ``m11`` to ``[-m2, m2]`` (Cauchy-Schwarz: ``|E[phi(u)phi(v)]| <= E[phi(u)^2]``).
+
+    At full correlation (``|p1| = q1``) the quadrature sums for ``m11`` and ``m2`` differ
+    by rounding, and ``m11 = m2 (1 + ulp)`` would give a cosine above 1 downstream.
+    """
+    if m11 > m2:
+        return m2
+    if m11 < -m2:
+        return -m2
+    return m11
+
+
 @register_jitable
 def _half_rule(m):
     """Step h = L/m and weights h N(j h) for j = 0..m."""
@@ -204,7 +218,7 @@ def tanh_moments_core(q1, p1):
             pc = big_p * cosh2[j]
             g += w_in[j] * (2.0 * (2.0 + pc) / (1.0 + pc + p2) - 2.0)
         acc += w_out[i] * g * g
-    return m2, sign * 2.0 * acc
+    return m2, capped_covariance(m2, sign * 2.0 * acc)
 
 
 @register_jitable
@@ -230,7 +244,7 @@ def _tanh_moments_direct(q1, p1):
             y = b * j * h_in
             g += w_in[j] * (math.tanh(x + y) + math.tanh(x - y))
         acc += w_out[i] * g * g
-    return m2, sign * 2.0 * acc
+    return m2, capped_covariance(m2, sign * 2.0 * acc)
 
 
 # ---------------------------------------------------------------------------------
@@ -277,7 +291,7 @@ def silu_moments_core(q1, p1):
             pc = big_p * cosh2[j]
             g += w_in[j] * ((2.0 * x + x * pc + big_p * sinh2[j]) / (1.0 + pc + p2) - x)
         acc += (w_out[i] if i == 0 else 2.0 * w_out[i]) * g * g
-    return m2, 0.25 * p1 + acc
+    return m2, capped_covariance(m2, 0.25 * p1 + acc)
 
 
 @register_jitable
@@ -349,7 +363,7 @@ def make_quadrature_moments(remainder, parity, slope, strip, tag):
                 acc += (w_out[0] if i == 0 else 2.0 * w_out[i]) * g * g
             if parity == ODD:
                 acc *= sign
-        return m2, slope * slope * p1 + acc
+        return m2, capped_covariance(m2, slope * slope * p1 + acc)
 
     return register_jitable(specialised(moments, tag))
 
@@ -740,11 +754,13 @@ def dense_map(q, p, sigma_w2=0.2, sigma_b2=4e-4):
     r"""A dense layer ``W ~ N(0, sigma_w2 / fan_in)``, bias ``N(0, sigma_b2)``.
 
     .. math:: q' = \sigma_w^2 q + \sigma_b^2, \qquad p' = \sigma_w^2 p + \sigma_b^2
+
+    ``q'`` and ``p'`` are broadcast to the common shape of all inputs.
     """
     q, p = check_overlap(q, p)
     sigma_w2 = as_float_array("sigma_w2", sigma_w2, nonnegative=True)
     sigma_b2 = as_float_array("sigma_b2", sigma_b2, nonnegative=True)
-    return tuple(scalar_or_array(x) for x in dense_core(q, p, sigma_w2, sigma_b2))
+    return output_pair(*dense_core(q, p, sigma_w2, sigma_b2))
 
 
 def mlp_map(q, p, sigma_w2=0.2, sigma_b2=4e-4, activation="relu"):
@@ -765,5 +781,8 @@ def mlp_map(q, p, sigma_w2=0.2, sigma_b2=4e-4, activation="relu"):
     """
     spec = activation_spec(activation)
     q1, p1 = dense_map(q, p, sigma_w2, sigma_b2)
+    if (np.asarray(q1) <= 0.0).any():
+        raise ValueError("sigma_w2 and sigma_b2 must not both vanish: the pre-activation "
+                         "variance sigma_w2 * q + sigma_b2 must be > 0")
     m2, m11 = activation_moments(q1, p1, spec.name)
     return dense_map(m2, m11, sigma_w2, sigma_b2)

@@ -90,7 +90,12 @@ class Architecture:
 
     # -- conveniences -------------------------------------------------------------
     def replace(self, **changes) -> "Architecture":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again); unknown fields raise ValueError."""
+        known = {field.name for field in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a field of Architecture "
+                             f"(fields: {', '.join(sorted(known))})")
         return dataclasses.replace(self, **changes)
 
     def numeric(self) -> dict:

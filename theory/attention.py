@@ -16,7 +16,13 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from ._checks import scalar_or_array, as_float_array, check_overlap
+from ._checks import (
+    as_float_array,
+    check_overlap,
+    check_simplex_cosine,
+    output_pair,
+    scalar_or_array,
+)
 from .finite_size import check_seq_len, participation_moment
 
 __all__ = [
@@ -29,8 +35,12 @@ __all__ = [
 
 @register_jitable
 def critical_beta_core(q, p):
-    """beta_c = sqrt(2 / (q (q - p))); +inf for collapsed tokens (p = q)."""
-    return np.sqrt(2.0 / (q * (q - p)))
+    """beta_c = sqrt(2 / (q (q - p))); +inf for collapsed tokens (p = q).
+
+    ``q - p`` is clipped at 0: rounding can leave p an ulp above q at collapse (e.g.
+    activation moments from quadrature), which must give +inf, not NaN.
+    """
+    return np.sqrt(2.0 / (q * np.maximum(q - p, 0.0)))
 
 
 @register_jitable
@@ -167,22 +177,25 @@ def softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None)
     rho between 0.2 and 0.8); 1/T is a lower bound that halves the deviation of the
     T -> infinity maps from simulated BERT stacks.
 
+    Domain: the inputs are the order parameters of T tokens, whose mean cosine obeys
+    ``p / q >= -1/(T - 1)``: ``p >= 0`` for ``seq_len=None`` (otherwise ``q_A`` could be
+    negative) and ``p >= -q/(T - 1)`` at finite T; other ``p`` raise ``ValueError``.
+
     Returns
     -------
     (q_A, p_A) : tuple of ndarray
+        Broadcast to the common shape of all inputs.
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Result 1.
     """
-    q, p = check_overlap(q, p)
-    seq_len = check_seq_len(seq_len)
+    q, p, seq_len = _check_token_state(q, p, seq_len)
     y2 = np.asarray(participation_ratio(beta, q, p, seq_len))
     cross = 0.0 if seq_len is None else 1.0 / seq_len
     sigma_v2 = as_float_array("sigma_v2", sigma_v2, nonnegative=True)
     sigma_b2 = as_float_array("sigma_b2", sigma_b2, nonnegative=True)
-    return tuple(scalar_or_array(x) for x in softmax_attention_overlap_core(q, p, y2, cross, sigma_v2,
-                                                                            sigma_b2))
+    return output_pair(*softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2))
 
 
 def gain_controlled_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None):
@@ -195,19 +208,30 @@ def gain_controlled_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_l
     ``Y2 - 1/T``). In the spread phase the output is the bias alone at T -> infinity: the
     centring removes the collapsed common direction; at finite T it is small but not zero.
 
+    Domain: as :func:`softmax_attention_map` (``p >= 0`` for ``seq_len=None``,
+    ``p >= -q/(T - 1)`` at finite T).
+
     Returns
     -------
     (q_A, p_A) : tuple of ndarray
+        Broadcast to the common shape of all inputs.
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Sec. on gain-controlled attention.
     """
-    q, p = check_overlap(q, p)
-    seq_len = check_seq_len(seq_len)
+    q, p, seq_len = _check_token_state(q, p, seq_len)
     y2 = np.asarray(participation_ratio(beta, q, p, seq_len))
     if seq_len is not None:
         y2 = y2 - 1.0 / seq_len
     sigma_v2 = as_float_array("sigma_v2", sigma_v2, nonnegative=True)
     sigma_b2 = as_float_array("sigma_b2", sigma_b2, nonnegative=True)
-    return tuple(scalar_or_array(x) for x in gain_controlled_attention_core(q, p, y2, sigma_v2, sigma_b2))
+    return output_pair(*gain_controlled_attention_core(q, p, y2, sigma_v2, sigma_b2))
+
+
+def _check_token_state(q, p, seq_len):
+    """(q, p) of T tokens: ``|p| <= q`` and ``p / q >= -1/(T - 1)`` (``>= 0`` as T -> inf)."""
+    q, p = check_overlap(q, p)
+    seq_len = check_seq_len(seq_len)
+    check_simplex_cosine("p / q", p / q, seq_len)
+    return q, p, seq_len

@@ -20,7 +20,7 @@ from typing import Callable, Tuple
 
 import numpy as np
 
-from ._checks import as_float_array, scalar_or_array
+from ._checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from .activations import activation_spec, dense_core, moments_array
 from .attention import (
     asymptotic_participation_core,
@@ -45,11 +45,19 @@ class Component:
     name = "component"
 
     def __call__(self, q, p) -> Tuple[np.ndarray, np.ndarray]:
-        q = np.asarray(q, dtype=np.float64)
-        p = np.asarray(p, dtype=np.float64)
+        """Apply the map to validated order parameters (``q > 0``, ``|p| <= q``).
+
+        Returns ``(q', p')`` broadcast to their common shape; bad inputs raise
+        ``ValueError`` naming ``q`` or ``p``, as the public maps do.
+        """
+        q, p = check_overlap(q, p)
+        self.check_input(q, p)
         with np.errstate(divide="ignore", invalid="ignore"):
             q_out, p_out = self.apply(q, p)
-        return scalar_or_array(q_out), scalar_or_array(p_out)
+        return output_pair(q_out, p_out)
+
+    def check_input(self, q, p):
+        """Further domain checks on validated (q, p); none by default."""
 
     def apply(self, q, p):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -68,6 +76,14 @@ class _Serial(Component):
             q, p = layer.apply(q, p)
         return q, p
 
+    def check_input(self, q, p):
+        # The first layer sees (q, p); LayerNorm keeps the cosine, so the layer after a
+        # leading LayerNorm sees the same cosine (attention checks only the cosine).
+        for layer in self.layers:
+            layer.check_input(q, p)
+            if not isinstance(layer, _LayerNorm):
+                break
+
     def __repr__(self):
         return "serial(" + ", ".join(map(repr, self.layers)) + ")"
 
@@ -81,6 +97,9 @@ class _Residual(Component):
     def apply(self, q, p):
         q_branch, p_branch = self.branch.apply(q, p)
         return skip_core(q_branch, p_branch, q, p, self.alpha)
+
+    def check_input(self, q, p):
+        self.branch.check_input(q, p)
 
     def __repr__(self):
         return f"residual(alpha, {self.branch!r})"
@@ -104,6 +123,10 @@ class _Attention(Component):
     @property
     def name(self):
         return "gain_controlled_attention" if self.gain_controlled else "softmax_attention"
+
+    def check_input(self, q, p):
+        # T tokens: mean cosine >= -1/(T - 1) (>= 0 as T -> infinity)
+        check_simplex_cosine("p / q", p / q, self.seq_len)
 
     def apply(self, q, p):
         if self.seq_len is None:

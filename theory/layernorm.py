@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from ._checks import check_overlap, scalar_or_array
+from ._checks import check_overlap, output_pair
 
 __all__ = ["layernorm_map"]
 
@@ -22,12 +22,11 @@ def layernorm_map(q, p):
 
     Each token is rescaled to unit mean square; at large width the per-token mean
     subtracted by LayerNorm is O(1/sqrt(d)) and the cosine is unchanged. The map is
-    idempotent.
+    idempotent. ``q'`` and ``p'`` have the broadcast shape of ``q`` and ``p``.
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333.
     """
     q, p = check_overlap(q, p)
-    out = layernorm_core(q, p)
-    return tuple(scalar_or_array(x) for x in out)
+    return output_pair(*layernorm_core(q, p))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _kernels
-from ._checks import as_float_array, check_depth
+from ._checks import as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, Architecture
 
 __all__ = ["Trajectory", "propagate", "final_state", "pack_parameters", "CHUNK_ROWS"]
@@ -48,6 +48,10 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 8)``
     in the order of :data:`remprop.theory._kernels.PARAMS`. Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
+
+    ``rho0`` must lie in ``[0, 1]`` when ``arch.seq_len`` is None and in
+    ``[-1/(T - 1), 1]`` for ``T = arch.seq_len`` (the mean cosine of T tokens is at least
+    ``-1/(T - 1)``, which tends to 0); other values raise ``ValueError`` naming rho0.
     """
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
@@ -57,6 +61,9 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
         values[name] = as_float_array(name, value, nonnegative=True)
     q0 = as_float_array("q0", q0, positive=True)
     rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
+    # T tokens have mean cosine >= -1/(T - 1): rho0 >= 0 for arch.seq_len None (the
+    # T -> infinity softmax map would give negative variances), >= -1/(T - 1) otherwise
+    check_simplex_cosine("rho0", rho0, arch.seq_len)
     values["q0"] = q0
     values["rho0"] = rho0
     names = [name for name in _kernels.PARAMS if name != "p0"] + ["rho0"]
@@ -100,7 +107,10 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     q0 : array_like
         Input mean squared norm per coordinate, > 0.
     rho0 : array_like
-        Input mean cosine of two tokens, in [-1, 1].
+        Input mean cosine of two tokens: in ``[0, 1]`` when ``arch.seq_len`` is None
+        (T tokens have mean cosine ``>= -1/(T - 1) -> 0``; a negative cosine would make
+        the T -> infinity softmax map return negative variances), in
+        ``[-1/(T - 1), 1]`` for ``T = arch.seq_len``.
 
     Returns
     -------
@@ -140,7 +150,8 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
     Returns a dict of arrays of the broadcast shape: ``q``, ``p``, ``rho``,
     ``beta_critical_first`` (first attention layer) and ``beta_critical_min``
     (smallest over layers). ``progress``, if given, is called with the number of
-    cells finished after each chunk.
+    cells finished after each chunk. Inputs as in :func:`propagate` (``rho0 >= 0`` when
+    ``arch.seq_len`` is None, ``>= -1/(T - 1)`` otherwise).
     """
     depth = check_depth(depth)
     if progress is not None and not callable(progress):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from ._checks import scalar_or_array, as_float_array, check_overlap
+from ._checks import as_float_array, check_overlap, output_pair
 
 __all__ = ["skip_map"]
 
@@ -35,6 +35,11 @@ def skip_map(q_branch, p_branch, q, p, alpha=1.0):
     alpha : array_like
         Skip strength, >= 0.
 
+    Returns
+    -------
+    (q', p') : tuple of ndarray
+        Broadcast to the common shape of all inputs.
+
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333; Noci et al., NeurIPS 2022.
@@ -42,4 +47,4 @@ def skip_map(q_branch, p_branch, q, p, alpha=1.0):
     q_branch, p_branch = check_overlap(q_branch, p_branch, "q_branch", "p_branch")
     q, p = check_overlap(q, p)
     alpha = as_float_array("alpha", alpha, nonnegative=True)
-    return tuple(scalar_or_array(x) for x in skip_core(q_branch, p_branch, q, p, alpha))
+    return output_pair(*skip_core(q_branch, p_branch, q, p, alpha))
