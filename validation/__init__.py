@@ -9,7 +9,10 @@ layer by layer, and draws both side by side.
 * :class:`HuggingFaceBert` -- the same network as a ``transformers.BertModel``;
 * :data:`REGISTRY` -- each theory map paired with its simulated torch component;
 * :func:`compare`, :func:`attention_sweep` -- theory against simulation;
-* :mod:`remprop.validation.figures` -- the paper's simulated figures (1d, 1e, 2, 5).
+* :mod:`remprop.validation.figures` -- the paper's simulated figures (1d, 1e, 2, 5);
+* :func:`gradient_sweep`, :func:`figure_3c` -- query/key gradients against autograd (Fig. 3c);
+* :func:`causal_comparison`, :func:`figure_12` -- causal stacks, last tokens and error by position;
+* :func:`multihead_participation` -- H heads under both query/key variance conventions.
 
 torch is imported on first use of these names, not by ``import remprop.validation``
 (so ``remprop.validation.cli`` builds its parser without torch). Runs on CUDA when
@@ -32,6 +35,11 @@ _EXPORTS = {
     "token_statistics": "measurements", "attention_statistics": "measurements",
     "FigureResult": "figures", "FIGURES": "figures",
     "figure_1d": "figures", "figure_1e": "figures", "figure_2": "figures", "figure_5": "figures",
+    "window_statistics": "measurements", "last_tokens_statistics": "measurements",
+    "jacobian_norms": "gradients", "readout_gradient_norms": "gradients", "GradientSweep": "gradients",
+    "gradient_sweep": "gradients", "figure_3c": "figures_gradients",
+    "CausalComparison": "causal", "causal_comparison": "causal", "figure_12": "figures_causal",
+    "multihead_participation": "multihead",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,7 +17,7 @@ import torch
 from remprop.theory._checks import as_float_array
 
 __all__ = [
-    "DTYPES", "STREAM_WEIGHTS", "STREAM_TOKENS", "STREAM_EMBEDDINGS",
+    "DTYPES", "STREAM_WEIGHTS", "STREAM_TOKENS", "STREAM_EMBEDDINGS", "STREAM_READOUTS",
     "resolve_device", "resolve_dtype", "check_positive_int", "check_scalar", "check_seed", "generator",
 ]
 
@@ -28,6 +28,8 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 STREAM_WEIGHTS = 0
 STREAM_TOKENS = 1
 STREAM_EMBEDDINGS = 2
+#: Random readouts of the gradient measurements (3 is taken by the LayerNorm figure's value bias).
+STREAM_READOUTS = 4
 
 
 def resolve_device(device=None) -> torch.device:
@@ -100,7 +102,8 @@ def generator(seed: int, stream: int, index: int = 0, device=None) -> torch.Gene
     seed : int
         Initialisation seed, >= 0.
     stream : int
-        One of :data:`STREAM_WEIGHTS`, :data:`STREAM_TOKENS`, :data:`STREAM_EMBEDDINGS`.
+        One of :data:`STREAM_WEIGHTS`, :data:`STREAM_TOKENS`, :data:`STREAM_EMBEDDINGS`,
+        :data:`STREAM_READOUTS`.
     index : int
         Layer (weights) or any other sub-stream index, >= 0.
     device : torch.device or str, optional

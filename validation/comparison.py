@@ -18,6 +18,7 @@ import torch
 
 from remprop.theory import Architecture, Trajectory, layernorm_map, participation_ratio, propagate
 from remprop.theory._checks import as_float_array, check_choice
+from remprop.theory.multihead import QK_SCALINGS, effective_beta
 
 from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
@@ -163,8 +164,8 @@ def _seed_list(seeds):
 
 
 def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, width=720, seeds=2, sequences=2, *,
-            inputs="text", q0=1.0, rho0=0.0, d_ff=None, heads=1, causal=False, dtype="float32", device=None,
-            batch_size=None, observable="cosine", progress=None) -> Comparison:
+            inputs="text", q0=1.0, rho0=0.0, d_ff=None, heads=1, causal=False, qk_scaling="model", dtype="float32",
+            device=None, batch_size=None, observable="cosine", progress=None) -> Comparison:
     """Simulate ``seeds x sequences`` sequences through the stack and compare with the theory.
 
     Parameters
@@ -183,8 +184,9 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         Embedded pydoc text windows, or Gaussian tokens with ``q0``, ``rho0``.
     q0, rho0 : float
         Input state of synthetic sequences.
-    d_ff, heads, causal, dtype, device
-        As :class:`~remprop.validation.simulator.SimulatedStack`.
+    d_ff, heads, causal, qk_scaling, dtype, device
+        As :class:`~remprop.validation.simulator.SimulatedStack`. The theory runs at the
+        heads' effective beta (:func:`remprop.theory.multihead.effective_beta`).
     batch_size : int, optional
         Sequences pushed through at once (default all of a seed, at most 16).
     observable : {"cosine", "rho"}
@@ -215,7 +217,8 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     batch_size = min(sequences, 16) if batch_size is None else check_positive_int("batch_size", batch_size)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     stacks = [SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, heads=heads, seq_len=seq_len,
-                             causal=causal, dtype=dtype, device=device, seed=s) for s in seed_list]
+                             causal=causal, qk_scaling=qk_scaling, dtype=dtype, device=device, seed=s)
+              for s in seed_list]
     start = time.perf_counter()
     traces = []
     for stack in stacks:
@@ -231,12 +234,14 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     trace = StackTrace.concatenate(traces)
     stack = stacks[0]
     q_in, rho_in = float(trace.q[:, 0].mean()), float(trace.rho[:, 0].mean())
-    theory = propagate(arch, stack.beta, stack.depth, q0=q_in, rho0=rho_in)
+    beta_eff = float(effective_beta(stack.beta, stack.heads, stack.qk_scaling))
+    theory = propagate(arch, beta_eff, stack.depth, q0=q_in, rho0=rho_in)
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": stack.seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "heads": stack.heads, "causal": stack.causal,
+                "qk_scaling": stack.qk_scaling,
                 "seeds": seed_list, "sequences": sequences, "inputs": inputs,
                 "q0": q_in, "rho0": rho_in, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
-    return Comparison(settings, trace, theory, theory_participation(arch, stack.beta, theory),
+    return Comparison(settings, trace, theory, theory_participation(arch, beta_eff, theory),
                       observable, elapsed)
 
 
@@ -276,13 +281,17 @@ def _attention_theory(settings, cosines, betas):
     q0 = settings["q0"]
     p0 = q0 * np.asarray(cosines, dtype=float)[:, None]
     betas = np.asarray(betas, dtype=float)[None, :]
-    q_a, p_a = entry.theory(q0, p0, beta=betas, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2)
-    return {"cosine": np.asarray(p_a / q_a), "q": np.asarray(q_a),
-            "y2": np.asarray(participation_ratio(betas, q0, p0)) + 0.0 * p0}
+    heads, qk_scaling = settings.get("heads", 1), settings.get("qk_scaling", "model")
+    q_a, p_a = entry.theory(q0, p0, beta=betas, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2, heads=heads,
+                            qk_scaling=qk_scaling)
+    with np.errstate(invalid="ignore"):  # 0/0 where Y2 = 0 and there is no value bias
+        cosine = np.asarray(p_a / q_a)
+    return {"cosine": cosine, "q": np.asarray(q_a),
+            "y2": np.asarray(participation_ratio(effective_beta(betas, heads, qk_scaling), q0, p0)) + 0.0 * p0}
 
 
 def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = None, q0=1.0, width=720,
-                    seq_len=512, seeds=2, sequences=2, heads=1, dtype="float32", device=None,
+                    seq_len=512, seeds=2, sequences=2, heads=1, qk_scaling="model", dtype="float32", device=None,
                     progress=None) -> AttentionSweep:
     """Measure one attention layer (no skip, no LayerNorm) against its theory map.
 
@@ -300,7 +309,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
         Input rho0 values.
     arch : Architecture, optional
         Supplies ``attention``, ``sigma_v2`` and ``sigma_b2``.
-    q0, width, seq_len, seeds, sequences, heads, dtype, device, progress
+    q0, width, seq_len, seeds, sequences, heads, qk_scaling, dtype, device, progress
         As :func:`compare` (``progress`` is called once per sequence batch).
 
     Returns
@@ -321,6 +330,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     heads = check_positive_int("heads", heads)
     if width % heads:
         raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
+    check_choice("qk_scaling", qk_scaling, QK_SCALINGS)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     entry = REGISTRY["softmax_attention" if arch.attention == "softmax" else "gain_controlled_attention"]
     sigma_v2, sigma_b2 = check_scalar("sigma_v2", arch.sigma_v2), check_scalar("sigma_b2", arch.sigma_b2)
@@ -337,7 +347,8 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
                 for b_index, beta in enumerate(betas):
                     gen = generator(seed, STREAM_WEIGHTS, 0, device)
                     weights = layers.draw_attention_weights(gen, width, float(beta), seq_len, sigma_v2, sigma_b2,
-                                                            dtype=dtype, device=device)
+                                                            dtype=dtype, device=device, heads=heads,
+                                                            qk_scaling=qk_scaling)
                     out, probs = entry.torch_function(x, weights, heads=heads)
                     stats = {**token_statistics(out), **attention_statistics(probs)}
                     for k in names:
@@ -347,6 +358,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     elapsed = time.perf_counter() - start
     ddof = 1 if samples["q"].shape[-1] > 1 else 0
     settings = {"arch": arch.to_dict(), "q0": float(q0), "width": width, "seq_len": seq_len, "heads": heads,
+                "qk_scaling": qk_scaling,
                 "seeds": seed_list, "sequences": sequences, "dtype": str(dtype).replace("torch.", ""),
                 "device": str(device)}
     return AttentionSweep(settings, betas, cosines, _attention_theory(settings, cosines, betas),

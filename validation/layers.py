@@ -4,9 +4,11 @@ Conventions are those of the reference experiments (``THEORY.md`` section 2):
 
 * query/key weights ``W_Q, W_K ~ N(0, s_qk^2)`` with ``s_qk^2 = beta sqrt(log T) / d``,
   scores divided by ``sqrt(d_H)``, no query/key biases. The variance is over ``d`` for
-  every number of heads ``H``: the score of head h is a sum of ``d_H`` products each of
-  variance ``(s_qk^2 d q)^2``, divided by ``d_H``, so ``Var(s_ij) = beta^2 q^2 log T`` for
-  all H (with ``s_qk^2`` over ``d_H`` it would grow as ``H^2`` and freeze the heads);
+  every number of heads ``H`` (``qk_scaling="model"``, the default): the score of head h
+  is a sum of ``d_H`` products each of variance ``(s_qk^2 d q)^2``, divided by ``d_H``, so
+  ``Var(s_ij) = beta^2 q^2 log T`` for all H. ``qk_scaling="head"`` divides by ``d_H``
+  instead: the score variance grows as ``H^2`` (each head behaves as a single head at
+  ``H beta``; :func:`remprop.theory.multihead.effective_beta`);
 * values ``W_V ~ N(0, s_v^2 / d)``, value bias ``N(0, s_b^2)``, no output projection;
 * MLP ``W1 ~ N(0, s_w^2 / d)``, ``W2 ~ N(0, s_w^2 / d_ff)``, biases ``N(0, s_b^2)``;
 * LayerNorm without affine parameters;
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from remprop.theory import multihead
 
 __all__ = [
     "ACTIVATION_FUNCTIONS", "AttentionWeights", "MLPWeights", "DenseWeights", "BlockWeights",
@@ -78,18 +82,19 @@ class BlockWeights:
     mlp: MLPWeights
 
 
-def query_key_variance(beta: float, width: int, seq_len: int) -> float:
+def query_key_variance(beta: float, width: int, seq_len: int, heads: int = 1, qk_scaling: str = "model") -> float:
     r"""Variance of the query and key weights.
 
-    .. math:: s_{qk}^2 = \beta \sqrt{\log T} / d
+    .. math:: s_{qk}^2 = \beta \sqrt{\log T} / d \quad(\text{"model"}),\qquad
+              s_{qk}^2 = \beta \sqrt{\log T} / d_H \quad(\text{"head"})
 
-    (over the full width ``d`` for every number of heads; see the module docstring).
+    (see the module docstring and :func:`remprop.theory.multihead.query_key_variance`).
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, initialisation of the reference experiments.
     """
-    return beta * math.sqrt(math.log(seq_len)) / width
+    return float(multihead.query_key_variance(beta, width, seq_len, heads, qk_scaling))
 
 
 def _normal(gen, shape, variance, dtype, device):
@@ -97,12 +102,14 @@ def _normal(gen, shape, variance, dtype, device):
     return out.mul_(math.sqrt(variance))
 
 
-def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dtype, device):
+def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dtype, device, heads=1,
+                           qk_scaling="model"):
     """Draw ``W_Q, W_K ~ N(0, s_qk^2)``, ``W_V ~ N(0, sigma_v2/d)``, ``b_V ~ N(0, sigma_b2)``.
 
-    Drawn in this order from ``gen``.
+    Drawn in this order from ``gen``; ``s_qk^2`` from :func:`query_key_variance` (``heads``
+    and ``qk_scaling`` matter only for ``qk_scaling="head"``).
     """
-    s_qk2 = query_key_variance(beta, width, seq_len)
+    s_qk2 = query_key_variance(beta, width, seq_len, heads, qk_scaling)
     return AttentionWeights(
         query=_normal(gen, (width, width), s_qk2, dtype, device),
         key=_normal(gen, (width, width), s_qk2, dtype, device),

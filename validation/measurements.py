@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["TOKEN_STATISTICS", "ATTENTION_STATISTICS", "token_statistics", "attention_statistics"]
+__all__ = ["TOKEN_STATISTICS", "ATTENTION_STATISTICS", "token_statistics", "attention_statistics",
+           "window_statistics", "last_tokens_statistics"]
 
 #: Names of the per-sequence token statistics.
 TOKEN_STATISTICS = ("q", "p", "rho", "cosine")
@@ -115,3 +116,45 @@ def attention_statistics(probs: torch.Tensor, mask: torch.Tensor | None = None) 
         m = m[..., 0]
         y2_rows, entropy_rows = y2_rows * m, entropy_rows * m
     return {"y2": y2_rows.sum(dim=1) / n, "entropy": entropy_rows.sum(dim=1) / n}
+
+
+def window_statistics(x: torch.Tensor, start: int, stop: int, mask: torch.Tensor | None = None) -> dict:
+    r"""Token statistics (q, p, rho, cosine) of the tokens at positions ``start <= t < stop`` (0-based).
+
+    :func:`token_statistics` of ``x[:, start:stop]``: the pairs are those inside the
+    window (for causal stacks, where the statistics depend on the position).
+
+    Parameters
+    ----------
+    x : Tensor, shape (batch, T, d)
+    start, stop : int
+        Window ``[start, stop)``, at least two positions.
+    mask : Tensor of bool, shape (batch, T), optional
+
+    Returns
+    -------
+    dict of str -> Tensor of shape (batch,)
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 12.
+    """
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (batch, T, d), got {tuple(x.shape)}")
+    seq = x.shape[1]
+    if not (isinstance(start, int) and isinstance(stop, int)) or not 0 <= start < stop <= seq or stop - start < 2:
+        raise ValueError(f"window must satisfy 0 <= start < stop <= {seq} with at least 2 tokens, "
+                         f"got start={start!r}, stop={stop!r}")
+    return token_statistics(x[:, start:stop], None if mask is None else mask[:, start:stop])
+
+
+def last_tokens_statistics(x: torch.Tensor, last: int, mask: torch.Tensor | None = None) -> dict:
+    r"""Token statistics of the last ``last`` tokens of each sequence (causal stacks, Fig. 12).
+
+    ``window_statistics(x, T - last, T)``; ``last`` >= 2.
+    """
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (batch, T, d), got {tuple(x.shape)}")
+    if isinstance(last, bool) or not isinstance(last, int) or not 2 <= last <= x.shape[1]:
+        raise ValueError(f"last must be an integer in [2, {x.shape[1]}], got {last!r}")
+    return window_statistics(x, x.shape[1] - last, x.shape[1], mask)

@@ -30,6 +30,7 @@ from remprop.theory import (
     softmax_attention_map,
 )
 from remprop.theory._checks import check_choice
+from remprop.theory.multihead import effective_beta
 
 from . import layers
 
@@ -76,16 +77,16 @@ class ComponentPair:
 
 
 def _attention_pair(name, theory_map, torch_function):
-    def theory(q, p, beta, sigma_v2, sigma_b2, heads, causal):
-        return theory_map(q, p, beta, sigma_v2, sigma_b2)
+    def theory(q, p, beta, sigma_v2, sigma_b2, heads, causal, qk_scaling):
+        return theory_map(q, p, effective_beta(beta, heads, qk_scaling), sigma_v2, sigma_b2)
 
-    def simulate(x, gen, mask, beta, sigma_v2, sigma_b2, heads, causal):
+    def simulate(x, gen, mask, beta, sigma_v2, sigma_b2, heads, causal, qk_scaling):
         weights = layers.draw_attention_weights(gen, x.shape[-1], beta, x.shape[-2], sigma_v2, sigma_b2,
-                                                dtype=x.dtype, device=x.device)
+                                                dtype=x.dtype, device=x.device, heads=heads, qk_scaling=qk_scaling)
         return torch_function(x, weights, heads=heads, mask=mask, causal=causal)[0]
 
     return ComponentPair(name, theory_map, torch_function,
-                         dict(beta=0.5, sigma_v2=0.2, sigma_b2=4e-4, heads=1, causal=False),
+                         dict(beta=0.5, sigma_v2=0.2, sigma_b2=4e-4, heads=1, causal=False, qk_scaling="model"),
                          theory, simulate)
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture
-from remprop.theory._checks import check_depth
+from remprop.theory._checks import check_choice, check_depth
+from remprop.theory.multihead import QK_SCALINGS
 
 from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
@@ -92,6 +93,9 @@ class SimulatedStack:
         Sequence length T >= 2 (sets the ``sqrt(log T)`` scale; inputs have T tokens).
     causal : bool
         Causal attention mask (decoder).
+    qk_scaling : {"model", "head"}
+        ``s_qk^2 = beta sqrt(log T) / d`` (default: every head is the single-head REM at
+        beta) or ``/ d_H`` (each head behaves as beta H; :mod:`remprop.theory.multihead`).
     dtype : {"float32", "float64"}
     device : str or torch.device, optional
         Default CUDA when available, else CPU.
@@ -106,7 +110,7 @@ class SimulatedStack:
     """
 
     def __init__(self, arch: Architecture | None = None, beta=0.5, depth=12, *, width=720, d_ff=None,
-                 heads=1, seq_len=512, causal=False, dtype="float32", device=None, seed=0,
+                 heads=1, seq_len=512, causal=False, qk_scaling="model", dtype="float32", device=None, seed=0,
                  layer_norm_eps=1e-12):
         arch = Architecture() if arch is None else arch
         if not isinstance(arch, Architecture):
@@ -123,6 +127,7 @@ class SimulatedStack:
         if not isinstance(causal, (bool, np.bool_)):
             raise ValueError(f"causal must be True or False, got {causal!r}")
         self.causal = bool(causal)
+        self.qk_scaling = check_choice("qk_scaling", qk_scaling, QK_SCALINGS)
         self.dtype = resolve_dtype(dtype)
         self.device = resolve_device(device)
         self.seed = check_seed(seed)
@@ -137,6 +142,7 @@ class SimulatedStack:
     def __repr__(self):
         return (f"SimulatedStack({self.arch!r}, beta={self.beta}, depth={self.depth}, width={self.width}, "
                 f"d_ff={self.d_ff}, heads={self.heads}, seq_len={self.seq_len}, causal={self.causal}, "
+                f"qk_scaling={self.qk_scaling!r}, "
                 f"dtype={self.dtype}, device={self.device}, seed={self.seed})")
 
     # -- weights ------------------------------------------------------------------------
@@ -149,7 +155,8 @@ class SimulatedStack:
         kw = dict(dtype=self.dtype, device=self.device)
         return layers.BlockWeights(
             attention=layers.draw_attention_weights(gen, self.width, self.beta, self.seq_len,
-                                                    self.params["sigma_v2"], self.params["sigma_b2"], **kw),
+                                                    self.params["sigma_v2"], self.params["sigma_b2"], **kw,
+                                                    heads=self.heads, qk_scaling=self.qk_scaling),
             mlp=layers.draw_mlp_weights(gen, self.width, self.d_ff, self.params["sigma_w2"],
                                         self.params["sigma_b2"], **kw),
         )

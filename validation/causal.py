@@ -1,0 +1,195 @@
+"""Causal (decoder) stacks: the late-token theory against simulation, and its error by position.
+
+:func:`causal_comparison` pushes sequences through a causal
+:class:`~remprop.validation.simulator.SimulatedStack` and measures, after every block,
+
+* the mean pairwise cosine of the last ``last`` tokens (Fig. 12: last 50 of T = 512);
+* the same in consecutive windows of ``window`` positions along the sequence;
+
+and sets beside them :func:`remprop.theory.causal.propagate_causal` (position t: a REM
+with t keys at the score scale of T) averaged over the same positions, started from the
+measured input state. Position 1 (one key) has no REM; windows average the theory over
+their positions >= 2.
+
+Reference: Giorlandino & Goldt, arXiv 2505.24333, Fig. 12 (THEORY.md section 8).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from remprop.theory import Architecture
+from remprop.theory._checks import check_choice
+from remprop.theory.causal import propagate_causal
+
+from .backend import check_positive_int, resolve_device, resolve_dtype
+from .comparison import OBSERVABLES, _seed_list
+from .inputs import INPUT_KINDS, input_batches
+from .measurements import last_tokens_statistics, token_statistics, window_statistics
+from .simulator import SimulatedStack
+
+__all__ = ["CausalComparison", "causal_comparison"]
+
+
+@dataclass(frozen=True)
+class CausalComparison:
+    """Late-token theory and measurements of a causal stack, per layer and per position window.
+
+    Attributes
+    ----------
+    settings : dict
+    windows : ndarray of int, shape (n_windows, 2)
+        ``[start, stop)`` of each window, 0-based positions.
+    measured_last : ndarray, shape (samples, depth + 1)
+        Observable of the last ``last`` tokens, per sequence and layer.
+    measured_windows : ndarray, shape (samples, depth + 1, n_windows)
+    theory_last : ndarray, shape (depth + 1,)
+    theory_windows : ndarray, shape (depth + 1, n_windows)
+    theory_encoder : ndarray, shape (depth + 1,)
+        The encoder's (non-causal) finite-T theory at T, for reference.
+    elapsed : float
+    """
+
+    settings: dict
+    windows: np.ndarray
+    measured_last: np.ndarray
+    measured_windows: np.ndarray
+    theory_last: np.ndarray
+    theory_windows: np.ndarray
+    theory_encoder: np.ndarray
+    elapsed: float = 0.0
+
+    @property
+    def depth(self):
+        return self.theory_last.size - 1
+
+    def mean_last(self):
+        return self.measured_last.mean(axis=0)
+
+    def std_last(self):
+        return self.measured_last.std(axis=0, ddof=1) if self.measured_last.shape[0] > 1 else \
+            np.zeros(self.depth + 1)
+
+    @property
+    def error_last(self):
+        """``|theory - measured mean|`` of the last tokens, per layer."""
+        return np.abs(self.theory_last - self.mean_last())
+
+    @property
+    def max_abs_error(self):
+        """Largest error of the last-token prediction over layers 1..depth."""
+        return float(self.error_last[1:].max())
+
+    @property
+    def mean_abs_error(self):
+        return float(self.error_last[1:].mean())
+
+    @property
+    def window_errors(self):
+        """Mean over layers 1..depth of ``|theory - measured|`` in each window, shape (n_windows,)."""
+        err = np.abs(self.theory_windows - self.measured_windows.mean(axis=0))
+        return err[1:].mean(axis=0)
+
+    @property
+    def window_max_errors(self):
+        err = np.abs(self.theory_windows - self.measured_windows.mean(axis=0))
+        return err[1:].max(axis=0)
+
+    def to_dict(self) -> dict:
+        return {"settings": self.settings, "windows": self.windows.tolist(),
+                "theory_last": self.theory_last.tolist(), "measured_last_mean": self.mean_last().tolist(),
+                "measured_last_std": self.std_last().tolist(), "theory_encoder": self.theory_encoder.tolist(),
+                "max_abs_error": self.max_abs_error, "mean_abs_error": self.mean_abs_error,
+                "window_mean_abs_error": self.window_errors.tolist(),
+                "window_max_abs_error": self.window_max_errors.tolist(),
+                "theory_windows": self.theory_windows.tolist(),
+                "measured_windows_mean": self.measured_windows.mean(axis=0).tolist(), "elapsed_s": self.elapsed}
+
+
+def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_len=512, width=720, seeds=2,
+                      sequences=2, *, last=50, window=32, inputs="synthetic", q0=1.0, rho0=0.0, d_ff=None,
+                      observable="cosine", dtype="float32", device=None, progress=None) -> CausalComparison:
+    """Simulate a causal stack and compare its late tokens (and every window) with the theory.
+
+    Parameters
+    ----------
+    arch : Architecture, optional
+        Default BERT defaults; ``attention="softmax"``.
+    beta, depth, seq_len, width, seeds, sequences, inputs, q0, rho0, d_ff, dtype, device
+        As :func:`~remprop.validation.comparison.compare` (``causal=True``).
+    last : int
+        Number of final tokens whose average cosine is compared (Fig. 12: 50).
+    window : int
+        Width of the position windows of the error-by-position measurement.
+    observable : {"cosine", "rho"}
+        Mean pairwise cosine or p/q of the tokens considered.
+    progress : callable, optional
+        Called with the number of sequences finished after each batch.
+
+    Returns
+    -------
+    CausalComparison
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 12.
+    """
+    from remprop.theory import propagate
+
+    arch = Architecture() if arch is None else arch
+    check_choice("inputs", inputs, INPUT_KINDS)
+    check_choice("observable", observable, OBSERVABLES)
+    seed_list = _seed_list(seeds)
+    sequences = check_positive_int("sequences", sequences)
+    seq_len = check_positive_int("seq_len", seq_len, 3)
+    last = check_positive_int("last", last, 2)
+    window = check_positive_int("window", window, 2)
+    if last > seq_len - 1 or window > seq_len:
+        raise ValueError(f"last must be <= seq_len - 1 and window <= seq_len, got last={last}, window={window}")
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    starts = np.arange(0, seq_len - window + 1, window)
+    windows = np.stack([starts, starts + window], axis=1)
+    stacks = [SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, seq_len=seq_len, causal=True,
+                             dtype=dtype, device=device, seed=s) for s in seed_list]
+    last_rows, window_rows, inputs_q, inputs_rho = [], [], [], []
+    start_time = time.perf_counter()
+    for stack in stacks:
+        for batch in input_batches(inputs, seed=stack.seed, sequences=sequences, batch_size=min(sequences, 4),
+                                   seq_len=seq_len, width=stack.width, q0=q0, rho0=rho0, dtype=dtype, device=device):
+            layers_last, layers_windows = [], []
+
+            def observe(layer, hidden, probs):
+                if layer == 0:
+                    full = token_statistics(hidden, batch.mask)
+                    inputs_q.append(full["q"].cpu().numpy())
+                    inputs_rho.append(full["rho"].cpu().numpy())
+                layers_last.append(last_tokens_statistics(hidden, last, batch.mask)[observable].cpu().numpy())
+                layers_windows.append(np.stack([window_statistics(hidden, int(a), int(b), batch.mask)[observable]
+                                                .cpu().numpy() for a, b in windows], axis=-1))
+
+            stack.forward(batch.tokens, batch.mask, observe)
+            last_rows.append(np.stack(layers_last, axis=1))
+            window_rows.append(np.stack(layers_windows, axis=1))
+            if progress is not None:
+                progress(len(batch))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - start_time
+    q_in = float(np.concatenate(inputs_q).mean())
+    rho_in = float(np.concatenate(inputs_rho).mean())
+    stack = stacks[0]
+    positions = np.arange(2, seq_len + 1)
+    traj = propagate_causal(arch, stack.beta, stack.depth, seq_len, positions, q0=q_in, rho0=rho_in)
+    rho_by_position = np.concatenate([traj.rho[:1], traj.rho], axis=0)   # position 1 -> the theory of position 2
+    theory_last = rho_by_position[seq_len - last:].mean(axis=0)
+    theory_windows = np.stack([rho_by_position[max(a, 1):b].mean(axis=0) for a, b in windows], axis=-1)
+    encoder = propagate(arch.replace(seq_len=seq_len), stack.beta, stack.depth, q0=q_in, rho0=rho_in).rho
+    settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": seq_len,
+                "width": stack.width, "d_ff": stack.d_ff, "seeds": seed_list, "sequences": sequences,
+                "inputs": inputs, "q0": q_in, "rho0": rho_in, "last": last, "window": window,
+                "observable": observable, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+    return CausalComparison(settings, windows, np.concatenate(last_rows), np.concatenate(window_rows),
+                            theory_last, theory_windows, np.asarray(encoder), elapsed)
