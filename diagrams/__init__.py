@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib as _importlib
 
 from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, classify_phases
+from .residual_scaling import CONVENTIONS, inverse_sqrt_depth, residual_scaling, scale_architecture
 from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
 from .trainability import TrainabilityDiagram, trainability_diagram
 
@@ -37,7 +38,8 @@ _LAZY = {
 __all__ = [
     "min_residual_strength", "trainability_diagram", "TrainabilityDiagram",
     "TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases",
-    "ALPHA_MAX", "DEFAULT_THRESHOLD", *_LAZY,
+    "ALPHA_MAX", "DEFAULT_THRESHOLD",
+    "CONVENTIONS", "residual_scaling", "inverse_sqrt_depth", "scale_architecture", *_LAZY,
 ]
 
 

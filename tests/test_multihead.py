@@ -146,3 +146,23 @@ def test_simulator_option():
     # same random draw, variance 4 times larger over d_H
     ratio = (head.weights(0).attention.query / model.weights(0).attention.query).flatten()
     assert torch.allclose(ratio, torch.full_like(ratio, 2.0))
+
+
+def test_architecture_heads_feed_the_effective_beta():
+    # qk_scaling="head" makes every head a single head at H * beta: the propagated
+    # trajectory must equal the single-head one at the effective beta, through the
+    # numba kernels and through the component composition alike.
+    from remprop.theory import Architecture, propagate
+
+    multi = Architecture(heads=4, qk_scaling="head", seq_len=256)
+    single = Architecture(seq_len=256)
+    np.testing.assert_array_equal(propagate(multi, 0.5, 6).rho, propagate(single, 2.0, 6).rho)
+    np.testing.assert_array_equal(propagate(Architecture(heads=12), 0.5, 6).rho,
+                                  propagate(Architecture(), 0.5, 6).rho)
+    q, p = multi.block(0.5)(1.0, 0.0)
+    q_ref, p_ref = single.block(2.0)(1.0, 0.0)
+    assert (q, p) == pytest.approx((q_ref, p_ref), rel=1e-12)
+    with pytest.raises(ValueError, match="qk_scaling"):
+        Architecture(qk_scaling="per-head")
+    with pytest.raises(ValueError, match="heads"):
+        Architecture(heads=0)

@@ -30,6 +30,19 @@ from .finite_size import participation_moment, participation_table
 from .layernorm import layernorm_map
 from .propagation import Trajectory, final_state, propagate
 from .residual import skip_map
+from .multihead import QK_SCALINGS, effective_beta, head_participation_ratio
+from .participation_pairs import (
+    asymptotic_participation_moment,
+    pair_participation_moment,
+    participation_square,
+)
+from .gradients import (
+    gradient_row_moments,
+    key_gradient_norm,
+    query_gradient_norm,
+    scaled_query_gradient_norm,
+)
+from .causal import causal_participation_ratio, last_tokens_cosine, propagate_causal
 
 __all__ = [
     "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS",
@@ -40,4 +53,8 @@ __all__ = [
     "register_activation", "derivative_moment",
     "chi_1", "chaos_boundary", "mlp_block_chi", "mlp_block_boundary",
     "propagate", "final_state", "components",
+    "QK_SCALINGS", "effective_beta", "head_participation_ratio",
+    "asymptotic_participation_moment", "pair_participation_moment", "participation_square",
+    "query_gradient_norm", "key_gradient_norm", "scaled_query_gradient_norm", "gradient_row_moments",
+    "causal_participation_ratio", "propagate_causal", "last_tokens_cosine",
 ]

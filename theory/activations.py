@@ -90,6 +90,8 @@ __all__ = [
 #: kernels. Grows when :func:`register_activation` adds one (codes from 100 up).
 ACTIVATIONS = {"relu": 0, "linear": 1, "tanh": 2, "erf": 3, "gelu": 4, "silu": 5}
 RELU, LINEAR, TANH, ERF, GELU, SILU = range(6)
+#: The activations that ship with remprop (ACTIVATIONS also holds registered ones).
+BUILTIN_ACTIVATIONS = tuple(ACTIVATIONS)
 FIRST_USER_CODE = 100
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

@@ -11,6 +11,7 @@ from . import components as C
 from ._checks import as_float_array, check_choice
 from .activations import ACTIVATIONS, resolve_activation
 from .finite_size import check_seq_len
+from .multihead import QK_SCALINGS, check_heads, effective_beta
 
 __all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS"]
 
@@ -60,6 +61,14 @@ class Architecture:
         (``Y2 = max(0, 1 - beta_c/beta)``); an integer >= 2 uses the exact finite-T
         participation ratio of :mod:`~remprop.theory.finite_size` in every attention
         layer (gain-controlled attention: ``Y2 - 1/T``).
+    heads : int
+        Number of attention heads H (each head sees the whole token geometry).
+    qk_scaling : {"model", "head"}
+        Query/key variance convention: ``"model"`` (default) draws
+        ``W_Q, W_K ~ N(0, beta sqrt(log T) / d)`` for every head, which keeps the per-head
+        score variance and so the meaning of ``beta`` the same for every H; ``"head"``
+        divides by ``d_H = d / H`` instead, so each head behaves like a single head at
+        ``H beta`` (see :func:`~remprop.theory.multihead.effective_beta`).
 
     Numeric fields may be arrays: they broadcast with ``beta`` in
     :func:`~remprop.theory.propagate`. Invalid values raise ``ValueError`` naming the field.
@@ -78,12 +87,16 @@ class Architecture:
     alpha_sa: Any = 1.0
     alpha_mlp: Any = 1.0
     seq_len: Any = None
+    heads: int = 1
+    qk_scaling: str = "model"
 
     def __post_init__(self):
         check_choice("norm", self.norm, tuple(NORMS))
         check_choice("attention", self.attention, tuple(ATTENTIONS))
         object.__setattr__(self, "activation", resolve_activation(self.activation))
         object.__setattr__(self, "seq_len", check_seq_len(self.seq_len))
+        object.__setattr__(self, "heads", check_heads(self.heads))
+        check_choice("qk_scaling", self.qk_scaling, QK_SCALINGS)
         for name in NUMERIC_FIELDS:
             value = as_float_array(name, getattr(self, name), nonnegative=True)
             object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
@@ -115,6 +128,10 @@ class Architecture:
             out[field.name] = value.tolist() if isinstance(value, np.ndarray) else value
         return out
 
+    def effective_beta(self, beta):
+        """The single-head beta of each head: ``beta``, or ``heads * beta`` with ``qk_scaling="head"``."""
+        return effective_beta(beta, self.heads, self.qk_scaling)
+
     def block(self, beta) -> C.Component:
         """This architecture's block as a composition of component maps.
 
@@ -122,7 +139,7 @@ class Architecture:
         same maps as the numba kernels (and is slower).
         """
         attn = (C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention)(
-            beta, self.sigma_v2, self.sigma_b2, seq_len=self.seq_len)
+            self.effective_beta(beta), self.sigma_v2, self.sigma_b2, seq_len=self.seq_len)
         ff = C.mlp(self.sigma_w2, self.sigma_b2, self.activation)
         if self.norm == "post":
             return C.serial(C.residual(self.alpha_sa, attn), C.layer_norm(),

@@ -45,7 +45,7 @@ __all__ = ["QK_SCALINGS", "effective_beta", "query_key_variance", "score_varianc
 QK_SCALINGS = ("model", "head")
 
 
-def _check_heads(heads):
+def check_heads(heads):
     if isinstance(heads, bool) or not isinstance(heads, (numbers.Integral, np.integer)) or heads < 1:
         raise ValueError(f"heads must be an integer >= 1, got {heads!r}")
     return int(heads)
@@ -75,7 +75,7 @@ def effective_beta(beta, heads=1, qk_scaling="model"):
     Giorlandino & Goldt, arXiv 2505.24333 (THEORY.md section 2).
     """
     beta = as_float_array("beta", beta, positive=True)
-    heads = _check_heads(heads)
+    heads = check_heads(heads)
     check_choice("qk_scaling", qk_scaling, QK_SCALINGS)
     return scalar_or_array(beta * (heads if qk_scaling == "head" else 1))
 
@@ -98,7 +98,7 @@ def query_key_variance(beta, width, seq_len, heads=1, qk_scaling="model"):
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, initialisation of the reference experiments.
     """
-    heads = _check_heads(heads)
+    heads = check_heads(heads)
     if isinstance(width, bool) or not isinstance(width, (numbers.Integral, np.integer)) or width < 1:
         raise ValueError(f"width must be an integer >= 1, got {width!r}")
     if width % heads:

@@ -55,7 +55,8 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     """
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-    values = {"beta": as_float_array("beta", beta, positive=True)}
+    values = {"beta": np.asarray(arch.effective_beta(as_float_array("beta", beta, positive=True)),
+                                 dtype=np.float64)}
     values.update(arch.numeric())
     for name, value in overrides.items():
         values[name] = as_float_array(name, value, nonnegative=True)
