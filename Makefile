@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make run   -> .venv, install remprop, draw the 60-layer BERT trainability diagram
-#   make test  -> .venv, install remprop with test + validation extras, run the suite
+#   make test  -> .venv, install remprop with the test, validation, distributed and notebooks
+#                 extras, run the suite (notebooks included)
 PYTHON ?= python3.11
 VENV   ?= .venv
 PIP    := $(VENV)/bin/python -m pip
@@ -20,7 +21,7 @@ $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q --find-links $(TORCH_LINKS) "$(TORCH_SPEC)"
-	$(PIP) install -q --find-links $(TORCH_LINKS) -e ".[test,validation]"
+	$(PIP) install -q --find-links $(TORCH_LINKS) -e ".[test,validation,distributed,notebooks]"
 	touch $@ $(VENV)/.installed-run
 
 install: $(VENV)/.installed-run

@@ -242,25 +242,7 @@ def test_diagram_refuses_an_unwritable_output_directory(capsys, tmp_path):
     assert out == ""
 
 
-# -- figures -----------------------------------------------------------------------------
-def test_figures_forwards_out_quick_and_progress(capsys, tmp_path, monkeypatch):
-    """`figures` is a thin wrapper: check what it hands to make_theory_figures."""
-    import remprop.diagrams
-
-    calls = []
-
-    def fake_make_theory_figures(out_dir, *, quick=False, progress=False):
-        calls.append((Path(out_dir), quick, progress))
-        return [Path(out_dir) / "a.png", Path(out_dir) / "b.png"]
-
-    monkeypatch.setattr(remprop.diagrams, "make_theory_figures", fake_make_theory_figures, raising=False)
-    code, out, err = run_cli(capsys, "figures", "--out", tmp_path / "figs", "--quick", "--no-progress")
-    assert code == 0, err
-    assert calls == [(tmp_path / "figs", True, False)]
-    assert out.split() == [str(tmp_path / "figs" / "a.png"), str(tmp_path / "figs" / "b.png")]
-    code, out, _ = run_cli(capsys, "figures", "--out", tmp_path, "--progress", "--json")
-    assert calls[-1] == (tmp_path, False, True)
-    assert json.loads(out)["files"] == [str(tmp_path / "a.png"), str(tmp_path / "b.png")]
+# -- figures: forwarding of the options is tested in tests/test_all_figures.py ----------
 
 
 # -- validate ----------------------------------------------------------------------------
@@ -316,7 +298,9 @@ BAD_INPUTS = [
     (["min-alpha", "--sigma-b2", "-1e-4"], "--sigma-b2"),
     (["min-alpha", "--sigma-v2", "nan"], "--sigma-v2"),
     (["min-alpha", "--alpha-mlp", "-1"], "--alpha-mlp"),
-    (["min-alpha", "--activation", "tanh"], "--activation"),
+    (["min-alpha", "--activation", "swish-like"], "--activation"),
+    (["min-alpha", "--seq-len", "1"], "--seq-len"),
+    (["min-alpha", "--seq-len", "12.5"], "--seq-len"),
     (["min-alpha", "--norm", "middle"], "--norm"),
     (["min-alpha", "--attention", "linear"], "--attention"),
     (["min-alpha", "--alpha", "1"], "--alpha"),  # solved for, not an option here
@@ -417,3 +401,18 @@ def test_light_imports():
             "assert not heavy, heavy\n")
     result = run_process(sys.executable, "-c", code, jit=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_min_alpha_seq_len_uses_finite_size_theory(capsys):
+    # Finite T makes alpha* depend on beta below beta_c (the asymptotic theory does not):
+    # the CLI must hand --seq-len to the Architecture.
+    import json as _json
+
+    from remprop.diagrams import min_residual_strength
+    from remprop.theory import Architecture
+
+    assert main(["min-alpha", "--depth", "12", "--beta", "0.3,1.0", "--seq-len", "128", "--json"]) == 0
+    reported = _json.loads(capsys.readouterr().out)["alpha_star"]
+    expected = min_residual_strength(Architecture(seq_len=128), 12, [0.3, 1.0])
+    assert reported == pytest.approx(list(expected), rel=0, abs=0)
+    assert reported[0] != reported[1]

@@ -30,7 +30,8 @@ def _add_architecture(parser):
     except ImportError:  # pragma: no cover - the top-level command line ships with remprop
         add_architecture_arguments = None
     if add_architecture_arguments is not None:
-        add_architecture_arguments(parser)
+        # --seq-len here is the simulated sequence length (an option of its own below).
+        add_architecture_arguments(parser, seq_len=False)
         return
     from remprop.theory import ACTIVATIONS, ATTENTIONS, NORMS  # pragma: no cover
 

@@ -174,7 +174,7 @@ def figure_4(*, depth=100, width=720, seq_len=512, seeds=2, sequences=2, beta=0.
                     label=f"{name}: simulation")
     if finite is not None:
         ax.plot([], [], color="0.3", linestyle=":", linewidth=1.0, label=f"theory at finite $T = {seq_len}$")
-    ax.set_xlim(0, depth)
+    ax.set_xlim(-0.02 * depth, 1.02 * depth)  # whole markers at both ends
     ax.set_ylim(0.0, 1.02)
     ax.set_xlabel(r"layer $\ell$")
     ax.set_ylabel(r"mean token cosine $\rho_\ell$")

@@ -5,7 +5,7 @@ Left panel: the predicted phases on a fine grid (filled regions in the colours o
 simulated cell: its *measured* phase by shape and fill (circle trainable, square rank
 collapse, triangle entropy collapse); cells whose measured phase differs from the
 prediction carry a thick black ring. Right panel: the measured final mean token cosine
-per cell (``cividis``, monotone in lightness) with the predicted rank-collapse boundary
+per cell (``cividis``, monotone in lightness; the scale starts at the smallest value rounded down to 0.1) with the predicted rank-collapse boundary
 (theory's final cosine = threshold, dashed) and the measured one (solid). The title
 gives the agreement.
 
@@ -109,7 +109,9 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
     left.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=7.5,
                 frameon=False)
 
-    mesh = right.pcolormesh(betas, alphas, diagram.cosine_final, cmap="cividis", vmin=0.0, vmax=1.0,
+    finite = diagram.cosine_final[np.isfinite(diagram.cosine_final)]
+    low = float(np.clip(np.floor(10 * finite.min()) / 10, 0.0, 0.9)) if finite.size else 0.0
+    mesh = right.pcolormesh(betas, alphas, diagram.cosine_final, cmap="cividis", vmin=low, vmax=1.0,
                             shading="nearest", rasterized=True)
     fig.colorbar(mesh, ax=right, label="measured final mean token cosine")
     legend = []

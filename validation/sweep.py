@@ -386,13 +386,18 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
         from .backend import resolve_device
 
         device = str(resolve_device(device))  # fail early, here, on a bad name
+    from . import distributed
+
+    use_dask = scheduler is not None or (workers != 0 and distributed.dask_installed())
+    if scheduler is not None and not distributed.dask_installed():
+        raise ValueError(f"scheduler: dask.distributed is not installed ({distributed.INSTALL_HINT})")
     start = time.perf_counter()
     store = CellStore(out, spec.manifest())
     done = store.done()
     todo = [(a, b) for a, b in spec.cells() if cell_key(a, b) not in done]
     reused = len(spec.cells()) - len(todo)
 
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     bar = tqdm(total=len(spec.cells()), initial=reused, disable=not progress, desc="sweep", unit="cell",
                file=sys.stderr, dynamic_ncols=True)
@@ -404,11 +409,6 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
         if on_cell is not None:
             on_cell(record["key"], record)
 
-    from . import distributed
-
-    use_dask = scheduler is not None or (workers != 0 and distributed.dask_installed())
-    if scheduler is not None and not distributed.dask_installed():
-        raise ValueError(f"scheduler: dask.distributed is not installed ({distributed.INSTALL_HINT})")
     n_workers = 0
     try:
         if not todo:
@@ -426,7 +426,7 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
                 distributed.map_cells(client, simulate_cell_on_worker,
                                       [(spec, a, b, device) for a, b in todo], finished)
         else:
-            backend = "serial"
+            backend = "serial" if workers == 0 else "serial (dask.distributed is not installed)"
             for a, b in todo:
                 finished(simulate_cell(spec, a, b, device=device))
     finally:

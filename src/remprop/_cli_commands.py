@@ -13,7 +13,9 @@ from pathlib import Path
 from ._cli_options import CommandLineError, architecture_from_args
 from ._cli_output import dumps, format_number, format_table
 
-__all__ = ["run_diagram", "run_min_alpha", "run_propagate", "run_figures", "writable_directory"]
+__all__ = ["run_diagram", "run_min_alpha", "run_propagate", "run_figures", "run_sweep", "writable_directory"]
+
+VALIDATION_HINT = "the validation extra is needed: pip install 'remprop[validation]'"
 
 
 def writable_directory(path, option="--out") -> Path:
@@ -164,14 +166,72 @@ def _draw(result, path: Path) -> None:
 
 # -- remprop figures ---------------------------------------------------------------------
 def run_figures(args) -> int:
-    """The theory figures (attention phase diagram, LayerNorm placement, diagram)."""
+    """Every supported reference figure (PNG + data), and what is not supported yet."""
     directory = writable_directory(args.out)
-    from remprop.diagrams import make_theory_figures
+    from . import figure_set
 
-    paths = make_theory_figures(directory, quick=args.quick, progress=_progress(args))
+    result = figure_set.make_figures(directory, quick=args.quick, progress=_progress(args), only=args.only,
+                                     device=None if args.device == "auto" else args.device, workers=args.workers,
+                                     threads=args.threads)
     if args.json:
-        print(dumps({"files": [str(path) for path in paths], "quick": args.quick}))
-    else:
+        print(dumps({"files": [str(path) for path in result.paths], "quick": args.quick,
+                     "figures": {k: [str(p) for p in v] for k, v in result.files.items()},
+                     "notes": result.notes, "skipped": result.skipped, "elapsed_s": result.elapsed_s,
+                     "index": str(result.index)}))
+        return 0
+    described = figure_set.supported_figures()
+    for figure_id, paths in result.files.items():
+        print(f"figure {figure_id}: {described[figure_id]} ({result.elapsed_s[figure_id]:.1f} s)")
         for path in paths:
-            print(os.fspath(path))
+            print(f"  {os.fspath(path)}")
+        notes = result.notes.get(figure_id, {})
+        if "agreement" in notes:
+            print(f"  measured vs predicted ({notes['theory']} theory): {notes['cells_agreeing']}/{notes['cells']} "
+                  f"cells agree ({100 * notes['agreement']:.1f}%)")
+    for figure_id, reason in result.skipped.items():
+        print(f"figure {figure_id}: {reason}")
+    print(f"index: {os.fspath(result.index)}")
+    return 0
+
+
+# -- remprop sweep -----------------------------------------------------------------------
+def run_sweep(args) -> int:
+    """Simulated (beta, alpha_SA) grid, classified as the theory classifies, against the prediction."""
+    import numpy as np
+
+    arch = architecture_from_args(args)
+    directory = writable_directory(args.out)
+    try:
+        import torch  # noqa: F401 - the simulations need it
+    except ImportError as err:
+        raise CommandLineError(f"{VALIDATION_HINT} ({err})", prog="remprop sweep") from None
+    from remprop.validation.measured_diagram import MeasuredDiagram
+    from remprop.validation.sweep import SweepSpec, load_records, run_sweep as sweep_cells
+
+    spec = SweepSpec(arch=arch, betas=np.asarray(args.betas, dtype=float), alphas=np.asarray(args.alphas, dtype=float),
+                     depth=args.depth, seeds=args.seeds, sequences=args.sequences, width=args.width,
+                     seq_len=args.seq_len, threshold=args.threshold, q0=args.q0, rho0=args.rho0, inputs=args.inputs,
+                     dtype=args.dtype, threads=args.threads)
+    report = sweep_cells(spec, directory, workers=args.workers, scheduler=args.scheduler,
+                         device=None if args.device == "auto" else args.device, progress=_progress(args))
+    diagram = MeasuredDiagram.from_records(spec, load_records(spec, directory), theory=args.theory)
+    files = [str(path) for path in diagram.save(directory / "measured_diagram")]
+    if args.json:
+        print(dumps({"files": files, "agreement": diagram.agreement, "cells": int(diagram.phase.size),
+                     "cells_agreeing": int(diagram.agrees.sum()), "theory": diagram.theory,
+                     "confusion_predicted_vs_measured": diagram.confusion(),
+                     "backend": report.backend, "workers": report.workers, "cells_computed": report.cells_computed,
+                     "cells_reused": report.cells_reused, "elapsed_s": report.elapsed_s,
+                     "cells_per_minute": report.cells_per_minute, "devices": list(diagram.devices),
+                     "measured_phase": diagram.phase, "predicted_phase": diagram.predicted.phase,
+                     "beta": spec.betas, "alpha": spec.alphas, **_inputs(args, arch)}))
+        return 0
+    print(f"measured trainability diagram: {_describe(arch, args.depth, args.threshold)}")
+    print(f"grid: {len(spec.betas)} betas x {len(spec.alphas)} alphas, d={spec.width}, T={spec.seq_len}, "
+          f"{len(spec.seeds)} seed(s) x {spec.sequences} sequence(s) per cell")
+    rate = f", {report.cells_per_minute:.1f} cells/min" if report.cells_computed else ""
+    print(f"cells: {report.cells_computed} computed, {report.cells_reused} already on disk; backend {report.backend}; "
+          f"{report.elapsed_s:.1f} s{rate}; device(s) {', '.join(diagram.devices)}")
+    print(diagram.summary())
+    print("wrote " + ", ".join(files))
     return 0

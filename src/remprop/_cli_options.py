@@ -24,6 +24,8 @@ __all__ = [
     "open_unit_real",
     "cosine",
     "layer_count",
+    "count",
+    "seed_list",
     "grid_of",
     "add_architecture_arguments",
     "architecture_from_args",
@@ -115,6 +117,38 @@ def layer_count(text: str) -> int:
     return value
 
 
+def count(minimum):
+    """Converter of an integer >= ``minimum`` (sizes, worker counts)."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+
+    convert.__name__ = f"integer >= {minimum}"
+    return convert
+
+
+def seed_list(text: str):
+    """Seeds: a count ``N`` (seeds 0..N-1, N >= 1) or a comma list of distinct integers >= 0."""
+    parts = [part.strip() for part in str(text).split(",")]
+    try:
+        values = [int(part) for part in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count N or a list 'a,b,c' of seeds, got {text!r}") from None
+    if len(values) == 1:
+        if values[0] < 1:
+            raise argparse.ArgumentTypeError(f"a seed count must be >= 1, got {text!r}")
+        return list(range(values[0]))
+    if min(values) < 0 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"seeds must be distinct integers >= 0, got {text!r}")
+    return values
+
+
 # -- grids -------------------------------------------------------------------------------
 class Grid(tuple):
     """Values parsed from a grid specification; ``.is_list`` is False for one plain number."""
@@ -200,7 +234,7 @@ ARCHITECTURE_OPTIONS = {
 }
 
 
-def add_architecture_arguments(parser, *, alpha_sa=True):
+def add_architecture_arguments(parser, *, alpha_sa=True, seq_len=True):
     """Add the options that mirror :class:`remprop.theory.Architecture` to ``parser``.
 
     Parameters
@@ -216,7 +250,8 @@ def add_architecture_arguments(parser, *, alpha_sa=True):
     argparse._ArgumentGroup
         The group, with options ``--norm``, ``--attention``, ``--activation``,
         ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--alpha`` (optional) and
-        ``--alpha-mlp``; defaults are the BERT defaults of the Architecture class.
+        ``--alpha-mlp`` and (with ``seq_len=True``) ``--seq-len`` for the theory's finite
+        sequence length; defaults are the BERT defaults of the Architecture class.
         Choices come from :data:`remprop.theory.NORMS`, ``ATTENTIONS`` and
         ``ACTIVATIONS``.
     """
@@ -245,7 +280,22 @@ def add_architecture_arguments(parser, *, alpha_sa=True):
                            "x -> A x + SA(x) (default: %(default)s)")
     group.add_argument("--alpha-mlp", type=nonnegative_real, default=defaults["alpha_mlp"], metavar="A",
                        help="strength of the identity path around the MLP (default: %(default)s)")
+    if seq_len:
+        group.add_argument("--seq-len", dest="arch_seq_len", type=_sequence_length, default=None,
+                           metavar="T", help="sequence length T of the theory's attention maps "
+                           "(exact finite-T participation ratios; default: T -> infinity)")
     return group
+
+
+def _sequence_length(text):
+    """An integer T >= 2 for --seq-len."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {value}")
+    return value
 
 
 def architecture_from_args(args, **overrides):
@@ -258,5 +308,7 @@ def architecture_from_args(args, **overrides):
     from remprop.theory import Architecture
 
     fields = {name: getattr(args, name) for name in ARCHITECTURE_OPTIONS if hasattr(args, name)}
+    if getattr(args, "arch_seq_len", None) is not None:
+        fields["seq_len"] = args.arch_seq_len
     fields.update(overrides)
     return Architecture(**fields)

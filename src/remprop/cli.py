@@ -5,7 +5,9 @@ Commands
 ``remprop diagram``    trainability diagram over (beta, alpha_SA): PNG + npz + json
 ``remprop min-alpha``  smallest skip strength alpha_SA that avoids rank collapse at depth L
 ``remprop propagate``  order parameters q, p, rho layer by layer
-``remprop figures``    the theory figures
+``remprop figures``    the paper's reference figures, theory and simulation (PNG + data)
+``remprop sweep``      measured trainability diagram: simulated (beta, alpha_SA) grid against the
+                       theory, resumable, on dask.distributed (needs the validation extra)
 ``remprop validate``   finite-size checks against real networks (needs the validation extra)
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the parameter),
@@ -31,17 +33,19 @@ from ._cli_options import (
     add_architecture_arguments,
     architecture_from_args,
     cosine,
+    count,
     grid_of,
     layer_count,
     nonnegative_real,
     open_unit_real,
     positive_real,
+    seed_list,
 )
 
 __all__ = ["main", "build_parser", "add_architecture_arguments", "architecture_from_args", "COMMANDS"]
 
 #: Sub-commands, in the order of ``remprop --help``.
-COMMANDS = ("diagram", "min-alpha", "propagate", "figures", "validate")
+COMMANDS = ("diagram", "min-alpha", "propagate", "figures", "sweep", "validate")
 
 #: Environment variable that turns the one-line report of unexpected errors into a traceback.
 DEBUG_VARIABLE = "REMPROP_DEBUG"
@@ -59,7 +63,10 @@ EPILOG = "\n".join(textwrap.wrap(JSON_NOTE, 79) + textwrap.wrap(
 _OPTION_OF = {"alpha_sa": "--alpha", "alpha_mlp": "--alpha-mlp", "sigma_w2": "--sigma-w2",
               "sigma_b2": "--sigma-b2", "sigma_v2": "--sigma-v2", "norm": "--norm",
               "attention": "--attention", "activation": "--activation", "beta": "--beta",
-              "depth": "--depth", "threshold": "--threshold", "q0": "--q0", "rho0": "--rho0"}
+              "depth": "--depth", "threshold": "--threshold", "q0": "--q0", "rho0": "--rho0",
+              "out": "--out", "only": "--only", "device": "--device", "scheduler": "--scheduler",
+              "workers": "--workers", "theory": "--theory", "seeds": "--seeds", "width": "--width",
+              "seq_len": "--seq-len", "sequences": "--sequences", "threads": "--threads"}
 
 
 def _version() -> str:
@@ -148,14 +155,8 @@ def build_parser(validation_cli=None) -> OneLineArgumentParser:
     _add_run_options(propagate, threshold=False, json_help="print JSON lists instead of a table")
     add_architecture_arguments(propagate, alpha_sa=True)
 
-    figures = commands.add_parser(
-        "figures", help="the theory figures (attention phases, LayerNorm placement, diagram)",
-        description="Draw the theory figures into DIR and print their paths.")
-    figures.add_argument("--out", default="remprop-out", metavar="DIR",
-                         help="output directory, created if needed (default: %(default)s)")
-    figures.add_argument("--quick", action="store_true", help="coarse grids (seconds instead of minutes)")
-    figures.add_argument("--json", action="store_true", help="print the paths as JSON")
-    _add_progress_option(figures)
+    _add_figures_parser(commands)
+    _add_sweep_parser(commands)
 
     validate = commands.add_parser(
         "validate", help="compare the theory with simulated networks (needs the validation extra)",
@@ -164,6 +165,89 @@ def build_parser(validation_cli=None) -> OneLineArgumentParser:
     if validation_cli is not None:
         validation_cli.add_arguments(validate)
     return parser
+
+
+def _add_figures_parser(commands):
+    from .figure_set import not_yet_supported, supported_figures
+
+    supported, later = supported_figures(), not_yet_supported()
+    lines = textwrap.wrap(
+        "Regenerate the reference figures of the paper (THEORY.md section 9) into DIR: for each, a PNG and "
+        "the data behind it (JSON/npz), theory and simulation together, plus an index figures.json. "
+        "Simulated parts need the validation extra (without it only the theory parts are drawn).", 79)
+    lines += ["", "supported:"]
+    lines += [f"  {k:>3}  {v}" for k, v in supported.items()]
+    lines += ["", "not yet supported:"] + [f"  {k:>3}  {v}" for k, v in later.items()]
+    figures = commands.add_parser(
+        "figures", help="the paper's reference figures, theory and simulation (PNG + data)",
+        description="\n".join(lines), formatter_class=argparse.RawDescriptionHelpFormatter)
+    figures.add_argument("--out", default="remprop-out", metavar="DIR",
+                         help="output directory, created if needed (default: %(default)s)")
+    figures.add_argument("--quick", action="store_true",
+                         help="small sizes (d, T of 64-128, two seeds): a few minutes on two cores "
+                              "instead of the paper's sizes")
+    figures.add_argument("--only", default=None, metavar="IDS",
+                         help=f"comma list of figures to draw (default: all supported: {','.join(supported)})")
+    figures.add_argument("--workers", type=count(0), default=0, metavar="N",
+                         help="dask worker processes for the simulated sweep of Fig. 1c (default: 0, in this "
+                              "process)")
+    figures.add_argument("--device", default="auto",
+                         help="simulation device: auto (CUDA when available), cpu or cuda[:n] (default: auto)")
+    figures.add_argument("--threads", type=count(1), default=None, metavar="N",
+                         help="torch CPU threads while simulating (default: 1 with --quick, torch's default "
+                              "otherwise)")
+    figures.add_argument("--json", action="store_true", help="print the files and notes as JSON")
+    _add_progress_option(figures)
+
+
+def _add_sweep_parser(commands):
+    sweep = commands.add_parser(
+        "sweep", help="measured trainability diagram: simulate a (beta, alpha_SA) grid (needs the validation extra)",
+        description="Simulate a depth-L stack on every cell of a (beta, alpha_SA) grid, classify each cell's "
+        "measured phase exactly as the theory classifies (rank collapse: measured final mean token cosine above "
+        "the threshold; entropy collapse: beta above the critical beta sqrt(2/(q(q-p))) of the measured input "
+        "of the first attention layer -- pre-LN and no LN: the smallest over layers), and draw measured "
+        "against predicted with the agreement. Each cell is written to OUT/cells/ as it finishes (atomic "
+        "files), so an interrupted sweep resumes where it stopped; OUT/sweep.json pins the settings. Cells "
+        "run on a dask LocalCluster (one single-threaded worker per core by default), on an existing cluster "
+        "(--scheduler), or in this process (--workers 0, or without dask). Writes OUT/measured_diagram.png, "
+        ".npz and .json. Needs the validation extra; dask comes with the distributed extra.",
+        epilog=JSON_NOTE)
+    grid = sweep.add_argument_group("grid and simulation")
+    grid.add_argument("--betas", type=grid_of(positive_real), default=grid_of(positive_real)("0.2:2.4:8"),
+                      metavar="GRID", help=f"beta values (> 0): {GRID_SYNTAX} (default: 0.2:2.4:8)")
+    grid.add_argument("--alphas", type=grid_of(nonnegative_real), default=grid_of(nonnegative_real)("0.8:1.6:9"),
+                      metavar="GRID", help="alpha_SA values (>= 0), same syntax (default: 0.8:1.6:9)")
+    grid.add_argument("--seeds", type=seed_list, default=seed_list("2"), metavar="SEEDS",
+                      help="initialisations: a count N (seeds 0..N-1) or a list 'a,b,c' (default: 2)")
+    grid.add_argument("--sequences", type=count(1), default=2, metavar="N",
+                      help="input sequences per seed (default: %(default)s)")
+    grid.add_argument("--width", type=count(2), default=128, metavar="D", help="model width d (default: %(default)s)")
+    grid.add_argument("--seq-len", type=count(2), default=128, metavar="T",
+                      help="tokens per sequence T (default: %(default)s)")
+    grid.add_argument("--inputs", choices=("synthetic", "text"), default="synthetic",
+                      help="Gaussian tokens with exactly q0, rho0, or embedded pydoc text (default: %(default)s)")
+    grid.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                      help="simulation precision (default: %(default)s)")
+    grid.add_argument("--threads", type=count(1), default=1, metavar="N",
+                      help="torch threads per cell (fixed so that results are reproducible; default: 1)")
+    grid.add_argument("--theory", choices=("auto", "finite-T", "asymptotic"), default="auto",
+                      help="prediction to compare with: finite-T attention at the simulated T, or T -> infinity "
+                           "(default: auto = finite-T where the theory has it)")
+    _add_run_options(sweep, json_help="print a JSON summary (files, agreement, cells) instead of text")
+    sweep.add_argument("--out", default="remprop-sweep", metavar="DIR",
+                       help="sweep folder, created if needed; an existing one resumes (default: %(default)s)")
+    where = sweep.add_argument_group("where cells run")
+    where.add_argument("--workers", type=count(0), default=None, metavar="N",
+                       help="dask LocalCluster worker processes, one thread each; 0 = in this process "
+                            "(default: one per core, or 0 without dask)")
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="address of a running dask scheduler (tcp://host:8786) instead of a LocalCluster")
+    where.add_argument("--device", default="auto",
+                       help="auto (each worker takes CUDA when it has it), cpu or cuda[:n] (default: auto)")
+    _add_progress_option(sweep)
+    # --seq-len of a sweep is the simulated sequence length (in the grid group above).
+    add_architecture_arguments(sweep, alpha_sa=False, seq_len=False)
 
 
 # -- running -------------------------------------------------------------------------------
@@ -207,6 +291,8 @@ def _dispatch(argv, command) -> int:
         return run.run_propagate(args)
     if args.command == "figures":
         return run.run_figures(args)
+    if args.command == "sweep":
+        return run.run_sweep(args)
     try:
         return int(validation_cli.run(args) or 0)
     except ImportError as err:
@@ -220,7 +306,7 @@ def _one_line(error) -> str:
 
 def _point_at_option(message: str) -> str:
     """Add the command-line option to a library message that starts with a parameter name."""
-    name = message.split(" ", 1)[0]
+    name = message.split(" ", 1)[0].rstrip(":")
     option = _OPTION_OF.get(name)
     return f"{message} (option {option})" if option else message
 
