@@ -177,7 +177,8 @@ def _add_figures_parser(commands):
         "Simulated parts need the validation extra (without it only the theory parts are drawn).", 79)
     lines += ["", "supported:"]
     lines += [f"  {k:>3}  {v}" for k, v in supported.items()]
-    lines += ["", "not yet supported:"] + [f"  {k:>3}  {v}" for k, v in later.items()]
+    if later:
+        lines += ["", "not yet supported:"] + [f"  {k:>3}  {v}" for k, v in later.items()]
     figures = commands.add_parser(
         "figures", help="the paper's reference figures, theory and simulation (PNG + data)",
         description="\n".join(lines), formatter_class=argparse.RawDescriptionHelpFormatter)

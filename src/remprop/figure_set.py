@@ -61,12 +61,11 @@ SUPPORTED = {
     "2": "one attention layer: output cosine over beta and input cosine, theory and simulation",
     "4": "cosine over 100 layers for post-LN, pre-LN and their gain-controlled versions",
     "5": "participation ratio Y2 against beta, theory and simulation",
+    "3c": "query gradient norm against beta, collapsed over (T, d): theory and autograd",
+    "12": "causal (decoder) stack: cosine of the last 50 tokens over depth, theory and simulation",
 }
-#: Figure id -> why it is not drawn yet.
-NOT_YET_SUPPORTED = {
-    "3c": "gradient norm against beta (THEORY.md section 7): needs the gradient theory (a later issue)",
-    "12": "causal model, last 50 tokens (THEORY.md section 8): needs the causal theory (a later issue)",
-}
+#: Figure id -> why it is not drawn yet (every reference figure is drawn now).
+NOT_YET_SUPPORTED: dict = {}
 _EDGE_OF_CHAOS_MODULE = "remprop.diagrams.edge_of_chaos_figures"
 _EDGE_OF_CHAOS = ("9", "tanh MLP, infinite-depth ordered/chaotic transition (edge of chaos)")
 VALIDATION_HINT = "needs the validation extra: pip install 'remprop[validation]'"
@@ -96,6 +95,10 @@ class FigureSizes:
         ``(start, stop, count)`` of its grid axes.
     eoc_width, eoc_seq_len, eoc_seeds : int
         Fig. 9 (tanh stacks, one sequence per seed).
+    gradient_sizes, gradient_seeds, gradient_betas : tuple, int, int
+        Fig. 3(c): the (T, d) pairs, seeds per point and number of betas in [0.05, 3].
+    causal_width, causal_seq_len, causal_depth, causal_seeds, causal_sequences, causal_last : int
+        Fig. 12 (paper: T = 512, 50 layers, last 50 tokens).
     """
 
     width: int = 720
@@ -126,6 +129,15 @@ class FigureSizes:
     eoc_width: int = 512
     eoc_seq_len: int = 64
     eoc_seeds: int = 4
+    gradient_sizes: tuple = ((256, 128), (256, 256), (1024, 128), (1024, 256))
+    gradient_seeds: int = 3
+    gradient_betas: int = 14
+    causal_width: int = 720
+    causal_seq_len: int = 512
+    causal_depth: int = 50
+    causal_seeds: int = 2
+    causal_sequences: int = 2
+    causal_last: int = 50
 
     def replace(self, **changes) -> "FigureSizes":
         return dataclasses.replace(self, **changes)
@@ -139,7 +151,9 @@ SIZES = {
                          ln_seq_len=128, ln_seeds=2, ln_sequences=2, diagram_points=60, sweep_width=128,
                          sweep_seq_len=128,
                          sweep_seeds=2, sweep_sequences=2, sweep_betas=(0.2, 2.4, 8), sweep_alphas=(0.8, 1.6, 9),
-                         eoc_width=128, eoc_seq_len=32, eoc_seeds=2),
+                         eoc_width=128, eoc_seq_len=32, eoc_seeds=2, gradient_sizes=((128, 64), (256, 64)),
+                         gradient_seeds=2, gradient_betas=8, causal_width=128, causal_seq_len=128,
+                         causal_depth=12, causal_seeds=1, causal_sequences=2, causal_last=20),
 }
 
 
@@ -661,5 +675,38 @@ def _figure_9(ctx):
     return result
 
 
-_PRODUCERS = {"1c": _figure_1c, "1d": _figure_1d, "1e": _figure_1e, "2": _figure_2, "4": _figure_4,
-              "5": _figure_5, "9": _figure_9}
+def _figure_3c(ctx):
+    if not ctx.simulate:
+        return {"skipped": VALIDATION_HINT}
+    from remprop.validation.figures import FigureResult
+    from remprop.validation.figures_gradients import figure_3c
+
+    s = ctx.sizes
+    betas = np.linspace(0.05, 3.0, s.gradient_betas)
+    with ctx.bar(len(s.gradient_sizes) * s.gradient_seeds * len(betas), "fig 3c") as bar:
+        result = figure_3c(betas=betas, sizes=s.gradient_sizes, seeds=s.gradient_seeds, device=ctx.device,
+                           progress=lambda done: bar.update(done))
+    paths = FigureResult("fig3c_gradient_collapse", result.figure, to_jsonable(result.data)).save(ctx.out)
+    notes = {key: value for key, value in result.data.items() if "error" in key}
+    return {"files": [Path(paths["png"]), Path(paths["json"])], "notes": to_jsonable(notes)}
+
+
+def _figure_12(ctx):
+    if not ctx.simulate:
+        return {"skipped": VALIDATION_HINT}
+    from remprop.validation.figures import FigureResult
+    from remprop.validation.figures_causal import figure_12
+
+    s = ctx.sizes
+    settings = ((0.5, 1.0), (0.5, 1.3), (1.2, 1.0))
+    with ctx.bar(len(settings) * s.causal_seeds * s.causal_sequences, "fig 12") as bar:
+        result = figure_12(settings=settings, depth=s.causal_depth, seq_len=s.causal_seq_len, width=s.causal_width,
+                           seeds=s.causal_seeds, sequences=s.causal_sequences, last=s.causal_last,
+                           device=ctx.device, progress=lambda done: bar.update(done))
+    paths = FigureResult("fig12_causal_last_tokens", result.figure, to_jsonable(result.data)).save(ctx.out)
+    return {"files": [Path(paths["png"]), Path(paths["json"])],
+            "notes": to_jsonable({"max_abs_error_last": result.data["max_abs_error_last"]})}
+
+
+_PRODUCERS = {"1c": _figure_1c, "1d": _figure_1d, "1e": _figure_1e, "2": _figure_2, "3c": _figure_3c,
+              "4": _figure_4, "5": _figure_5, "9": _figure_9, "12": _figure_12}
