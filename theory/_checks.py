@@ -103,12 +103,23 @@ def simplex_cosine_floor(seq_len):
     return 0.0 if seq_len is None else -1.0 / (seq_len - 1)
 
 
+#: How far below the simplex floor a cosine may lie and still count as rounding error.
+SIMPLEX_ROUNDING = 1e-9
+
+
 def check_simplex_cosine(name, cosine, seq_len):
     """Check a mean cosine of T tokens against :func:`simplex_cosine_floor`.
 
-    ``cosine`` is a validated float array; ``name`` is named in the error.
+    ``cosine`` is a validated float array; ``name`` is named in the error. Values within
+    :data:`SIMPLEX_ROUNDING` below the floor are rounding error: they are returned
+    clipped onto the floor. Returns the (possibly clipped) cosine.
     """
     floor = simplex_cosine_floor(seq_len)
+    # Cosines measured from data land a rounding error below an exact floor (e.g. -1e-11
+    # for orthogonalised Gaussian tokens): accept those and clip them onto the floor.
+    rounding = (cosine < floor) & (cosine >= floor - SIMPLEX_ROUNDING)
+    if rounding.any():
+        cosine = np.where(rounding, floor, cosine)
     if (cosine < floor).any():
         if seq_len is None:
             why = ("negative mean cosines are not reachable as T -> infinity (T tokens have mean "

@@ -64,7 +64,7 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
     # T tokens have mean cosine >= -1/(T - 1): rho0 >= 0 for arch.seq_len None (the
     # T -> infinity softmax map would give negative variances), >= -1/(T - 1) otherwise
-    check_simplex_cosine("rho0", rho0, arch.seq_len)
+    rho0 = check_simplex_cosine("rho0", rho0, arch.seq_len)
     values["q0"] = q0
     values["rho0"] = rho0
     names = [name for name in _kernels.PARAMS if name != "p0"] + ["rho0"]
