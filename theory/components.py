@@ -16,7 +16,7 @@ in :mod:`remprop.theory._kernels` run the same maps over whole grids and depths.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Tuple
+from typing import Tuple
 
 import numpy as np
 
@@ -207,7 +207,3 @@ def _attention_args(beta, sigma_v2, sigma_b2):
     return (as_float_array("beta", beta, positive=True),
             as_float_array("sigma_v2", sigma_v2, nonnegative=True),
             as_float_array("sigma_b2", sigma_b2, nonnegative=True))
-
-
-#: Type of a user-supplied map, for annotations.
-Map = Callable[[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]
