@@ -20,6 +20,7 @@ from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, cl
 from .residual_scaling import CONVENTIONS, inverse_sqrt_depth, residual_scaling, scale_architecture
 from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
 from .trainability import TrainabilityDiagram, trainability_diagram
+from .diagnosis import Change, Diagnosis, diagnose
 
 #: Public names defined in modules that import matplotlib, loaded lazily.
 _LAZY = {
@@ -33,13 +34,16 @@ _LAZY = {
     "finite_size_boundary_figure": ".finite_size_figures",
     "edge_of_chaos_data": ".edge_of_chaos_figures",
     "edge_of_chaos_figure": ".edge_of_chaos_figures",
+    "model_figure": ".model_figure",
+    "model_diagram": ".model_figure",
 }
 
 __all__ = [
     "min_residual_strength", "trainability_diagram", "TrainabilityDiagram",
     "TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases",
     "ALPHA_MAX", "DEFAULT_THRESHOLD",
-    "CONVENTIONS", "residual_scaling", "inverse_sqrt_depth", "scale_architecture", *_LAZY,
+    "CONVENTIONS", "residual_scaling", "inverse_sqrt_depth", "scale_architecture",
+    "diagnose", "Diagnosis", "Change", *_LAZY,
 ]
 
 

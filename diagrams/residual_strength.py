@@ -36,7 +36,7 @@ import numpy as np
 
 from remprop.theory import Architecture, _kernels, final_state
 from remprop.theory._checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
-from remprop.theory.architecture import NUMERIC_FIELDS
+from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 from remprop.theory.propagation import CHUNK_ROWS, pack_parameters
 
 __all__ = ["min_residual_strength", "ALPHA_MAX", "DEFAULT_THRESHOLD", "SCAN_POINTS", "SCAN_LOW"]
@@ -168,7 +168,10 @@ def _final_rho(arch, params, alphas, depth):
     column = {name: k for k, name in enumerate(_kernels.PARAMS)}
     for start in range(0, n, rows_per_call):
         part = params[start:start + rows_per_call]
-        fields = {name: part[:, column[name], None] for name in NUMERIC_FIELDS if name != "alpha_sa"}
+        fields = {name: part[:, column[name], None] for name in NUMERIC_FIELDS + OPTIONAL_FIELDS
+                  if name != "alpha_sa"}
+        if not arch.output_projection:  # the packed 1 stands for "no projection"
+            del fields["sigma_o2"]
         alpha = alphas[start:start + len(part)] if per_row else alphas
         stack = arch.replace(alpha_sa=alpha, **fields)
         q0 = part[:, column["q0"], None]

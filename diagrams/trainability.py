@@ -15,7 +15,7 @@ from remprop.theory._checks import (
     check_open_unit,
     check_real_scalar,
 )
-from remprop.theory.architecture import NUMERIC_FIELDS
+from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 
 from .phases import PHASE_LABELS, classify_phases
 from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
@@ -230,7 +230,7 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     """
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-    for name in NUMERIC_FIELDS:
+    for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
         if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:
             raise ValueError(f"arch.{name} must be a scalar for a trainability diagram")
     betas = _grid_axis("betas", betas, positive=True)

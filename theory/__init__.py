@@ -18,7 +18,7 @@ from .activations import (
     register_activation,
     relu_kernel,
 )
-from .architecture import ATTENTIONS, NORMS, NUMERIC_FIELDS, Architecture
+from .architecture import ATTENTIONS, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .attention import (
     critical_beta,
     gain_controlled_attention_map,
@@ -43,9 +43,10 @@ from .gradients import (
     scaled_query_gradient_norm,
 )
 from .causal import causal_participation_ratio, last_tokens_cosine, propagate_causal
+from .hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
-    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS",
+    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
     "Architecture", "Trajectory",
     "critical_beta", "participation_ratio", "participation_moment", "participation_table",
     "softmax_attention_map", "gain_controlled_attention_map",
@@ -57,4 +58,5 @@ __all__ = [
     "asymptotic_participation_moment", "pair_participation_moment", "participation_square",
     "query_gradient_norm", "key_gradient_norm", "scaled_query_gradient_norm", "gradient_row_moments",
     "causal_participation_ratio", "propagate_causal", "last_tokens_cosine",
+    "ModelSpec", "model_spec", "load_hf_config", "shipped_configs",
 ]

@@ -3,7 +3,7 @@
 The elementary maps are the ``*_core`` functions of the component modules
 (``register_jitable``: plain NumPy from Python, inlined here); nothing is re-derived. Parameter rows are packed as
 
-    PARAMS = (beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, q0, p0)
+    PARAMS = (beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out, q0, p0)
 
 and the categorical choices are the integer codes of :mod:`.architecture`.
 
@@ -44,8 +44,9 @@ from ._naming import inline_jitable, specialised
 from .layernorm import layernorm_core
 from .residual import skip_core
 
-PARAMS = ("beta", "sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp", "q0", "p0")
-BETA, SIGMA_W2, SIGMA_B2, SIGMA_V2, ALPHA_SA, ALPHA_MLP, Q0, P0 = range(len(PARAMS))
+PARAMS = ("beta", "sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp", "sigma_o2", "sigma_w2_out",
+          "q0", "p0")
+BETA, SIGMA_W2, SIGMA_B2, SIGMA_V2, ALPHA_SA, ALPHA_MLP, SIGMA_O2, SIGMA_W2_OUT, Q0, P0 = range(len(PARAMS))
 
 POST, PRE, NONE = 0, 1, 2
 SOFTMAX, GAIN_CONTROLLED = 0, 1
@@ -67,8 +68,9 @@ def participation_core(finite, beta, q, p, beta_c, table):
 
 
 @inline_jitable
-def attention_sublayer(norm, attention, finite, q, p, beta, sigma_v2, sigma_b2, alpha_sa, table):
-    """Attention, skip and (post-LN) LayerNorm. Returns (q', p', beta_c of the attention input)."""
+def attention_sublayer(norm, attention, finite, q, p, beta, sigma_v2, sigma_b2, alpha_sa, table, sigma_o2):
+    """Attention, output projection (``sigma_o2``; 1 without one), skip and (post-LN)
+    LayerNorm. Returns (q', p', beta_c of the attention input)."""
     if norm == PRE:
         q_in, p_in = layernorm_core(q, p)
     else:
@@ -84,7 +86,7 @@ def attention_sublayer(norm, attention, finite, q, p, beta, sigma_v2, sigma_b2, 
         if finite:
             y2 = y2 - 1.0 / table[0]
         q_f, p_f = gain_controlled_attention_core(q_in, p_in, y2, sigma_v2, sigma_b2)
-    q, p = skip_core(q_f, p_f, q, p, alpha_sa)
+    q, p = skip_core(sigma_o2 * q_f, sigma_o2 * p_f, q, p, alpha_sa)
     if norm == POST:
         q, p = layernorm_core(q, p)
     return q, p, beta_c
@@ -119,7 +121,7 @@ def block_step(norm, attention, activation, q, p, beta, sigma_w2, sigma_b2, sigm
     Returns (q', p', beta_c of the attention input).
     """
     q, p, beta_c = attention_sublayer(norm, attention, False, q, p, beta, sigma_v2, sigma_b2,
-                                      alpha_sa, NO_TABLE)
+                                      alpha_sa, NO_TABLE, 1.0)
     q1, p1 = mlp_input(norm, q, p, sigma_w2, sigma_b2)
     if activation == RELU:
         m2, m11 = relu_moments_core(q1, p1)
@@ -162,12 +164,12 @@ def kernels_for(norm, attention, activation, finite=False):
     jit = dict(cache=spec.builtin, error_model="numpy")
     tag = f"{norm}_{attention}_{spec.code}_{int(finite)}"
 
-    def step(q, p, beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, table):
+    def step(q, p, beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out, table):
         q, p, beta_c = attention_sublayer(norm, attention, finite, q, p, beta, sigma_v2,
-                                          sigma_b2, alpha_sa, table)
+                                          sigma_b2, alpha_sa, table, sigma_o2)
         q1, p1 = mlp_input(norm, q, p, sigma_w2, sigma_b2)
         m2, m11 = moments(q1, p1)
-        q, p = mlp_output(norm, m2, m11, q, p, sigma_w2, sigma_b2, alpha_mlp)
+        q, p = mlp_output(norm, m2, m11, q, p, sigma_w2_out, sigma_b2, alpha_mlp)
         return q, p, beta_c
 
     step = inline_jitable(specialised(step, tag))
@@ -178,7 +180,8 @@ def kernels_for(norm, attention, activation, finite=False):
             for j in range(count):
                 q_new, p_new, beta_c = step(
                     q[j], p[j], prm[BETA, j], prm[SIGMA_W2, j], prm[SIGMA_B2, j],
-                    prm[SIGMA_V2, j], alpha_sa[j], prm[ALPHA_MLP, j], table)
+                    prm[SIGMA_V2, j], alpha_sa[j], prm[ALPHA_MLP, j], prm[SIGMA_O2, j],
+                    prm[SIGMA_W2_OUT, j], table)
                 q[j] = q_new
                 p[j] = p_new
                 if first_layer and layer == 0:

@@ -765,17 +765,19 @@ def dense_map(q, p, sigma_w2=0.2, sigma_b2=4e-4):
     return output_pair(*dense_core(q, p, sigma_w2, sigma_b2))
 
 
-def mlp_map(q, p, sigma_w2=0.2, sigma_b2=4e-4, activation="relu"):
+def mlp_map(q, p, sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None):
     r"""Order parameters after a two-layer MLP ``W2 phi(W1 x + b1) + b2``.
 
     .. math::
         q_1 = \sigma_w^2 q + \sigma_b^2,\ p_1 = \sigma_w^2 p + \sigma_b^2;\quad
-        q_2 = \sigma_w^2 E[\phi(u)^2] + \sigma_b^2,\
-        p_2 = \sigma_w^2 E[\phi(u)\phi(v)] + \sigma_b^2
+        q_2 = \sigma_{w,out}^2 E[\phi(u)^2] + \sigma_b^2,\
+        p_2 = \sigma_{w,out}^2 E[\phi(u)\phi(v)] + \sigma_b^2
 
-    with (u, v) centred Gaussian, Var = q1, Cov = p1 (equal fan-ins, d_ff = d). For
-    non-homogeneous activations ``q2`` needs its own integral ``E[phi(u)^2]`` (it is
-    not ``q1`` times a constant as for ReLU).
+    with (u, v) centred Gaussian, Var = q1, Cov = p1; ``W1 ~ N(0, sigma_w2 / d)`` and
+    ``W2 ~ N(0, sigma_w2_out / d_ff)`` (``sigma_w2_out`` defaults to ``sigma_w2``; the
+    hidden width ``d_ff`` enters only through it). For non-homogeneous activations
+    ``q2`` needs its own integral ``E[phi(u)^2]`` (it is not ``q1`` times a constant as
+    for ReLU).
 
     References
     ----------
@@ -787,4 +789,8 @@ def mlp_map(q, p, sigma_w2=0.2, sigma_b2=4e-4, activation="relu"):
         raise ValueError("sigma_w2 and sigma_b2 must not both vanish: the pre-activation "
                          "variance sigma_w2 * q + sigma_b2 must be > 0")
     m2, m11 = activation_moments(q1, p1, spec.name)
-    return dense_map(m2, m11, sigma_w2, sigma_b2)
+    if sigma_w2_out is None:
+        sigma_w2_out = sigma_w2
+    else:
+        sigma_w2_out = as_float_array("sigma_w2_out", sigma_w2_out, nonnegative=True)
+    return dense_map(m2, m11, sigma_w2_out, sigma_b2)

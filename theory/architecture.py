@@ -13,7 +13,7 @@ from .activations import ACTIVATIONS, resolve_activation
 from .finite_size import check_seq_len
 from .multihead import QK_SCALINGS, check_heads, effective_beta
 
-__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS"]
+__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS"]
 
 #: Block orders (LayerNorm placement) and their kernel codes.
 NORMS = {"post": 0, "pre": 1, "none": 2}
@@ -21,6 +21,9 @@ NORMS = {"post": 0, "pre": 1, "none": 2}
 ATTENTIONS = {"softmax": 0, "gain-controlled": 1}
 #: Fields that may be arrays and broadcast into a grid.
 NUMERIC_FIELDS = ("sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp")
+#: Numeric fields that may also be None, and what None stands for in the maps:
+#: ``sigma_o2=None`` (no output projection) acts as 1, ``sigma_w2_out=None`` as ``sigma_w2``.
+OPTIONAL_FIELDS = ("sigma_o2", "sigma_w2_out")
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +57,15 @@ class Architecture:
         Bias variance of every bias (values and MLP), >= 0.
     sigma_v2 : array_like
         Value weight variance times fan-in, >= 0.
+    sigma_o2 : array_like or None
+        Attention output projection ``W_O ~ N(0, sigma_o2 / d)`` applied to the
+        concatenated heads, without bias (library initialisations set it to zero), >= 0:
+        ``(q_A, p_A) -> sigma_o2 (q_A, p_A)``. ``None`` (default): no output projection,
+        as in the reference experiments (the map of a projection at ``sigma_o2 = 1``).
+    sigma_w2_out : array_like or None
+        Variance times fan-in of the MLP's second layer, ``W2 ~ N(0, sigma_w2_out / d_ff)``,
+        >= 0. ``None`` (default): ``sigma_w2``. A library that draws every weight with one
+        standard deviation ``r`` has ``sigma_w2 = r^2 d`` but ``sigma_w2_out = r^2 d_ff``.
     alpha_sa, alpha_mlp : array_like
         Strength of the identity path around attention and MLP (``alpha x + F(x)``), >= 0.
     seq_len : int or None
@@ -89,6 +101,8 @@ class Architecture:
     seq_len: Any = None
     heads: int = 1
     qk_scaling: str = "model"
+    sigma_o2: Any = None
+    sigma_w2_out: Any = None
 
     def __post_init__(self):
         check_choice("norm", self.norm, tuple(NORMS))
@@ -100,6 +114,10 @@ class Architecture:
         for name in NUMERIC_FIELDS:
             value = as_float_array(name, getattr(self, name), nonnegative=True)
             object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
+        for name in OPTIONAL_FIELDS:
+            if getattr(self, name) is not None:
+                value = as_float_array(name, getattr(self, name), nonnegative=True)
+                object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
 
     # -- conveniences -------------------------------------------------------------
     def replace(self, **changes) -> "Architecture":
@@ -112,8 +130,18 @@ class Architecture:
         return dataclasses.replace(self, **changes)
 
     def numeric(self) -> dict:
-        """The numeric fields as float64 arrays."""
-        return {name: np.asarray(getattr(self, name), dtype=np.float64) for name in NUMERIC_FIELDS}
+        """Every parameter of the maps as a float64 array: the numeric fields, then the
+        optional ones with None resolved (``sigma_o2`` -> 1, ``sigma_w2_out`` -> ``sigma_w2``)."""
+        out = {name: np.asarray(getattr(self, name), dtype=np.float64) for name in NUMERIC_FIELDS}
+        out["sigma_o2"] = np.asarray(1.0 if self.sigma_o2 is None else self.sigma_o2, dtype=np.float64)
+        out["sigma_w2_out"] = (out["sigma_w2"] if self.sigma_w2_out is None
+                               else np.asarray(self.sigma_w2_out, dtype=np.float64))
+        return out
+
+    @property
+    def output_projection(self) -> bool:
+        """Whether attention has an output projection ``W_O`` (``sigma_o2`` is not None)."""
+        return self.sigma_o2 is not None
 
     @property
     def codes(self) -> tuple:
@@ -128,6 +156,27 @@ class Architecture:
             out[field.name] = value.tolist() if isinstance(value, np.ndarray) else value
         return out
 
+    @classmethod
+    def from_hf_config(cls, config, *, seq_len=None) -> "Architecture":
+        """The architecture of a Hugging Face model at the library's default initialisation.
+
+        ``config``: a ``transformers`` config, a dict, a ``config.json`` path or a shipped
+        name (``"bert-base"``, ``"gpt2"``, ...). BERT, RoBERTa, GPT-2 and ViT are supported.
+        The query/key scale, depth and input state are not architecture fields: they come
+        with the full translation, :func:`remprop.theory.model_spec` (``.beta``,
+        ``.depth``, ``.q0``, ``.rho0``, and the assumptions the model breaks).
+
+        Examples
+        --------
+        >>> from remprop.theory import Architecture
+        >>> arch = Architecture.from_hf_config("bert-base")
+        >>> arch.norm, arch.heads, arch.seq_len, round(arch.sigma_w2_out, 4)
+        ('post', 12, 512, 1.2288)
+        """
+        from .hf_config import model_spec
+
+        return model_spec(config, seq_len=seq_len).architecture
+
     def effective_beta(self, beta):
         """The single-head beta of each head: ``beta``, or ``heads * beta`` with ``qk_scaling="head"``."""
         return effective_beta(beta, self.heads, self.qk_scaling)
@@ -140,7 +189,9 @@ class Architecture:
         """
         attn = (C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention)(
             self.effective_beta(beta), self.sigma_v2, self.sigma_b2, seq_len=self.seq_len)
-        ff = C.mlp(self.sigma_w2, self.sigma_b2, self.activation)
+        if self.output_projection:
+            attn = C.serial(attn, C.output_projection(self.sigma_o2))
+        ff = C.mlp(self.sigma_w2, self.sigma_b2, self.activation, sigma_w2_out=self.sigma_w2_out)
         if self.norm == "post":
             return C.serial(C.residual(self.alpha_sa, attn), C.layer_norm(),
                             C.residual(self.alpha_mlp, ff), C.layer_norm())

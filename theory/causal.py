@@ -179,7 +179,9 @@ class _CausalAttention(C.Component):
 def _causal_block(arch, beta, positions, table):
     attn = _CausalAttention(beta, np.asarray(arch.sigma_v2, float), np.asarray(arch.sigma_b2, float), positions,
                             table)
-    ff = C.mlp(arch.sigma_w2, arch.sigma_b2, arch.activation)
+    if arch.output_projection:
+        attn = C.serial(attn, C.output_projection(arch.sigma_o2))
+    ff = C.mlp(arch.sigma_w2, arch.sigma_b2, arch.activation, sigma_w2_out=arch.sigma_w2_out)
     if arch.norm == "post":
         return C.serial(C.residual(arch.alpha_sa, attn), C.layer_norm(), C.residual(arch.alpha_mlp, ff),
                         C.layer_norm())

@@ -35,7 +35,7 @@ from .residual import skip_core
 
 __all__ = [
     "Component", "serial", "residual", "layer_norm", "softmax_attention",
-    "gain_controlled_attention", "mlp",
+    "gain_controlled_attention", "mlp", "dense", "output_projection",
 ]
 
 
@@ -149,12 +149,24 @@ class _MLP(Component):
     sigma_w2: np.ndarray
     sigma_b2: np.ndarray
     activation: str = "relu"
+    sigma_w2_out: np.ndarray = None
     name = "mlp"
 
     def apply(self, q, p):
         q1, p1 = dense_core(q, p, self.sigma_w2, self.sigma_b2)
         m2, m11 = moments_array(activation_spec(self.activation).code, q1, p1)
-        return dense_core(m2, m11, self.sigma_w2, self.sigma_b2)
+        out = self.sigma_w2 if self.sigma_w2_out is None else self.sigma_w2_out
+        return dense_core(m2, m11, out, self.sigma_b2)
+
+
+@dataclass(repr=False)
+class _Dense(Component):
+    sigma_w2: np.ndarray
+    sigma_b2: np.ndarray
+    name = "dense"
+
+    def apply(self, q, p):
+        return dense_core(q, p, self.sigma_w2, self.sigma_b2)
 
 
 def serial(*layers: Component) -> Component:
@@ -195,12 +207,40 @@ def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -
                       seq_len=check_seq_len(seq_len))
 
 
-def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu") -> Component:
+def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None) -> Component:
     """Two-layer MLP with the given activation (a name in ``ACTIVATIONS`` or a
-    numba-jittable function); see :func:`mlp_map`."""
+    numba-jittable function); see :func:`mlp_map`. ``sigma_w2_out``: the second layer's
+    variance times its fan-in ``d_ff`` (default ``sigma_w2``)."""
     name = activation_spec(activation).name
+    out = None if sigma_w2_out is None else as_float_array("sigma_w2_out", sigma_w2_out, nonnegative=True)
     return _MLP(as_float_array("sigma_w2", sigma_w2, nonnegative=True),
-                as_float_array("sigma_b2", sigma_b2, nonnegative=True), name)
+                as_float_array("sigma_b2", sigma_b2, nonnegative=True), name, out)
+
+
+def dense(sigma_w2=1.0, sigma_b2=0.0) -> Component:
+    r"""A dense layer ``W ~ N(0, sigma_w2 / fan_in)``, bias ``N(0, sigma_b2)``; see :func:`dense_map`.
+
+    .. math:: q' = \sigma_w^2 q + \sigma_b^2,\qquad p' = \sigma_w^2 p + \sigma_b^2
+    """
+    return _Dense(as_float_array("sigma_w2", sigma_w2, nonnegative=True),
+                  as_float_array("sigma_b2", sigma_b2, nonnegative=True))
+
+
+def output_projection(sigma_o2=1.0) -> Component:
+    r"""The attention output projection ``W_O ~ N(0, sigma_o2 / d)`` without bias.
+
+    .. math:: q' = \sigma_o^2 q_A,\qquad p' = \sigma_o^2 p_A
+
+    A random linear map of its input: independent of the tokens at initialisation, it
+    scales the norms and overlaps alike and leaves the cosine unchanged
+    (``E[(W a)_k (W b)_k] = sigma_o2 a.b / d``).
+
+    References
+    ----------
+    Vaswani et al. 2017 (``MultiHead = Concat(heads) W_O``); Giorlandino & Goldt,
+    arXiv 2505.24333 (whose reference experiments drop ``W_O``).
+    """
+    return _Dense(as_float_array("sigma_o2", sigma_o2, nonnegative=True), np.zeros(()))
 
 
 def _attention_args(beta, sigma_v2, sigma_b2):

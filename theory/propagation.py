@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _kernels
 from ._checks import as_float_array, check_depth, check_simplex_cosine
-from .architecture import NUMERIC_FIELDS, Architecture
+from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 
 __all__ = ["Trajectory", "propagate", "final_state", "pack_parameters", "CHUNK_ROWS"]
 
@@ -45,7 +45,7 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     """Validate and broadcast beta, the numeric fields and the input state.
 
     Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
-    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 8)``
+    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 10)``
     in the order of :data:`remprop.theory._kernels.PARAMS`. Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
 
@@ -173,4 +173,4 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
 
 
 # Keep the field list in one place for callers that broadcast over it.
-assert set(NUMERIC_FIELDS) <= set(_kernels.PARAMS)
+assert set(NUMERIC_FIELDS) | set(OPTIONAL_FIELDS) <= set(_kernels.PARAMS)

@@ -12,7 +12,9 @@ layer by layer, and draws both side by side.
 * :mod:`remprop.validation.figures` -- the paper's simulated figures (1d, 1e, 2, 5);
 * :func:`gradient_sweep`, :func:`figure_3c` -- query/key gradients against autograd (Fig. 3c);
 * :func:`causal_comparison`, :func:`figure_12` -- causal stacks, last tokens and error by position;
-* :func:`multihead_participation` -- H heads under both query/key variance conventions.
+* :func:`multihead_participation` -- H heads under both query/key variance conventions;
+* :func:`probe` -- q, p, rho, cosine and attention Y2 layer by layer of any torch transformer
+  (Hugging Face models, ``nn.TransformerEncoder``) at initialisation, from forward hooks.
 
 torch is imported on first use of these names, not by ``import remprop.validation``
 (so ``remprop.validation.cli`` builds its parser without torch). Runs on CUDA when
@@ -40,6 +42,9 @@ _EXPORTS = {
     "gradient_sweep": "gradients", "figure_3c": "figures_gradients",
     "CausalComparison": "causal", "causal_comparison": "causal", "figure_12": "figures_causal",
     "multihead_participation": "multihead",
+    "probe": "probing", "ProbeTrace": "probing",
+    "build_model": "hf_models", "model_inputs": "hf_models", "simulate_model": "hf_models",
+    "ModelMeasurement": "hf_models",
 }
 
 __all__ = sorted(_EXPORTS)

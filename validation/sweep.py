@@ -45,7 +45,7 @@ import numpy as np
 from remprop.diagrams import DEFAULT_THRESHOLD
 from remprop.theory import Architecture
 from remprop.theory._checks import as_float_array, check_choice, check_depth, check_open_unit, check_real_scalar
-from remprop.theory.architecture import NUMERIC_FIELDS
+from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 
 from .cell_store import CellStore
 
@@ -154,7 +154,7 @@ class SweepSpec:
         arch = self.arch
         if not isinstance(arch, Architecture):
             raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-        for name in NUMERIC_FIELDS:
+        for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
             if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:
                 raise ValueError(f"arch.{name} must be a scalar for a sweep")
         reset = {"alpha_sa": 1.0}

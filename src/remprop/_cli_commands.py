@@ -13,7 +13,8 @@ from pathlib import Path
 from ._cli_options import CommandLineError, architecture_from_args
 from ._cli_output import dumps, format_number, format_table
 
-__all__ = ["run_diagram", "run_min_alpha", "run_propagate", "run_figures", "run_sweep", "writable_directory"]
+__all__ = ["run_diagram", "run_min_alpha", "run_propagate", "run_figures", "run_sweep", "run_check",
+           "writable_directory"]
 
 VALIDATION_HINT = "the validation extra is needed: pip install 'remprop[validation]'"
 
@@ -235,3 +236,65 @@ def run_sweep(args) -> int:
     print(diagram.summary())
     print("wrote " + ", ".join(files))
     return 0
+
+
+# -- remprop check -----------------------------------------------------------------------
+def run_check(args) -> int:
+    """Diagnose a real model: report, JSON, and the model on its trainability diagram."""
+    import re
+
+    from remprop.diagrams import diagnose
+    from remprop.theory import model_spec
+
+    spec = model_spec(args.config, seq_len=args.seq_len, pixel_std=args.pixel_std)
+    if args.depth is not None:
+        spec = spec.with_depth(args.depth)
+    directory = writable_directory(args.out)
+    stem = directory / (args.name or "check-" + re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("_"))
+    diagnosis = diagnose(spec, args.threshold, max_depth=args.max_depth)
+    measured = None
+    if args.simulate:
+        try:
+            from remprop.validation import simulate_model
+        except ImportError as err:
+            raise CommandLineError(f"--simulate: {VALIDATION_HINT} ({err})") from None
+        theory = diagnosis.rho if diagnosis.rho_last_tokens is None else diagnosis.rho_last_tokens
+        progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if _is_tty() else None
+        try:
+            measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
+                                         theory=theory, progress=progress)
+        except ImportError as err:
+            raise CommandLineError(f"--simulate: {VALIDATION_HINT} ({err})") from None
+        measured = measurement.summary()
+    result = diagnosis.to_dict()
+    if measured is not None:
+        result["simulation"] = measured
+    files = []
+    if args.figure:
+        from remprop.diagrams import model_figure
+
+        png = Path(f"{stem}.png")
+        figure = model_figure(diagnosis, measured)
+        figure.savefig(png, dpi=120)
+        files.append(str(png))
+    json_path = Path(f"{stem}.json")
+    json_path.write_text(dumps(result) + "\n")
+    files.append(str(json_path))
+    result["files"] = files
+    if args.json:
+        print(dumps(result))
+        return 0
+    print(diagnosis.report())
+    if measured is not None:
+        print(f"\nsimulated at random init ({len(measured['seeds'])} seeds x {measured['sequences']} "
+              f"sequences, {measured['compared']}): |theory - measured| max {measured['max_error']:.4f}, "
+              f"mean {measured['mean_error']:.4f}")
+        rows = [(str(layer), format_number(t, 4), format_number(m, 4), format_number(e, 3))
+                for layer, (t, m, e) in enumerate(zip(measured["theory"], measured["rho_mean"], measured["rho_std"]))]
+        print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
+    print("wrote " + ", ".join(files))
+    return 0
+
+
+def _is_tty() -> bool:
+    return sys.stderr.isatty()

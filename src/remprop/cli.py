@@ -9,6 +9,8 @@ Commands
 ``remprop sweep``      measured trainability diagram: simulated (beta, alpha_SA) grid against the
                        theory, resumable, on dask.distributed (needs the validation extra)
 ``remprop validate``   finite-size checks against real networks (needs the validation extra)
+``remprop check``      diagnose a real model (Hugging Face config) at its default initialisation:
+                       its place on the diagram, per-layer cosine, changes that would help
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the parameter),
 1 on an unexpected error (one line; ``REMPROP_DEBUG=1`` shows the traceback).
@@ -45,7 +47,7 @@ from ._cli_options import (
 __all__ = ["main", "build_parser", "add_architecture_arguments", "architecture_from_args", "COMMANDS"]
 
 #: Sub-commands, in the order of ``remprop --help``.
-COMMANDS = ("diagram", "min-alpha", "propagate", "figures", "sweep", "validate")
+COMMANDS = ("diagram", "min-alpha", "propagate", "figures", "sweep", "validate", "check")
 
 #: Environment variable that turns the one-line report of unexpected errors into a traceback.
 DEBUG_VARIABLE = "REMPROP_DEBUG"
@@ -66,7 +68,8 @@ _OPTION_OF = {"alpha_sa": "--alpha", "alpha_mlp": "--alpha-mlp", "sigma_w2": "--
               "depth": "--depth", "threshold": "--threshold", "q0": "--q0", "rho0": "--rho0",
               "out": "--out", "only": "--only", "device": "--device", "scheduler": "--scheduler",
               "workers": "--workers", "theory": "--theory", "seeds": "--seeds", "width": "--width",
-              "seq_len": "--seq-len", "sequences": "--sequences", "threads": "--threads"}
+              "seq_len": "--seq-len", "sequences": "--sequences", "threads": "--threads",
+              "config": "--hf-config", "max_depth": "--max-depth", "pixel_std": "--pixel-std"}
 
 
 def _version() -> str:
@@ -164,7 +167,47 @@ def build_parser(validation_cli=None) -> OneLineArgumentParser:
         "pip install 'remprop[validation]'.")
     if validation_cli is not None:
         validation_cli.add_arguments(validate)
+    _add_check_parser(commands)
     return parser
+
+
+def _add_check_parser(commands):
+    from remprop.theory import shipped_configs
+
+    check = commands.add_parser(
+        "check", help="diagnose a real model (Hugging Face config) at its default initialisation",
+        description="Where a real transformer sits at its library's default initialisation: its "
+        "query/key scale beta against beta_c, its skip strength against alpha*(L), the phase, the "
+        "predicted cosine per layer, the depth at which rank collapse sets in, the query gradient scale, "
+        "and changes (skip scaling, query/key std, LayerNorm placement, gain-controlled attention) with "
+        "their predicted effect. Writes OUT/NAME.png (the model on its trainability diagram) and "
+        "OUT/NAME.json. --simulate instantiates the model at random init (no weights are downloaded; "
+        "needs the validation extra) and overlays the measured cosines.", epilog=JSON_NOTE)
+    check.add_argument("--hf-config", dest="config", required=True, metavar="PATH|NAME",
+                       help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
+    check.add_argument("--seq-len", dest="seq_len", type=count(2), default=None, metavar="T",
+                       help="sequence length (default: the model's maximum)")
+    check.add_argument("--depth", type=layer_count, default=None, metavar="L",
+                       help="override the number of layers (default: the config's)")
+    check.add_argument("--pixel-std", type=positive_real, default=1.0, metavar="S",
+                       help="ViT: std of the i.i.d. input pixels (default: %(default)s)")
+    check.add_argument("--threshold", type=open_unit_real, default=0.99, metavar="RHO",
+                       help="rank-collapse threshold on the final cosine, in (0, 1) (default: %(default)s)")
+    check.add_argument("--max-depth", type=layer_count, default=10_000, metavar="L",
+                       help="deepest stack searched for the onset of rank collapse (default: %(default)s)")
+    check.add_argument("--simulate", action="store_true",
+                       help="instantiate the model at random init and overlay measurements (torch, transformers)")
+    check.add_argument("--seeds", type=seed_list, default=seed_list("4"), metavar="SEEDS",
+                       help="initialisation seeds of --simulate: a count N (seeds 0..N-1) or a list 0,3,7 "
+                            "(default: 4)")
+    check.add_argument("--sequences", type=count(1), default=2, metavar="N",
+                       help="random input sequences per initialisation (default: %(default)s)")
+    check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
+    check.add_argument("--out", default="remprop-out", metavar="DIR",
+                       help="output directory, created if needed (default: %(default)s)")
+    check.add_argument("--name", default=None, help="file name stem (default: check-<model>)")
+    check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _add_figures_parser(commands):
@@ -294,6 +337,8 @@ def _dispatch(argv, command) -> int:
         return run.run_figures(args)
     if args.command == "sweep":
         return run.run_sweep(args)
+    if args.command == "check":
+        return run.run_check(args)
     try:
         return int(validation_cli.run(args) or 0)
     except ImportError as err:

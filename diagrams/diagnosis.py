@@ -1,0 +1,286 @@
+"""Diagnose a real model: its place on the trainability diagram and what would move it.
+
+:func:`diagnose` takes a :class:`~remprop.theory.ModelSpec` (a Hugging Face
+configuration at the library's default initialisation, :func:`remprop.theory.model_spec`)
+and predicts, from the theory alone:
+
+* where the model sits: its query/key scale ``beta`` against the critical ``beta_c`` of
+  its attention inputs, its skip strength ``alpha_sa = 1`` against the minimum
+  ``alpha*(L)`` that keeps the depth-L stack out of rank collapse, and the phase;
+* the mean cosine of two tokens layer by layer (causal models: also the average over
+  the last 50 positions, THEORY.md section 8), and the depth at which rank collapse would
+  set in if the stack were deeper;
+* the expected squared norm of the query gradient ``E|dS/dW_Q|^2`` of the first and of
+  the last attention layer (Result 2: it vanishes as ``rho -> 1`` and for small beta);
+* concrete changes -- skip scaling, query/key std, LayerNorm placement, gain-controlled
+  attention -- each with its predicted final cosine and phase.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from remprop.theory import ModelSpec, last_tokens_cosine, model_spec, propagate, query_gradient_norm
+from remprop.theory._checks import check_depth, check_open_unit
+from remprop.theory.finite_size import participation_moment
+
+from .phases import PHASE_LABELS, classify_phases
+from .residual_strength import DEFAULT_THRESHOLD, min_residual_strength
+
+__all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH"]
+
+#: Causal models: the late-token theory averages the last this many positions.
+LAST_TOKENS = 50
+#: Deepest stack searched for the onset of rank collapse.
+MAX_COLLAPSE_DEPTH = 10_000
+#: Safety margin on alpha* when a larger skip strength is recommended.
+ALPHA_MARGIN = 1.1
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of the model and its predicted effect.
+
+    Attributes
+    ----------
+    name : str
+        ``"skip scaling"``, ``"query/key std"``, ``"LayerNorm placement"`` or
+        ``"gain-controlled attention"``.
+    action : str
+        What to change, in words a practitioner can apply.
+    final_rho : float
+        Predicted mean cosine after the last block with the change.
+    phase : str
+        Predicted phase with the change (``"trainable"``, ``"rank-collapse"``,
+        ``"entropy-collapse"``).
+    values : dict
+        The numbers behind the action (e.g. ``alpha_sa``, ``query_key_std``).
+    """
+
+    name: str
+    action: str
+    final_rho: float
+    phase: str
+    values: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "action": self.action, "final_rho": self.final_rho, "phase": self.phase,
+                "values": dict(self.values)}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The theory's verdict on one model (see :func:`diagnose`).
+
+    Attributes
+    ----------
+    spec : ModelSpec
+    threshold : float
+        Rank-collapse threshold on the final cosine.
+    q, rho : ndarray, shape (depth + 1,)
+        Predicted order parameters per layer (0 = input of block 1).
+    rho_last_tokens : ndarray or None
+        Causal models: predicted mean cosine of the last :data:`LAST_TOKENS` positions.
+    beta_critical : float
+        Critical beta deciding entropy collapse (first attention layer for post-LN,
+        smallest over layers otherwise).
+    alpha_star : float
+        Minimum ``alpha_sa`` that avoids rank collapse at this depth and beta.
+    phase : str
+    collapse_depth : int or None
+        First depth at which the final cosine exceeds ``threshold`` (None: not within
+        ``max_depth`` layers).
+    max_depth : int
+    y2_first : float
+        Participation ratio of the first attention layer's rows (finite T).
+    gradient_first, gradient_last : float
+        ``E|dS/dW_Q|_F^2`` of the first and last attention layer by the single-head
+        formula, before the output projection (:func:`~remprop.theory.query_gradient_norm`).
+    changes : tuple of Change
+    """
+
+    spec: ModelSpec
+    threshold: float
+    q: np.ndarray
+    rho: np.ndarray
+    rho_last_tokens: np.ndarray | None
+    beta_critical: float
+    alpha_star: float
+    phase: str
+    collapse_depth: int | None
+    max_depth: int
+    y2_first: float
+    gradient_first: float
+    gradient_last: float
+    changes: tuple
+
+    def to_dict(self) -> dict:
+        """JSON-ready content (non-finite numbers stay floats; use :mod:`remprop._json`)."""
+        return {
+            "model": self.spec.to_dict(), "threshold": self.threshold,
+            "q": self.q.tolist(), "rho": self.rho.tolist(),
+            "rho_last_tokens": None if self.rho_last_tokens is None else self.rho_last_tokens.tolist(),
+            "beta": self.spec.beta, "beta_critical": self.beta_critical, "alpha_sa": 1.0,
+            "alpha_star": self.alpha_star, "phase": self.phase, "collapse_depth": self.collapse_depth,
+            "max_depth": self.max_depth, "y2_first": self.y2_first,
+            "gradient_first": self.gradient_first, "gradient_last": self.gradient_last,
+            "changes": [c.to_dict() for c in self.changes],
+        }
+
+    def report(self) -> str:
+        """A plain-text report: placement, per-layer cosine, gradients, recommended changes."""
+        s, a = self.spec, self.spec.architecture
+        lines = [f"model            {s.name} ({s.family}: {a.norm}-LN, {s.depth} layers, d = {s.width}, "
+                 f"d_ff = {s.d_ff}, {s.heads} heads, T = {s.seq_len}{', causal' if s.causal else ''})",
+                 f"initialisation   N(0, {s.init_range:g}^2) weights, zero biases"
+                 + (", residual projections / sqrt(2L)" if s.family == "gpt2" else ""),
+                 f"query/key        beta = {s.beta:.4f}   beta_c = {self.beta_critical:.4f}   "
+                 f"beta / beta_c = {s.beta / self.beta_critical:.3f}   Y2(layer 1) = {self.y2_first:.4f}",
+                 f"skip             alpha_SA = 1   alpha*(L = {s.depth}) = {_num(self.alpha_star)}",
+                 f"phase            {self.phase} (final cosine {self.rho[-1]:.4f}, threshold {self.threshold:g})",
+                 "collapse depth   " + (f"rank collapse sets in at layer {self.collapse_depth}"
+                                        if self.collapse_depth is not None
+                                        else f"no rank collapse within {self.max_depth} layers"),
+                 f"query gradient   E|dS/dW_Q|^2 = {self.gradient_first:.4g} (layer 1), "
+                 f"{self.gradient_last:.4g} (layer {s.depth}); ratio {self.gradient_last / self.gradient_first:.3g}",
+                 "", "predicted cosine per layer (rho = p / q)" + (
+                     f"; causal: mean over the last {LAST_TOKENS} positions" if self.rho_last_tokens is not None
+                     else "")]
+        for layer in range(s.depth + 1):
+            extra = "" if self.rho_last_tokens is None else f"   last {LAST_TOKENS}: {self.rho_last_tokens[layer]:.4f}"
+            lines.append(f"  layer {layer:3d}   rho = {self.rho[layer]:.4f}   q = {self.q[layer]:.4g}{extra}")
+        lines += ["", "changes and their predicted effect"]
+        for change in self.changes:
+            lines.append(f"  - {change.name}: {change.action}")
+            lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}")
+        lines += ["", "assumptions the model breaks"] + [f"  - {text}" for text in s.assumptions]
+        return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "inf (no alpha_SA up to the search bound)" if not math.isfinite(value) else f"{value:.4f}"
+
+
+def _verdict(arch, beta, depth, q0, rho0, threshold):
+    """(final rho, deciding beta_c, phase label) of ``arch`` at ``beta``."""
+    traj = propagate(arch, beta, depth, q0, rho0)
+    beta_c = float(traj.beta_critical[0] if arch.norm == "post" else traj.beta_critical.min())
+    code = int(classify_phases(arch.effective_beta(beta), beta_c, traj.rho[-1], threshold))
+    return float(traj.rho[-1]), beta_c, PHASE_LABELS[code], traj
+
+
+def _collapse_depth(arch, beta, q0, rho0, threshold, max_depth):
+    rho = propagate(arch, beta, max_depth, q0, rho0).rho
+    above = np.flatnonzero(~(rho[1:] <= threshold))
+    return int(above[0]) + 1 if above.size else None
+
+
+def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH) -> Diagnosis:
+    r"""Place a model on its trainability diagram and predict the effect of changes.
+
+    Parameters
+    ----------
+    spec : ModelSpec or config
+        A :class:`~remprop.theory.ModelSpec`, or anything :func:`~remprop.theory.model_spec`
+        accepts (a ``transformers`` config, a dict, a path, a shipped name).
+    threshold : float
+        Rank-collapse threshold on the final cosine, in (0, 1).
+    max_depth : int
+        Deepest stack searched for the onset of rank collapse.
+
+    Returns
+    -------
+    Diagnosis
+
+    Notes
+    -----
+    The phase follows :func:`~remprop.diagrams.classify_phases`: entropy collapse when
+    ``beta > beta_c`` of the attention input, else rank collapse when
+    ``rho_L > threshold``. The recommended query/key std puts the model at
+    ``beta = beta_c / 2``, where the annealed (spread) regime of the REM ends and the
+    attention rows stop being near-uniform at finite T; the largest safe std is the one
+    at ``beta_c``: ``s_qk = sqrt(beta sqrt(log T) / d)``.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333 (Results 1 and 2, Fig. 1(c)); Noci et al. 2022.
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = model_spec(spec)
+    threshold = check_open_unit("threshold", threshold)
+    max_depth = check_depth(max_depth, name="max_depth")
+    arch, beta, depth, q0, rho0 = spec.architecture, spec.beta, spec.depth, spec.q0, spec.rho0
+    final_rho, beta_c, phase, traj = _verdict(arch, beta, depth, q0, rho0, threshold)
+    alpha_star = float(min_residual_strength(arch, depth=depth, beta=beta, threshold=threshold, q0=q0, rho0=rho0))
+    rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, LAST_TOKENS, q0, rho0)
+                if spec.causal else None)
+
+    # attention inputs of the first and last layer: LayerNorm'd for pre-LN
+    def attention_input(layer):
+        q, p = traj.q[layer], traj.p[layer]
+        return (1.0, p / q) if arch.norm == "pre" else (q, p)
+
+    gradients = []
+    for layer in (0, depth - 1):
+        q_in, p_in = attention_input(layer)
+        gradients.append(float(query_gradient_norm(beta, q_in, p_in, spec.width, spec.seq_len,
+                                                   sigma_v2=arch.sigma_v2, norm_variance=0.0
+                                                   if arch.norm != "none" else None)))
+    q_in, p_in = attention_input(0)
+    y2_first = float(participation_moment(beta, q_in, p_in, spec.seq_len))
+
+    changes = []
+    # 1. skip scaling
+    if not math.isfinite(alpha_star):
+        changes.append(Change("skip scaling", "no alpha_SA up to the search bound avoids rank collapse at this "
+                              "depth: reduce the depth or change the block", final_rho, phase,
+                              {"alpha_star": alpha_star}))
+    elif phase == "rank-collapse":
+        alpha = ALPHA_MARGIN * alpha_star
+        rho_a, _, phase_a, _ = _verdict(arch.replace(alpha_sa=alpha), beta, depth, q0, rho0, threshold)
+        changes.append(Change(
+            "skip scaling", f"scale the attention skip path to alpha_SA = {alpha:.3f} ({ALPHA_MARGIN:g} alpha*): "
+            f"x -> {alpha:.3f} x + SA(x), or equivalently the attention branch by 1/{alpha:.3f}",
+            rho_a, phase_a, {"alpha_sa": alpha, "alpha_star": alpha_star}))
+    else:
+        changes.append(Change(
+            "skip scaling", (f"none needed: alpha_SA = 1 is {1.0 / alpha_star:.3g}x the minimum alpha* = "
+                             f"{alpha_star:.3f} (at alpha_SA = alpha* the final cosine reaches {threshold:g})"
+                             if alpha_star > 0 else "none needed: even alpha_SA = 0 avoids rank collapse"),
+            final_rho, phase, {"alpha_sa": 1.0, "alpha_star": alpha_star}))
+    # 2. query/key std
+    current_std = float(spec.query_key_std(beta))
+    target = 0.5 * beta_c
+    std = float(spec.query_key_std(target))
+    rho_b, _, phase_b, traj_b = _verdict(arch, target, depth, q0, rho0, threshold)
+    q_b, p_b = (1.0, traj_b.p[0] / traj_b.q[0]) if arch.norm == "pre" else (traj_b.q[0], traj_b.p[0])
+    gradient_b = float(query_gradient_norm(target, q_b, p_b, spec.width, spec.seq_len, sigma_v2=arch.sigma_v2,
+                                           norm_variance=0.0 if arch.norm != "none" else None))
+    std_max = float(spec.query_key_std(beta_c))
+    verb = "lower" if beta > target else "raise"
+    changes.append(Change(
+        "query/key std",
+        f"{verb} the query/key weight std from {current_std:.4g} to {std:.4g} (beta = beta_c/2 = {target:.3f}; "
+        f"entropy collapse above std {std_max:.4g}): layer-1 query gradient x{gradient_b / gradients[0]:.3g}, "
+        f"Y2 = {float(participation_moment(target, q_b, p_b, spec.seq_len)):.4f}",
+        rho_b, phase_b, {"query_key_std": std, "beta": target, "query_key_std_max": std_max,
+                         "gradient_factor": gradient_b / gradients[0]}))
+    # 3. LayerNorm placement
+    other = "pre" if arch.norm == "post" else "post"
+    rho_n, _, phase_n, _ = _verdict(arch.replace(norm=other), beta, depth, q0, rho0, threshold)
+    changes.append(Change("LayerNorm placement", f"move LayerNorm to {other}-LN", rho_n, phase_n, {"norm": other}))
+    # 4. gain-controlled attention
+    rho_g, _, phase_g, _ = _verdict(arch.replace(attention="gain-controlled"), beta, depth, q0, rho0, threshold)
+    changes.append(Change("gain-controlled attention",
+                          "subtract the sequence mean of the attention output (gain-controlled attention)",
+                          rho_g, phase_g, {"attention": "gain-controlled"}))
+
+    return Diagnosis(spec=spec, threshold=threshold, q=traj.q, rho=traj.rho, rho_last_tokens=rho_last,
+                     beta_critical=beta_c, alpha_star=alpha_star, phase=phase,
+                     collapse_depth=_collapse_depth(arch, beta, q0, rho0, threshold, max_depth),
+                     max_depth=max_depth, y2_first=y2_first, gradient_first=gradients[0],
+                     gradient_last=gradients[1], changes=tuple(changes))

@@ -1,0 +1,99 @@
+"""A real model on its trainability diagram, and its per-layer cosine.
+
+:func:`model_figure` draws two panels for a :class:`~remprop.diagrams.Diagnosis`:
+
+* left: the trainability diagram of the model's own architecture (its widths, output
+  projection, init variances, T) over (beta, alpha_sa), with the model marked at
+  ``(beta, alpha_sa = 1)`` and the recommended query/key scale ``beta_c / 2`` as a ring;
+* right: the predicted mean cosine per layer, with measured values (mean and spread over
+  initialisations) overlaid when given.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c), 1(d).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .figures import trainability_figure
+from .style import new_figure
+from .trainability import trainability_diagram
+
+__all__ = ["model_figure", "model_diagram"]
+
+
+def model_diagram(diagnosis, *, resolution=120, depth=None):
+    """The trainability diagram around a diagnosed model.
+
+    The beta axis spans ``(0, 1.5 max(beta, beta_c))``, the alpha axis
+    ``[0, max(2, 1.5 alpha*)]``.
+
+    Parameters
+    ----------
+    diagnosis : Diagnosis
+    resolution : int
+        Grid points per axis.
+    depth : int, optional
+        Default: the model's depth.
+    """
+    spec = diagnosis.spec
+    beta_max = 1.5 * max(spec.beta, diagnosis.beta_critical)
+    alpha_max = max(2.0, 1.5 * diagnosis.alpha_star) if np.isfinite(diagnosis.alpha_star) else 3.0
+    betas = np.linspace(beta_max / resolution, beta_max, resolution)
+    alphas = np.linspace(0.0, alpha_max, resolution)
+    return trainability_diagram(spec.architecture, betas, alphas, depth or spec.depth, diagnosis.threshold,
+                                q0=spec.q0, rho0=spec.rho0)
+
+
+def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
+    """Draw a diagnosed model on its trainability diagram and its per-layer cosine.
+
+    Parameters
+    ----------
+    diagnosis : Diagnosis
+        From :func:`remprop.diagrams.diagnose`.
+    measured : dict, optional
+        Measured cosines: ``{"rho_mean": (depth + 1,), "rho_std": (depth + 1,)}`` (causal
+        models: of the last tokens), e.g. from
+        :func:`remprop.validation.simulate_model`.
+    diagram : TrainabilityDiagram, optional
+        Precomputed :func:`model_diagram`.
+    resolution : int
+        Grid points per axis of the diagram when it is computed here.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    spec = diagnosis.spec
+    figure = new_figure(12.0, 4.8)
+    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1.0]})
+    diagram = model_diagram(diagnosis, resolution=resolution) if diagram is None else diagram
+    trainability_figure(diagram, ax=left)
+    left.plot([spec.beta], [1.0], marker="*", markersize=17, color="#f2c200", markeredgecolor="black",
+              linestyle="none", label=f"{spec.name} at init", zorder=5)
+    target = 0.5 * diagnosis.beta_critical
+    left.plot([target], [1.0], marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black",
+              markeredgewidth=1.6, linestyle="none", label=r"query/key std at $\beta_c/2$", zorder=5)
+    left.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    left.set_title(f"{spec.name}: {diagnosis.phase} (L = {spec.depth}, T = {spec.seq_len})", fontsize=10)
+
+    layers = np.arange(spec.depth + 1)
+    causal = diagnosis.rho_last_tokens is not None
+    theory = diagnosis.rho_last_tokens if causal else diagnosis.rho
+    right.plot(layers, theory, color="#1f4e79", linewidth=2.0,
+               label="theory" + (" (last 50 tokens)" if causal else ""))
+    if measured is not None:
+        mean = np.asarray(measured["rho_mean"], dtype=float)
+        std = np.asarray(measured.get("rho_std", np.zeros_like(mean)), dtype=float)
+        right.errorbar(layers, mean, yerr=std, fmt="o", markersize=4, color="#c55a11", capsize=2,
+                       label=measured.get("label", "simulated at random init"))
+    right.axhline(diagnosis.threshold, color="black", linestyle=":", linewidth=1.0,
+                  label=f"rank-collapse threshold {diagnosis.threshold:g}")
+    right.set_xlabel("layer")
+    right.set_ylabel(r"mean cosine of two tokens $\rho = p/q$")
+    right.set_ylim(min(0.0, float(np.nanmin(theory)) - 0.05), 1.02)
+    right.set_xlim(-0.5, spec.depth + 0.5)
+    right.grid(alpha=0.3)
+    right.legend(loc="lower right", fontsize=8)
+    right.set_title(f"per-layer cosine ({spec.architecture.norm}-LN, beta = {spec.beta:.3f})", fontsize=10)
+    return figure

@@ -1,0 +1,346 @@
+"""From a Hugging Face model configuration to the theory's parameters.
+
+A ``transformers`` configuration (an object with ``to_dict()``, a dict, a path to a
+``config.json`` or to the folder holding one, or the name of a configuration shipped
+with remprop) fixes everything the theory needs once the library's default
+initialisation is known. ``transformers`` draws every linear and embedding weight
+from ``N(0, r^2)`` with ``r = initializer_range``, zeroes every bias and sets the
+LayerNorm gains to 1 and shifts to 0 (``PreTrainedModel._init_weights``); GPT-2 draws
+the two residual output projections (``attn.c_proj``, ``mlp.c_proj``) with
+``r / sqrt(2 n_layer)`` instead. In the engine's parameters (``d`` the width, ``d_ff``
+the MLP width, ``T`` the sequence length):
+
+==========================  ==================================================
+query/key scale             ``beta = r^2 d / sqrt(log T)`` (``qk_scaling="model"``:
+                            ``Var(W_Q) = r^2`` for every head, scores over ``sqrt(d_H)``)
+values                      ``sigma_v2 = r^2 d``
+output projection ``W_O``   ``sigma_o2 = r^2 d`` (GPT-2: ``r^2 d / (2 L)``)
+MLP                         ``sigma_w2 = r^2 d``, ``sigma_w2_out = r^2 d_ff``
+                            (GPT-2: ``r^2 d_ff / (2 L)``)
+biases                      ``sigma_b2 = 0``
+skips                       ``alpha_sa = alpha_mlp = 1``
+==========================  ==================================================
+
+The input state is that of the embeddings: BERT-like models add word, position and
+token-type embeddings (each ``N(0, r^2)``) and normalise, so every token carries the
+same token-type vector: ``q0 = 1``, ``rho0 = (1 + 1/V) / 3`` for uniformly drawn ids
+from a vocabulary of ``V``. GPT-2 adds word and position embeddings without
+normalising: ``q0 = 2 r^2``, ``rho0 = 1/(2V)``. ViT embeds i.i.d. pixels of variance
+``s^2`` by a ``C P^2 -> d`` patch projection and adds positions:
+``q0 = r^2 (C P^2 s^2 + 1)``, ``rho0 = 0``.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333 (theory); the initialisation
+facts are those of ``transformers`` (``PreTrainedModel._init_weights`` and the
+``_init_weights`` of ``GPT2PreTrainedModel`` and ``ViTPreTrainedModel``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .architecture import Architecture
+
+__all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]
+
+#: Folder of the configurations shipped with remprop (sizes and init ranges: facts).
+CONFIG_DIR = Path(__file__).with_name("model_configs")
+
+#: Names that stand for a shipped configuration.
+ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "bert-large-uncased": "bert-large",
+           "gpt2-small": "gpt2", "openai-community/gpt2": "gpt2", "google/vit-base-patch16-224": "vit-base",
+           "FacebookAI/roberta-base": "roberta-base", "openai-community/gpt2-medium": "gpt2-medium"}
+
+#: Supported ``model_type`` values and their block order.
+FAMILIES = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre"}
+
+#: Hugging Face activation names -> the engine's activations (and whether it is exact).
+_ACTIVATIONS = {"gelu": ("gelu", True), "gelu_new": ("gelu", False), "gelu_pytorch_tanh": ("gelu", False),
+                "gelu_fast": ("gelu", False), "relu": ("relu", True), "silu": ("silu", True),
+                "swish": ("silu", True), "tanh": ("tanh", True), "linear": ("linear", True)}
+
+
+def shipped_configs() -> list:
+    """Names of the configurations shipped with remprop (``remprop check NAME``)."""
+    return sorted(path.stem for path in CONFIG_DIR.glob("*.json"))
+
+
+def load_hf_config(config) -> dict:
+    """The configuration as a plain dict.
+
+    Parameters
+    ----------
+    config : transformers.PretrainedConfig, dict, str or os.PathLike
+        A configuration object (anything with ``to_dict()``), a dict, the path of a
+        ``config.json`` or of a folder that holds one, or the name of a shipped
+        configuration (:func:`shipped_configs`; a few hub names are aliases). Nothing is
+        downloaded.
+    """
+    if hasattr(config, "to_dict") and callable(config.to_dict):
+        out = dict(config.to_dict())
+    elif isinstance(config, dict):
+        out = dict(config)
+    elif isinstance(config, (str, os.PathLike)):
+        text = os.fspath(config)
+        path = Path(text)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            shipped = CONFIG_DIR / f"{ALIASES.get(text, text)}.json"
+            if not (text and shipped.is_file() and shipped.parent == CONFIG_DIR):
+                raise ValueError(f"config: no file {text!r} and no shipped configuration of that name "
+                                 f"(shipped: {', '.join(shipped_configs())})")
+            path = shipped
+        try:
+            out = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"config: cannot read {str(path)!r} as JSON ({err})") from None
+        if not isinstance(out, dict):
+            raise ValueError(f"config: {str(path)!r} does not hold a JSON object")
+        out.setdefault("_name_or_path", ALIASES.get(text, text) if path.parent == CONFIG_DIR else str(path))
+    else:
+        raise ValueError(f"config must be a transformers config, a dict, a path or a shipped name, "
+                         f"got {type(config).__name__}")
+    return out
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    r"""A real model's architecture and initialisation in the engine's parameters.
+
+    Attributes
+    ----------
+    name, family : str
+        The configuration's name and ``model_type`` (``"bert"``, ``"roberta"``, ``"gpt2"``, ``"vit"``).
+    architecture : Architecture
+        Block order, activation, variances, skips, heads and ``seq_len = T``.
+    beta : float
+        Query/key scale of the library's init, ``r^2 d / sqrt(log T)``.
+    depth, width, d_ff, heads, seq_len : int
+    causal : bool
+        Decoder (causal mask).
+    init_range : float
+        ``initializer_range`` r.
+    q0, rho0 : float
+        Input state of the first block (after the embedding LayerNorm where there is one).
+    embedding_layer_norm, final_layer_norm : bool
+    layer_norm_eps : float
+    hidden_act : str
+        The library's activation name (``architecture.activation`` is the engine's).
+    assumptions : tuple of str
+        Where the model departs from the theory's assumptions, and how much.
+    pixel_std : float
+        ViT: the std of the i.i.d. input pixels behind ``q0`` (1 for token models).
+    config : dict
+        The configuration it was built from.
+    """
+
+    name: str
+    family: str
+    architecture: Architecture
+    beta: float
+    depth: int
+    width: int
+    d_ff: int
+    heads: int
+    seq_len: int
+    causal: bool
+    init_range: float
+    q0: float
+    rho0: float
+    embedding_layer_norm: bool
+    final_layer_norm: bool
+    layer_norm_eps: float
+    hidden_act: str
+    assumptions: tuple
+    pixel_std: float
+    config: dict = field(repr=False)
+
+    def with_depth(self, depth) -> "ModelSpec":
+        """The same model with ``depth`` blocks (e.g. a short version for quick checks).
+
+        The configuration's layer count changes, so does everything that depends on it
+        (GPT-2's ``r / sqrt(2L)`` residual projections).
+        """
+        from ._checks import check_depth
+
+        key = "n_layer" if self.family == "gpt2" else "num_hidden_layers"
+        config = dict(self.config, **{key: check_depth(depth)})
+        return model_spec(config, seq_len=self.seq_len, pixel_std=self.pixel_std)
+
+    def query_key_std(self, beta) -> np.ndarray:
+        """The query/key weight std that gives ``beta``: ``sqrt(beta sqrt(log T) / d)``."""
+        return np.sqrt(np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(self.seq_len)) / self.width)
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary (without the raw configuration)."""
+        return {"name": self.name, "family": self.family, "architecture": self.architecture.to_dict(),
+                "beta": self.beta, "depth": self.depth, "width": self.width, "d_ff": self.d_ff,
+                "heads": self.heads, "seq_len": self.seq_len, "causal": self.causal,
+                "init_range": self.init_range, "q0": self.q0, "rho0": self.rho0,
+                "embedding_layer_norm": self.embedding_layer_norm, "final_layer_norm": self.final_layer_norm,
+                "layer_norm_eps": self.layer_norm_eps, "hidden_act": self.hidden_act,
+                "pixel_std": self.pixel_std, "assumptions": list(self.assumptions)}
+
+
+def _get(cfg, *names, default=None, required=True):
+    for name in names:
+        if cfg.get(name) is not None:
+            return cfg[name]
+    if default is not None or not required:
+        return default
+    raise ValueError(f"config.{names[0]} is missing (model_type {cfg.get('model_type')!r})")
+
+
+def _positive_int(cfg, *names, default=None):
+    value = _get(cfg, *names, default=default)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"config.{names[0]} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _positive_real(cfg, *names, default=None, allow_zero=False):
+    value = _get(cfg, *names, default=default)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"config.{names[0]} must be a real number, got {value!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"config.{names[0]} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return value
+
+
+def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
+    r"""Translate a Hugging Face configuration and the library's default initialisation.
+
+    Parameters
+    ----------
+    config : transformers.PretrainedConfig, dict, str or os.PathLike
+        See :func:`load_hf_config`. Supported ``model_type``: ``bert``, ``roberta``,
+        ``gpt2``, ``vit``.
+    seq_len : int, optional
+        Sequence length T (default: the model's maximum, ``max_position_embeddings``
+        (RoBERTa: minus its 2 offset positions), ``n_positions``, or ``(image/patch)^2 + 1``).
+    pixel_std : float
+        ViT only: standard deviation of the i.i.d. input pixels.
+
+    Returns
+    -------
+    ModelSpec
+
+    Notes
+    -----
+    With every weight ``N(0, r^2)`` a score is a sum of ``d_H`` products of query and key
+    components of variance ``r^2 d q`` each, divided by ``sqrt(d_H)``:
+    ``Var(s_ij) = (r^2 d q)^2``; the engine's convention ``Var(s_ij) = beta^2 q^2 log T``
+    gives ``beta = r^2 d / sqrt(log T)`` for any number of heads.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333 (the maps); Radford et al. 2019 (GPT-2's
+    ``1/sqrt(2L)`` residual projections); Devlin et al. 2019 (BERT); Dosovitskiy et al. 2021 (ViT).
+    """
+    cfg = load_hf_config(config)
+    family = cfg.get("model_type")
+    if family not in FAMILIES:
+        raise ValueError(f"config.model_type must be one of {', '.join(FAMILIES)}, got {family!r}")
+    pixel_std = _positive_real({"pixel_std": pixel_std}, "pixel_std")
+    gpt = family == "gpt2"
+    width = _positive_int(cfg, "n_embd" if gpt else "hidden_size", "hidden_size")
+    depth = _positive_int(cfg, "n_layer" if gpt else "num_hidden_layers", "num_hidden_layers")
+    heads = _positive_int(cfg, "n_head" if gpt else "num_attention_heads", "num_attention_heads")
+    if width % heads:
+        raise ValueError(f"config: the number of heads ({heads}) must divide the width ({width})")
+    d_ff = _positive_int(cfg, "n_inner", "intermediate_size", default=4 * width)
+    r = _positive_real(cfg, "initializer_range", default=0.02)
+    eps = _positive_real(cfg, "layer_norm_epsilon" if gpt else "layer_norm_eps", "layer_norm_eps",
+                         default=1e-5 if gpt else 1e-12, allow_zero=True)
+    act_name = str(_get(cfg, "activation_function" if gpt else "hidden_act", "hidden_act",
+                        default="gelu_new" if gpt else "gelu"))
+    if act_name not in _ACTIVATIONS:
+        raise ValueError(f"config.{'activation_function' if gpt else 'hidden_act'} must be one of "
+                         f"{', '.join(_ACTIVATIONS)}, got {act_name!r}")
+    activation, exact_activation = _ACTIVATIONS[act_name]
+    assumptions = []
+
+    # sequence length and input state
+    if family == "vit":
+        image, patch = _positive_int(cfg, "image_size", default=224), _positive_int(cfg, "patch_size", default=16)
+        channels = _positive_int(cfg, "num_channels", default=3)
+        max_len = (image // patch) ** 2 + 1
+    elif gpt:
+        max_len = _positive_int(cfg, "n_positions", "max_position_embeddings", default=1024)
+    else:
+        max_len = _positive_int(cfg, "max_position_embeddings", default=512) - (2 if family == "roberta" else 0)
+    if seq_len is None:
+        seq_len = max_len
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 2:
+        raise ValueError(f"seq_len must be an integer >= 2, got {seq_len!r}")
+    seq_len = int(seq_len)
+    if seq_len > max_len:
+        raise ValueError(f"seq_len must be <= {max_len} (the model's maximum), got {seq_len}")
+    if family == "vit" and seq_len != max_len:
+        raise ValueError(f"seq_len of a ViT is fixed by its image and patch sizes: {max_len}, got {seq_len}")
+
+    if family in ("bert", "roberta"):
+        vocab = _positive_int(cfg, "vocab_size")
+        shared = 1.0 if _get(cfg, "type_vocab_size", default=2) >= 1 else 0.0
+        q0, rho0 = 1.0, (shared + 1.0 / vocab) / (2.0 + shared)
+        assumptions.append(
+            f"input: all tokens share one token-type embedding, so the normalised embeddings start at "
+            f"rho0 = {rho0:.4f}, not 0 (uniformly drawn ids; repeated words raise it)")
+    elif gpt:
+        vocab = _positive_int(cfg, "vocab_size")
+        q0, rho0 = 2.0 * r * r, 1.0 / (2.0 * vocab)
+        if eps > 0:
+            assumptions.append(
+                f"LayerNorm eps = {eps:g} against the embeddings' q0 = 2 r^2 = {q0:.2g}: the first "
+                f"LayerNorm outputs q = {q0 / (q0 + eps):.4f}, not 1 (the engine's LayerNorm has no eps)")
+        if cfg.get("scale_attn_by_inverse_layer_idx"):
+            assumptions.append("scale_attn_by_inverse_layer_idx = true divides layer l's scores by l: "
+                               "the engine uses one beta for all layers (that of layer 1)")
+        if cfg.get("scale_attn_weights") is False:
+            assumptions.append("scale_attn_weights = false: scores are not divided by sqrt(d_H); "
+                               "the engine's beta assumes they are")
+    else:
+        patch_dim = channels * patch * patch
+        q0, rho0 = r * r * (patch_dim * pixel_std ** 2 + 1.0), 0.0
+        assumptions.append(
+            f"input: i.i.d. pixels of std {pixel_std:g} give rho0 = 0; natural images share a mean "
+            f"colour and start with rho0 > 0 (pass --rho0)")
+        assumptions.append(
+            f"the [CLS] token (q = 2 r^2 = {2 * r * r:.2g}) is 1 of {seq_len} tokens and does not share the "
+            f"patch tokens' norm (q0 = {q0:.3g})")
+
+    if not exact_activation:
+        assumptions.append(f"{act_name} (tanh approximation of GELU) is modelled by the exact GELU "
+                           f"x Phi(x) (largest difference about 5e-4)")
+    assumptions.append(
+        "the attention output projection W_O is modelled (the reference experiments removed it): "
+        f"it scales the attention branch by sigma_o2 = {(r * r * width / (2 * depth if gpt else 1)):.4g}")
+    if d_ff != width:
+        assumptions.append(f"d_ff = {d_ff} != d = {width}: the MLP's second layer has fan-in d_ff, "
+                           f"sigma_w2_out = r^2 d_ff")
+    if gpt:
+        assumptions.append("causal attention: token t sees t keys; the encoder maps hold for late tokens "
+                           "(the report compares the last 50 positions), early tokens break the simplex picture")
+    assumptions.append(f"finite width d = {width}: measured cosines fluctuate by O(1/sqrt(d T)) around the "
+                       f"mean-field maps")
+
+    out_scale = 1.0 / (2 * depth) if gpt else 1.0
+    arch = Architecture(
+        norm=FAMILIES[family], attention="softmax", activation=activation,
+        sigma_w2=r * r * width, sigma_b2=0.0, sigma_v2=r * r * width, alpha_sa=1.0, alpha_mlp=1.0,
+        seq_len=seq_len, heads=heads, qk_scaling="model",
+        sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale)
+    beta = r * r * width / math.sqrt(math.log(seq_len))
+    name = str(cfg.get("_name_or_path") or family)
+    return ModelSpec(
+        name=name, family=family, architecture=arch, beta=beta, depth=depth, width=width, d_ff=d_ff,
+        heads=heads, seq_len=seq_len, causal=gpt, init_range=r, q0=q0, rho0=rho0,
+        embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit"),
+        layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)
