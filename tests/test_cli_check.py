@@ -1,0 +1,94 @@
+"""``remprop check``: a real model's diagnosis from the command line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from remprop.cli import main
+from remprop.diagrams import diagnose
+from remprop.theory import model_spec
+from remprop.theory.hf_config import load_hf_config
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line_error(code, err, *names):
+    assert code == 2, err
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for name in names:
+        assert name in lines[0], lines[0]
+
+
+def test_check_json_is_the_diagnosis(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "check", "--hf-config", "bert-base", "--depth", "5", "--json", "--no-figure",
+                             "--out", tmp_path)
+    assert code == 0, err
+    result = json.loads(out)
+    expected = diagnose(model_spec("bert-base").with_depth(5))
+    np.testing.assert_allclose(result["rho"], expected.rho)
+    assert result["phase"] == expected.phase and result["alpha_star"] == pytest.approx(expected.alpha_star)
+    assert result["model"]["depth"] == 5 and len(result["changes"]) == 4
+    assert json.loads((tmp_path / "check-bert-base-uncased.json").read_text())["phase"] == expected.phase
+
+
+def test_check_report_and_figure(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "check", "--hf-config", "gpt2", "--depth", "3", "--seq-len", "256",
+                             "--out", tmp_path, "--name", "g")
+    assert code == 0, err
+    for text in ("beta_c", "alpha*", "rank collapse", "E|dS/dW_Q|^2", "last 50", "query/key std",
+                 "LayerNorm placement", "gain-controlled", "assumptions"):
+        assert text in out
+    assert (tmp_path / "g.png").stat().st_size > 10_000
+
+
+def test_check_reads_a_config_json(capsys, tmp_path):
+    config = dict(load_hf_config("bert-base"), num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                  intermediate_size=256)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "check", "--hf-config", tmp_path, "--json", "--no-figure", "--out", tmp_path)
+    assert code == 0, err
+    assert json.loads(out)["model"]["width"] == 128
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--hf-config", "no-such-model"], ["--hf-config"]),
+    (["--hf-config", "gpt2", "--seq-len", "5000"], ["seq_len", "--seq-len"]),
+    (["--hf-config", "gpt2", "--seq-len", "1"], ["--seq-len"]),
+    (["--hf-config", "bert-base", "--threshold", "1.5"], ["--threshold"]),
+    (["--hf-config", "bert-base", "--depth", "0"], ["--depth"]),
+    (["--hf-config", "bert-base", "--pixel-std", "-1"], ["--pixel-std"]),
+    (["--hf-config", "bert-base", "--seeds", "x"], ["--seeds"]),
+    ([], ["--hf-config"]),
+])
+def test_check_bad_input_is_one_line(capsys, tmp_path, argv, names):
+    code, _, err = run_cli(capsys, "check", *argv, "--out", tmp_path)
+    one_line_error(code, err, *names)
+
+
+def test_check_bad_config_file_is_one_line(capsys, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    code, _, err = run_cli(capsys, "check", "--hf-config", tmp_path / "config.json", "--out", tmp_path)
+    one_line_error(code, err, "model_type")
+
+
+def test_check_simulate_overlays_measurements(capsys, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    config = dict(load_hf_config("bert-base"), num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                  intermediate_size=128, vocab_size=500)
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "check", "--hf-config", path, "--seq-len", "32", "--simulate", "--seeds", "2",
+                             "--sequences", "1", "--json", "--out", tmp_path, "--name", "tiny")
+    assert code == 0, err
+    simulation = json.loads(out)["simulation"]
+    assert simulation["seeds"] == [0, 1] and len(simulation["rho_mean"]) == 3
+    assert simulation["max_error"] >= simulation["mean_error"] >= 0
+    assert (tmp_path / "tiny.png").exists()
