@@ -99,3 +99,14 @@ def test_regular_install_runs_the_command_line(installed, tmp_path):
     assert data["depth"] == 10 and data["beta"] == 0.5
     alpha_star = float(data["alpha_star"])
     assert math.isfinite(alpha_star) and alpha_star > 0
+
+
+def test_regular_install_ships_the_model_configs(installed, tmp_path):
+    """`remprop check bert-base` works offline from the installed copy (package data)."""
+    result = _run_installed(installed, tmp_path, "-m", "remprop", "check", "--hf-config", "bert-base",
+                            "--depth", "2", "--json", "--no-figure", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["model"]["width"] == 768 and data["model"]["heads"] == 12
+    # beta = r^2 d / sqrt(log T) with r = 0.02, d = 768, T = 512
+    assert data["beta"] == pytest.approx(0.02 ** 2 * 768 / math.sqrt(math.log(512)))

@@ -309,6 +309,9 @@ BROADCAST_CASES = {
     "activation_moments": lambda: activation_moments(_Q, _P),
     "components.softmax_attention": lambda: C.softmax_attention(_K)(_Q, _P),
     "components.layer_norm": lambda: C.layer_norm()(_Q, _P),
+    "mlp_map(sigma_w2_out)": lambda: mlp_map(_Q, _P, sigma_w2_out=_K),
+    "components.mlp(sigma_w2_out)": lambda: C.mlp(sigma_w2_out=_K)(_Q, _P),
+    "components.output_projection": lambda: C.output_projection(_K)(_Q, _P),
 }
 BROADCAST_SHAPE = {name: (3, 2) if name in ("layernorm_map", "activation_moments",
                                             "components.layer_norm") else (4, 3, 2)

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
 
-from remprop.theory import NUMERIC_FIELDS, Architecture, critical_beta  # noqa: E402
+from remprop.theory import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture, critical_beta  # noqa: E402
 from remprop.theory.activations import BUILTIN_ACTIVATIONS  # noqa: E402
 from remprop.validation import layers  # noqa: E402
 from remprop.validation.backend import STREAM_WEIGHTS, generator  # noqa: E402
@@ -74,6 +74,13 @@ CASES = [
     ("mlp", dict(activation="erf", sigma_w2=1.5), 2.0, 0.7),
     ("mlp", dict(activation="gelu", sigma_w2=1.5), 1.0, 0.3),
     ("mlp", dict(activation="silu", sigma_w2=1.5), 2.0, 0.7),
+    # second layer with its own variance over a different fan-in d_ff (W2 ~ N(0, s_out / d_ff))
+    ("mlp", dict(activation="gelu", sigma_w2=1.5, sigma_w2_out=0.6, d_ff=192), 1.0, 0.3),
+    ("mlp", dict(activation="relu", sigma_w2=0.5, sigma_w2_out=2.0, d_ff=80), 2.0, 0.7),
+    # bias-free output projection: E over W_O of the output Gram is sigma_o2 times the input's
+    # exactly, and the input's sample (q, p) is exact (gaussian_tokens): no bias term.
+    ("output_projection", dict(sigma_o2=0.5), 1.0, 0.3),
+    ("output_projection", dict(sigma_o2=2.0), 2.0, 0.7),
 ]
 
 
@@ -104,7 +111,7 @@ def test_registry_theory_matches_simulation(name, params, q0, rho0):
         # + (3/4) rho Var(eps) (derived in test_validation_inputs); factor 2 margin.
         var_eps = 2.0 * (1.0 - rho0) ** 2 / D
         bias_p = 2.0 * (var_eps / (T - 1) + 0.75 * rho0 * var_eps)
-    # MLP: the ReLU kernel is applied to sample Gram entries that fluctuate by O(1/sqrt(d));
+    # MLP (any d_ff): the ReLU kernel is applied to sample Gram entries that fluctuate by O(1/sqrt(d));
     # its curvature 1/(pi sqrt(1-c^2)) makes the Jensen bias < 1e-3 of p, far below K * sem.
     # 1e-9 relative: rounding and the LayerNorm epsilon (1e-12).
     assert abs(q_sim.mean() - q_theory) <= K * _sem(q_sim) + bias_q + 1e-9 * abs(q_theory)
@@ -145,6 +152,7 @@ def test_registry_names_theory_maps_and_the_simulator_uses_its_functions():
     assert stack._mlp is REGISTRY["mlp"].torch_function
     assert stack._layer_norm is REGISTRY["layer_norm"].torch_function
     assert stack._skip is REGISTRY["skip"].torch_function
+    assert stack._output_projection is REGISTRY["output_projection"].torch_function
 
 
 def test_registry_rejects_unknown_parameters():
@@ -171,6 +179,45 @@ def test_initialisation_variances_follow_the_conventions():
         tol = K * math.sqrt(2.0 / t.numel())
         assert abs(float(t.var()) / variance - 1.0) <= tol, key
         assert abs(float(t.mean())) <= K * math.sqrt(variance / t.numel()), key
+
+
+def test_output_projection_and_second_layer_variances_follow_the_conventions():
+    # W_O ~ N(0, sigma_o2 / d) (d x d, no bias), W2 ~ N(0, sigma_w2_out / d_ff); same
+    # tolerance as above (sample variance of n i.i.d. entries: relative sd sqrt(2/n)).
+    d, d_ff = 96, 160
+    arch = Architecture(sigma_w2=0.4, sigma_o2=0.7, sigma_w2_out=1.3)
+    w = SimulatedStack(arch, 0.7, 1, width=d, d_ff=d_ff, seq_len=64, dtype="float64", device="cpu").weights(0)
+    assert w.output.shape == (d, d) and w.mlp.w2.shape == (d, d_ff)
+    for t, variance in ((w.output, 0.7 / d), (w.mlp.w2, 1.3 / d_ff), (w.mlp.w1, 0.4 / d)):
+        assert abs(float(t.var()) / variance - 1.0) <= K * math.sqrt(2.0 / t.numel())
+        assert abs(float(t.mean())) <= K * math.sqrt(variance / t.numel())
+
+
+def test_new_fields_leave_the_existing_random_streams_unchanged():
+    # W_O is drawn last and only when the architecture has one; sigma_w2_out only rescales
+    # W2. So a seed gives the same attention and MLP weights with or without the new
+    # fields, and bit-identical weights (in the original draw order) without them.
+    kw = dict(width=24, d_ff=40, seq_len=16, dtype="float64", device="cpu", seed=3, heads=2)
+    plain = SimulatedStack(Architecture(), 0.8, 2, **kw).weights(1)
+    assert plain.output is None
+    gen = generator(3, STREAM_WEIGHTS, 1, "cpu")
+    f64 = dict(dtype=torch.float64, device="cpu")
+    attn = layers.draw_attention_weights(gen, 24, 0.8, 16, 0.2, 4e-4, heads=2, **f64)
+    mlp = layers.draw_mlp_weights(gen, 24, 40, 0.2, 4e-4, **f64)
+    for name in ("query", "key", "value", "value_bias"):
+        assert torch.equal(getattr(plain.attention, name), getattr(attn, name))
+    for name in ("w1", "b1", "w2", "b2"):
+        assert torch.equal(getattr(plain.mlp, name), getattr(mlp, name))
+    projected = SimulatedStack(Architecture(sigma_o2=0.5, sigma_w2_out=0.8), 0.8, 2, **kw).weights(1)
+    assert projected.output is not None
+    for name in ("query", "key", "value", "value_bias"):
+        assert torch.equal(getattr(projected.attention, name), getattr(plain.attention, name))
+    for name in ("w1", "b1", "b2"):
+        assert torch.equal(getattr(projected.mlp, name), getattr(plain.mlp, name))
+    torch.testing.assert_close(projected.mlp.w2, plain.mlp.w2 * math.sqrt(0.8 / 0.2), rtol=1e-15, atol=0)
+    # the projection is the next draw of the layer's stream
+    torch.testing.assert_close(projected.output, torch.randn(24, 24, generator=gen, **f64) * math.sqrt(0.5 / 24),
+                               rtol=1e-15, atol=0)
 
 
 def test_weights_are_deterministic_per_seed_and_layer():
@@ -291,6 +338,12 @@ def test_measurements_reject_bad_masks():
 
 def test_numeric_fields_are_the_architectures():
     # The simulator takes its parameters from Architecture: no second field list.
-    stack = SimulatedStack(Architecture(alpha_sa=1.7, sigma_v2=0.3), 0.5, 1, width=8, seq_len=4, device="cpu")
-    assert set(stack.params) == set(NUMERIC_FIELDS)
+    # API change: Architecture.numeric() now also resolves the OPTIONAL_FIELDS (sigma_o2 ->
+    # 1 when None, sigma_w2_out -> sigma_w2), so params has those 7 keys, not NUMERIC_FIELDS.
+    arch = Architecture(alpha_sa=1.7, sigma_v2=0.3)
+    stack = SimulatedStack(arch, 0.5, 1, width=8, seq_len=4, device="cpu")
+    assert set(stack.params) == set(arch.numeric()) == set(NUMERIC_FIELDS) | set(OPTIONAL_FIELDS)
     assert stack.params["alpha_sa"] == 1.7 and stack.params["sigma_v2"] == 0.3
+    assert stack.params["sigma_o2"] == 1.0 and stack.params["sigma_w2_out"] == 0.2
+    stack = SimulatedStack(arch.replace(sigma_o2=0.4, sigma_w2_out=0.9), 0.5, 1, width=8, seq_len=4, device="cpu")
+    assert stack.params["sigma_o2"] == 0.4 and stack.params["sigma_w2_out"] == 0.9

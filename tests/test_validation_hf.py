@@ -23,6 +23,12 @@ CASES = [
     (Architecture(alpha_sa=1.2, activation="gelu"), dict(heads=2, causal=True), "float64"),
     (Architecture(activation="erf"), dict(heads=1, causal=False), "float64"),
     (Architecture(alpha_sa=1.3), dict(heads=1, causal=False), "float32"),
+    # output projection W_O in BertSelfOutput.dense, W2 with its own variance (d_ff = 96 != d = 64)
+    (Architecture(activation="gelu", sigma_o2=0.6, sigma_w2_out=0.9, alpha_sa=1.1), dict(heads=2, causal=False),
+     "float64"),
+    # W_O after the gain-controlled centring hook (which adds the value bias back first)
+    (Architecture(attention="gain-controlled", sigma_o2=1.7, sigma_w2_out=0.3), dict(heads=4, causal=False),
+     "float64"),
 ]
 
 
@@ -42,7 +48,9 @@ def _run(model, batch):
 
 
 @pytest.mark.parametrize("arch, options, dtype", CASES,
-                         ids=[f"{a.attention}-{a.activation}-a{a.alpha_sa}-{o}-{d}" for a, o, d in CASES])
+                         ids=[f"{a.attention}-{a.activation}-a{a.alpha_sa}-{o}-{d}"
+                              + (f"-o{a.sigma_o2}-w{a.sigma_w2_out}" if a.output_projection else "")
+                              for a, o, d in CASES])
 def test_bert_model_matches_the_simulator(arch, options, dtype):
     stack = SimulatedStack(arch, 1.5, 4, width=64, d_ff=96, seq_len=160, dtype=dtype, device="cpu", seed=7,
                            **options)
@@ -59,6 +67,19 @@ def test_bert_model_matches_the_simulator(arch, options, dtype):
             {"q", "p", "rho", "cosine"} | ({"y2", "entropy"} if layer else set()))
         for key, value in s_ours[layer].items():
             torch.testing.assert_close(s_theirs[layer][key], value, rtol=tol, atol=tol, msg=f"{key} {layer}")
+
+
+def test_bert_output_projection_holds_the_stacks_weights():
+    stack = SimulatedStack(Architecture(sigma_o2=0.5, sigma_w2_out=0.7), 0.5, 2, width=32, d_ff=48, seq_len=16,
+                           dtype="float64", device="cpu")
+    bert = HuggingFaceBert(stack)
+    for index, layer in enumerate(bert.model.encoder.layer):
+        w = stack.weights(index)
+        dense = layer.attention.output.dense
+        assert isinstance(dense, torch.nn.Linear) and dense.bias is None
+        assert torch.equal(dense.weight, w.output) and torch.equal(layer.output.dense.weight, w.mlp.w2)
+    plain = HuggingFaceBert(SimulatedStack(Architecture(), 0.5, 1, width=32, seq_len=16, device="cpu"))
+    assert isinstance(plain.model.encoder.layer[0].attention.output.dense, torch.nn.Identity)
 
 
 def test_bert_statistics_change_with_alpha():

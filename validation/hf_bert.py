@@ -7,8 +7,10 @@ conventions, using only public module attributes and hooks (no library code is c
 * LayerNorms of the blocks are swapped for ``nn.LayerNorm(d, elementwise_affine=False)``;
 * query and key projections are swapped for bias-free ``nn.Linear`` layers;
 * the attention output projection ``attention.output.dense`` becomes ``nn.Identity``
-  (our variant has none);
-* every weight is copied from :meth:`SimulatedStack.weights`, so both run the same network;
+  when the architecture has none (``sigma_o2=None``, the reference variant), else a
+  bias-free ``nn.Linear`` holding the stack's ``W_O``;
+* every weight is copied from :meth:`SimulatedStack.weights`, so both run the same network
+  (the MLP's ``W2`` with its variance ``sigma_w2_out / d_ff``);
 * ``alpha_sa`` and ``alpha_mlp`` multiply the identity path through forward pre-hooks on
   ``BertSelfOutput`` and ``BertOutput``, whose forward is ``LN(branch + input_tensor)``:
   the hook hands them ``alpha * input_tensor``;
@@ -110,7 +112,11 @@ class HuggingFaceBert:
                 _copy(attn.self.query, w.attention.query)
                 _copy(attn.self.key, w.attention.key)
                 _copy(attn.self.value, w.attention.value, w.attention.value_bias)
-                attn.output.dense = nn.Identity()
+                if w.output is None:
+                    attn.output.dense = nn.Identity()
+                else:
+                    attn.output.dense = nn.Linear(d, d, bias=False, **kw)
+                    _copy(attn.output.dense, w.output)
                 attn.output.LayerNorm = nn.LayerNorm(d, eps=stack.layer_norm_eps, elementwise_affine=False, **kw)
                 _copy(layer.intermediate.dense, w.mlp.w1, w.mlp.b1)
                 if stack.arch.activation == "erf":

@@ -76,7 +76,7 @@ class ValueBiasStack(SimulatedStack):
             gen = generator(self.seed, _STREAM_VALUE_BIAS, layer, self.device)
             bias = torch.randn(bias.shape, generator=gen, dtype=bias.dtype, device=bias.device)
             bias.mul_(math.sqrt(self.sigma_bv2))
-        return BlockWeights(dataclasses.replace(plain.attention, value_bias=bias), plain.mlp)
+        return dataclasses.replace(plain, attention=dataclasses.replace(plain.attention, value_bias=bias))
 
 
 def _finite_t_rho(settings, seq_len):

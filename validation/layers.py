@@ -9,8 +9,12 @@ Conventions are those of the reference experiments (``THEORY.md`` section 2):
   ``Var(s_ij) = beta^2 q^2 log T`` for all H. ``qk_scaling="head"`` divides by ``d_H``
   instead: the score variance grows as ``H^2`` (each head behaves as a single head at
   ``H beta``; :func:`remprop.theory.multihead.effective_beta`);
-* values ``W_V ~ N(0, s_v^2 / d)``, value bias ``N(0, s_b^2)``, no output projection;
-* MLP ``W1 ~ N(0, s_w^2 / d)``, ``W2 ~ N(0, s_w^2 / d_ff)``, biases ``N(0, s_b^2)``;
+* values ``W_V ~ N(0, s_v^2 / d)``, value bias ``N(0, s_b^2)``, no output projection in
+  the reference experiments; optionally (``Architecture.sigma_o2``) an output projection
+  ``W_O ~ N(0, s_o^2 / d)`` of the concatenated heads, without bias
+  (:func:`draw_output_projection`, :func:`output_projection`);
+* MLP ``W1 ~ N(0, s_w^2 / d)``, ``W2 ~ N(0, s_{w,out}^2 / d_ff)`` (``s_{w,out}^2 = s_w^2``
+  unless ``Architecture.sigma_w2_out`` is set), biases ``N(0, s_b^2)``;
 * LayerNorm without affine parameters;
 * gain-controlled attention: the value-weighted output with its sequence mean removed,
   then the value bias, ``(A - 1 abar^T) X W_V^T + b_V``.
@@ -33,7 +37,8 @@ from remprop.theory import multihead
 __all__ = [
     "ACTIVATION_FUNCTIONS", "AttentionWeights", "MLPWeights", "DenseWeights", "BlockWeights",
     "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_dense_weights",
-    "softmax_attention", "gain_controlled_attention", "layer_norm", "mlp", "dense", "skip",
+    "draw_output_projection", "softmax_attention", "gain_controlled_attention", "output_projection",
+    "layer_norm", "mlp", "dense", "skip",
 ]
 
 def _identity(u):
@@ -76,10 +81,15 @@ class DenseWeights:
 
 @dataclass(frozen=True)
 class BlockWeights:
-    """The weights of one transformer block."""
+    """The weights of one transformer block.
+
+    ``output`` is the attention output projection ``W_O (d, d)`` (no bias), or None for
+    blocks without one (the reference experiments).
+    """
 
     attention: AttentionWeights
     mlp: MLPWeights
+    output: torch.Tensor | None = None
 
 
 def query_key_variance(beta: float, width: int, seq_len: int, heads: int = 1, qk_scaling: str = "model") -> float:
@@ -118,14 +128,25 @@ def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dty
     )
 
 
-def draw_mlp_weights(gen, width, d_ff, sigma_w2, sigma_b2, *, dtype, device):
-    """Draw ``W1 ~ N(0, sigma_w2/d)``, ``b1``, ``W2 ~ N(0, sigma_w2/d_ff)``, ``b2 ~ N(0, sigma_b2)``."""
+def draw_mlp_weights(gen, width, d_ff, sigma_w2, sigma_b2, *, dtype, device, sigma_w2_out=None):
+    """Draw ``W1 ~ N(0, sigma_w2/d)``, ``b1``, ``W2 ~ N(0, sigma_w2_out/d_ff)``, ``b2 ~ N(0, sigma_b2)``.
+
+    ``sigma_w2_out`` (variance of ``W2`` times its fan-in ``d_ff``) defaults to ``sigma_w2``;
+    it only rescales ``W2``, so the random stream is the same for every value.
+    """
+    if sigma_w2_out is None:
+        sigma_w2_out = sigma_w2
     return MLPWeights(
         w1=_normal(gen, (d_ff, width), sigma_w2 / width, dtype, device),
         b1=_normal(gen, (d_ff,), sigma_b2, dtype, device),
-        w2=_normal(gen, (width, d_ff), sigma_w2 / d_ff, dtype, device),
+        w2=_normal(gen, (width, d_ff), sigma_w2_out / d_ff, dtype, device),
         b2=_normal(gen, (width,), sigma_b2, dtype, device),
     )
+
+
+def draw_output_projection(gen, width, sigma_o2, *, dtype, device):
+    """Draw the attention output projection ``W_O ~ N(0, sigma_o2/d)``, shape ``(d, d)``, no bias."""
+    return _normal(gen, (width, width), sigma_o2 / width, dtype, device)
 
 
 def draw_dense_weights(gen, width, sigma_w2, sigma_b2, *, dtype, device):
@@ -214,6 +235,27 @@ def gain_controlled_attention(x, weights: AttentionWeights, *, heads=1, mask=Non
         mean = (out * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True)
         out = out - mean
     return out.add_(weights.value_bias), probs
+
+
+def output_projection(x, weight):
+    r"""Attention output projection without bias: ``x W_O^T`` on the concatenated heads.
+
+    With ``W_O ~ N(0, sigma_o2 / d)`` (:func:`draw_output_projection`) the order
+    parameters are scaled, the cosine kept:
+
+    .. math:: q' = \sigma_o^2 q,\qquad p' = \sigma_o^2 p
+
+    Parameters
+    ----------
+    x : Tensor, shape (..., d)
+    weight : Tensor, shape (d_out, d)
+        ``nn.Linear`` layout.
+
+    References
+    ----------
+    Vaswani et al. 2017 (``W^O``); library initialisations often set it to zero.
+    """
+    return (x.reshape(-1, x.shape[-1]) @ weight.T).view(*x.shape[:-1], weight.shape[0])
 
 
 def layer_norm(x, eps=1e-12):

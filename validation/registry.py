@@ -10,7 +10,10 @@
   the same parameters, ready to be compared on synthetic tokens.
 
 The skip entry needs a branch: it uses a random dense layer, the simplest branch whose
-weights are independent of its input (``alpha x + W x + b``).
+weights are independent of its input (``alpha x + W x + b``). The output projection entry
+is the bias-free dense layer ``x W_O^T`` (theory: ``dense_map(q, p, sigma_o2, 0)``). The
+MLP entry takes the second layer's ``sigma_w2_out`` (``W2 ~ N(0, sigma_w2_out / d_ff)``,
+default None = ``sigma_w2``) and the hidden width ``d_ff`` (default d).
 
 Reference: Giorlandino & Goldt, arXiv 2505.24333.
 """
@@ -108,15 +111,26 @@ def _layer_norm_simulate(x, gen, mask):
     return layers.layer_norm(x)
 
 
-def _mlp_theory(q, p, sigma_w2, sigma_b2, activation, d_ff):
-    return mlp_map(q, p, sigma_w2, sigma_b2, activation)
+def _mlp_theory(q, p, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
+    # d_ff enters the theory only through sigma_w2_out (W2's variance is over d_ff)
+    return mlp_map(q, p, sigma_w2, sigma_b2, activation, sigma_w2_out=sigma_w2_out)
 
 
-def _mlp_simulate(x, gen, mask, sigma_w2, sigma_b2, activation, d_ff):
+def _mlp_simulate(x, gen, mask, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
     check_choice("activation", activation, tuple(layers.ACTIVATION_FUNCTIONS))
     width = x.shape[-1]
-    weights = layers.draw_mlp_weights(gen, width, d_ff or width, sigma_w2, sigma_b2, dtype=x.dtype, device=x.device)
+    weights = layers.draw_mlp_weights(gen, width, d_ff or width, sigma_w2, sigma_b2, dtype=x.dtype, device=x.device,
+                                      sigma_w2_out=sigma_w2_out)
     return layers.mlp(x, weights, activation)
+
+
+def _output_projection_theory(q, p, sigma_o2):
+    return dense_map(q, p, sigma_o2, 0.0)
+
+
+def _output_projection_simulate(x, gen, mask, sigma_o2):
+    weight = layers.draw_output_projection(gen, x.shape[-1], sigma_o2, dtype=x.dtype, device=x.device)
+    return layers.output_projection(x, weight)
 
 
 #: Component name -> :class:`ComponentPair`.
@@ -129,6 +143,10 @@ REGISTRY = {
     "layer_norm": ComponentPair("layer_norm", layernorm_map, layers.layer_norm, {},
                                 _layer_norm_theory, _layer_norm_simulate),
     "mlp": ComponentPair("mlp", mlp_map, layers.mlp,
-                         dict(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", d_ff=None),
+                         dict(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", d_ff=None, sigma_w2_out=None),
                          _mlp_theory, _mlp_simulate),
+    # theory_map dense_map: the projection is a dense layer without bias (sigma_b2 = 0)
+    "output_projection": ComponentPair("output_projection", dense_map, layers.output_projection,
+                                       dict(sigma_o2=1.0), _output_projection_theory,
+                                       _output_projection_simulate),
 }

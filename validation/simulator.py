@@ -72,7 +72,10 @@ class SimulatedStack:
 
     with SA softmax or gain-controlled attention, initialised as in
     :mod:`remprop.validation.layers` (``s_qk^2 = beta sqrt(log T) / d``, scores over
-    ``sqrt(d_H)``, no output projection).
+    ``sqrt(d_H)``). When ``arch.sigma_o2`` is set, SA ends with the bias-free output
+    projection ``W_O ~ N(0, sigma_o2 / d)`` of the concatenated heads (before the skip);
+    otherwise there is none, as in the reference experiments. The MLP's second layer is
+    ``W2 ~ N(0, sigma_w2_out / d_ff)`` (``arch.sigma_w2_out``, default ``sigma_w2``).
 
     Parameters
     ----------
@@ -138,6 +141,7 @@ class SimulatedStack:
         self._layer_norm = REGISTRY["layer_norm"].torch_function
         self._skip = REGISTRY["skip"].torch_function
         self._mlp = REGISTRY["mlp"].torch_function
+        self._output_projection = REGISTRY["output_projection"].torch_function
 
     def __repr__(self):
         return (f"SimulatedStack({self.arch!r}, beta={self.beta}, depth={self.depth}, width={self.width}, "
@@ -147,19 +151,26 @@ class SimulatedStack:
 
     # -- weights ------------------------------------------------------------------------
     def weights(self, layer: int) -> layers.BlockWeights:
-        """The weights of block ``layer`` (0-based), drawn from stream ``(seed, weights, layer)``."""
+        """The weights of block ``layer`` (0-based), drawn from stream ``(seed, weights, layer)``.
+
+        Drawn in the order attention, MLP, then (only when ``arch.output_projection``) the
+        output projection: an architecture without one gets the same weights as before
+        the projection existed, and adding one leaves the other weights unchanged.
+        """
         layer = check_positive_int("layer", layer, 0)
         if layer >= self.depth:
             raise ValueError(f"layer must be < depth = {self.depth}, got {layer}")
         gen = generator(self.seed, STREAM_WEIGHTS, layer, self.device)
         kw = dict(dtype=self.dtype, device=self.device)
-        return layers.BlockWeights(
-            attention=layers.draw_attention_weights(gen, self.width, self.beta, self.seq_len,
-                                                    self.params["sigma_v2"], self.params["sigma_b2"], **kw,
-                                                    heads=self.heads, qk_scaling=self.qk_scaling),
-            mlp=layers.draw_mlp_weights(gen, self.width, self.d_ff, self.params["sigma_w2"],
-                                        self.params["sigma_b2"], **kw),
-        )
+        attention = layers.draw_attention_weights(gen, self.width, self.beta, self.seq_len,
+                                                  self.params["sigma_v2"], self.params["sigma_b2"], **kw,
+                                                  heads=self.heads, qk_scaling=self.qk_scaling)
+        mlp = layers.draw_mlp_weights(gen, self.width, self.d_ff, self.params["sigma_w2"], self.params["sigma_b2"],
+                                      **kw, sigma_w2_out=self.params["sigma_w2_out"])
+        output = None
+        if self.arch.output_projection:
+            output = layers.draw_output_projection(gen, self.width, self.params["sigma_o2"], **kw)
+        return layers.BlockWeights(attention=attention, mlp=mlp, output=output)
 
     # -- forward ------------------------------------------------------------------------
     def block(self, x, weights: layers.BlockWeights, mask=None):
@@ -167,8 +178,15 @@ class SimulatedStack:
         norm, act = self.arch.norm, self.arch.activation
         a_sa, a_mlp = self.params["alpha_sa"], self.params["alpha_mlp"]
         ln = lambda h: self._layer_norm(h, self.layer_norm_eps)  # noqa: E731
-        attend = lambda h: self._attention(h, weights.attention, heads=self.heads,  # noqa: E731
-                                           mask=mask, causal=self.causal)
+        project = self.arch.output_projection
+        if project and weights.output is None:
+            raise ValueError("the architecture has an output projection (sigma_o2) but the block weights "
+                             "hold none (BlockWeights.output is None)")
+
+        def attend(h):
+            out, probs = self._attention(h, weights.attention, heads=self.heads, mask=mask, causal=self.causal)
+            return (self._output_projection(out, weights.output) if project else out), probs
+
         if norm == "post":
             branch, probs = attend(x)
             x = ln(self._skip(x, branch, a_sa))
