@@ -85,8 +85,11 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
     if measured is not None:
         mean = np.asarray(measured["rho_mean"], dtype=float)
         std = np.asarray(measured.get("rho_std", np.zeros_like(mean)), dtype=float)
+        label = "simulated at random init"
+        if "seeds" in measured:
+            label += f" ({len(measured['seeds'])} inits, mean $\\pm$ std)"
         right.errorbar(layers, mean, yerr=std, fmt="o", markersize=4, color="#c55a11", capsize=2,
-                       label=measured.get("label", "simulated at random init"))
+                       label=measured.get("label", label))
     right.axhline(diagnosis.threshold, color="black", linestyle=":", linewidth=1.0,
                   label=f"rank-collapse threshold {diagnosis.threshold:g}")
     right.set_xlabel("layer")

@@ -66,6 +66,8 @@ def test_check_reads_a_config_json(capsys, tmp_path):
     (["--hf-config", "bert-base", "--pixel-std", "-1"], ["--pixel-std"]),
     (["--hf-config", "bert-base", "--seeds", "x"], ["--seeds"]),
     ([], ["--hf-config"]),
+    (["bert-base", "--hf-config", "gpt2"], ["--hf-config"]),
+    (["--hf-config", "bert-base", "--rho0", "2"], ["--rho0"]),
 ])
 def test_check_bad_input_is_one_line(capsys, tmp_path, argv, names):
     code, _, err = run_cli(capsys, "check", *argv, "--out", tmp_path)
@@ -92,3 +94,11 @@ def test_check_simulate_overlays_measurements(capsys, tmp_path):
     assert simulation["seeds"] == [0, 1] and len(simulation["rho_mean"]) == 3
     assert simulation["max_error"] >= simulation["mean_error"] >= 0
     assert (tmp_path / "tiny.png").exists()
+
+
+def test_check_takes_the_model_as_a_positional_name_and_rho0(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "check", "vit-base", "--depth", "2", "--rho0", "0.3", "--json", "--no-figure",
+                             "--out", tmp_path)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["model"]["family"] == "vit" and result["rho"][0] == pytest.approx(0.3)

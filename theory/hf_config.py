@@ -311,7 +311,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         q0, rho0 = r * r * (patch_dim * pixel_std ** 2 + 1.0), 0.0
         assumptions.append(
             f"input: i.i.d. pixels of std {pixel_std:g} give rho0 = 0; natural images share a mean "
-            f"colour and start with rho0 > 0 (pass --rho0)")
+            f"colour and start with rho0 > 0 (remprop check --rho0)")
         assumptions.append(
             f"the [CLS] token (q = 2 r^2 = {2 * r * r:.2g}) is 1 of {seq_len} tokens and does not share the "
             f"patch tokens' norm (q0 = {q0:.3g})")

@@ -241,14 +241,19 @@ def run_sweep(args) -> int:
 # -- remprop check -----------------------------------------------------------------------
 def run_check(args) -> int:
     """Diagnose a real model: report, JSON, and the model on its trainability diagram."""
+    import dataclasses
     import re
 
     from remprop.diagrams import diagnose
     from remprop.theory import model_spec
 
-    spec = model_spec(args.config, seq_len=args.seq_len, pixel_std=args.pixel_std)
+    if (args.config is None) == (args.model is None):
+        raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
+    spec = model_spec(args.config or args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
     if args.depth is not None:
         spec = spec.with_depth(args.depth)
+    if args.rho0 is not None:
+        spec = dataclasses.replace(spec, rho0=args.rho0)
     directory = writable_directory(args.out)
     stem = directory / (args.name or "check-" + re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("_"))
     diagnosis = diagnose(spec, args.threshold, max_depth=args.max_depth)

@@ -183,7 +183,9 @@ def _add_check_parser(commands):
         "their predicted effect. Writes OUT/NAME.png (the model on its trainability diagram) and "
         "OUT/NAME.json. --simulate instantiates the model at random init (no weights are downloaded; "
         "needs the validation extra) and overlays the measured cosines.", epilog=JSON_NOTE)
-    check.add_argument("--hf-config", dest="config", required=True, metavar="PATH|NAME",
+    check.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                       help="a shipped model name or a config path (same as --hf-config)")
+    check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
                        help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
     check.add_argument("--seq-len", dest="seq_len", type=count(2), default=None, metavar="T",
                        help="sequence length (default: the model's maximum)")
@@ -191,6 +193,9 @@ def _add_check_parser(commands):
                        help="override the number of layers (default: the config's)")
     check.add_argument("--pixel-std", type=positive_real, default=1.0, metavar="S",
                        help="ViT: std of the i.i.d. input pixels (default: %(default)s)")
+    check.add_argument("--rho0", type=cosine, default=None,
+                       help="override the input cosine of two tokens that the embeddings give (default: "
+                            "from the config, e.g. 1/3 for BERT's shared token-type embedding)")
     check.add_argument("--threshold", type=open_unit_real, default=0.99, metavar="RHO",
                        help="rank-collapse threshold on the final cosine, in (0, 1) (default: %(default)s)")
     check.add_argument("--max-depth", type=layer_count, default=10_000, metavar="L",
