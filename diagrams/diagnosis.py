@@ -220,18 +220,19 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                 if spec.causal else None)
 
     # attention inputs of the first and last layer: LayerNorm'd for pre-LN
-    def attention_input(layer):
+    def attention_input(traj, layer):
         q, p = traj.q[layer], traj.p[layer]
         return (1.0, p / q) if arch.norm == "pre" else (q, p)
 
-    gradients = []
-    for layer in (0, depth - 1):
-        q_in, p_in = attention_input(layer)
-        gradients.append(float(query_gradient_norm(beta, q_in, p_in, spec.width, spec.seq_len,
-                                                   sigma_v2=arch.sigma_v2, norm_variance=0.0
-                                                   if arch.norm != "none" else None)))
-    q_in, p_in = attention_input(0)
+    q_in, p_in = attention_input(traj, 0)
     y2_first = float(participation_moment(beta, q_in, p_in, spec.seq_len))
+    target = 0.5 * beta_c  # the recommended query/key scale (see Notes)
+    rho_b, _, phase_b, traj_b = _verdict(arch, target, depth, q0, rho0, threshold)
+    # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
+    inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
+    gradient_first, gradient_last, gradient_b = (float(g) for g in query_gradient_norm(
+        np.array([beta, beta, target]), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len,
+        sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm != "none" else None))
 
     changes = []
     # 1. skip scaling
@@ -254,21 +255,17 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
             final_rho, phase, {"alpha_sa": 1.0, "alpha_star": alpha_star}))
     # 2. query/key std
     current_std = float(spec.query_key_std(beta))
-    target = 0.5 * beta_c
     std = float(spec.query_key_std(target))
-    rho_b, _, phase_b, traj_b = _verdict(arch, target, depth, q0, rho0, threshold)
-    q_b, p_b = (1.0, traj_b.p[0] / traj_b.q[0]) if arch.norm == "pre" else (traj_b.q[0], traj_b.p[0])
-    gradient_b = float(query_gradient_norm(target, q_b, p_b, spec.width, spec.seq_len, sigma_v2=arch.sigma_v2,
-                                           norm_variance=0.0 if arch.norm != "none" else None))
     std_max = float(spec.query_key_std(beta_c))
     verb = "lower" if beta > target else "raise"
+    q_b, p_b = inputs[2]
     changes.append(Change(
         "query/key std",
         f"{verb} the query/key weight std from {current_std:.4g} to {std:.4g} (beta = beta_c/2 = {target:.3f}; "
-        f"entropy collapse above std {std_max:.4g}): layer-1 query gradient x{gradient_b / gradients[0]:.3g}, "
+        f"entropy collapse above std {std_max:.4g}): layer-1 query gradient x{gradient_b / gradient_first:.3g}, "
         f"Y2 = {float(participation_moment(target, q_b, p_b, spec.seq_len)):.4f}",
         rho_b, phase_b, {"query_key_std": std, "beta": target, "query_key_std_max": std_max,
-                         "gradient_factor": gradient_b / gradients[0]}))
+                         "gradient_factor": gradient_b / gradient_first}))
     # 3. LayerNorm placement
     other = "pre" if arch.norm == "post" else "post"
     rho_n, _, phase_n, _ = _verdict(arch.replace(norm=other), beta, depth, q0, rho0, threshold)
@@ -282,5 +279,5 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     return Diagnosis(spec=spec, threshold=threshold, q=traj.q, rho=traj.rho, rho_last_tokens=rho_last,
                      beta_critical=beta_c, alpha_star=alpha_star, phase=phase,
                      collapse_depth=_collapse_depth(arch, beta, q0, rho0, threshold, max_depth),
-                     max_depth=max_depth, y2_first=y2_first, gradient_first=gradients[0],
-                     gradient_last=gradients[1], changes=tuple(changes))
+                     max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
+                     gradient_last=gradient_last, changes=tuple(changes))
