@@ -99,6 +99,17 @@ def test_architecture_helpers_round_trip_every_field():
                                           alpha_mlp=0.9).to_dict()
     # no options: the class defaults (BERT)
     assert architecture_from_args(parser.parse_args([])).to_dict() == Architecture().to_dict()
+    # the output projection and the second MLP layer's variance
+    args = parser.parse_args(["--sigma-o2", "0.3", "--sigma-w2-out", "1.2"])
+    assert architecture_from_args(args).to_dict() == Architecture(sigma_o2=0.3, sigma_w2_out=1.2).to_dict()
+
+
+def test_propagate_with_output_projection_and_second_layer_variance(capsys):
+    code, out, err = run_cli(capsys, "propagate", "--depth", "4", "--sigma-o2", "0.3", "--sigma-w2-out", "1.2",
+                             "--activation", "gelu", "--json")
+    assert code == 0, err
+    expected = propagate(Architecture(sigma_o2=0.3, sigma_w2_out=1.2, activation="gelu"), 0.5, 4)
+    np.testing.assert_allclose(json.loads(out)["rho"], expected.rho, rtol=1e-12)
 
 
 # -- propagate ---------------------------------------------------------------------------

@@ -102,3 +102,9 @@ def test_check_takes_the_model_as_a_positional_name_and_rho0(capsys, tmp_path):
     assert code == 0, err
     result = json.loads(out)
     assert result["model"]["family"] == "vit" and result["rho"][0] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("option", ["--sigma-o2", "--sigma-w2-out"])
+def test_new_architecture_options_reject_negative_values(capsys, option):
+    code, _, err = run_cli(capsys, "propagate", "--depth", "2", option, "-1")
+    one_line_error(code, err, option)

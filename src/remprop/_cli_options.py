@@ -231,6 +231,8 @@ ARCHITECTURE_OPTIONS = {
     "sigma_v2": "--sigma-v2",
     "alpha_sa": "--alpha",
     "alpha_mlp": "--alpha-mlp",
+    "sigma_o2": "--sigma-o2",
+    "sigma_w2_out": "--sigma-w2-out",
 }
 
 
@@ -249,7 +251,8 @@ def add_architecture_arguments(parser, *, alpha_sa=True, seq_len=True):
     -------
     argparse._ArgumentGroup
         The group, with options ``--norm``, ``--attention``, ``--activation``,
-        ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--alpha`` (optional) and
+        ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--sigma-o2``, ``--sigma-w2-out``,
+        ``--alpha`` (optional) and
         ``--alpha-mlp`` and (with ``seq_len=True``) ``--seq-len`` for the theory's finite
         sequence length; defaults are the BERT defaults of the Architecture class.
         Choices come from :data:`remprop.theory.NORMS`, ``ATTENTIONS`` and
@@ -274,6 +277,11 @@ def add_architecture_arguments(parser, *, alpha_sa=True, seq_len=True):
                        help="bias variance of values and MLP (default: %(default)s)")
     group.add_argument("--sigma-v2", type=nonnegative_real, default=defaults["sigma_v2"], metavar="S2",
                        help="value weight variance times fan-in (default: %(default)s)")
+    group.add_argument("--sigma-o2", type=nonnegative_real, default=None, metavar="S2",
+                       help="attention output projection W_O ~ N(0, S2/d), no bias (default: no projection)")
+    group.add_argument("--sigma-w2-out", type=nonnegative_real, default=None, metavar="S2",
+                       help="variance times fan-in of the MLP's second layer, W2 ~ N(0, S2/d_ff) "
+                            "(default: --sigma-w2)")
     if alpha_sa:
         group.add_argument("--alpha", dest="alpha_sa", type=nonnegative_real, default=defaults["alpha_sa"],
                            metavar="A", help="alpha_SA: strength of the identity path around attention, "

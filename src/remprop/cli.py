@@ -64,6 +64,7 @@ EPILOG = "\n".join(textwrap.wrap(JSON_NOTE, 79) + textwrap.wrap(
 #: Option that sets each library parameter, to point error messages at the right flag.
 _OPTION_OF = {"alpha_sa": "--alpha", "alpha_mlp": "--alpha-mlp", "sigma_w2": "--sigma-w2",
               "sigma_b2": "--sigma-b2", "sigma_v2": "--sigma-v2", "norm": "--norm",
+              "sigma_o2": "--sigma-o2", "sigma_w2_out": "--sigma-w2-out",
               "attention": "--attention", "activation": "--activation", "beta": "--beta",
               "depth": "--depth", "threshold": "--threshold", "q0": "--q0", "rho0": "--rho0",
               "out": "--out", "only": "--only", "device": "--device", "scheduler": "--scheduler",
