@@ -94,6 +94,7 @@ def test_check_simulate_overlays_measurements(capsys, tmp_path):
     assert simulation["seeds"] == [0, 1] and len(simulation["rho_mean"]) == 3
     assert simulation["max_error"] >= simulation["mean_error"] >= 0
     assert (tmp_path / "tiny.png").exists()
+    assert sorted(p.name for p in (tmp_path / "tiny.simulation" / "cells").iterdir()) == ["seed-0.json", "seed-1.json"]
 
 
 def test_check_takes_the_model_as_a_positional_name_and_rho0(capsys, tmp_path):

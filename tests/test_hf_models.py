@@ -118,3 +118,22 @@ def test_probe_reads_a_built_model_like_its_hidden_states():
         q = torch.diagonal(g, dim1=1, dim2=2).mean(1)
         p = (g.sum((1, 2)) - torch.diagonal(g, dim1=1, dim2=2).sum(1)) / (n * (n - 1))
         np.testing.assert_allclose(trace.rho[:, layer], (p / q).numpy(), rtol=1e-9)
+
+
+def test_simulate_model_resumes_from_its_store(tmp_path, monkeypatch):
+    from remprop.validation import hf_models
+
+    config = dict(model_spec("gpt2").config, n_layer=2, n_embd=32, n_head=2, vocab_size=300, n_positions=64)
+    spec = model_spec(config)
+    first = simulate_model(spec, seeds=[0, 1], sequences=2, store=tmp_path / "run")
+    calls = []
+    measure = hf_models._measure_seed
+    monkeypatch.setattr(hf_models, "_measure_seed", lambda spec, seed, *a: calls.append(seed) or measure(spec, seed, *a))
+    again = simulate_model(spec, seeds=[0, 1, 2], sequences=2, store=tmp_path / "run")
+    assert calls == [2]  # seeds 0 and 1 were read back, not recomputed
+    np.testing.assert_array_equal(again.rho[:2], first.rho)  # JSON keeps floats bit for bit
+    np.testing.assert_array_equal(again.rho_last[:2], first.rho_last)
+    fresh = simulate_model(spec, seeds=[2], sequences=2)
+    np.testing.assert_array_equal(again.rho[2:], fresh.rho)
+    with pytest.raises(ValueError, match="different"):
+        simulate_model(spec, seeds=[0], sequences=3, store=tmp_path / "run")

@@ -22,7 +22,10 @@ import torch
 
 from remprop.theory import ModelSpec, model_spec
 
+from remprop._json import to_jsonable
+
 from .backend import check_positive_int, resolve_device, resolve_dtype
+from .cell_store import CellStore
 from .probing import probe
 
 __all__ = ["build_model", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS"]
@@ -153,7 +156,7 @@ class ModelMeasurement:
 
 
 def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", device=None, theory=None,
-                   progress=None) -> ModelMeasurement:
+                   progress=None, store=None) -> ModelMeasurement:
     """Measure a model's per-layer cosine at random initialisation over several seeds.
 
     Parameters
@@ -169,6 +172,11 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
         Prediction to compare with (default: from :func:`remprop.diagrams.diagnose`).
     progress : callable, optional
         Called with each finished seed.
+    store : str or Path, optional
+        Folder that keeps one record per finished seed (atomic JSON files, see
+        :class:`~remprop.validation.cell_store.CellStore`): an interrupted run resumes there,
+        computing only the seeds it lacks; a folder of a different model, ``sequences`` or
+        ``dtype`` is refused with a ``ValueError``.
 
     Returns
     -------
@@ -191,20 +199,36 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
     theory = np.asarray(theory, dtype=np.float64)
     if theory.shape != (spec.depth + 1,):
         raise ValueError(f"theory must have shape ({spec.depth + 1},), got {theory.shape}")
+    cells = None
+    if store is not None:
+        manifest = {"format": "remprop.simulate_model/1", "model": spec.to_dict(), "sequences": sequences,
+                    "dtype": str(dtype), "last_tokens": LAST_TOKENS if spec.causal else None}
+        cells = CellStore(store, to_jsonable(manifest))
     rows = {"rho": [], "q": [], "p": [], "y2": [], "rho_last": []}
     for seed in seeds:
-        model = build_model(spec, seed=seed, dtype=dtype, device=device)
-        inputs = model_inputs(spec, sequences, seed=seed, device=next(model.parameters()).device,
-                              pixel_std=spec.pixel_std)
-        trace = probe(model, inputs)
-        for name in ("rho", "q", "p", "y2"):
-            rows[name].append(getattr(trace, name))
-        if spec.causal:
-            rows["rho_last"].append(probe(model, inputs, last=min(LAST_TOKENS, spec.seq_len)).rho)
-        del model
+        key = f"seed-{seed}"
+        if cells is not None and key in cells.done():
+            record = cells.read(key)
+        else:
+            record = _measure_seed(spec, seed, sequences, dtype, device)
+            if cells is not None:
+                cells.write(key, record)
+        for name, value in record.items():
+            rows[name].append(np.asarray(value, dtype=np.float64))
         if progress is not None:
             progress(seed)
     stack = {name: np.stack(values) for name, values in rows.items() if values}
     return ModelMeasurement(spec=spec, seeds=seeds, rho=stack["rho"], q=stack["q"], p=stack["p"], y2=stack["y2"],
                             rho_last=stack.get("rho_last"), theory=theory)
 
+
+
+def _measure_seed(spec, seed, sequences, dtype, device) -> dict:
+    """Per-layer statistics of one initialisation, as JSON-ready lists."""
+    model = build_model(spec, seed=seed, dtype=dtype, device=device)
+    inputs = model_inputs(spec, sequences, seed=seed, device=next(model.parameters()).device)
+    trace = probe(model, inputs)
+    record = {name: getattr(trace, name).tolist() for name in ("rho", "q", "p", "y2")}
+    if spec.causal:
+        record["rho_last"] = probe(model, inputs, last=min(LAST_TOKENS, spec.seq_len)).rho.tolist()
+    return record

@@ -267,7 +267,8 @@ def run_check(args) -> int:
         progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if _is_tty() else None
         try:
             measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
-                                         theory=theory, progress=progress)
+                                         theory=theory, progress=progress,
+                                         store=Path(f"{stem}.simulation"))
         except ImportError as err:
             raise CommandLineError(f"--simulate: {VALIDATION_HINT} ({err})") from None
         measured = measurement.summary()

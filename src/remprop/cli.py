@@ -183,7 +183,8 @@ def _add_check_parser(commands):
         "and changes (skip scaling, query/key std, LayerNorm placement, gain-controlled attention) with "
         "their predicted effect. Writes OUT/NAME.png (the model on its trainability diagram) and "
         "OUT/NAME.json. --simulate instantiates the model at random init (no weights are downloaded; "
-        "needs the validation extra) and overlays the measured cosines.", epilog=JSON_NOTE)
+        "needs the validation extra) and overlays the measured cosines; each finished initialisation is "
+        "kept in OUT/NAME.simulation/, so an interrupted run resumes.", epilog=JSON_NOTE)
     check.add_argument("model", nargs="?", default=None, metavar="MODEL",
                        help="a shipped model name or a config path (same as --hf-config)")
     check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
