@@ -146,7 +146,8 @@ class Diagnosis:
                                         if self.collapse_depth is not None
                                         else f"no rank collapse within {self.max_depth} layers"),
                  f"query gradient   E|dS/dW_Q|^2 = {self.gradient_first:.4g} (layer 1), "
-                 f"{self.gradient_last:.4g} (layer {s.depth}); ratio {self.gradient_last / self.gradient_first:.3g}",
+                 f"{self.gradient_last:.4g} (layer {s.depth})" + (
+                     f"; ratio {self.gradient_last / self.gradient_first:.3g}" if self.gradient_first > 0 else ""),
                  "", "predicted cosine per layer (rho = p / q)" + (
                      f"; causal: mean over the last {LAST_TOKENS} positions" if self.rho_last_tokens is not None
                      else "")]
@@ -226,7 +227,8 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
 
     q_in, p_in = attention_input(traj, 0)
     y2_first = float(participation_moment(beta, q_in, p_in, spec.seq_len))
-    target = 0.5 * beta_c  # the recommended query/key scale (see Notes)
+    # the recommended query/key scale (see Notes); collapsed tokens (beta_c = inf): keep beta
+    target = 0.5 * beta_c if math.isfinite(beta_c) else beta
     rho_b, _, phase_b, traj_b = _verdict(arch, target, depth, q0, rho0, threshold)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
@@ -254,18 +256,13 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                              if alpha_star > 0 else "none needed: even alpha_SA = 0 avoids rank collapse"),
             final_rho, phase, {"alpha_sa": 1.0, "alpha_star": alpha_star}))
     # 2. query/key std
-    current_std = float(spec.query_key_std(beta))
-    std = float(spec.query_key_std(target))
-    std_max = float(spec.query_key_std(beta_c))
-    verb = "lower" if beta > target else "raise"
-    q_b, p_b = inputs[2]
-    changes.append(Change(
-        "query/key std",
-        f"{verb} the query/key weight std from {current_std:.4g} to {std:.4g} (beta = beta_c/2 = {target:.3f}; "
-        f"entropy collapse above std {std_max:.4g}): layer-1 query gradient x{gradient_b / gradient_first:.3g}, "
-        f"Y2 = {float(participation_moment(target, q_b, p_b, spec.seq_len)):.4f}",
-        rho_b, phase_b, {"query_key_std": std, "beta": target, "query_key_std_max": std_max,
-                         "gradient_factor": gradient_b / gradient_first}))
+    if not math.isfinite(beta_c):
+        changes.append(Change("query/key std", "none helps: the tokens entering attention are identical "
+                              "(beta_c = inf), so no query/key scale changes the attention", final_rho, phase,
+                              {"beta": beta}))
+    else:
+        changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], rho_b, phase_b,
+                                         gradient_b / gradient_first))
     # 3. LayerNorm placement
     other = "pre" if arch.norm == "post" else "post"
     rho_n, _, phase_n, _ = _verdict(arch.replace(norm=other), beta, depth, q0, rho0, threshold)
@@ -281,3 +278,19 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                      collapse_depth=_collapse_depth(arch, beta, q0, rho0, threshold, max_depth),
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, changes=tuple(changes))
+
+
+def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, phase, gradient_factor):
+    """The query/key std that puts the model at ``target = beta_c / 2``, and its effect."""
+    current_std = float(spec.query_key_std(beta))
+    std = float(spec.query_key_std(target))
+    std_max = float(spec.query_key_std(beta_c))
+    verb = "lower" if beta > target else "raise"
+    q_b, p_b = attention_input
+    y2 = float(participation_moment(target, q_b, p_b, spec.seq_len))
+    return Change(
+        "query/key std",
+        f"{verb} the query/key weight std from {current_std:.4g} to {std:.4g} (beta = beta_c/2 = {target:.3f}; "
+        f"entropy collapse above std {std_max:.4g}): layer-1 query gradient x{gradient_factor:.3g}, Y2 = {y2:.4f}",
+        final_rho, phase, {"query_key_std": std, "beta": target, "query_key_std_max": std_max,
+                           "gradient_factor": gradient_factor})

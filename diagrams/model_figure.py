@@ -24,7 +24,8 @@ __all__ = ["model_figure", "model_diagram"]
 def model_diagram(diagnosis, *, resolution=120, depth=None):
     """The trainability diagram around a diagnosed model.
 
-    The beta axis spans ``(0, 1.5 max(beta, beta_c))``, the alpha axis
+    The beta axis spans ``(0, 1.5 max(beta, beta_c))`` (``beta_c = inf``: ``max(2 beta, sqrt 2)``
+    in its place), the alpha axis
     ``[0, max(2, 1.5 alpha*)]``.
 
     Parameters
@@ -36,7 +37,9 @@ def model_diagram(diagnosis, *, resolution=120, depth=None):
         Default: the model's depth.
     """
     spec = diagnosis.spec
-    beta_max = 1.5 * max(spec.beta, diagnosis.beta_critical)
+    # collapsed input tokens have beta_c = inf: span twice the model's beta (at least sqrt 2)
+    beta_c = diagnosis.beta_critical if np.isfinite(diagnosis.beta_critical) else max(2 * spec.beta, np.sqrt(2))
+    beta_max = 1.5 * max(spec.beta, beta_c)
     alpha_max = max(2.0, 1.5 * diagnosis.alpha_star) if np.isfinite(diagnosis.alpha_star) else 3.0
     betas = np.linspace(beta_max / resolution, beta_max, resolution)
     alphas = np.linspace(0.0, alpha_max, resolution)
@@ -71,9 +74,10 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
     trainability_figure(diagram, ax=left)
     left.plot([spec.beta], [1.0], marker="*", markersize=17, color="#f2c200", markeredgecolor="black",
               linestyle="none", label=f"{spec.name} at init", zorder=5)
-    target = 0.5 * diagnosis.beta_critical
-    left.plot([target], [1.0], marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black",
-              markeredgewidth=1.6, linestyle="none", label=r"query/key std at $\beta_c/2$", zorder=5)
+    if np.isfinite(diagnosis.beta_critical):
+        left.plot([0.5 * diagnosis.beta_critical], [1.0], marker="o", markersize=11, markerfacecolor="none",
+                  markeredgecolor="black", markeredgewidth=1.6, linestyle="none",
+                  label=r"query/key std at $\beta_c/2$", zorder=5)
     left.legend(loc="upper right", fontsize=8, framealpha=0.9)
     left.set_title(f"{spec.name}: {diagnosis.phase} (L = {spec.depth}, T = {spec.seq_len})", fontsize=10)
 

@@ -109,3 +109,11 @@ def test_check_takes_the_model_as_a_positional_name_and_rho0(capsys, tmp_path):
 def test_new_architecture_options_reject_negative_values(capsys, option):
     code, _, err = run_cli(capsys, "propagate", "--depth", "2", option, "-1")
     one_line_error(code, err, option)
+
+
+def test_check_with_collapsed_input_tokens(capsys, tmp_path):
+    """rho0 = 1: beta_c = inf, zero query gradients; the report and figure still come out."""
+    code, out, err = run_cli(capsys, "check", "bert-base", "--depth", "3", "--rho0", "1", "--out", tmp_path)
+    assert code == 0, err
+    assert "beta_c = inf" in out and "none helps" in out and "rank collapse sets in at layer 1" in out
+    assert (tmp_path / "check-bert-base-uncased.png").exists()

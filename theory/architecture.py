@@ -111,13 +111,11 @@ class Architecture:
         object.__setattr__(self, "seq_len", check_seq_len(self.seq_len))
         object.__setattr__(self, "heads", check_heads(self.heads))
         check_choice("qk_scaling", self.qk_scaling, QK_SCALINGS)
-        for name in NUMERIC_FIELDS:
+        for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
+            if name in OPTIONAL_FIELDS and getattr(self, name) is None:
+                continue
             value = as_float_array(name, getattr(self, name), nonnegative=True)
             object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
-        for name in OPTIONAL_FIELDS:
-            if getattr(self, name) is not None:
-                value = as_float_array(name, getattr(self, name), nonnegative=True)
-                object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
 
     # -- conveniences -------------------------------------------------------------
     def replace(self, **changes) -> "Architecture":
