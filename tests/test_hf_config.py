@@ -197,3 +197,14 @@ def test_model_figure_marks_the_model(tmp_path, bert_diagnosis):
     assert (tmp_path / "model.png").stat().st_size > 10_000
     star = [line for line in figure.axes[0].lines if line.get_marker() == "*"]
     assert star and star[0].get_xdata()[0] == pytest.approx(d.spec.beta)
+
+
+def test_bert_decoder_and_relative_positions_are_flagged():
+    base = load_hf_config("bert-base")
+    decoder = model_spec(dict(base, is_decoder=True))
+    assert decoder.causal and any("causal" in text for text in decoder.assumptions)
+    assert not model_spec(base).causal
+    relative = model_spec(dict(base, position_embedding_type="relative_key"))
+    assert any("relative_key" in text for text in relative.assumptions)
+    d = diagnose(decoder.with_depth(2))
+    assert d.rho_last_tokens is not None

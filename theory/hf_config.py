@@ -122,7 +122,7 @@ class ModelSpec:
         Query/key scale of the library's init, ``r^2 d / sqrt(log T)``.
     depth, width, d_ff, heads, seq_len : int
     causal : bool
-        Decoder (causal mask).
+        Decoder (causal mask): GPT-2, or a BERT-like config with ``is_decoder = true``.
     init_range : float
         ``initializer_range`` r.
     q0, rho0 : float
@@ -286,7 +286,12 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     if family == "vit" and seq_len != max_len:
         raise ValueError(f"seq_len of a ViT is fixed by its image and patch sizes: {max_len}, got {seq_len}")
 
+    causal = gpt or bool(cfg.get("is_decoder"))
     if family in ("bert", "roberta"):
+        position = cfg.get("position_embedding_type", "absolute")
+        if position != "absolute":
+            assumptions.append(f"position_embedding_type = {position!r} adds position terms to the scores; "
+                               "the engine's attention has none (absolute position embeddings only)")
         vocab = _positive_int(cfg, "vocab_size")
         shared = 1.0 if _get(cfg, "type_vocab_size", default=2) >= 1 else 0.0
         q0, rho0 = 1.0, (shared + 1.0 / vocab) / (2.0 + shared)
@@ -325,7 +330,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     if d_ff != width:
         assumptions.append(f"d_ff = {d_ff} != d = {width}: the MLP's second layer has fan-in d_ff, "
                            f"sigma_w2_out = r^2 d_ff")
-    if gpt:
+    if causal:
         assumptions.append("causal attention: token t sees t keys; the encoder maps hold for late tokens "
                            "(the report compares the last 50 positions), early tokens break the simplex picture")
     assumptions.append(f"finite width d = {width}: measured cosines fluctuate by O(1/sqrt(d T)) around the "
@@ -341,6 +346,6 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     name = str(cfg.get("_name_or_path") or family)
     return ModelSpec(
         name=name, family=family, architecture=arch, beta=beta, depth=depth, width=width, d_ff=d_ff,
-        heads=heads, seq_len=seq_len, causal=gpt, init_range=r, q0=q0, rho0=rho0,
+        heads=heads, seq_len=seq_len, causal=causal, init_range=r, q0=q0, rho0=rho0,
         embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit"),
         layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)

@@ -173,6 +173,7 @@ def build_parser(validation_cli=None) -> OneLineArgumentParser:
 
 
 def _add_check_parser(commands):
+    from remprop.diagrams import DEFAULT_THRESHOLD
     from remprop.theory import shipped_configs
 
     check = commands.add_parser(
@@ -198,7 +199,7 @@ def _add_check_parser(commands):
     check.add_argument("--rho0", type=cosine, default=None,
                        help="override the input cosine of two tokens that the embeddings give (default: "
                             "from the config, e.g. 1/3 for BERT's shared token-type embedding)")
-    check.add_argument("--threshold", type=open_unit_real, default=0.99, metavar="RHO",
+    check.add_argument("--threshold", type=open_unit_real, default=DEFAULT_THRESHOLD, metavar="RHO",
                        help="rank-collapse threshold on the final cosine, in (0, 1) (default: %(default)s)")
     check.add_argument("--max-depth", type=layer_count, default=10_000, metavar="L",
                        help="deepest stack searched for the onset of rank collapse (default: %(default)s)")
