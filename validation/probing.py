@@ -62,6 +62,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .simulator import StackTrace
 from .measurements import (ATTENTION_STATISTICS, TOKEN_STATISTICS, attention_statistics,
                            last_tokens_statistics, token_statistics)
 
@@ -75,8 +76,12 @@ _MISSING = object()
 
 
 @dataclass(frozen=True, eq=False)
-class ProbeTrace:
+class ProbeTrace(StackTrace):
     r"""Per-sequence, per-layer statistics of one forward pass, as recorded by :func:`probe`.
+
+    The statistics of a :class:`~remprop.validation.StackTrace` (so code written for our
+    simulated stacks reads a probed model too), plus the names of the blocks, whether their
+    attention was read, and the token window.
 
     Layer 0 is the residual stream entering the first block, layer l = 1..L the output of
     block l. With the Gram matrix :math:`G_{ij} = x_i \cdot x_j / d` of the n real tokens
@@ -109,14 +114,8 @@ class ProbeTrace:
     Giorlandino & Goldt, arXiv 2505.24333.
     """
 
-    q: np.ndarray
-    p: np.ndarray
-    rho: np.ndarray
-    cosine: np.ndarray
-    y2: np.ndarray
-    entropy: np.ndarray
-    layer_names: tuple
-    attention_recorded: bool
+    layer_names: tuple = ()
+    attention_recorded: bool = False
     last: int | None = None
 
     def __post_init__(self):
