@@ -26,6 +26,8 @@ from remprop.theory import _kernels
 from remprop.theory import finite_size as fs
 from remprop.theory.propagation import pack_parameters
 
+from kernel_checks import assert_propagate_matches_block
+
 
 def exact(x, seq_len, order=2, refine=1):
     return fs._exact_moment(np.atleast_1d(np.asarray(x, dtype=float)), seq_len, order, refine)
@@ -215,14 +217,7 @@ def test_kernels_match_the_component_composition_at_finite_seq_len(norm, attenti
     arch = Architecture(norm=norm, attention=attention, seq_len=300, sigma_b2=0.01,
                         alpha_sa=0.8)
     betas = np.array([0.3, 1.0, 1.6, 3.0])
-    traj = propagate(arch, betas, 12, rho0=0.2)
-    for k, beta in enumerate(betas):
-        q, p = 1.0, 0.2
-        block = arch.block(beta)
-        for layer in range(12):
-            q, p = block(q, p)
-            assert traj.q[k, layer + 1] == pytest.approx(q, rel=1e-11)
-            assert traj.p[k, layer + 1] == pytest.approx(p, rel=1e-11, abs=1e-12 * q)
+    traj = assert_propagate_matches_block(arch, betas, 12, rho0=0.2)
     end = final_state(arch, betas, 12, rho0=0.2)
     np.testing.assert_allclose(end["rho"], traj.rho[:, -1], rtol=1e-12)
 

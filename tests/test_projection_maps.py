@@ -31,6 +31,9 @@ from remprop.theory import (
 )
 from remprop.theory.activations import BUILTIN_ACTIVATIONS
 
+from kernel_checks import assert_propagate_matches_block
+from montecarlo_tools import mean_and_se, mlp_on_simplex, order_parameters, simplex_times
+
 K = 5.0
 
 
@@ -42,11 +45,6 @@ def floats(low, high):
 def simplex(draw):
     q = draw(floats(1e-3, 10.0))
     return q, q * draw(floats(0.0, 1.0))
-
-
-def mean_and_se(rows):
-    rows = np.asarray(rows, dtype=np.float64)
-    return rows.mean(axis=0), rows.std(axis=0, ddof=1) / math.sqrt(len(rows))
 
 
 # --- 1. closed forms and limits ---------------------------------------------------------
@@ -127,15 +125,7 @@ def test_propagate_with_projection_equals_the_composed_block(norm, attention, se
     # The activation enters only through its moments (checked above for every one).
     arch = Architecture(norm=norm, attention=attention, seq_len=seq_len, sigma_o2=0.6, sigma_w2_out=1.7,
                         sigma_b2=0.01, alpha_sa=0.8)
-    betas = np.array([0.3, 1.0, 2.5])
-    traj = propagate(arch, betas, 8, rho0=0.2)
-    for k, beta in enumerate(betas):
-        q, p = 1.0, 0.2
-        block = arch.block(beta)
-        for layer in range(8):
-            q, p = block(q, p)
-            assert traj.q[k, layer + 1] == pytest.approx(q, rel=1e-11)
-            assert traj.p[k, layer + 1] == pytest.approx(p, rel=1e-11, abs=1e-12 * q)
+    assert_propagate_matches_block(arch, [0.3, 1.0, 2.5], 8, rho0=0.2)
 
 
 def test_propagate_broadcasts_the_new_fields():
@@ -154,22 +144,6 @@ def test_propagate_broadcasts_the_new_fields():
 
 
 # --- 2. Monte Carlo with NumPy ----------------------------------------------------------
-def simplex_times(W, T, q, p):
-    """X @ W for T tokens with EXACT order parameters (q, p): x_j = sqrt(d) (sqrt(p) e_0 +
-    sqrt(q - p) e_j) (needs T + 1 <= d). The weights are i.i.d. Gaussian, hence rotation
-    invariant: the measured (q', p') have the map's expectation at any width, and the
-    network-to-network spread (O(1/sqrt(d))) is what the standard error measures."""
-    assert T + 1 <= W.shape[0]
-    return math.sqrt(W.shape[0] * p) * W[0] + math.sqrt(W.shape[0] * (q - p)) * W[1:T + 1]
-
-
-def order_parameters(Y):
-    T, d = Y.shape
-    squares = np.einsum("ij,ij->", Y, Y)
-    total = Y.sum(axis=0)
-    return squares / (T * d), (total @ total - squares) / (T * (T - 1) * d)
-
-
 @pytest.mark.parametrize("q, p", [(1.0, 0.0), (2.0, 1.4)])
 @pytest.mark.parametrize("sigma_o2", [0.4, 2.5])
 def test_output_projection_by_monte_carlo(q, p, sigma_o2):
@@ -248,11 +222,7 @@ def test_mlp_with_second_layer_variance_by_monte_carlo(activation, q, p):
     rows = []
     for seed in range(12):
         rng = np.random.default_rng([13, seed])
-        W1 = rng.standard_normal((d, d_ff)) * math.sqrt(sigma_w2 / d)
-        W2 = rng.standard_normal((d_ff, d)) * math.sqrt(s_out / d_ff)
-        b1 = rng.standard_normal(d_ff) * math.sqrt(sigma_b2)
-        b2 = rng.standard_normal(d) * math.sqrt(sigma_b2)
-        q_out, p_out = order_parameters(phi(simplex_times(W1, T, q, p) + b1) @ W2 + b2)
+        q_out, p_out = mlp_on_simplex(rng, phi, T, q, p, d, d_ff, sigma_w2, sigma_b2, sigma_w2_out=s_out)
         rows.append((q_out, p_out, q_out - p_out))
     (q_out, p_out, spread), (se_q, se_p, se_spread) = mean_and_se(rows)
     q_map, p_map = mlp_map(q, p, sigma_w2, sigma_b2, activation, sigma_w2_out=s_out)

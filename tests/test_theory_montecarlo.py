@@ -16,31 +16,14 @@ import pytest
 
 from remprop.theory import activation_moments, critical_beta, mlp_map, participation_ratio
 
+from montecarlo_tools import mean_and_se, mlp_on_simplex, order_parameters, simplex_times
+
 #: Standard errors allowed: for a Gaussian estimate, P(|z| > 5) = 6e-7 per check.
 K_SE = 5.0
 
 
-def mean_and_se(samples):
-    samples = np.asarray(samples, dtype=np.float64)
-    return samples.mean(axis=0), samples.std(axis=0, ddof=1) / math.sqrt(len(samples))
-
-
 def relu(x):
     return np.maximum(x, 0.0)
-
-
-def simplex_times(W, T, q, p):
-    """X @ W for T tokens X with EXACT order parameters |x_i|^2 / d = q, x_i . x_j / d = p.
-
-    x_j = sqrt(d) (sqrt(p) e_0 + sqrt(q - p) e_j) with basis vectors e_0..e_T (needs
-    T + 1 <= d), so X @ W combines rows of W (no matrix product needed). The weights are
-    i.i.d. Gaussian, hence rotation invariant: a fixed orthonormal frame gives the same
-    output distribution as a random one, and the measurements carry no O(1/sqrt(d))
-    fluctuation of the input Gram matrix.
-    """
-    d = W.shape[0]
-    assert T + 1 <= d
-    return math.sqrt(d * p) * W[0] + math.sqrt(d * (q - p)) * W[1:T + 1]
 
 
 def gaussian_tokens(rng, T, d, q, p):
@@ -61,14 +44,6 @@ def attention_matrix(rng, tokens_times, T, d, beta):
     scores -= scores.max(axis=1, keepdims=True)
     weights = np.exp(scores)
     return weights / weights.sum(axis=1, keepdims=True)
-
-
-def order_parameters(Y):
-    """(q, p) of a token matrix: mean |y_i|^2 / d and mean y_i . y_k / d over i != k."""
-    T, d = Y.shape
-    squares = np.einsum("ij,ij->", Y, Y)
-    total = Y.sum(axis=0)
-    return squares / (T * d), (total @ total - squares) / (T * (T - 1) * d)
 
 
 # --- (a) Gaussian moments of ReLU ------------------------------------------------------
@@ -110,12 +85,7 @@ def test_relu_mlp_map_on_finite_width_networks(q, p, sigma_w2, sigma_b2):
     rows = []
     for seed in range(12):
         rng = np.random.default_rng([2, seed])
-        W1 = rng.standard_normal((d, d_ff)) * math.sqrt(sigma_w2 / d)
-        W2 = rng.standard_normal((d_ff, d)) * math.sqrt(sigma_w2 / d_ff)
-        b1 = rng.standard_normal(d_ff) * math.sqrt(sigma_b2)
-        b2 = rng.standard_normal(d) * math.sqrt(sigma_b2)
-        Y = relu(simplex_times(W1, T, q, p) + b1) @ W2 + b2
-        q_out, p_out = order_parameters(Y)
+        q_out, p_out = mlp_on_simplex(rng, relu, T, q, p, d, d_ff, sigma_w2, sigma_b2)
         rows.append((q_out, p_out, q_out - p_out))
     (q_out, p_out, spread), (se_q, se_p, se_spread) = mean_and_se(rows)
     q_map, p_map = mlp_map(q, p, sigma_w2, sigma_b2, "relu")
