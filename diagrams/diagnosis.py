@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from remprop.theory import ModelSpec, last_tokens_cosine, model_spec, propagate, query_gradient_norm
+from remprop.theory import (ModelSpec, key_gradient_norm, last_tokens_cosine, model_spec, propagate,
+                            query_gradient_norm)
 from remprop.theory._checks import check_depth, check_open_unit
 from remprop.theory.finite_size import participation_moment
 
@@ -100,6 +101,8 @@ class Diagnosis:
     gradient_first, gradient_last : float
         ``E|dS/dW_Q|_F^2`` of the first and last attention layer by the single-head
         formula, before the output projection (:func:`~remprop.theory.query_gradient_norm`).
+    key_gradient_first, key_gradient_last : float
+        The same for ``W_K`` (:func:`~remprop.theory.key_gradient_norm`).
     changes : tuple of Change
     """
 
@@ -116,6 +119,8 @@ class Diagnosis:
     y2_first: float
     gradient_first: float
     gradient_last: float
+    key_gradient_first: float
+    key_gradient_last: float
     changes: tuple
 
     def to_dict(self) -> dict:
@@ -128,6 +133,7 @@ class Diagnosis:
             "alpha_star": self.alpha_star, "phase": self.phase, "collapse_depth": self.collapse_depth,
             "max_depth": self.max_depth, "y2_first": self.y2_first,
             "gradient_first": self.gradient_first, "gradient_last": self.gradient_last,
+            "key_gradient_first": self.key_gradient_first, "key_gradient_last": self.key_gradient_last,
             "changes": [c.to_dict() for c in self.changes],
         }
 
@@ -148,6 +154,8 @@ class Diagnosis:
                  f"query gradient   E|dS/dW_Q|^2 = {self.gradient_first:.4g} (layer 1), "
                  f"{self.gradient_last:.4g} (layer {s.depth})" + (
                      f"; ratio {self.gradient_last / self.gradient_first:.3g}" if self.gradient_first > 0 else ""),
+                 f"key gradient     E|dS/dW_K|^2 = {self.key_gradient_first:.4g} (layer 1), "
+                 f"{self.key_gradient_last:.4g} (layer {s.depth})",
                  "", "predicted cosine per layer (rho = p / q)" + (
                      f"; causal: mean over the last {LAST_TOKENS} positions" if self.rho_last_tokens is not None
                      else "")]
@@ -232,9 +240,11 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     rho_b, _, phase_b, traj_b = _verdict(arch, target, depth, q0, rho0, threshold)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
+    gradient_args = dict(sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm != "none" else None)
     gradient_first, gradient_last, gradient_b = (float(g) for g in query_gradient_norm(
-        np.array([beta, beta, target]), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len,
-        sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm != "none" else None))
+        np.array([beta, beta, target]), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len, **gradient_args))
+    key_first, key_last = (float(g) for g in key_gradient_norm(
+        beta, inputs[:2, 0], inputs[:2, 1], spec.width, spec.seq_len, **gradient_args))
 
     changes = []
     # 1. skip scaling
@@ -277,7 +287,8 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                      beta_critical=beta_c, alpha_star=alpha_star, phase=phase,
                      collapse_depth=_collapse_depth(arch, beta, q0, rho0, threshold, max_depth),
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
-                     gradient_last=gradient_last, changes=tuple(changes))
+                     gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
+                     changes=tuple(changes))
 
 
 def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, phase, gradient_factor):

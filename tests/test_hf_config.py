@@ -7,7 +7,8 @@ import pytest
 
 from remprop.diagrams import classify_phases, diagnose, min_residual_strength, trainability_diagram
 from remprop.diagrams.phases import PHASE_LABELS
-from remprop.theory import Architecture, model_spec, propagate, shipped_configs
+from remprop.theory import (Architecture, key_gradient_norm, model_spec, propagate, query_gradient_norm,
+                            shipped_configs)
 from remprop.theory.hf_config import CONFIG_DIR, load_hf_config
 
 R2 = 0.02 ** 2
@@ -127,8 +128,14 @@ def test_diagnosis_agrees_with_the_engine(bert_diagnosis):
     # the onset of rank collapse is the first depth whose final cosine passes the threshold
     deep = propagate(spec.architecture, spec.beta, d.collapse_depth, spec.q0, spec.rho0).rho
     assert deep[-1] > d.threshold >= deep[-2]
+    # post-LN: the first attention layer sees the normalised embeddings (q = 1, p = rho0)
+    args = dict(sigma_v2=spec.architecture.sigma_v2, norm_variance=0.0)
+    assert d.gradient_first == pytest.approx(query_gradient_norm(spec.beta, 1.0, spec.rho0, 768, 512, **args))
+    assert d.key_gradient_last == pytest.approx(key_gradient_norm(spec.beta, traj.q[-2], traj.p[-2], 768, 512,
+                                                                  **args))
+    assert d.gradient_last < d.gradient_first  # Result 2: the gradient falls as the tokens align
     report = d.report()
-    for text in ("beta_c", "alpha*", "collapse", "E|dS/dW_Q|^2", "assumptions"):
+    for text in ("beta_c", "alpha*", "collapse", "E|dS/dW_Q|^2", "E|dS/dW_K|^2", "assumptions"):
         assert text in report
 
 
