@@ -26,6 +26,7 @@ import numpy as np
 
 from remprop.theory import (ModelSpec, key_gradient_norm, last_tokens_cosine, model_spec, propagate,
                             query_gradient_norm)
+from remprop.theory.causal import LAST_TOKENS
 from remprop.theory._checks import check_depth, check_open_unit
 from remprop.theory.finite_size import participation_moment
 
@@ -34,8 +35,6 @@ from .residual_strength import DEFAULT_THRESHOLD, min_residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH"]
 
-#: Causal models: the late-token theory averages the last this many positions.
-LAST_TOKENS = 50
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
 #: Safety margin on alpha* when a larger skip strength is recommended.
@@ -122,6 +121,12 @@ class Diagnosis:
     key_gradient_first: float
     key_gradient_last: float
     changes: tuple
+
+    @property
+    def compared_rho(self) -> np.ndarray:
+        """The predicted cosine per layer that measurements are compared with: ``rho``, or
+        for causal models ``rho_last_tokens`` (the late tokens that follow the encoder maps)."""
+        return self.rho if self.rho_last_tokens is None else self.rho_last_tokens
 
     def to_dict(self) -> dict:
         """JSON-ready content (non-finite numbers stay floats; use :mod:`remprop._json`)."""

@@ -83,7 +83,7 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
 
     layers = np.arange(spec.depth + 1)
     causal = diagnosis.rho_last_tokens is not None
-    theory = diagnosis.rho_last_tokens if causal else diagnosis.rho
+    theory = diagnosis.compared_rho
     right.plot(layers, theory, color="#1f4e79", linewidth=2.0,
                label="theory" + (" (last 50 tokens)" if causal else ""))
     if measured is not None:

@@ -187,16 +187,25 @@ class Architecture:
         """
         attn = (C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention)(
             self.effective_beta(beta), self.sigma_v2, self.sigma_b2, seq_len=self.seq_len)
+        return self.compose(attn)
+
+    def compose(self, attention: C.Component) -> C.Component:
+        """The block of this architecture around a given attention map.
+
+        Adds the output projection (when ``sigma_o2`` is set), the MLP, the skips and the
+        LayerNorms in the order of ``norm``; :meth:`block` passes the softmax or
+        gain-controlled map, the causal theory its per-position map.
+        """
         if self.output_projection:
-            attn = C.serial(attn, C.output_projection(self.sigma_o2))
+            attention = C.serial(attention, C.output_projection(self.sigma_o2))
         ff = C.mlp(self.sigma_w2, self.sigma_b2, self.activation, sigma_w2_out=self.sigma_w2_out)
         if self.norm == "post":
-            return C.serial(C.residual(self.alpha_sa, attn), C.layer_norm(),
+            return C.serial(C.residual(self.alpha_sa, attention), C.layer_norm(),
                             C.residual(self.alpha_mlp, ff), C.layer_norm())
         if self.norm == "pre":
-            return C.serial(C.residual(self.alpha_sa, C.serial(C.layer_norm(), attn)),
+            return C.serial(C.residual(self.alpha_sa, C.serial(C.layer_norm(), attention)),
                             C.residual(self.alpha_mlp, C.serial(C.layer_norm(), ff)))
-        return C.serial(C.residual(self.alpha_sa, attn), C.residual(self.alpha_mlp, ff))
+        return C.serial(C.residual(self.alpha_sa, attention), C.residual(self.alpha_mlp, ff))
 
     def __repr__(self):
         fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))

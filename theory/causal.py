@@ -51,7 +51,12 @@ __all__ = [
     "CausalTrajectory",
     "propagate_causal",
     "last_tokens_cosine",
+    "LAST_TOKENS",
 ]
+
+#: Late tokens of a causal model that follow the encoder maps: the reference experiment
+#: averages the last 50 positions of T = 512 (THEORY.md section 8).
+LAST_TOKENS = 50
 
 #: x range and node count of the causal tables (nodes uniform in u = log(1 + x / 0.5)).
 CAUSAL_X_MAX = 50.0
@@ -177,18 +182,8 @@ class _CausalAttention(C.Component):
 
 
 def _causal_block(arch, beta, positions, table):
-    attn = _CausalAttention(beta, np.asarray(arch.sigma_v2, float), np.asarray(arch.sigma_b2, float), positions,
-                            table)
-    if arch.output_projection:
-        attn = C.serial(attn, C.output_projection(arch.sigma_o2))
-    ff = C.mlp(arch.sigma_w2, arch.sigma_b2, arch.activation, sigma_w2_out=arch.sigma_w2_out)
-    if arch.norm == "post":
-        return C.serial(C.residual(arch.alpha_sa, attn), C.layer_norm(), C.residual(arch.alpha_mlp, ff),
-                        C.layer_norm())
-    if arch.norm == "pre":
-        return C.serial(C.residual(arch.alpha_sa, C.serial(C.layer_norm(), attn)),
-                        C.residual(arch.alpha_mlp, C.serial(C.layer_norm(), ff)))
-    return C.serial(C.residual(arch.alpha_sa, attn), C.residual(arch.alpha_mlp, ff))
+    return arch.compose(_CausalAttention(beta, np.asarray(arch.sigma_v2, float), np.asarray(arch.sigma_b2, float),
+                                         positions, table))
 
 
 @dataclass(frozen=True)
@@ -279,7 +274,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     return CausalTrajectory(positions, q, p)
 
 
-def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=50, q0=1.0, rho0=0.0):
+def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=LAST_TOKENS, q0=1.0, rho0=0.0):
     r"""Predicted average cosine of the last ``last`` tokens of a causal stack, per layer.
 
     ``(1/k) sum_{t = T-k+1}^{T} rho_t`` with ``rho_t`` from :func:`propagate_causal`.

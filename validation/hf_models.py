@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from remprop.theory import ModelSpec, model_spec
+from remprop.theory.causal import LAST_TOKENS
 
 from remprop._json import to_jsonable
 
@@ -30,8 +31,6 @@ from .probing import probe
 
 __all__ = ["build_model", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS"]
 
-#: Causal models are compared on their last this many positions (THEORY.md section 8).
-LAST_TOKENS = 50
 
 
 def _transformers():
@@ -194,8 +193,7 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
     if theory is None:
         from remprop.diagrams import diagnose
 
-        diagnosis = diagnose(spec)
-        theory = diagnosis.rho if diagnosis.rho_last_tokens is None else diagnosis.rho_last_tokens
+        theory = diagnose(spec).compared_rho
     theory = np.asarray(theory, dtype=np.float64)
     if theory.shape != (spec.depth + 1,):
         raise ValueError(f"theory must have shape ({spec.depth + 1},), got {theory.shape}")

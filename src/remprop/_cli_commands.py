@@ -263,11 +263,10 @@ def run_check(args) -> int:
             from remprop.validation import simulate_model
         except ImportError as err:
             raise CommandLineError(f"--simulate: {VALIDATION_HINT} ({err})") from None
-        theory = diagnosis.rho if diagnosis.rho_last_tokens is None else diagnosis.rho_last_tokens
-        progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if _is_tty() else None
+        progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if sys.stderr.isatty() else None
         try:
             measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
-                                         theory=theory, progress=progress,
+                                         theory=diagnosis.compared_rho, progress=progress,
                                          store=Path(f"{stem}.simulation"))
         except ImportError as err:
             raise CommandLineError(f"--simulate: {VALIDATION_HINT} ({err})") from None
@@ -300,7 +299,3 @@ def run_check(args) -> int:
         print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
     print("wrote " + ", ".join(files))
     return 0
-
-
-def _is_tty() -> bool:
-    return sys.stderr.isatty()
