@@ -94,7 +94,7 @@ def main():
     warnings.simplefilter("ignore", integrate.IntegrationWarning)
 
     from remprop.theory import Architecture, final_state, participation_table
-    from remprop.theory import finite_size as fs
+    from remprop.theory.rem import finite_t as fs
 
     # 1. exact evaluations and tables
     fs._exact_moment(np.array([1.0]), 512, 2)  # compile / load

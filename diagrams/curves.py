@@ -6,7 +6,7 @@ import numpy as np
 
 from remprop.theory import components as C
 from remprop.theory import participation_ratio, softmax_attention_map
-from remprop.theory._checks import as_float_array, check_choice, check_depth, check_real_scalar
+from remprop.theory.checks import as_float_array, check_choice, check_depth, check_real_scalar
 
 __all__ = ["attention_phase_data", "layernorm_placement_data", "LAYERNORM_VARIANTS"]
 

@@ -27,8 +27,8 @@ import numpy as np
 from remprop.theory import (ModelSpec, key_gradient_norm, last_tokens_cosine, model_spec, propagate,
                             query_gradient_norm)
 from remprop.theory.causal import LAST_TOKENS
-from remprop.theory._checks import check_depth, check_open_unit
-from remprop.theory.finite_size import participation_moment
+from remprop.theory.checks import check_depth, check_open_unit
+from remprop.theory.rem.finite_t import participation_moment
 
 from .phases import PHASE_LABELS, classify_phases
 from .residual_strength import DEFAULT_THRESHOLD, min_residual_strength

@@ -19,7 +19,7 @@ import numpy as np
 
 from remprop.theory import components as C
 from remprop.theory import edge_of_chaos as eoc
-from remprop.theory._checks import as_float_array, check_depth
+from remprop.theory.checks import as_float_array, check_depth
 
 from .style import new_figure
 

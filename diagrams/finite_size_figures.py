@@ -2,7 +2,7 @@ r"""Finite sequence length: the trainability boundary and the participation rati
 
 * :func:`finite_size_boundary_data` -- the minimum residual strength :math:`\alpha^*(\beta)`
   of a depth-L stack with the T -> infinity attention maps and with the exact finite-T
-  ones (:mod:`remprop.theory.finite_size`), plus ``Y2(beta)`` at each T;
+  ones (:mod:`remprop.theory.rem.finite_t`), plus ``Y2(beta)`` at each T;
 * :func:`finite_size_boundary_figure` -- both, side by side.
 
 With T -> infinity, ``Y2 = 0`` below ``beta_c`` and :math:`\alpha^*` does not depend on
@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from remprop.theory import Architecture, _kernels, participation_ratio
-from remprop.theory._checks import as_float_array, check_depth, check_open_unit
-from remprop.theory.finite_size import check_seq_len
+from remprop.theory.checks import as_float_array, check_depth, check_open_unit
+from remprop.theory.rem.finite_t import check_seq_len
 from remprop.theory.propagation import CHUNK_ROWS, pack_parameters
 
 from .residual_strength import DEFAULT_THRESHOLD

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from remprop.theory import Architecture
-from remprop.theory._checks import as_float_array, check_choice, check_depth, scalar_or_array
+from remprop.theory.checks import as_float_array, check_choice, check_depth, scalar_or_array
 
 __all__ = ["CONVENTIONS", "residual_scaling", "inverse_sqrt_depth", "scale_architecture"]
 

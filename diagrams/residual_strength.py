@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from remprop.theory import Architecture, _kernels, final_state
-from remprop.theory._checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
+from remprop.theory.checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
 from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 from remprop.theory.propagation import CHUNK_ROWS, pack_parameters
 

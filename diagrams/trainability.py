@@ -9,7 +9,7 @@ import numpy as np
 
 from remprop._json import to_jsonable
 from remprop.theory import Architecture, final_state
-from remprop.theory._checks import (
+from remprop.theory.checks import (
     as_float_array,
     check_depth,
     check_open_unit,

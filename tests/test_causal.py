@@ -17,7 +17,7 @@ from remprop.theory.causal import (
     last_tokens_cosine,
     propagate_causal,
 )
-from remprop.theory.finite_size import participation_moment
+from remprop.theory.rem.finite_t import participation_moment
 
 
 def test_causal_row_is_a_rem_with_t_keys_at_the_scale_of_T():

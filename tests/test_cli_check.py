@@ -9,7 +9,7 @@ import pytest
 from remprop.cli import main
 from remprop.diagrams import diagnose
 from remprop.theory import model_spec
-from remprop.theory.hf_config import load_hf_config
+from remprop.theory.models.hf_config import load_hf_config
 
 
 def run_cli(capsys, *argv):

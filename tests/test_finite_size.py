@@ -1,4 +1,4 @@
-"""Exact finite-T participation ratios (remprop.theory.finite_size) and their use in the maps.
+"""Exact finite-T participation ratios (remprop.theory.rem.finite_t) and their use in the maps.
 
 Independent references: a one-dimensional quadrature at T = 2 (two keys: the weight of
 the first is a logistic function of a Gaussian), direct Monte Carlo of T Gaussian
@@ -23,7 +23,7 @@ from remprop.theory import (
     softmax_attention_map,
 )
 from remprop.theory import _kernels
-from remprop.theory import finite_size as fs
+from remprop.theory.rem import finite_t as fs
 from remprop.theory.propagation import pack_parameters
 
 from kernel_checks import assert_propagate_matches_block

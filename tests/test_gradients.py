@@ -1,7 +1,7 @@
 """Query/key gradients at initialisation: derivation steps (sympy), row moments, theory vs autograd.
 
 Derivation: docs/derivations.md, section 1. Theory: remprop.theory.gradients and
-remprop.theory.participation_pairs; measurements: remprop.validation.gradients.
+remprop.theory.rem.pairs; measurements: remprop.validation.gradients.
 """
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from remprop.theory.finite_size import participation_moment
+from remprop.theory.rem.finite_t import participation_moment
 from remprop.theory.gradients import (
     gradient_row_moments,
     key_gradient_norm,
     query_gradient_norm,
     scaled_query_gradient_norm,
 )
-from remprop.theory.participation_pairs import (
+from remprop.theory.rem.pairs import (
     _single_scalar,
     asymptotic_participation_moment,
     pair_participation_moment,

@@ -9,7 +9,7 @@ from remprop.diagrams import classify_phases, diagnose, min_residual_strength, t
 from remprop.diagrams.phases import PHASE_LABELS
 from remprop.theory import (Architecture, key_gradient_norm, model_spec, propagate, query_gradient_norm,
                             shipped_configs)
-from remprop.theory.hf_config import CONFIG_DIR, load_hf_config
+from remprop.theory.models.hf_config import CONFIG_DIR, load_hf_config
 
 R2 = 0.02 ** 2
 

@@ -1,6 +1,6 @@
 """Multi-head attention: the query/key variance convention that keeps beta's meaning for every H.
 
-Theory: remprop.theory.multihead (docs/derivations.md section 3); simulator option
+Theory: remprop.theory.rem.heads (docs/derivations.md section 3); simulator option
 ``qk_scaling`` of remprop.validation.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from remprop.theory.finite_size import participation_moment
-from remprop.theory.multihead import (
+from remprop.theory.rem.finite_t import participation_moment
+from remprop.theory.rem.heads import (
     QK_SCALINGS,
     effective_beta,
     head_participation_ratio,

@@ -26,12 +26,12 @@ from .attention import (
     softmax_attention_map,
 )
 from .edge_of_chaos import chaos_boundary, chi_1, mlp_block_boundary, mlp_block_chi
-from .finite_size import participation_moment, participation_table
+from .rem.finite_t import participation_moment, participation_table
 from .layernorm import layernorm_map
 from .propagation import Trajectory, final_state, propagate
 from .residual import skip_map
-from .multihead import QK_SCALINGS, effective_beta, head_participation_ratio
-from .participation_pairs import (
+from .rem.heads import QK_SCALINGS, effective_beta, head_participation_ratio
+from .rem.pairs import (
     asymptotic_participation_moment,
     pair_participation_moment,
     participation_square,
@@ -43,7 +43,7 @@ from .gradients import (
     scaled_query_gradient_norm,
 )
 from .causal import causal_participation_ratio, last_tokens_cosine, propagate_causal
-from .hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
+from .models.hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
     "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",

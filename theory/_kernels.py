@@ -39,7 +39,7 @@ from .attention import (
     softmax_attention_core,
     softmax_attention_overlap_core,
 )
-from .finite_size import participation_table, table_lookup
+from .rem.finite_t import participation_table, table_lookup
 from ._naming import inline_jitable, specialised
 from .layernorm import layernorm_core
 from .residual import skip_core
@@ -310,7 +310,7 @@ def kernels_for(norm, attention, activation, finite=False):
         if table is None:
             if finite:
                 raise ValueError("table must be given to finite-T kernels "
-                                 "(remprop.theory.finite_size.participation_table(T).packed)")
+                                 "(remprop.theory.rem.finite_t.participation_table(T).packed)")
             return NO_TABLE
         return np.ascontiguousarray(table, dtype=np.float64)
 

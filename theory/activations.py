@@ -77,7 +77,7 @@ import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
-from ._checks import as_float_array, check_overlap, output_pair, scalar_or_array
+from .checks import as_float_array, check_overlap, output_pair, scalar_or_array
 from ._naming import specialised
 from .quadrature import HALF_WIDTH, trapezoid_half_nodes
 

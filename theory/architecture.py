@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from . import components as C
-from ._checks import as_float_array, check_choice
+from .checks import as_float_array, check_choice
 from .activations import ACTIVATIONS, resolve_activation
-from .finite_size import check_seq_len
-from .multihead import QK_SCALINGS, check_heads, effective_beta
+from .rem.finite_t import check_seq_len
+from .rem.heads import QK_SCALINGS, check_heads, effective_beta
 
 __all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS"]
 
@@ -71,7 +71,7 @@ class Architecture:
     seq_len : int or None
         Sequence length T. ``None`` (default) uses the ``T -> infinity`` attention maps
         (``Y2 = max(0, 1 - beta_c/beta)``); an integer >= 2 uses the exact finite-T
-        participation ratio of :mod:`~remprop.theory.finite_size` in every attention
+        participation ratio of :mod:`~remprop.theory.rem.finite_t` in every attention
         layer (gain-controlled attention: ``Y2 - 1/T``).
     heads : int
         Number of attention heads H (each head sees the whole token geometry).
@@ -80,7 +80,7 @@ class Architecture:
         ``W_Q, W_K ~ N(0, beta sqrt(log T) / d)`` for every head, which keeps the per-head
         score variance and so the meaning of ``beta`` the same for every H; ``"head"``
         divides by ``d_H = d / H`` instead, so each head behaves like a single head at
-        ``H beta`` (see :func:`~remprop.theory.multihead.effective_beta`).
+        ``H beta`` (see :func:`~remprop.theory.rem.heads.effective_beta`).
 
     Numeric fields may be arrays: they broadcast with ``beta`` in
     :func:`~remprop.theory.propagate`. Invalid values raise ``ValueError`` naming the field.
@@ -171,7 +171,7 @@ class Architecture:
         >>> arch.norm, arch.heads, arch.seq_len, round(arch.sigma_w2_out, 4)
         ('post', 12, 512, 1.2288)
         """
-        from .hf_config import model_spec
+        from .models.hf_config import model_spec
 
         return model_spec(config, seq_len=seq_len).architecture
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from ._checks import (
+from .checks import (
     as_float_array,
     check_overlap,
     check_simplex_cosine,
     output_pair,
     scalar_or_array,
 )
-from .finite_size import check_seq_len, participation_moment
+from .rem.finite_t import check_seq_len, participation_moment
 
 __all__ = [
     "critical_beta",
@@ -127,7 +127,7 @@ def participation_ratio(beta, q, p, seq_len=None):
               \left(E\left[e^{-t e^{g}}\right]\right)^{T-1} dt,
               \qquad g \sim N(0, v)
 
-    (:func:`~remprop.theory.finite_size.participation_moment`; ``1/T`` at small beta,
+    (:func:`~remprop.theory.rem.finite_t.participation_moment`; ``1/T`` at small beta,
     ``~ T^{-(1 - 2 beta^2/beta_c^2)}`` below ``beta_c/2``; 0.279 at T = 512, beta = 1.5,
     q = 1, p = 0 where the asymptotic law gives 0.057).
 

@@ -39,10 +39,10 @@ import numpy as np
 from scipy.interpolate import CubicSpline, RectBivariateSpline
 
 from . import components as C
-from ._checks import as_float_array, check_depth
+from .checks import as_float_array, check_depth
 from .architecture import Architecture
 from .attention import softmax_attention_overlap_core
-from .finite_size import check_seq_len, participation_moment
+from .rem.finite_t import check_seq_len, participation_moment
 
 __all__ = [
     "causal_participation_ratio",

@@ -20,7 +20,7 @@ from typing import Tuple
 
 import numpy as np
 
-from ._checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
+from .checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from .activations import activation_spec, dense_core, moments_array
 from .attention import (
     asymptotic_participation_core,
@@ -29,7 +29,7 @@ from .attention import (
     softmax_attention_core,
     softmax_attention_overlap_core,
 )
-from .finite_size import check_seq_len, participation_table
+from .rem.finite_t import check_seq_len, participation_table
 from .layernorm import layernorm_core
 from .residual import skip_core
 
@@ -193,7 +193,7 @@ def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Compon
     """Softmax self-attention (REM); see :func:`softmax_attention_map`.
 
     ``seq_len=None``: T -> infinity; an integer T >= 2: the tabulated exact finite-T
-    participation ratio (:func:`~remprop.theory.finite_size.participation_table`).
+    participation ratio (:func:`~remprop.theory.rem.finite_t.participation_table`).
     """
     return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), seq_len=check_seq_len(seq_len))
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_depth, scalar_or_array
+from .checks import as_float_array, check_depth, scalar_or_array
 from .activations import activation_spec, derivative_moment, moments_array
 
 __all__ = [

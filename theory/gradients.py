@@ -43,9 +43,9 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_overlap, scalar_or_array
-from .finite_size import check_seq_len, participation_moment
-from .participation_pairs import asymptotic_participation_moment, participation_square
+from .checks import as_float_array, check_overlap, scalar_or_array
+from .rem.finite_t import check_seq_len, participation_moment
+from .rem.pairs import asymptotic_participation_moment, participation_square
 
 __all__ = [
     "gradient_row_moments",
@@ -76,8 +76,8 @@ def gradient_row_moments(beta, q, p, seq_len=None):
     q, p : array_like
         Token order parameters (q > 0, |p| <= q).
     seq_len : int or None
-        T >= 2: exact finite-T moments (:func:`~remprop.theory.finite_size.participation_moment`,
-        :func:`~remprop.theory.participation_pairs.participation_square`); None: the
+        T >= 2: exact finite-T moments (:func:`~remprop.theory.rem.finite_t.participation_moment`,
+        :func:`~remprop.theory.rem.pairs.participation_square`); None: the
         ``T -> infinity`` Poisson-Dirichlet closed forms (``Y_k = Gamma(k - m) /
         (Gamma(k) Gamma(1 - m))``, ``<Y2^2> = (1 - m)(3 - 2m)/3``, ``m = beta_c/beta``,
         all 0 below ``beta_c``).

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from ._checks import check_overlap, output_pair
+from .checks import check_overlap, output_pair
 
 __all__ = ["layernorm_map"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _kernels
-from ._checks import as_float_array, check_depth, check_simplex_cosine
+from .checks import as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 
 __all__ = ["Trajectory", "propagate", "final_state", "pack_parameters", "CHUNK_ROWS"]
@@ -96,7 +96,7 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     participation ratio of its own input: asymptotic, ``Y2 = max(0, 1 - beta_c / beta)``
     with ``beta_c = sqrt(2 / (q (q - p)))``, when ``arch.seq_len`` is None, else the
     exact finite-T ``Y2`` (tabulated, relative error <= 1e-6; see
-    :func:`~remprop.theory.finite_size.participation_table`).
+    :func:`~remprop.theory.rem.finite_t.participation_table`).
 
     Parameters
     ----------

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from ._checks import as_float_array, check_overlap, output_pair
+from .checks import as_float_array, check_overlap, output_pair
 
 __all__ = ["skip_map"]
 

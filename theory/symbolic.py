@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy as sp
 
-from ._checks import as_float_array, check_open_unit
+from .checks import as_float_array, check_open_unit
 
 __all__ = [
     "relu_kernel_expansion",

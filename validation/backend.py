@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 import torch
 
-from remprop.theory._checks import as_float_array
+from remprop.theory.checks import as_float_array
 
 __all__ = [
     "DTYPES", "STREAM_WEIGHTS", "STREAM_TOKENS", "STREAM_EMBEDDINGS", "STREAM_READOUTS",
@@ -76,7 +76,7 @@ def check_positive_int(name, value, minimum=1) -> int:
 
 
 def check_scalar(name, value, **checks) -> float:
-    """A real scalar passing ``remprop.theory._checks.as_float_array`` checks (positive=, nonnegative=, ...)."""
+    """A real scalar passing ``remprop.theory.checks.as_float_array`` checks (positive=, nonnegative=, ...)."""
     arr = as_float_array(name, value, **checks)
     if arr.ndim != 0:
         raise ValueError(f"{name} must be a scalar to simulate one network, got shape {arr.shape}")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture
-from remprop.theory._checks import check_choice
+from remprop.theory.checks import check_choice
 from remprop.theory.causal import propagate_causal
 
 from .backend import check_positive_int, resolve_device, resolve_dtype

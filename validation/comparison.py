@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture, Trajectory, layernorm_map, participation_ratio, propagate
-from remprop.theory._checks import as_float_array, check_choice
-from remprop.theory.multihead import QK_SCALINGS, effective_beta
+from remprop.theory.checks import as_float_array, check_choice
+from remprop.theory.rem.heads import QK_SCALINGS, effective_beta
 
 from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
@@ -186,7 +186,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         Input state of synthetic sequences.
     d_ff, heads, causal, qk_scaling, dtype, device
         As :class:`~remprop.validation.simulator.SimulatedStack`. The theory runs at the
-        heads' effective beta (:func:`remprop.theory.multihead.effective_beta`).
+        heads' effective beta (:func:`remprop.theory.rem.heads.effective_beta`).
     batch_size : int, optional
         Sequences pushed through at once (default all of a seed, at most 16).
     observable : {"cosine", "rho"}

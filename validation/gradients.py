@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from remprop.theory._checks import as_float_array
+from remprop.theory.checks import as_float_array
 from remprop.theory.gradients import key_gradient_norm, query_gradient_norm
 
 from . import layers

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from remprop.theory._checks import as_float_array
+from remprop.theory.checks import as_float_array
 
 from .backend import STREAM_EMBEDDINGS, STREAM_TOKENS, check_positive_int, generator, resolve_device, resolve_dtype
 from .text import TextCorpus, pydoc_corpus

@@ -8,7 +8,7 @@ Conventions are those of the reference experiments (``THEORY.md`` section 2):
   is a sum of ``d_H`` products each of variance ``(s_qk^2 d q)^2``, divided by ``d_H``, so
   ``Var(s_ij) = beta^2 q^2 log T`` for all H. ``qk_scaling="head"`` divides by ``d_H``
   instead: the score variance grows as ``H^2`` (each head behaves as a single head at
-  ``H beta``; :func:`remprop.theory.multihead.effective_beta`);
+  ``H beta``; :func:`remprop.theory.rem.heads.effective_beta`);
 * values ``W_V ~ N(0, s_v^2 / d)``, value bias ``N(0, s_b^2)``, no output projection in
   the reference experiments; optionally (``Architecture.sigma_o2``) an output projection
   ``W_O ~ N(0, s_o^2 / d)`` of the concatenated heads, without bias
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from remprop.theory import multihead
+from remprop.theory.rem import heads as multihead
 
 __all__ = [
     "ACTIVATION_FUNCTIONS", "AttentionWeights", "MLPWeights", "DenseWeights", "BlockWeights",
@@ -98,7 +98,7 @@ def query_key_variance(beta: float, width: int, seq_len: int, heads: int = 1, qk
     .. math:: s_{qk}^2 = \beta \sqrt{\log T} / d \quad(\text{"model"}),\qquad
               s_{qk}^2 = \beta \sqrt{\log T} / d_H \quad(\text{"head"})
 
-    (see the module docstring and :func:`remprop.theory.multihead.query_key_variance`).
+    (see the module docstring and :func:`remprop.theory.rem.heads.query_key_variance`).
 
     References
     ----------

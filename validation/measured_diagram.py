@@ -39,7 +39,7 @@ import numpy as np
 from remprop._json import to_jsonable
 from remprop.diagrams import PHASE_LABELS, TrainabilityDiagram, classify_phases, trainability_diagram
 from remprop.theory import Architecture, critical_beta, layernorm_map
-from remprop.theory._checks import check_choice
+from remprop.theory.checks import check_choice
 
 from .cell_store import MANIFEST_NAME
 from .sweep import SweepSpec, cell_key, load_records

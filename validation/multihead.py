@@ -4,7 +4,7 @@
 (:func:`~remprop.validation.comparison.attention_sweep`) for each number of heads and
 each ``qk_scaling`` ("model": ``s_qk^2 = beta sqrt(log T)/d``; "head": ``/ d_H``) and sets the
 measured Y2 (averaged over heads and rows) beside the exact finite-T theory at the heads'
-effective beta (:func:`remprop.theory.multihead.head_participation_ratio`).
+effective beta (:func:`remprop.theory.rem.heads.head_participation_ratio`).
 
 Reference: Giorlandino & Goldt, arXiv 2505.24333 (THEORY.md section 2: d = 768, T = 512,
 beta = 0.5; Y2 = 0.009 for H = 1; over d_H 0.41 (H = 4) and 0.79 (H = 12); over d 0.009).
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from remprop.theory import Architecture
-from remprop.theory._checks import check_choice
-from remprop.theory.multihead import QK_SCALINGS, effective_beta, head_participation_ratio
+from remprop.theory.checks import check_choice
+from remprop.theory.rem.heads import QK_SCALINGS, effective_beta, head_participation_ratio
 
 from .backend import check_positive_int
 from .comparison import attention_sweep

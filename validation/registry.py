@@ -32,8 +32,8 @@ from remprop.theory import (
     skip_map,
     softmax_attention_map,
 )
-from remprop.theory._checks import check_choice
-from remprop.theory.multihead import effective_beta
+from remprop.theory.checks import check_choice
+from remprop.theory.rem.heads import effective_beta
 
 from . import layers
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture
-from remprop.theory._checks import check_choice, check_depth
-from remprop.theory.multihead import QK_SCALINGS
+from remprop.theory.checks import check_choice, check_depth
+from remprop.theory.rem.heads import QK_SCALINGS
 
 from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
@@ -98,7 +98,7 @@ class SimulatedStack:
         Causal attention mask (decoder).
     qk_scaling : {"model", "head"}
         ``s_qk^2 = beta sqrt(log T) / d`` (default: every head is the single-head REM at
-        beta) or ``/ d_H`` (each head behaves as beta H; :mod:`remprop.theory.multihead`).
+        beta) or ``/ d_H`` (each head behaves as beta H; :mod:`remprop.theory.rem.heads`).
     dtype : {"float32", "float64"}
     device : str or torch.device, optional
         Default CUDA when available, else CPU.

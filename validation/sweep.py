@@ -44,7 +44,7 @@ import numpy as np
 
 from remprop.diagrams import DEFAULT_THRESHOLD
 from remprop.theory import Architecture
-from remprop.theory._checks import as_float_array, check_choice, check_depth, check_open_unit, check_real_scalar
+from remprop.theory.checks import as_float_array, check_choice, check_depth, check_open_unit, check_real_scalar
 from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 
 from .cell_store import CellStore

@@ -31,7 +31,7 @@ full relative precision when ``L`` is close to 1. The tau integrand is log-conca
 product of log-concave functions): a coarse pass (step 0.5) locates the range where it
 is within ``e^-45`` of its maximum, a fine pass (400 steps, at most 0.04) integrates there.
 Accuracy (tests/test_gradients.py): the one-key moments from this quadrature agree with
-the independent code of :func:`~remprop.theory.finite_size.participation_moment` to 1e-9
+the independent code of :func:`~remprop.theory.rem.finite_t.participation_moment` to 1e-9
 (measured 1e-12 for T from 2 to 1e5, x up to 8); exact at ``v = 0``
 (``T (T-1) T^{-(k+m)}``), Monte Carlo of T Gaussian energies, and the
 ``T -> infinity`` limit below.
@@ -62,8 +62,8 @@ import numpy as np
 from numba import njit, prange
 from scipy.special import gammaln
 
-from ._checks import as_float_array, check_overlap, scalar_or_array
-from .finite_size import check_seq_len, participation_moment
+from ..checks import as_float_array, check_overlap, scalar_or_array
+from .finite_t import check_seq_len, participation_moment
 
 __all__ = [
     "pair_participation_moment",
@@ -303,7 +303,7 @@ def participation_square(beta, q, p, seq_len=None):
 
     .. math:: E[Y_2^2] = Y_4 + E\Big[\sum_{j \ne l} a_j^2 a_l^2\Big]
 
-    with ``Y_4`` from :func:`~remprop.theory.finite_size.participation_moment` (finite T)
+    with ``Y_4`` from :func:`~remprop.theory.rem.finite_t.participation_moment` (finite T)
     and the two-key term from :func:`pair_participation_moment`. As ``T -> infinity``
     (``seq_len=None``): ``(1 - m_c)(3 - 2 m_c)/3`` above ``beta_c`` (``m_c = beta_c/beta``),
     0 below. At ``beta = 0``: ``1/T^2``.

@@ -43,12 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .architecture import Architecture
+from ..architecture import Architecture
 
 __all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]
 
 #: Folder of the configurations shipped with remprop (sizes and init ranges: facts).
-CONFIG_DIR = Path(__file__).with_name("model_configs")
+CONFIG_DIR = Path(__file__).with_name("configs")
 
 #: Names that stand for a shipped configuration.
 ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "bert-large-uncased": "bert-large",
@@ -166,7 +166,7 @@ class ModelSpec:
         The configuration's layer count changes, so does everything that depends on it
         (GPT-2's ``r / sqrt(2L)`` residual projections).
         """
-        from ._checks import check_depth
+        from ..checks import check_depth
 
         key = "n_layer" if self.family == "gpt2" else "num_hidden_layers"
         config = dict(self.config, **{key: check_depth(depth)})

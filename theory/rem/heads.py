@@ -35,9 +35,9 @@ import numbers
 
 import numpy as np
 
-from ._checks import as_float_array, check_choice, scalar_or_array
-from .attention import participation_ratio
-from .finite_size import check_seq_len
+from ..checks import as_float_array, check_choice, scalar_or_array
+from ..attention import participation_ratio
+from .finite_t import check_seq_len
 
 __all__ = ["QK_SCALINGS", "effective_beta", "query_key_variance", "score_variance", "head_participation_ratio"]
 

@@ -88,7 +88,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from ._naming import inline_jitable
+from .._naming import inline_jitable
 
 __all__ = [
     "participation_moment",
@@ -605,7 +605,7 @@ def participation_moment(beta, q, p, seq_len, order=2, method="exact"):
     >>> round(participation_moment(1.5, 1.0, 0.0, seq_len=512), 3)
     0.279
     """
-    from ._checks import as_float_array, check_choice, check_overlap, scalar_or_array
+    from ..checks import as_float_array, check_choice, check_overlap, scalar_or_array
 
     seq_len = check_seq_len(seq_len, allow_none=False)
     order = _check_order(order)

@@ -1,0 +1,1 @@
+"""Real model configurations (Hugging Face) translated to the theory's parameters."""
