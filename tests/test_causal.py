@@ -1,6 +1,6 @@
 """Causal (decoder) stacks: per-position REM theory and its comparison with masked simulations.
 
-Theory: remprop.theory.causal (docs/derivations.md section 2); measurements:
+Theory: remprop.theory.causal and remprop.theory.rem.causal (docs/derivations.md section 2); measurements:
 remprop.validation.causal and the window statistics of remprop.validation.measurements.
 """
 from __future__ import annotations
@@ -11,13 +11,8 @@ import numpy as np
 import pytest
 
 from remprop.theory import Architecture, propagate
-from remprop.theory.causal import (
-    causal_participation_ratio,
-    causal_participation_table,
-    last_tokens_cosine,
-    propagate_causal,
-)
-from remprop.theory.rem.finite_t import participation_moment
+from remprop.theory.causal import last_tokens_cosine, propagate_causal
+from remprop.theory.rem import causal_participation_ratio, causal_participation_table, participation_moment
 
 
 def test_causal_row_is_a_rem_with_t_keys_at_the_scale_of_T():
@@ -45,6 +40,11 @@ def test_causal_table_interpolates_exact_values():
     for _ in range(8):
         t, x = int(rng.integers(2, T + 1)), float(rng.uniform(0.0, 3.0))
         assert table(t, x) == pytest.approx(causal_participation_ratio(x, 1.0, 0.0, t, T), rel=1e-5)
+    # the last 50 positions: few position nodes (narrow range of log t), same tolerance
+    late = causal_participation_table(T, np.arange(T - 49, T + 1))
+    for _ in range(8):
+        t, x = int(rng.integers(T - 49, T + 1)), float(rng.uniform(0.0, 3.0))
+        assert late(t, x) == pytest.approx(causal_participation_ratio(x, 1.0, 0.0, t, T), rel=1e-5)
     # beyond the tabulated x range the exact value is used
     assert table(300, 60.0) == pytest.approx(causal_participation_ratio(60.0, 1.0, 0.0, 300, T), rel=1e-10)
 

@@ -10,20 +10,22 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
+from scipy import integrate
+from scipy.special import expit
 
-from remprop.theory.rem.finite_t import participation_moment
 from remprop.theory.gradients import (
     gradient_row_moments,
     key_gradient_norm,
     query_gradient_norm,
     scaled_query_gradient_norm,
 )
-from remprop.theory.rem.pairs import (
-    _single_scalar,
+from remprop.theory.rem import (
     asymptotic_participation_moment,
     pair_participation_moment,
+    participation_moment,
     participation_square,
 )
+from remprop.theory.rem.integral import row_moment
 
 
 # ------------------------------------------------------------------------------------
@@ -115,14 +117,42 @@ def test_laplace_substitution_cancels_powers():
 # ------------------------------------------------------------------------------------
 # Row moments
 # ------------------------------------------------------------------------------------
-def test_pair_quadrature_reproduces_single_key_moments():
-    """The quadrature of participation_pairs gives the Y_k of finite_size (independent code) to 1e-9."""
-    for seq_len, x in ((2, 0.7), (64, 0.4), (64, 1.6), (1000, 3.0)):
-        sigma = x * math.sqrt(math.log(seq_len))
-        for order in (2, 3, 4):
-            ours = _single_scalar(sigma, seq_len, order)
-            ref = participation_moment(x, 1.0, 0.0, seq_len, order=order)
-            assert ours == pytest.approx(ref, rel=1e-9)
+@pytest.mark.parametrize("orders", [(2, 2), (3, 1), (4, 2)])
+@pytest.mark.parametrize("x", [0.3, 1.0, 3.0, 10.0])
+def test_pair_moment_two_keys_against_one_dimensional_quadrature(x, orders):
+    """T = 2: sum_{j != l} a_j^k a_l^m = s^k (1-s)^m + (1-s)^k s^m, s = logistic(g_1 - g_2), g_1 - g_2 ~ N(0, 2v)."""
+    k, m = orders
+    sd = math.sqrt(2.0 * x * x * math.log(2.0))
+
+    def integrand(z):
+        s, r = expit(sd * z), expit(-sd * z)
+        return (s ** k * r ** m + r ** k * s ** m) * math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+    value, err = integrate.quad(integrand, -40, 40, points=[0.0], limit=500, epsabs=1e-15, epsrel=1e-13)
+    assert err < 1e-12
+    # both sides are accurate to ~1e-13; 1e-10 leaves room for the quad estimate
+    assert pair_participation_moment(x, 1.0, 0.0, 2, orders) == pytest.approx(value, rel=1e-10)
+
+
+@pytest.mark.parametrize("seq_len", [2, 64, 4096, 10**7])
+def test_pair_moment_sum_rule(seq_len):
+    """sum_{j != l} a_j^k a_l = sum_j a_j^k (1 - a_j): the two-key integrand (A_k A_1 L^(T-2)) gives
+    Y_k - Y_{k+1} of the one-key integrand (A_k L^(T-1)); both converge to ~1e-12, so 1e-10."""
+    xs = np.array([0.05, 0.4, 1.0, 1.6, 3.0, 8.0, 30.0])
+    for k in (1, 2, 3):
+        lhs = pair_participation_moment(xs, 1.0, 0.0, seq_len, (k, 1))
+        rhs = participation_moment(xs, 1.0, 0.0, seq_len, order=k) - participation_moment(xs, 1.0, 0.0, seq_len,
+                                                                                          order=k + 1)
+        np.testing.assert_allclose(lhs, rhs, rtol=1e-10, atol=0)
+
+
+def test_pair_moment_step_refinement_changes_nothing():
+    """Dividing the tau and y steps by 3 changes the two-key moments by < 1e-11 relative (converged sums)."""
+    xs = np.array([0.0, 1e-3, 0.3, 1.0, 1.41, 3.0, 10.0, 50.0])
+    for seq_len in (2, 64, 10**6):
+        for orders in ((2, 2), (3, 1)):
+            np.testing.assert_allclose(row_moment(xs, seq_len, orders), row_moment(xs, seq_len, orders, refine=3),
+                                       rtol=1e-11, atol=0)
 
 
 def test_pair_moment_uniform_rows():

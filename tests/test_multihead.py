@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from remprop.theory.rem.finite_t import participation_moment
-from remprop.theory.rem.heads import (
+from remprop.theory.rem import (
     QK_SCALINGS,
     effective_beta,
     head_participation_ratio,
+    participation_moment,
     query_key_variance,
     score_variance,
 )
@@ -139,9 +139,9 @@ def test_simulator_option():
     from remprop.validation.simulator import SimulatedStack
 
     with pytest.raises(ValueError, match="qk_scaling"):
-        SimulatedStack(Architecture(), 0.5, 1, width=16, heads=2, seq_len=8, qk_scaling="wrong")
-    model = SimulatedStack(Architecture(), 0.5, 1, width=16, heads=4, seq_len=8, device="cpu")
-    head = SimulatedStack(Architecture(), 0.5, 1, width=16, heads=4, seq_len=8, qk_scaling="head", device="cpu")
+        SimulatedStack(Architecture(heads=2, qk_scaling="wrong"), 0.5, 1, width=16, seq_len=8)
+    model = SimulatedStack(Architecture(heads=4), 0.5, 1, width=16, seq_len=8, device="cpu")
+    head = SimulatedStack(Architecture(heads=4, qk_scaling="head"), 0.5, 1, width=16, seq_len=8, device="cpu")
     assert model.qk_scaling == "model"
     # same random draw, variance 4 times larger over d_H
     ratio = (head.weights(0).attention.query / model.weights(0).attention.query).flatten()

@@ -6,8 +6,8 @@ With a causal mask, the token at position t (1-based) attends to the t keys
 
 .. math:: v = \beta^2 q (q - p) \log T ,
 
-so (with the exact finite-size moments of :mod:`.finite_size`, whose variance is
-``x^2 log(seq_len)``) the participation ratio of row t is
+so the participation ratio of row t is the finite-T one of t keys at a rescaled
+reduced scale (:mod:`remprop.theory.rem.causal`),
 
 .. math:: Y_2(t) = Y_2^{\rm exact}\Big(x \sqrt{\log T / \log t};\ t\Big),
           \qquad x = \beta \sqrt{q (q - p)} ,
@@ -15,7 +15,7 @@ so (with the exact finite-size moments of :mod:`.finite_size`, whose variance is
 and two rows t, t' near the end of the sequence have the cross-overlap ``1/t`` (independent
 rows over about t common keys). Late tokens (``t`` close to T) see almost the whole
 simplex of tokens, so their order parameters follow the encoder's block maps with these
-two replacements (THEORY.md section 8); :func:`propagate_causal` iterates those maps for
+two replacements (docs/theory.md section 8); :func:`propagate_causal` iterates those maps for
 each position separately, and :func:`last_tokens_cosine` averages the cosine
 ``rho_t = p_t / q_t`` over the last k positions. Early tokens break the simplex picture
 (position 1 attends to itself only; every early token has few keys): the prediction is
@@ -31,23 +31,17 @@ B. Derrida (1981).
 """
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.interpolate import CubicSpline, RectBivariateSpline
 
 from . import components as C
-from .checks import as_float_array, check_depth
 from .architecture import Architecture
 from .attention import softmax_attention_overlap_core
-from .rem.finite_t import check_seq_len, participation_moment
+from .checks import as_float_array, check_depth
+from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 
 __all__ = [
-    "causal_participation_ratio",
-    "CausalParticipationTable",
-    "causal_participation_table",
     "CausalTrajectory",
     "propagate_causal",
     "last_tokens_cosine",
@@ -55,115 +49,8 @@ __all__ = [
 ]
 
 #: Late tokens of a causal model that follow the encoder maps: the reference experiment
-#: averages the last 50 positions of T = 512 (THEORY.md section 8).
+#: averages the last 50 positions of T = 512 (docs/theory.md section 8).
 LAST_TOKENS = 50
-
-#: x range and node count of the causal tables (nodes uniform in u = log(1 + x / 0.5)).
-CAUSAL_X_MAX = 50.0
-_X_SCALE = 0.5
-_X_NODES = 120
-#: Most position nodes of a table (geometric in t between the smallest and largest position).
-_T_NODES = 20
-
-
-def _check_positions(positions, seq_len):
-    arr = np.asarray(positions)
-    if arr.size == 0 or not np.issubdtype(arr.dtype, np.number) or np.any(arr != np.round(arr)):
-        raise ValueError(f"positions must be integers in [2, seq_len], got {positions!r}")
-    arr = np.asarray(np.round(arr), dtype=np.int64)
-    if arr.min() < 2 or arr.max() > seq_len:
-        raise ValueError(f"positions must lie in [2, seq_len={seq_len}], got {arr.min()}..{arr.max()}")
-    return arr
-
-
-def causal_participation_ratio(beta, q, p, position, seq_len, order=2):
-    r"""Exact ``Y_k`` of the attention row of the token at ``position`` in a causal layer.
-
-    .. math:: Y_k(t) = Y_k^{\rm exact}\big(\beta \sqrt{\log T / \log t},\ q,\ p;\ t\big)
-
-    (t states, energy variance ``beta^2 q (q - p) log T``).
-
-    Parameters
-    ----------
-    beta, q, p : array_like
-        Query/key scale and the order parameters of the keys.
-    position : int
-        t in [2, T] (1-based).
-    seq_len : int
-        The model's sequence length T (sets the score scale).
-    order : int
-        k >= 1.
-
-    Returns
-    -------
-    ndarray or float
-
-    References
-    ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (THEORY.md section 8); Derrida (1981).
-    """
-    seq_len = check_seq_len(seq_len, allow_none=False)
-    (t,) = _check_positions([position], seq_len)
-    beta = as_float_array("beta", beta, nonnegative=True)
-    return participation_moment(beta * math.sqrt(math.log(seq_len) / math.log(t)), q, p, int(t), order=order)
-
-
-class CausalParticipationTable:
-    r"""Interpolated ``Y2(t, x)`` of causal rows at one model length T.
-
-    Exact values (:func:`causal_participation_ratio`) at position nodes (every position
-    when there are at most 20 distinct ones, else 20 geometric nodes) and 120 nodes in
-    ``u = log(1 + x / 0.5)`` for ``x = beta sqrt(q (q - p))`` in ``[0, 50]``; ``logit Y2`` is
-    interpolated by a cubic spline in u and (with several position nodes) in ``log t``.
-    Relative error below 1e-3 (tests/test_causal.py); beyond ``x = 50`` exact values.
-    """
-
-    def __init__(self, seq_len, positions):
-        self.seq_len = check_seq_len(seq_len, allow_none=False)
-        positions = np.unique(_check_positions(positions, self.seq_len))
-        if positions.size > _T_NODES:
-            nodes = np.unique(np.round(np.geomspace(positions[0], positions[-1], _T_NODES)).astype(np.int64))
-        else:
-            nodes = positions
-        self.t_nodes = nodes
-        u = np.linspace(0.0, math.log1p(CAUSAL_X_MAX / _X_SCALE), _X_NODES)
-        x = _X_SCALE * np.expm1(u)
-        logit = np.empty((nodes.size, u.size))
-        for i, t in enumerate(nodes):
-            y = np.asarray(participation_moment(x * math.sqrt(math.log(self.seq_len) / math.log(t)), 1.0, 0.0,
-                                                int(t)))
-            logit[i] = np.log(y) - np.log1p(-y)
-        self._u_max = u[-1]
-        if nodes.size == 1:
-            spline = CubicSpline(u, logit[0])
-            self._logit = lambda log_t, uu: spline(uu)
-        else:
-            spline2 = RectBivariateSpline(np.log(nodes), u, logit, kx=min(3, nodes.size - 1), ky=3)
-            self._logit = lambda log_t, uu: spline2.ev(log_t, uu)
-
-    def __call__(self, positions, x):
-        """``Y2`` at positions (ints in the table's range) and reduced scales x >= 0 (broadcast)."""
-        positions, x = np.broadcast_arrays(np.asarray(positions), np.asarray(x, dtype=np.float64))
-        shape = x.shape
-        positions, x = positions.ravel(), x.ravel()
-        u = np.log1p(x / _X_SCALE)
-        out = 1.0 / (1.0 + np.exp(-self._logit(np.log(positions.astype(np.float64)), u)))
-        for i in np.nonzero(u > self._u_max)[0]:
-            t = int(positions[i])
-            out[i] = participation_moment(x[i] * math.sqrt(math.log(self.seq_len) / math.log(t)), 1.0, 0.0, t)
-        return out.reshape(shape) if shape else float(out[0])
-
-
-@functools.lru_cache(maxsize=16)
-def _cached_table(seq_len, positions):
-    return CausalParticipationTable(seq_len, np.array(positions))
-
-
-def causal_participation_table(seq_len, positions):
-    """The cached :class:`CausalParticipationTable` for ``seq_len`` and these positions."""
-    seq_len = check_seq_len(seq_len, allow_none=False)
-    positions = tuple(int(t) for t in np.unique(_check_positions(positions, seq_len)))
-    return _cached_table(seq_len, positions)
 
 
 @dataclass(repr=False)
@@ -219,7 +106,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     .. math:: q_A = s_v^2 (p + (q - p) Y_2(t)) + s_b^2,\qquad
               p_A = s_v^2 (p + (q - p)/t) + s_b^2,
 
-    ``Y_2(t)`` from :class:`CausalParticipationTable` (t states at the score scale of T).
+    ``Y_2(t)`` from :class:`~remprop.theory.rem.CausalParticipationTable` (t states at the score scale of T).
 
     Parameters
     ----------
@@ -242,7 +129,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333, Fig. 12 (THEORY.md section 8).
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 12 (docs/theory.md section 8).
     """
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
@@ -253,14 +140,16 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
             raise ValueError(f"{name} must be a scalar for the causal theory, got shape {value.shape}")
     depth = check_depth(depth)
     seq_len = check_seq_len(seq_len, allow_none=False)
-    positions = _check_positions(positions, seq_len)
+    positions = check_positions(positions, seq_len)
     beta = as_float_array("beta", beta, positive=True)
     if beta.ndim:
         raise ValueError(f"beta must be a scalar for the causal theory, got shape {beta.shape}")
     q0 = as_float_array("q0", q0, positive=True)
     rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
     table = causal_participation_table(seq_len, positions)
-    block = _causal_block(arch, beta, positions.astype(np.float64), table)
+    # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
+    block = _causal_block(arch, np.asarray(arch.effective_beta(beta), dtype=np.float64),
+                          positions.astype(np.float64), table)
     q = np.empty((positions.size, depth + 1))
     p = np.empty((positions.size, depth + 1))
     q[:, 0] = q0

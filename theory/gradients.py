@@ -20,7 +20,7 @@ sympy in ``tests/test_gradients.py``. Result:
 
 with the row moments ``Y_k = <sum_j a_j^k>`` and ``<Y_2^2> = <(sum_j a_j^2)^2>``,
 
-* ``K = Y_2 - 2 Y_3 + <Y_2^2>`` (infinite width; THEORY.md section 7),
+* ``K = Y_2 - 2 Y_3 + <Y_2^2>`` (infinite width; docs/theory.md section 7),
 * ``F = 1 - 3 Y_2 + 2 Y_3 - 2 Y_4 + 2 <Y_2^2>`` (finite width),
 * ``sigma_Delta^2`` the variance of the off-diagonal overlaps ``x_l.x_l'/d - p``:
   ``(q - p)^2 / d`` for tokens that are independent Gaussian vectors of width d.
@@ -44,8 +44,8 @@ import math
 import numpy as np
 
 from .checks import as_float_array, check_overlap, scalar_or_array
-from .rem.finite_t import check_seq_len, participation_moment
-from .rem.pairs import asymptotic_participation_moment, participation_square
+from .quadrature import gauss_hermite
+from .rem import asymptotic_participation_moment, check_seq_len, participation_moment, participation_square
 
 __all__ = [
     "gradient_row_moments",
@@ -71,13 +71,11 @@ def gradient_row_moments(beta, q, p, seq_len=None):
 
     Parameters
     ----------
-    beta : array_like
-        Query/key scale, > 0.
-    q, p : array_like
-        Token order parameters (q > 0, |p| <= q).
+    beta, q, p : array_like
+        Query/key scale (> 0) and the token order parameters (``q > 0``, ``|p| <= q``).
     seq_len : int or None
-        T >= 2: exact finite-T moments (:func:`~remprop.theory.rem.finite_t.participation_moment`,
-        :func:`~remprop.theory.rem.pairs.participation_square`); None: the
+        T >= 2: exact finite-T moments (:func:`~remprop.theory.rem.participation_moment`,
+        :func:`~remprop.theory.rem.participation_square`); None: the
         ``T -> infinity`` Poisson-Dirichlet closed forms (``Y_k = Gamma(k - m) /
         (Gamma(k) Gamma(1 - m))``, ``<Y2^2> = (1 - m)(3 - 2m)/3``, ``m = beta_c/beta``,
         all 0 below ``beta_c``).
@@ -114,8 +112,7 @@ _ROW_NODES = 9
 
 def _row_average(function, beta, row_variance, weight):
     """``E_eps[(1 + weight eps) function(beta exp((eps - s^2/2)/2))]``, ``eps ~ N(0, s^2)``."""
-    nodes, weights = np.polynomial.hermite_e.hermegauss(_ROW_NODES)
-    weights = weights / weights.sum()
+    nodes, weights = gauss_hermite(_ROW_NODES)
     total = 0.0
     for z, w in zip(nodes, weights):
         eps = z * np.sqrt(row_variance)
@@ -189,7 +186,7 @@ def query_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=
     evaluated at the row's own energy scale ``beta e^{(eps - s^2/2)/2}``: at finite width
     the energy variance of row i fluctuates by the factor ``|x_i|^2 (x_i^T M x_i)/|x_i|^2``
     (``M = W_Q^T W_K W_K^T W_Q``), log-normal with variance
-    ``s^2 = norm_variance + 4/d`` (token norms, and :data:`WEIGHT_SPREAD` ``/d`` from
+    ``s^2 = norm_variance + 4/d`` (token norms, and ``WEIGHT_SPREAD`` ``/d`` from
     the weights); the prefactor ``|x_i|^2/d`` shares the token-norm part, hence the
     weight ``lambda = norm_variance / s^2``.
 
@@ -198,7 +195,7 @@ def query_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=
     beta : array_like
         Query/key scale, > 0.
     q, p : array_like
-        Order parameters of the layer input (q > 0, |p| <= q).
+        Order parameters of the layer input (``q > 0``, ``|p| <= q``).
     width : array_like
         Model width d (> 0).
     seq_len : int
@@ -210,7 +207,7 @@ def query_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=
         only the finite-width term survives there); False: exact finite-T moments.
     finite_width : bool
         Include the finite-width terms (``sigma_Delta^2 F`` and the row average); False:
-        the d -> infinity leading term of THEORY.md section 7 alone.
+        the d -> infinity leading term of docs/theory.md section 7 alone.
     overlap_variance : array_like, optional
         ``sigma_Delta^2``, variance of the token overlaps ``x_l.x_l'/d`` about p; default
         ``(q - p)^2 / d`` (independent Gaussian tokens of width d).

@@ -9,7 +9,11 @@ Two families:
 * :func:`gaussian_trapezoid` -- equally spaced nodes ``z_j = j h`` on ``[-L, L]`` with
   weights ``h exp(-z_j^2/2) / sqrt(2 pi)``.
 
-The activation kernels of :mod:`remprop.theory.activations` use the trapezoid rule.
+The activation kernels of :mod:`remprop.theory.activations` use the trapezoid rule; the
+row average of the gradient norms (:mod:`remprop.theory.gradients`) the Gauss-Hermite rule.
+(The finite-T REM integrals of :mod:`remprop.theory.rem.integral` need windows in the
+log-weight ``y = g - tau`` rather than in the Gaussian variable, and carry their own
+trapezoid sums.)
 For a function ``f(s z)`` analytic in the strip ``|Im x| < d`` (tanh: ``d = pi/2``;
 SiLU: ``pi``), the trapezoid error falls like ``exp(-2 pi d / (s h))``: geometric in the
 number of nodes, whereas Gauss-Hermite converges only like ``exp(-c sqrt(n))`` for such

@@ -1,2 +1,39 @@
-"""The Random Energy Model of one attention row: participation ratios at T -> infinity
-and at finite T, two-key moments, and heads."""
+"""The Random Energy Model (REM) of one attention row: its moments at T -> infinity and at
+finite sequence length T, two-key moments, causal rows, and heads.
+
+A row of the attention matrix at initialisation is a Gibbs measure over T keys with
+i.i.d. Gaussian energies of variance ``x^2 log T``, ``x = beta sqrt(q (q - p))``
+(docs/theory.md section 3). Modules:
+
+* :mod:`.asymptotic` -- ``beta_c`` and the ``T -> infinity`` (Poisson-Dirichlet) moments;
+* :mod:`.integral` -- the one quadrature of the finite-T moments (one and two keys);
+* :mod:`.finite_t` -- the participation moments and ratio at any T;
+* :mod:`.pairs` -- two-key moments and the mean square of the participation ratio;
+* :mod:`.table` -- the one table type (a moment tabulated in x at one T, packed for numba);
+* :mod:`.causal` -- rows of causal attention (t keys at the score scale of T);
+* :mod:`.heads` -- the effective beta of H heads;
+* :mod:`.checks` -- validators of seq_len, orders, positions.
+"""
+from .asymptotic import (
+    asymptotic_participation_core,
+    asymptotic_participation_moment,
+    critical_beta,
+    critical_beta_core,
+)
+from .causal import CausalParticipationTable, causal_participation_ratio, causal_participation_table
+from .checks import check_heads, check_order, check_orders, check_positions, check_seq_len
+from .finite_t import participation_moment, participation_ratio, reduced_scale
+from .heads import QK_SCALINGS, effective_beta, head_participation_ratio, query_key_variance, score_variance
+from .pairs import pair_participation_moment, participation_square
+from .table import TABLE_TOLERANCE, TABLE_X_MAX, ParticipationTable, participation_table, table_lookup
+
+__all__ = [
+    "critical_beta", "asymptotic_participation_moment",
+    "participation_ratio", "participation_moment", "reduced_scale",
+    "pair_participation_moment", "participation_square",
+    "ParticipationTable", "participation_table", "table_lookup", "TABLE_TOLERANCE", "TABLE_X_MAX",
+    "causal_participation_ratio", "CausalParticipationTable", "causal_participation_table",
+    "QK_SCALINGS", "effective_beta", "head_participation_ratio", "query_key_variance", "score_variance",
+    "check_seq_len", "check_order", "check_orders", "check_positions", "check_heads",
+    "critical_beta_core", "asymptotic_participation_core",
+]

@@ -20,12 +20,12 @@ for every H (``docs/derivations.md``, section 3; checked with sympy in
   so ``Var s = H^2 beta^2 q^2 log T``: each head is the single-head REM at
   ``H beta`` (entropy collapse for H beta > beta_c).
 
-Measured (THEORY.md section 2, d = 768, T = 512, beta = 0.5): Y2 = 0.009 for H = 1; over
+Measured (docs/theory.md section 2, d = 768, T = 512, beta = 0.5): Y2 = 0.009 for H = 1; over
 ``d_H``: 0.41 (H = 4), 0.79 (H = 12); over ``d``: 0.009 for all H.
 
 References
 ----------
-A. Giorlandino & S. Goldt, arXiv 2505.24333 (initialisation, Sec. 2 of THEORY.md);
+A. Giorlandino & S. Goldt, arXiv 2505.24333 (initialisation, docs/theory.md section 2);
 A. Vaswani et al. 2017 (multi-head attention).
 """
 from __future__ import annotations
@@ -36,19 +36,13 @@ import numbers
 import numpy as np
 
 from ..checks import as_float_array, check_choice, scalar_or_array
-from ..attention import participation_ratio
-from .finite_t import check_seq_len
+from .checks import check_heads, check_seq_len
+from .finite_t import participation_ratio
 
 __all__ = ["QK_SCALINGS", "effective_beta", "query_key_variance", "score_variance", "head_participation_ratio"]
 
 #: Query/key variance conventions: "model" divides by d, "head" by d_H = d / H.
 QK_SCALINGS = ("model", "head")
-
-
-def check_heads(heads):
-    if isinstance(heads, bool) or not isinstance(heads, (numbers.Integral, np.integer)) or heads < 1:
-        raise ValueError(f"heads must be an integer >= 1, got {heads!r}")
-    return int(heads)
 
 
 def effective_beta(beta, heads=1, qk_scaling="model"):
@@ -72,7 +66,7 @@ def effective_beta(beta, heads=1, qk_scaling="model"):
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (THEORY.md section 2).
+    Giorlandino & Goldt, arXiv 2505.24333 (docs/theory.md section 2).
     """
     beta = as_float_array("beta", beta, positive=True)
     heads = check_heads(heads)
@@ -122,7 +116,7 @@ def score_variance(beta, q, seq_len, heads=1, qk_scaling="model"):
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (THEORY.md sections 2 and 3).
+    Giorlandino & Goldt, arXiv 2505.24333 (docs/theory.md sections 2 and 3).
     """
     q = as_float_array("q", q, positive=True)
     seq_len = check_seq_len(seq_len, allow_none=False)

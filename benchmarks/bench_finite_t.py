@@ -1,6 +1,6 @@
 """Finite sequence length: cost of the exact Y2, the tables, a finite-T diagram, and accuracy.
 
-1. Exact ``Y2`` per point and the table build per T (cold cache).
+1. Exact ``Y2`` and two-key moment per point, and the table build per T (cold cache).
 2. Post-LN ReLU diagram 500 x 500 (beta, alpha) x 60 layers with ``final_state``:
    asymptotic maps against ``seq_len=512`` in the same run (target: within 3x; the
    table build is reported separately and included in a second ratio).
@@ -11,7 +11,7 @@
    the standard error is below 1 % or 0.001) and a brute-force nested scipy quadrature
    of the t-integral (adaptive Gauss-Kronrod; none of the engine's windows or splits).
 
-Writes ``benchmarks/results/bench_finite_size.json``. Other processes may share the
+Writes ``benchmarks/results/bench_finite_t.json``. Other processes may share the
 cores: the load average is recorded with the results.
 """
 from __future__ import annotations
@@ -94,16 +94,20 @@ def main():
     warnings.simplefilter("ignore", integrate.IntegrationWarning)
 
     from remprop.theory import Architecture, final_state, participation_table
-    from remprop.theory.rem import finite_t as fs
+    from remprop.theory.rem import ParticipationTable
+    from remprop.theory.rem import table as rem_table
+    from remprop.theory.rem.integral import row_moment
 
     # 1. exact evaluations and tables
-    fs._exact_moment(np.array([1.0]), 512, 2)  # compile / load
+    row_moment(np.array([1.0]), 512)  # compile / load
     xs = np.linspace(0.0, 50.0, 200)
-    exact_best, _ = best_of(lambda: fs._exact_moment(xs + 1e-9, 4096, 2), repeat=2)
+    exact_best, _ = best_of(lambda: row_moment(xs + 1e-9, 4096), repeat=2)
+    row_moment(np.array([1.0]), 512, (2, 2))  # compile / load
+    pair_best, _ = best_of(lambda: row_moment(xs[:50] + 2e-9, 4096, (2, 2)), repeat=2)
     builds = {}
     for seq_len in (512, 4096, 10**7):
         start = time.perf_counter()
-        fs.ParticipationTable(seq_len, 2)
+        ParticipationTable(seq_len, 2)
         builds[seq_len] = time.perf_counter() - start
 
     # 2. diagram, asymptotic vs finite T
@@ -115,7 +119,7 @@ def main():
     final_state(finite.replace(alpha_sa=1.0), betas[:3], 2)
     asym_best, asym_all = best_of(lambda: final_state(asym, betas, args.depth), args.repeat)
     fin_best, fin_all = best_of(lambda: final_state(finite, betas, args.depth), args.repeat)
-    fs._cached_table.cache_clear()
+    rem_table._cached_table.cache_clear()
     start = time.perf_counter()
     participation_table(512)
     build_512 = time.perf_counter() - start
@@ -131,7 +135,7 @@ def main():
     sweep = []
     t0 = time.perf_counter()
     for seq_len in seq_lens:
-        ours = fs._exact_moment(x_values, seq_len, 2)
+        ours = row_moment(x_values, seq_len)
         for x, y in zip(x_values, ours):
             mean, se, n = monte_carlo(float(x), seq_len, rng)
             row = {"T": seq_len, "x": float(x), "y2": float(y), "mc": float(mean), "mc_se": float(se),
@@ -147,6 +151,7 @@ def main():
 
     rows = [
         ("exact Y2, per point (x in [0, 50], T = 4096)", exact_best / xs.size * 1e3, "ms"),
+        ("exact two-key moment (2, 2), per point (T = 4096)", pair_best / 50 * 1e3, "ms"),
         ("table build T = 512 / 4096 / 1e7 (1000 nodes)",
          " / ".join(f"{builds[t]:.2f}" for t in (512, 4096, 10**7)), "s"),
         ("grid (beta x alpha) x depth", f"{args.size} x {args.size} x {args.depth}", ""),
@@ -167,8 +172,9 @@ def main():
          f"{machine()['load_average_1min']:.2f} / {machine().get('numba_threads')}", ""),
     ]
     print_table("Finite sequence length: exact Y2, tables, diagram, accuracy", rows)
-    write_json("bench_finite_size", {
+    write_json("bench_finite_t", {
         "exact_ms_per_point": exact_best / xs.size * 1e3,
+        "pair_ms_per_point": pair_best / 50 * 1e3,
         "table_build_seconds": {str(k): v for k, v in builds.items()},
         "diagram": {"grid": [args.size, args.size], "depth": args.depth,
                     "asymptotic_seconds_best": asym_best, "asymptotic_seconds_all": asym_all,

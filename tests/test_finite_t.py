@@ -1,4 +1,4 @@
-"""Exact finite-T participation ratios (remprop.theory.rem.finite_t) and their use in the maps.
+"""Exact finite-T participation ratios (remprop.theory.rem) and their use in the maps.
 
 Independent references: a one-dimensional quadrature at T = 2 (two keys: the weight of
 the first is a logistic function of a Gaussian), direct Monte Carlo of T Gaussian
@@ -22,15 +22,17 @@ from remprop.theory import (
     propagate,
     softmax_attention_map,
 )
-from remprop.theory import _kernels
-from remprop.theory.rem import finite_t as fs
+from remprop.theory import kernels
+from remprop.theory.rem import TABLE_TOLERANCE
+from remprop.theory.rem import table as rem_table
+from remprop.theory.rem.integral import row_moment
 from remprop.theory.propagation import pack_parameters
 
 from kernel_checks import assert_propagate_matches_block
 
 
 def exact(x, seq_len, order=2, refine=1):
-    return fs._exact_moment(np.atleast_1d(np.asarray(x, dtype=float)), seq_len, order, refine)
+    return row_moment(np.atleast_1d(np.asarray(x, dtype=float)), seq_len, (order,), refine)
 
 
 def monte_carlo(x, seq_len, samples, order, rng):
@@ -110,7 +112,7 @@ def test_against_monte_carlo_of_gaussian_energies(seq_len, x):
 
 
 def test_measured_value_at_512_and_beta_1_5():
-    # THEORY.md section 3: at T = 512, beta = 1.5, p = 0 the measured Y2 is ~0.28 (two
+    # docs/theory.md section 3: at T = 512, beta = 1.5, p = 0 the measured Y2 is ~0.28 (two
     # digits) while the asymptotic law gives 1 - sqrt(2)/1.5 = 0.057.
     y2 = participation_ratio(1.5, 1.0, 0.0, seq_len=512)
     assert abs(y2 - 0.28) <= 0.005
@@ -134,7 +136,7 @@ def test_annealed_law_below_half_critical(x, seq_len):
 
 @pytest.mark.parametrize("x", [0.5, 1.0, 2.0, 3.0, 6.0])
 def test_converges_to_the_asymptotic_law(x):
-    # T -> infinity: Y2 -> max(0, 1 - sqrt(2)/x) (Derrida 1981), slowly (the finite-size
+    # T -> infinity: Y2 -> max(0, 1 - sqrt(2)/x) (Derrida 1981), slowly (the finite-T
     # shift of the REM freezing point is O(log log T / log T)). The error shrinks
     # monotonically along T = 1e2 ... 1e60 and is below 0.015 at T = 1e60.
     limit = max(0.0, 1 - math.sqrt(2) / x)
@@ -153,7 +155,7 @@ def test_table_interpolation_error_is_within_the_guarantee(seq_len, order):
     um = 0.5 * (u[1:] + u[:-1])
     mid = table.x_scale * um / (1 - um)
     err = np.abs(table(mid) / exact(mid, seq_len, order) - 1)
-    assert err.max() <= fs.TABLE_TOLERANCE
+    assert err.max() <= TABLE_TOLERANCE
     np.testing.assert_allclose(table(table.x_nodes), table.values, rtol=1e-13)
 
 
@@ -171,7 +173,7 @@ def test_table_method_matches_exact_method():
     beta = np.linspace(0.1, 6.0, 25)
     a = participation_moment(beta, 1.0, 0.4, seq_len=1000, method="table")
     b = participation_moment(beta, 1.0, 0.4, seq_len=1000, method="exact")
-    np.testing.assert_allclose(a, b, rtol=fs.TABLE_TOLERANCE)
+    np.testing.assert_allclose(a, b, rtol=TABLE_TOLERANCE)
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -242,7 +244,7 @@ def test_minimum_residual_strength_depends_on_beta_only_at_finite_seq_len():
 
     def alpha_star(seq_len):
         _, _, rows = pack_parameters(arch.replace(alpha_sa=0.0), betas)
-        return _kernels.min_alpha_bisection(*arch.codes, rows(0, betas.size), 60, 0.99, 10.0,
+        return kernels.min_alpha_bisection(*arch.codes, rows(0, betas.size), 60, 0.99, 10.0,
                                             1e-6, seq_len=seq_len)
 
     asym = alpha_star(None)
@@ -255,12 +257,12 @@ def test_minimum_residual_strength_depends_on_beta_only_at_finite_seq_len():
 
 def test_tables_are_saved_and_reloaded_from_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path))
-    fs._cached_table.cache_clear()
+    rem_table._cached_table.cache_clear()
     try:
         built = participation_table(97)
         files = list(tmp_path.glob("participation-*-T97-k2.npy"))
         assert len(files) == 1
-        fs._cached_table.cache_clear()
+        rem_table._cached_table.cache_clear()
         loaded = participation_table(97)
         assert loaded is not built
         np.testing.assert_array_equal(loaded.packed, built.packed)
@@ -268,7 +270,7 @@ def test_tables_are_saved_and_reloaded_from_disk(tmp_path, monkeypatch):
         np.testing.assert_array_equal(loaded(np.array([0.3, 2.0, 70.0])), built(np.array([0.3, 2.0, 70.0])))
         # a damaged file is ignored and rebuilt
         files[0].write_bytes(b"not a table")
-        fs._cached_table.cache_clear()
+        rem_table._cached_table.cache_clear()
         np.testing.assert_array_equal(participation_table(97).packed, built.packed)
     finally:
-        fs._cached_table.cache_clear()
+        rem_table._cached_table.cache_clear()

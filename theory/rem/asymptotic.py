@@ -1,0 +1,136 @@
+r"""The REM of an attention row as ``T -> infinity``: freezing point and Poisson-Dirichlet moments.
+
+For a fixed query the scores over the T keys are correlated Gaussians; the part shared
+by all keys cancels in the softmax and the independent part has variance
+``beta^2 q (q - p) log T``. A row of the attention matrix is therefore a REM with T
+states (Derrida 1981) whose freezing point sets the critical query/key scale
+``beta_c = sqrt(2 / (q (q - p)))`` (docs/theory.md section 3).
+
+Above the freezing point (``m_c = beta_c / beta < 1``) the weights of a row are
+Poisson-Dirichlet distributed with parameter ``m_c`` (Derrida 1981; Mezard, Parisi &
+Virasoro 1987), whose moments (Pitman & Yor 1997) give
+
+.. math:: Y_k = \frac{\Gamma(k - m_c)}{\Gamma(k)\Gamma(1 - m_c)},\qquad
+          E\Big[\sum_{j \ne l} a_j^k a_l^m\Big] = m_c\,
+          \frac{\Gamma(k - m_c)\Gamma(m - m_c)}{\Gamma(k + m)\Gamma(1 - m_c)^2},
+
+in particular ``Y_2 = 1 - m_c`` and ``E[Y_2^2] = (1 - m_c)(3 - 2 m_c) / 3``. Below
+``beta_c`` all of them vanish.
+
+The ``*_core`` functions hold each formula once: NumPy ufuncs only, so the same source
+broadcasts over arrays and compiles with numba for the depth kernels.
+
+References
+----------
+B. Derrida, Phys. Rev. B 24, 2613 (1981); J. Pitman & M. Yor, Ann. Probab. 25, 855
+(1997); A. Giorlandino & S. Goldt, arXiv 2505.24333, Result 1.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba.extending import register_jitable
+from scipy.special import gammaln
+
+from ..checks import as_float_array, check_overlap, scalar_or_array
+from .checks import check_orders
+
+__all__ = ["critical_beta", "asymptotic_participation_moment", "critical_beta_core",
+           "asymptotic_participation_core"]
+
+
+@register_jitable
+def critical_beta_core(q, p):
+    """beta_c = sqrt(2 / (q (q - p))); +inf for collapsed tokens (p = q).
+
+    ``q - p`` is clipped at 0: rounding can leave p an ulp above q at collapse (e.g.
+    activation moments from quadrature), which must give +inf, not NaN.
+    """
+    return np.sqrt(2.0 / (q * np.maximum(q - p, 0.0)))
+
+
+@register_jitable
+def asymptotic_participation_core(beta, beta_c):
+    """Y2 = max(0, 1 - beta_c / beta) (T -> infinity)."""
+    return np.maximum(0.0, 1.0 - beta_c / beta)
+
+
+def critical_beta(q, p):
+    r"""Critical inverse temperature of the attention REM.
+
+    .. math:: \beta_c(q, p) = \sqrt{\frac{2}{q\,(q - p)}}
+
+    Below ``beta_c`` an attention row spreads over all keys (participation ratio
+    ``Y2 -> 0`` as ``T -> inf``, the rank-collapse side); above it the row freezes onto
+    a few keys (entropy collapse). For normalised, orthogonal tokens (q = 1, p = 0)
+    ``beta_c = sqrt(2)``. Collapsed tokens (p = q) give ``+inf``.
+
+    Parameters
+    ----------
+    q : array_like
+        Mean squared token norm per coordinate, > 0.
+    p : array_like
+        Mean overlap per coordinate of two distinct tokens, ``|p| <= q``.
+
+    Returns
+    -------
+    ndarray or float
+        ``beta_c``, broadcast over the inputs.
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Eq. for the REM transition; Derrida (1981).
+
+    Examples
+    --------
+    >>> float(critical_beta(1.0, 0.0))  # doctest: +ELLIPSIS
+    1.41421356...
+    """
+    q, p = check_overlap(q, p)
+    with np.errstate(divide="ignore"):
+        return scalar_or_array(critical_beta_core(q, p))
+
+
+def asymptotic_participation_moment(beta, q, p, orders=(2,)):
+    r"""``T -> infinity`` moments of a REM attention row (Poisson-Dirichlet closed forms).
+
+    With ``m_c = beta_c / beta`` and ``beta_c = sqrt(2 / (q (q - p)))``:
+
+    * ``orders=(k,)``: ``Y_k = Gamma(k - m_c) / (Gamma(k) Gamma(1 - m_c))``;
+    * ``orders=(k, m)``: ``E[sum_{j != l} a_j^k a_l^m] = m_c Gamma(k - m_c) Gamma(m - m_c) /
+      (Gamma(k + m) Gamma(1 - m_c)^2)``;
+
+    for ``beta > beta_c``, and 0 for ``beta <= beta_c`` (every order >= 2 vanishes in the
+    spread phase; ``Y_1 = 1``).
+
+    Parameters
+    ----------
+    beta : array_like
+        Query/key scale, >= 0 (every moment of order >= 2 is 0 at ``beta = 0``).
+    q, p : array_like
+        Mean squared token norm and mean overlap (``q > 0``, ``|p| <= q``).
+    orders : tuple of one or two int >= 1
+
+    Returns
+    -------
+    ndarray or float
+
+    References
+    ----------
+    Derrida (1981); Pitman & Yor, Ann. Probab. 25, 855 (1997), moments of PD(m_c, 0).
+    """
+    beta = as_float_array("beta", beta, nonnegative=True)
+    q, p = check_overlap(q, p)
+    orders = check_orders(orders)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m_c = critical_beta_core(q, p) / beta
+        frozen = m_c < 1.0
+        mm = np.where(frozen, m_c, 0.5)
+        if len(orders) == 1:
+            (k,) = orders
+            if k == 1:
+                return scalar_or_array(np.ones(np.broadcast(beta, q, p).shape))
+            value = np.exp(gammaln(k - mm) - gammaln(k) - gammaln(1.0 - mm))
+        else:
+            k, m = orders
+            value = mm * np.exp(gammaln(k - mm) + gammaln(m - mm) - gammaln(k + m) - 2.0 * gammaln(1.0 - mm))
+    return scalar_or_array(np.where(frozen, value, 0.0))
