@@ -2,8 +2,7 @@
 
 * ``remprop.diagrams.min_residual_strength(arch, 60, beta)`` after a warm-up call: one
   scalar beta per call (best of several), and an array of betas in one call (time per
-  beta). Falls back to the kernel ``remprop.theory._kernels.min_alpha_bisection`` when
-  ``remprop.diagrams`` is not available. Target: <= 1 ms per beta.
+  beta). Target: <= 1 ms per beta.
 * ``remprop min-alpha --depth 60 --beta 0.5`` in a fresh process, run twice: the second
   run finds the numba cache warm. Target: <= 3 s.
 
@@ -22,24 +21,6 @@ from _common import best_of, machine, print_table, remprop_executable, write_jso
 
 TARGET_PER_BETA = 1e-3
 TARGET_CLI = 3.0
-
-
-def solver():
-    """(name, function(arch, depth, beta) -> alpha*) of the best available implementation."""
-    try:
-        from remprop.diagrams import min_residual_strength
-    except ImportError:
-        from remprop.theory import _kernels
-        from remprop.theory.propagation import pack_parameters
-
-        def min_residual_strength(arch, depth, beta, threshold=0.99):
-            shape, size, rows = pack_parameters(arch, beta)
-            out = _kernels.min_alpha_bisection(*arch.codes, rows(0, size), depth, threshold,
-                                               1e3, 1e-8)
-            return out.reshape(shape)
-
-        return "remprop.theory._kernels.min_alpha_bisection", min_residual_strength
-    return "remprop.diagrams.min_residual_strength", min_residual_strength
 
 
 def time_cli(args):
@@ -64,9 +45,10 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=200, help="repeats of the scalar call")
     args = parser.parse_args(argv)
 
+    from remprop.diagrams import min_residual_strength as min_alpha
     from remprop.theory import Architecture
 
-    name, min_alpha = solver()
+    name = "remprop.diagrams.min_residual_strength"
     arch = Architecture()
     start = time.perf_counter()
     warm_value = min_alpha(arch, args.depth, 0.5)

@@ -22,6 +22,8 @@ from remprop.theory import (
 )
 from remprop.theory.quadrature import gauss_hermite, gaussian_trapezoid
 
+from kernel_checks import assert_propagate_matches_block
+
 PHI = {
     "tanh": np.tanh,
     "erf": erf,
@@ -111,6 +113,18 @@ def test_against_monte_carlo(name):
         assert abs(sample.mean() - value) <= 5 * se
 
 
+@pytest.mark.parametrize("name", ["tanh", "silu"])
+def test_factorised_sums_equal_the_plain_sums(name):
+    # Up to q1 = 900 tanh and SiLU use the factorised inner sums (exp of a sum as a product
+    # of precomputed factors), above it the plain sums of the general rule on the same nodes:
+    # equal in exact arithmetic, so continuous across the switch up to round-off (a few
+    # hundred terms of size <= 1, each ~1e-16 relative: 1e-12 leaves a wide margin).
+    for c in [-0.6, 0.0, 0.4, 0.97]:
+        below = activation_moments(900.0, c * 900.0, name)
+        above = activation_moments(900.0 * (1 + 1e-15), c * 900.0 * (1 + 1e-15), name)
+        np.testing.assert_allclose(above, below, rtol=1e-12, atol=1e-12 * below[0])
+
+
 def test_polynomial_and_kinked_user_activations():
     # x is integrated exactly up to the Gaussian tail (e^-32); ReLU has a kink off the
     # nodes, where the trapezoid rule is O(h^2): with strip = 0.05 the step is 8/256 in z,
@@ -169,14 +183,9 @@ def test_norm_map_of_non_homogeneous_activations():
 
 @pytest.mark.parametrize("activation", ["tanh", "erf", "gelu", "silu"])
 def test_kernels_match_the_component_composition(activation):
+    # the block order itself is checked for every structural choice in test_theory_kernels
     arch = Architecture(norm="pre", activation=activation, sigma_w2=1.3, sigma_b2=0.05)
-    traj = propagate(arch, [0.4, 2.0], 8, rho0=0.3)
-    for k, beta in enumerate([0.4, 2.0]):
-        q, p = 1.0, 0.3
-        for layer in range(8):
-            q, p = arch.block(beta)(q, p)
-            assert traj.q[k, layer + 1] == pytest.approx(q, rel=1e-12)
-            assert traj.p[k, layer + 1] == pytest.approx(p, rel=1e-12)
+    assert_propagate_matches_block(arch, [0.4, 2.0], 8, rho0=0.3)
 
 
 def test_callable_activation_in_an_architecture():

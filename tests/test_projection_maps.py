@@ -121,7 +121,7 @@ def test_relu_mlp_with_second_layer_variance_closed_form(qp, sigma_w2, sigma_b2,
 @pytest.mark.parametrize("norm, attention, seq_len", KERNELS, ids=KERNEL_IDS)
 def test_propagate_with_projection_equals_the_composed_block(norm, attention, seq_len):
     # The numba kernels and Architecture.block evaluate the same (tabulated) maps: round-off
-    # only, accumulated over 8 blocks (as test_finite_size's kernel/composition check).
+    # only, accumulated over 8 blocks (as test_finite_t's kernel/composition check).
     # The activation enters only through its moments (checked above for every one).
     arch = Architecture(norm=norm, attention=attention, seq_len=seq_len, sigma_o2=0.6, sigma_w2_out=1.7,
                         sigma_b2=0.01, alpha_sa=0.8)

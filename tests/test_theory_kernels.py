@@ -1,6 +1,6 @@
 """The numba depth kernels and the component compositions against the scalar reference.
 
-``tests/reference.py`` implements the maps of THEORY.md sections 3-5 one float at a time
+``tests/reference.py`` implements the maps of docs/theory.md sections 3-5 one float at a time
 with the ``math`` module. Every (norm, attention, activation) combination is compared
 over random parameters drawn by hypothesis, as scalars and broadcast over grids.
 
@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference as ref
+from kernel_checks import assert_propagate_matches_block
 from remprop.theory import ACTIVATIONS, Architecture, final_state, propagate
 
 TOL = 1e-12
@@ -183,6 +184,33 @@ def test_grid_block_composition_matches_reference_cellwise(combo, case):
                                     c["beta"], c["sigma_w2"], c["sigma_b2"], c["sigma_v2"],
                                     c["alpha_sa"], c["alpha_mlp"])
         assert_state_close(q[index], p[index], q_ref, p_ref, f"cell {index}")
+
+
+# --- the kernels against the composed tree, every structural choice ---------------------
+# Architecture.block (the composed tree of components) is the description of a block; the
+# kernels (remprop.theory.kernels) hard-code its order. Every choice that changes the tree:
+BLOCK_CHOICES = list(itertools.product(
+    ["post", "pre", "none"], ["softmax", "gain-controlled"],
+    [None, 0.6],  # sigma_o2: no output projection, or one
+    [None, 1.7],  # sigma_w2_out: the MLP's second layer at sigma_w2, or its own variance
+    [None, 64],  # seq_len: T -> infinity, or the tabulated finite-T Y2
+))
+BLOCK_IDS = [f"{n}-{a}-o2_{o}-wout_{w}-T{t}" for n, a, o, w, t in BLOCK_CHOICES]
+
+
+@pytest.mark.parametrize("norm, attention, sigma_o2, sigma_w2_out, seq_len", BLOCK_CHOICES, ids=BLOCK_IDS)
+def test_kernels_follow_the_composed_block(norm, attention, sigma_o2, sigma_w2_out, seq_len):
+    """propagate == Architecture.block iterated layer by layer, to 1e-12 (kernel_checks),
+    on a 4 x 4 x 3 x 3 grid of alpha_sa (0: no skip, up to 1.5: growing pre-/no-LN
+    streams), beta (both sides of beta_c), q0 and rho0 (0 to 0.9)."""
+    arch = Architecture(norm=norm, attention=attention, sigma_o2=sigma_o2, sigma_w2_out=sigma_w2_out,
+                        seq_len=seq_len, sigma_b2=0.01,
+                        alpha_sa=np.array([0.0, 0.5, 1.0, 1.5])[:, None, None, None])
+    betas = np.array([0.3, 1.0, 1.6, 3.0])[:, None, None]
+    q0 = np.array([0.5, 1.0, 2.0])[:, None]
+    rho0 = np.array([0.0, 0.4, 0.9])
+    traj = assert_propagate_matches_block(arch, betas, 12, rho0=rho0, q0=q0)
+    assert traj.q.shape == (4, 4, 3, 3, 13)
 
 
 def test_final_state_equals_last_layer_of_propagate_on_a_large_grid():

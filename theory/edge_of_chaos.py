@@ -1,7 +1,7 @@
 r"""Ordered and chaotic phases of deep networks at initialisation (edge of chaos).
 
 Deep fully connected network (Poole et al. 2016; Schoenholz et al. 2017)
------------------------------------------------------------------------
+------------------------------------------------------------------------
 Pre-activations ``h^{l+1} = W phi(h^l) + b``, ``W ~ N(0, sigma_w2 / n)``,
 ``b ~ N(0, sigma_b2)``. Their variance follows the length map
 
@@ -26,7 +26,7 @@ which :func:`chaos_boundary` inverts in ``q*`` (bisection). For tanh it starts a
 Residual MLP blocks with LayerNorm (the transformer's MLP sub-block)
 --------------------------------------------------------------------
 ``x <- LN(alpha x + MLP(x))`` (or ``alpha x + MLP(LN(x))``) with the two-layer MLP of
-THEORY.md section 4 on unit-norm tokens: ``q1 = sigma_w2 + sigma_b2`` and, with
+docs/theory.md section 4 on unit-norm tokens: ``q1 = sigma_w2 + sigma_b2`` and, with
 ``D = sigma_w2 E[phi(u)^2] + sigma_b2`` (``u ~ N(0, q1)``), the cosine map has slope
 
 .. math:: \frac{d\rho'}{d\rho}\Big|_{\rho=1} = \frac{\chi_{\rm MLP} D + \alpha^2}{D + \alpha^2},
@@ -35,7 +35,7 @@ THEORY.md section 4 on unit-norm tokens: ``q1 = sigma_w2 + sigma_b2`` and, with
 (:func:`mlp_block_chi`). The skip strength only slows the dynamics: the stack is ordered
 (``rho -> 1``) for ``chi_MLP < 1`` and chaotic for ``chi_MLP > 1`` whatever alpha.
 ReLU gives ``chi_MLP = sigma_w2^2 / (sigma_w2 q1 + 2 sigma_b2) <= sigma_w2 / q1 <= 1``:
-it always collapses (polynomially at ``sigma_b2 = 0``), as THEORY.md section 4 states.
+it always collapses (polynomially at ``sigma_b2 = 0``), as docs/theory.md section 4 states.
 
 References
 ----------

@@ -5,14 +5,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels
+from .kernels import PARAMS, kernels_for, packed_table
 from .checks import as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 
-__all__ = ["Trajectory", "propagate", "final_state", "pack_parameters", "CHUNK_ROWS"]
+__all__ = ["Trajectory", "propagate", "final_state", "final_state_rows", "pack_parameters", "CHUNK_ROWS",
+           "PARAMETER_COLUMNS"]
 
 #: Grid cells handed to a kernel at once: bounds the memory of packed parameters.
 CHUNK_ROWS = 1 << 16
+#: Column of each parameter in a packed row (:func:`pack_parameters`); ``beta`` is the
+#: heads' effective beta and ``p0 = q0 rho0``.
+PARAMETER_COLUMNS = {name: k for k, name in enumerate(PARAMS)}
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
 
     Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
     parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 10)``
-    in the order of :data:`remprop.theory._kernels.PARAMS`. Rows are materialised a
+    in the order of :data:`remprop.theory.kernels.PARAMS`. Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
 
     ``rho0`` must lie in ``[0, 1]`` when ``arch.seq_len`` is None and in
@@ -67,14 +71,14 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     rho0 = check_simplex_cosine("rho0", rho0, arch.seq_len)
     values["q0"] = q0
     values["rho0"] = rho0
-    names = [name for name in _kernels.PARAMS if name != "p0"] + ["rho0"]
+    names = [name for name in PARAMS if name != "p0"] + ["rho0"]
     try:
         shape = np.broadcast_shapes(*(values[n].shape for n in names))
     except ValueError:
         described = ", ".join(f"{n}{values[n].shape}" for n in names if values[n].ndim)
         raise ValueError(f"beta and the numeric fields do not broadcast together: {described}") from None
     values["p0"] = q0 * rho0
-    columns = [values[name] for name in _kernels.PARAMS]
+    columns = [values[name] for name in PARAMS]
     views = [np.broadcast_to(c, shape) for c in columns]
     size = int(np.prod(shape, dtype=np.int64))
 
@@ -92,11 +96,11 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     r"""Propagate the order parameters (q, p) through ``depth`` blocks.
 
     Each block applies the maps of its components in the order given by
-    ``arch.norm`` (see :class:`Architecture`); the attention uses the REM
+    ``arch.norm`` (see :class:`~remprop.theory.Architecture`); the attention uses the REM
     participation ratio of its own input: asymptotic, ``Y2 = max(0, 1 - beta_c / beta)``
     with ``beta_c = sqrt(2 / (q (q - p)))``, when ``arch.seq_len`` is None, else the
     exact finite-T ``Y2`` (tabulated, relative error <= 1e-6; see
-    :func:`~remprop.theory.rem.finite_t.participation_table`).
+    :func:`~remprop.theory.rem.participation_table`).
 
     Parameters
     ----------
@@ -135,8 +139,8 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     q = np.empty((size, depth + 1))
     p = np.empty((size, depth + 1))
     beta_c = np.empty((size, depth))
-    kernels = _kernels.kernels_for(*arch.codes, arch.seq_len is not None)
-    table = _kernels.packed_table(arch.seq_len)
+    kernels = kernels_for(*arch.codes, arch.seq_len is not None)
+    table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
         q[start:stop], p[start:stop], beta_c[start:stop] = kernels.trajectories(
@@ -159,8 +163,8 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     shape, size, rows = pack_parameters(arch, beta, q0, rho0)
     out = np.empty((size, 4))
-    kernels = _kernels.kernels_for(*arch.codes, arch.seq_len is not None)
-    table = _kernels.packed_table(arch.seq_len)
+    kernels = kernels_for(*arch.codes, arch.seq_len is not None)
+    table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
         out[start:stop] = kernels.final_states(rows(start, stop), depth, table)
@@ -172,5 +176,26 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
             "beta_critical_min": out[:, 3].reshape(shape)}
 
 
+def final_state_rows(arch: Architecture, rows, depth: int):
+    """Final states of packed parameter rows, as the kernels compute them.
+
+    ``rows`` has shape ``(n, len(PARAMETER_COLUMNS))``, laid out as
+    :func:`pack_parameters` returns them (effective beta already applied: nothing is
+    re-validated or re-packed, so no factor is applied twice). Only ``arch``'s
+    categorical choices (norm, attention, activation, finite T) are read; its numeric
+    fields are ignored in favour of the rows. Returns shape ``(n, 4)``: ``q``, ``p``, the
+    first layer's and the smallest per-head critical beta. Callers that vary one column
+    (e.g. ``alpha_sa`` in a search) edit the rows and call this; keep ``n`` to about
+    :data:`CHUNK_ROWS` per call.
+    """
+    depth = check_depth(depth)
+    rows = np.ascontiguousarray(rows, dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[1] != len(PARAMETER_COLUMNS):
+        raise ValueError(f"rows must have shape (n, {len(PARAMETER_COLUMNS)}), got {rows.shape}")
+    kernels = kernels_for(*arch.codes, arch.seq_len is not None)
+    with np.errstate(all="ignore"):
+        return kernels.final_states(rows, depth, packed_table(arch.seq_len))
+
+
 # Keep the field list in one place for callers that broadcast over it.
-assert set(NUMERIC_FIELDS) | set(OPTIONAL_FIELDS) <= set(_kernels.PARAMS)
+assert set(NUMERIC_FIELDS) | set(OPTIONAL_FIELDS) <= set(PARAMS)

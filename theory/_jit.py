@@ -1,0 +1,77 @@
+"""numba compilation helpers: unique names for specialised closures, inlined jitables.
+
+numba names compiled code after the Python function's ``__qualname__`` plus a
+per-process counter, and its on-disk cache restores those names. Two specialisations of
+one nested function (the kernels of two architectures, the moments of two activations)
+compiled in different processes can therefore carry the same symbol name, and once both
+are loaded from the cache into one process the second silently links to the first
+(wrong code, or a crash such as ``'descr' is NULL``). Giving every specialisation its
+own qualname before it is compiled rules this out, and keeps one cache index per
+specialisation.
+
+The name also carries :func:`source_digest`, a hash of every theory module that imports
+numba. numba keys its disk cache on the source file of the cached function and on its
+pickled closure, in which the jitted helpers of other modules (the attention, LayerNorm
+and activation cores, the block sublayers) appear by reference only: without the digest,
+an edit to one of them would leave the old compiled code in use. With it, changed
+sources get fresh cache entries (the stale files stay behind in ``__pycache__``, as they
+do when numba itself recompiles after an edit).
+
+Used by :mod:`.activations`, :mod:`.kernels` and :mod:`.rem.table`; it imports
+nothing from theory, so it sits below all three (inside :mod:`.kernels`, which imports
+the other two, it would close an import cycle). Private to theory.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from pathlib import Path
+
+__all__ = ["specialised", "inline_jitable", "source_digest"]
+
+_IMPORTS_NUMBA = re.compile(rb"^\s*(?:from|import) numba\b", re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def source_digest():
+    """Eight hex digits of SHA-256 over the theory modules that import numba (path and text).
+
+    Unreadable sources (e.g. a zipped install) are skipped: the digest then stands for
+    the files that could be read.
+    """
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        try:
+            source = path.read_bytes()
+        except OSError:
+            continue
+        if _IMPORTS_NUMBA.search(source):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + source)
+    return digest.hexdigest()[:8]
+
+
+def specialised(function, tag):
+    """Rename ``function`` (in place) to ``<qualname>__<tag>_<source digest>`` and return it."""
+    suffix = re.sub(r"\W", "_", f"{tag}_{source_digest()}")
+    function.__qualname__ = f"{function.__qualname__}__{suffix}"
+    function.__name__ = f"{function.__name__}__{suffix}"
+    return function
+
+
+def inline_jitable(function):
+    """Like ``numba.extending.register_jitable``, but inlined into the caller's IR.
+
+    Returns ``function`` itself (plain Python, usable from NumPy code) after registering
+    it as a numba overload with ``inline="always"``. Inlining matters for functions that
+    take arrays on a per-cell hot path: a compiled call with an array argument costs
+    reference-count updates on the array, which contend between threads.
+    """
+    from numba.extending import overload
+
+    def typer(*args, **kwargs):
+        return function
+
+    overload(function, jit_options={}, strict=False, inline="always")(typer)
+    return function

@@ -1,0 +1,189 @@
+r"""The dense layer and the two-layer MLP on the order parameters, and the public moments.
+
+A dense layer ``W ~ N(0, sigma_w2 / fan_in)`` with bias ``N(0, sigma_b2)`` maps
+``(q, p) -> (sigma_w2 q + sigma_b2, sigma_w2 p + sigma_b2)``; the MLP
+``W2 phi(W1 x + b1) + b2`` is two of them around the Gaussian moments of phi
+(docs/theory.md section 4). The moments of every registered activation
+(:mod:`remprop.theory.activations.registry`) are evaluated over arrays by one compiled loop per activation.
+
+References
+----------
+B. Poole et al., "Exponential expressivity in deep neural networks through transient
+chaos", NeurIPS 2016; S. Schoenholz et al., "Deep information propagation", ICLR 2017.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import njit
+from numba.extending import register_jitable
+
+from .._jit import specialised
+from ..checks import as_float_array, check_overlap, output_pair, scalar_or_array
+from .closed_form import relu_kernel_core
+from .registry import _BY_CODE, activation_spec
+
+__all__ = [
+    "dense_core", "moments_array", "relu_kernel", "activation_moments", "derivative_moment",
+    "dense_map", "mlp_map",
+]
+
+
+@register_jitable
+def dense_core(q, p, sigma_w2, sigma_b2):
+    """Pre-activation order parameters of a dense layer W ~ N(0, sigma_w2/fan_in)."""
+    return sigma_w2 * q + sigma_b2, sigma_w2 * p + sigma_b2
+
+
+@functools.lru_cache(maxsize=None)
+def _over_arrays(code, kind):
+    """One compiled loop of an activation's ``moments`` (``kind="moments"``) or
+    ``derivative_moment`` (``kind="derivative"``) over flat arrays.
+
+    Cached on disk for built-in activations; the closure holds only the activation's
+    jittable function (see :mod:`remprop.theory.kernels` on stable cache keys).
+    """
+    spec = _BY_CODE[code]
+    jit = njit(cache=spec.builtin, error_model="numpy")
+    if kind == "moments":
+        moments = spec.moments
+
+        def many(q1, p1):
+            m2 = np.empty(q1.size)
+            m11 = np.empty(q1.size)
+            for i in range(q1.size):
+                m2[i], m11[i] = moments(q1[i], p1[i])
+            return m2, m11
+        return jit(specialised(many, f"code{code}"))
+    derivative_moment = spec.derivative_moment
+
+    def many_derivatives(q1):
+        out = np.empty(q1.size)
+        for i in range(q1.size):
+            out[i] = derivative_moment(q1[i])
+        return out
+    return jit(specialised(many_derivatives, f"code{code}"))
+
+
+
+def moments_array(code, q1, p1):
+    """Moments over float arrays (already validated), broadcast together."""
+    q1, p1 = np.broadcast_arrays(np.asarray(q1, dtype=np.float64), np.asarray(p1, dtype=np.float64))
+    shape = q1.shape
+    many = _over_arrays(code, "moments")
+    m2, m11 = many(np.ascontiguousarray(q1).ravel(), np.ascontiguousarray(p1).ravel())
+    return m2.reshape(shape), m11.reshape(shape)
+
+
+def relu_kernel(c):
+    r"""Normalised arc-cosine kernel of ReLU.
+
+    .. math:: f(c) = \frac{\sqrt{1 - c^2} + c\,(\pi - \arccos c)}{\pi},
+              \qquad E[\mathrm{relu}(u)\,\mathrm{relu}(v)] = \tfrac{q}{2} f(c)
+
+    Parameters
+    ----------
+    c : array_like
+        Correlation coefficient of the Gaussian pair, in [-1, 1].
+
+    References
+    ----------
+    Y. Cho & L. Saul, "Kernel methods for deep learning", NeurIPS 2009 (n = 1).
+    """
+    c = as_float_array("c", c, low=-1.0, high=1.0)
+    return scalar_or_array(relu_kernel_core(c))
+
+
+def activation_moments(q1, p1, activation="relu"):
+    r"""Gaussian second moments of an activation.
+
+    Returns ``(E[phi(u)^2], E[phi(u) phi(v)])`` for centred (u, v) with
+    ``Var = q1`` and ``Cov = p1``: closed forms for relu, linear and erf
+    (``(2/pi) arcsin(2 p1 / (1 + 2 q1))``, Williams 1997; :mod:`.closed_form`), the
+    trapezoid rule otherwise (:mod:`.quadrature_moments`; 1e-10 for q1 <= 16).
+
+    Parameters
+    ----------
+    q1, p1 : array_like
+        Pre-activation variance (> 0) and covariance (``|p1| <= q1``).
+    activation : str or callable
+        A name in :data:`~remprop.theory.ACTIVATIONS` or a numba-jittable scalar function
+        (registered on first use, see :func:`~remprop.theory.register_activation`).
+
+    References
+    ----------
+    Cho & Saul 2009; Williams 1997; Poole et al. 2016.
+    """
+    spec = activation_spec(activation)
+    q1, p1 = check_overlap(q1, p1, "q1", "p1")
+    return tuple(scalar_or_array(x) for x in moments_array(spec.code, q1, p1))
+
+
+def derivative_moment(q1, activation="tanh"):
+    r"""``E[phi'(u)^2]`` for ``u ~ N(0, q1)``: the slope factor of ``chi_1``.
+
+    .. math:: \chi_1 = \sigma_w^2\, E[\phi'(u)^2]
+
+    (Poole et al. 2016). Closed forms: relu 1/2, linear 1, erf
+    ``(4/pi) / sqrt(1 + 4 q1)``; trapezoid rule otherwise.
+
+    Parameters
+    ----------
+    q1 : array_like
+        Variance, > 0.
+    activation : str or callable
+
+    References
+    ----------
+    B. Poole et al., NeurIPS 2016; S. Schoenholz et al., ICLR 2017.
+    """
+    spec = activation_spec(activation)
+    q1 = as_float_array("q1", q1, positive=True)
+    flat = np.ascontiguousarray(q1).ravel()
+    return scalar_or_array(_over_arrays(spec.code, "derivative")(flat).reshape(q1.shape))
+
+
+def dense_map(q, p, sigma_w2=0.2, sigma_b2=4e-4):
+    r"""A dense layer ``W ~ N(0, sigma_w2 / fan_in)``, bias ``N(0, sigma_b2)``.
+
+    .. math:: q' = \sigma_w^2 q + \sigma_b^2, \qquad p' = \sigma_w^2 p + \sigma_b^2
+
+    ``q'`` and ``p'`` are broadcast to the common shape of all inputs (docs/theory.md
+    section 4).
+    """
+    q, p = check_overlap(q, p)
+    sigma_w2 = as_float_array("sigma_w2", sigma_w2, nonnegative=True)
+    sigma_b2 = as_float_array("sigma_b2", sigma_b2, nonnegative=True)
+    return output_pair(*dense_core(q, p, sigma_w2, sigma_b2))
+
+
+def mlp_map(q, p, sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None):
+    r"""Order parameters after a two-layer MLP ``W2 phi(W1 x + b1) + b2``.
+
+    .. math::
+        q_1 = \sigma_w^2 q + \sigma_b^2,\ p_1 = \sigma_w^2 p + \sigma_b^2;\quad
+        q_2 = \sigma_{w,out}^2 E[\phi(u)^2] + \sigma_b^2,\
+        p_2 = \sigma_{w,out}^2 E[\phi(u)\phi(v)] + \sigma_b^2
+
+    with (u, v) centred Gaussian, Var = q1, Cov = p1; ``W1 ~ N(0, sigma_w2 / d)`` and
+    ``W2 ~ N(0, sigma_w2_out / d_ff)`` (``sigma_w2_out`` defaults to ``sigma_w2``; the
+    hidden width ``d_ff`` enters only through it). For non-homogeneous activations
+    ``q2`` needs its own integral ``E[phi(u)^2]`` (it is not ``q1`` times a constant as
+    for ReLU). See docs/theory.md section 4.
+
+    References
+    ----------
+    Poole et al. 2016; Schoenholz et al. 2016; Giorlandino & Goldt, arXiv 2505.24333.
+    """
+    spec = activation_spec(activation)
+    q1, p1 = dense_map(q, p, sigma_w2, sigma_b2)
+    if (np.asarray(q1) <= 0.0).any():
+        raise ValueError("sigma_w2 and sigma_b2 must not both vanish: the pre-activation "
+                         "variance sigma_w2 * q + sigma_b2 must be > 0")
+    m2, m11 = activation_moments(q1, p1, spec.name)
+    if sigma_w2_out is None:
+        sigma_w2_out = sigma_w2
+    else:
+        sigma_w2_out = as_float_array("sigma_w2_out", sigma_w2_out, nonnegative=True)
+    return dense_map(m2, m11, sigma_w2_out, sigma_b2)
