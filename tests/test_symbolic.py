@@ -1,4 +1,5 @@
-"""Tests of remprop.theory.symbolic: the expansion near collapse and the large-depth laws.
+"""Tests of remprop.theory.symbolic: the block tree walked symbolically, the expansion near
+collapse and the large-depth laws.
 
 Every check compares a symbolic result with the numeric engine (remprop.theory maps and
 numba depth kernels), with tolerances set by the size of the first neglected term.
@@ -13,7 +14,15 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remprop.theory import Architecture, final_state, propagate, relu_kernel
+from remprop.theory import (
+    Architecture,
+    activation_moments,
+    final_state,
+    participation_ratio,
+    participation_table,
+    propagate,
+    relu_kernel,
+)
 from remprop.theory import symbolic as S
 
 BETA_SPREAD = 0.5  # below beta_c = sqrt(2) of the first layer: spread attention at every layer
@@ -89,6 +98,78 @@ def test_kernel_series_matches_numeric_kernel(order, next_power):
     assert np.all(np.abs(residual - predicted) <= 2 * abs(c_after) * delta ** (next_power + 1) + 4e-16)
     slope = np.polyfit(np.log(delta), np.log(np.abs(residual)), 1)[0]
     assert abs(slope - next_power) < 0.05
+
+
+# -- the block tree walked symbolically ----------------------------------------------------
+_Y2, _M2, _M11 = sp.Function("Y2"), sp.Function("M2"), sp.Function("M11")
+_FIELD_SYMBOLS = {name: sp.Symbol(name, positive=True) for name in
+                  ("sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp", "sigma_o2", "sigma_w2_out")}
+
+
+@pytest.mark.parametrize("norm", ["post", "pre", "none"])
+@pytest.mark.parametrize("attention, activation, seq_len, heads", [
+    ("softmax", "relu", None, 1),
+    ("gain-controlled", "tanh", None, 2),
+    ("softmax", "tanh", 16, 1),
+    ("gain-controlled", "relu", 16, 3),
+])
+def test_symbolic_block_equals_numeric_block(norm, attention, activation, seq_len, heads):
+    # The block of Architecture.block walked on sympy symbols (every numeric field a symbol),
+    # then evaluated at numbers, must be the numeric block: same cores, same order.
+    arch = Architecture(norm=norm, attention=attention, activation=activation, seq_len=seq_len,
+                        heads=heads, qk_scaling="head", sigma_w2=0.7, sigma_b2=0.01, sigma_v2=0.4,
+                        alpha_sa=0.8, alpha_mlp=1.3, sigma_o2=0.9, sigma_w2_out=1.1)
+    beta = 0.6
+    context = S.SymbolicContext(participation=lambda b, q, p, t: _Y2(b, q, p),
+                                moments=lambda name, q1, p1: (_M2(q1), _M11(q1, p1)))
+    q_sym, p_sym = S.symbolic_block_map(S.symbolic_architecture(arch, **_FIELD_SYMBOLS), beta=beta,
+                                        context=context)
+    values = {_FIELD_SYMBOLS[name]: getattr(arch, name) for name in _FIELD_SYMBOLS}
+
+    def y2(b, q, p):  # the participation ratio the numeric attention reads (tabulated at finite T)
+        if seq_len is None:
+            return participation_ratio(b, q, p)
+        return participation_table(seq_len)(b * np.sqrt(q * (q - p)))
+
+    numeric_maps = {"Y2": y2, "M2": lambda q1: activation_moments(q1, q1, activation)[0],
+                    "M11": lambda q1, p1: activation_moments(q1, p1, activation)[1]}
+    block = arch.block(beta)
+    for q, p in [(1.0, 0.0), (2.5, 1.0), (0.7, 0.65), (1.3, 0.2)]:
+        point = {**values, S.block_tree.Q: q, S.block_tree.P: p}
+        got = [float(sp.lambdify([], expr.subs(point), modules=[numeric_maps, "numpy"])())
+               for expr in (q_sym, p_sym)]
+        # same arithmetic in another order: a few ulp of O(1) numbers
+        np.testing.assert_allclose(got, block(q, p), rtol=1e-12, atol=1e-14)
+
+
+def test_symbolic_block_has_the_block_order():
+    # post-LN: the block output is LayerNorm'd (q' = 1 exactly), for any input and Y2
+    post = S.symbolic_architecture(Architecture(norm="post"), **{k: _FIELD_SYMBOLS[k] for k in S.BERT})
+    q_out, _ = S.symbolic_block_map(post)
+    assert q_out == 1
+    # no LayerNorm, no bias, linear MLP, spread attention (q_A = p_A = sigma_v2 p):
+    # p' = (alpha_M^2 + sigma_w2^2) (alpha^2 + sigma_v2) p, attention then MLP, each with its skip
+    arch = S.symbolic_architecture(Architecture(norm="none", activation="linear"), sigma_b2=0,
+                                   **{k: _FIELD_SYMBOLS[k] for k in ("sigma_w2", "sigma_v2", "alpha_sa",
+                                                                      "alpha_mlp")})
+    _, p_out = S.symbolic_block_map(arch, context=S.SymbolicContext(participation=S.spread_phase))
+    a, am, w, v = (_FIELD_SYMBOLS[k] for k in ("alpha_sa", "alpha_mlp", "sigma_w2", "sigma_v2"))
+    assert sp.simplify(p_out - (am**2 + w**2) * (a**2 + v) * S.block_tree.P) == 0
+
+
+def test_post_ln_block_map_is_the_tree_at_spread_attention():
+    # post_ln_block_map is the symbolic block at q = 1, p = 1 - eps, Y2 = 0
+    exact, eps_att = S.post_ln_block_map()
+    arch = S.symbolic_architecture(Architecture(norm="post"), sigma_w2=S.SIGMA_W2, sigma_b2=S.SIGMA_B2,
+                                   sigma_v2=S.SIGMA_V2, alpha_sa=S.ALPHA_SA, alpha_mlp=S.ALPHA_MLP)
+    q_out, p_out = S.symbolic_block_map(arch, 1, 1 - S.EPS,
+                                        context=S.SymbolicContext(participation=S.spread_phase))
+    point = {S.SIGMA_W2: 0.3, S.SIGMA_B2: 0.02, S.SIGMA_V2: 0.5, S.ALPHA_SA: 1.4, S.ALPHA_MLP: 0.9}
+    for eps in (1e-3, 0.2, 0.9):
+        at = {**point, S.EPS: eps}
+        assert abs(float((exact - (1 - p_out / q_out)).subs(at))) < 1e-14
+    assert sp.simplify(eps_att - S.ALPHA_SA**2 * S.EPS
+                       / (S.ALPHA_SA**2 + S.SIGMA_V2 + S.SIGMA_B2 - S.SIGMA_V2 * S.EPS)) == 0
 
 
 # -- the block map near collapse ---------------------------------------------------------
@@ -281,5 +362,7 @@ def test_broadcasting():
     assert np.all(np.diff(out, axis=0) > 0) and np.all(np.diff(out, axis=1) > 0)
 
 
-def test_doctests():
-    assert doctest.testmod(S).failed == 0
+@pytest.mark.parametrize("module", ["arc_cosine", "block_tree", "block_expansion", "depth_laws"])
+def test_doctests(module):
+    result = doctest.testmod(getattr(S, module))
+    assert result.failed == 0 and result.attempted > 0

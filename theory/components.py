@@ -11,7 +11,15 @@ Blocks are compositions::
     q1, p1 = post_ln_block(1.0, 0.0)
 
 These compositions are the readable reference of the block orders; the numba kernels
-in :mod:`remprop.theory._kernels` run the same maps over whole grids and depths.
+in :mod:`remprop.theory.kernels` run the same maps over whole grids and depths.
+
+Every component can also be walked on sympy expressions, ``block.symbolic(q, p, symbols)``:
+the same cores (skip, dense, attention given ``Y2``) run on symbols, and what the numeric
+map computes from numbers (the participation ratio, the activation's Gaussian moments)
+comes from ``symbols`` (:class:`remprop.theory.symbolic.SymbolicContext`). Parameters
+may then be sympy expressions too (they are kept as they are, unchecked); such a tree can
+only be walked symbolically. This is how :mod:`remprop.theory.symbolic` derives its block
+maps from :meth:`Architecture.block <remprop.theory.Architecture.block>`.
 """
 from __future__ import annotations
 
@@ -22,14 +30,8 @@ import numpy as np
 
 from .checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from .activations import activation_spec, dense_core, moments_array
-from .attention import (
-    asymptotic_participation_core,
-    critical_beta_core,
-    gain_controlled_attention_core,
-    softmax_attention_core,
-    softmax_attention_overlap_core,
-)
-from .rem.finite_t import check_seq_len, participation_table
+from .attention import gain_controlled_attention_core, softmax_attention_core, softmax_attention_overlap_core
+from .rem import asymptotic_participation_core, check_seq_len, critical_beta_core, participation_table
 from .layernorm import layernorm_core
 from .residual import skip_core
 
@@ -60,6 +62,19 @@ class Component:
         """Further domain checks on validated (q, p); none by default."""
 
     def apply(self, q, p):  # pragma: no cover - abstract
+        """The map ``(q, p) -> (q', p')`` on validated float arrays."""
+        raise NotImplementedError
+
+    def symbolic(self, q, p, symbols):  # pragma: no cover - abstract
+        """The same map on sympy expressions ``(q, p)``, unchecked.
+
+        ``symbols`` supplies what the numeric map computes from numbers:
+        ``symbols.parameter(value)`` (a stored parameter as a sympy expression),
+        ``symbols.participation(beta, q, p, seq_len)`` (the attention's ``Y2`` at its input
+        ``(q, p)``) and ``symbols.moments(activation, q1, p1)`` (``E[phi(u)^2]``,
+        ``E[phi(u) phi(v)]``); :class:`remprop.theory.symbolic.SymbolicContext` is the
+        standard one. Returns ``(q', p')`` as sympy expressions.
+        """
         raise NotImplementedError
 
     def __repr__(self):
@@ -74,6 +89,11 @@ class _Serial(Component):
     def apply(self, q, p):
         for layer in self.layers:
             q, p = layer.apply(q, p)
+        return q, p
+
+    def symbolic(self, q, p, symbols):
+        for layer in self.layers:
+            q, p = layer.symbolic(q, p, symbols)
         return q, p
 
     def check_input(self, q, p):
@@ -98,6 +118,10 @@ class _Residual(Component):
         q_branch, p_branch = self.branch.apply(q, p)
         return skip_core(q_branch, p_branch, q, p, self.alpha)
 
+    def symbolic(self, q, p, symbols):
+        q_branch, p_branch = self.branch.symbolic(q, p, symbols)
+        return skip_core(q_branch, p_branch, q, p, symbols.parameter(self.alpha))
+
     def check_input(self, q, p):
         self.branch.check_input(q, p)
 
@@ -110,6 +134,11 @@ class _LayerNorm(Component):
 
     def apply(self, q, p):
         return layernorm_core(q, p)
+
+    def symbolic(self, q, p, symbols):
+        # layernorm_core's (1, p / q); its 1.0 + 0.0 q (a float broadcast to the shape of q)
+        # would put a float 1.0 into exact expressions, q / q is the exact 1
+        return q / q, p / q
 
 
 @dataclass(repr=False)
@@ -135,13 +164,21 @@ class _Attention(Component):
             # the tabulated Y2 that the depth kernels read (relative error <= 1e-6)
             x = self.beta * np.sqrt(np.maximum(q * (q - p), 0.0))
             y2 = participation_table(self.seq_len)(x)
-            if self.gain_controlled:
-                y2 = y2 - 1.0 / self.seq_len
-            else:  # cross-overlap of two rows: 1/T
-                return softmax_attention_overlap_core(q, p, y2, 1.0 / self.seq_len, self.sigma_v2,
-                                                      self.sigma_b2)
-        core = gain_controlled_attention_core if self.gain_controlled else softmax_attention_core
-        return core(q, p, y2, self.sigma_v2, self.sigma_b2)
+        return self._attend(q, p, y2, self.sigma_v2, self.sigma_b2)
+
+    def symbolic(self, q, p, symbols):
+        y2 = symbols.participation(symbols.parameter(self.beta), q, p, self.seq_len)
+        return self._attend(q, p, y2, symbols.parameter(self.sigma_v2), symbols.parameter(self.sigma_b2))
+
+    def _attend(self, q, p, y2, sigma_v2, sigma_b2):
+        """(q_A, p_A) given the participation ratio ``y2`` (numbers or sympy expressions)."""
+        if self.seq_len is None:
+            core = gain_controlled_attention_core if self.gain_controlled else softmax_attention_core
+            return core(q, p, y2, sigma_v2, sigma_b2)
+        if self.gain_controlled:
+            return gain_controlled_attention_core(q, p, y2 - 1.0 / self.seq_len, sigma_v2, sigma_b2)
+        # cross-overlap of two rows: 1/T
+        return softmax_attention_overlap_core(q, p, y2, 1.0 / self.seq_len, sigma_v2, sigma_b2)
 
 
 @dataclass(repr=False)
@@ -153,10 +190,20 @@ class _MLP(Component):
     name = "mlp"
 
     def apply(self, q, p):
-        q1, p1 = dense_core(q, p, self.sigma_w2, self.sigma_b2)
-        m2, m11 = moments_array(activation_spec(self.activation).code, q1, p1)
-        out = self.sigma_w2 if self.sigma_w2_out is None else self.sigma_w2_out
-        return dense_core(m2, m11, out, self.sigma_b2)
+        code = activation_spec(self.activation).code
+        return self._two_layers(q, p, lambda q1, p1: moments_array(code, q1, p1), lambda value: value)
+
+    def symbolic(self, q, p, symbols):
+        return self._two_layers(q, p, lambda q1, p1: symbols.moments(self.activation, q1, p1),
+                                symbols.parameter)
+
+    def _two_layers(self, q, p, moments, parameter):
+        """dense -> activation (its Gaussian moments) -> dense, for numbers or sympy alike."""
+        sigma_w2, sigma_b2 = parameter(self.sigma_w2), parameter(self.sigma_b2)
+        q1, p1 = dense_core(q, p, sigma_w2, sigma_b2)
+        m2, m11 = moments(q1, p1)
+        out = sigma_w2 if self.sigma_w2_out is None else parameter(self.sigma_w2_out)
+        return dense_core(m2, m11, out, sigma_b2)
 
 
 @dataclass(repr=False)
@@ -167,6 +214,9 @@ class _Dense(Component):
 
     def apply(self, q, p):
         return dense_core(q, p, self.sigma_w2, self.sigma_b2)
+
+    def symbolic(self, q, p, symbols):
+        return dense_core(q, p, symbols.parameter(self.sigma_w2), symbols.parameter(self.sigma_b2))
 
 
 def serial(*layers: Component) -> Component:
@@ -181,7 +231,7 @@ def residual(alpha, branch: Component) -> Component:
     r"""``x -> alpha x + branch(x)``: :math:`q' = q_F + \alpha^2 q`, :math:`p' = p_F + \alpha^2 p`."""
     if not isinstance(branch, Component):
         raise ValueError(f"branch must be a component, got {branch!r}")
-    return _Residual(as_float_array("alpha", alpha, nonnegative=True), branch)
+    return _Residual(_parameter("alpha", alpha, nonnegative=True), branch)
 
 
 def layer_norm() -> Component:
@@ -190,16 +240,16 @@ def layer_norm() -> Component:
 
 
 def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Component:
-    """Softmax self-attention (REM); see :func:`softmax_attention_map`.
+    """Softmax self-attention (REM); see :func:`~remprop.theory.softmax_attention_map`.
 
     ``seq_len=None``: T -> infinity; an integer T >= 2: the tabulated exact finite-T
-    participation ratio (:func:`~remprop.theory.rem.finite_t.participation_table`).
+    participation ratio (:func:`~remprop.theory.rem.participation_table`).
     """
     return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), seq_len=check_seq_len(seq_len))
 
 
 def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Component:
-    """Attention with the sequence mean removed; see :func:`gain_controlled_attention_map`.
+    """Attention with the sequence mean removed; see :func:`~remprop.theory.gain_controlled_attention_map`.
 
     ``seq_len``: as in :func:`softmax_attention` (finite T uses ``Y2 - 1/T``).
     """
@@ -209,21 +259,21 @@ def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -
 
 def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None) -> Component:
     """Two-layer MLP with the given activation (a name in ``ACTIVATIONS`` or a
-    numba-jittable function); see :func:`mlp_map`. ``sigma_w2_out``: the second layer's
+    numba-jittable function); see :func:`~remprop.theory.mlp_map`. ``sigma_w2_out``: the second layer's
     variance times its fan-in ``d_ff`` (default ``sigma_w2``)."""
     name = activation_spec(activation).name
-    out = None if sigma_w2_out is None else as_float_array("sigma_w2_out", sigma_w2_out, nonnegative=True)
-    return _MLP(as_float_array("sigma_w2", sigma_w2, nonnegative=True),
-                as_float_array("sigma_b2", sigma_b2, nonnegative=True), name, out)
+    out = None if sigma_w2_out is None else _parameter("sigma_w2_out", sigma_w2_out, nonnegative=True)
+    return _MLP(_parameter("sigma_w2", sigma_w2, nonnegative=True),
+                _parameter("sigma_b2", sigma_b2, nonnegative=True), name, out)
 
 
 def dense(sigma_w2=1.0, sigma_b2=0.0) -> Component:
-    r"""A dense layer ``W ~ N(0, sigma_w2 / fan_in)``, bias ``N(0, sigma_b2)``; see :func:`dense_map`.
+    r"""A dense layer ``W ~ N(0, sigma_w2 / fan_in)``, bias ``N(0, sigma_b2)``; see :func:`~remprop.theory.dense_map`.
 
     .. math:: q' = \sigma_w^2 q + \sigma_b^2,\qquad p' = \sigma_w^2 p + \sigma_b^2
     """
-    return _Dense(as_float_array("sigma_w2", sigma_w2, nonnegative=True),
-                  as_float_array("sigma_b2", sigma_b2, nonnegative=True))
+    return _Dense(_parameter("sigma_w2", sigma_w2, nonnegative=True),
+                  _parameter("sigma_b2", sigma_b2, nonnegative=True))
 
 
 def output_projection(sigma_o2=1.0) -> Component:
@@ -240,10 +290,21 @@ def output_projection(sigma_o2=1.0) -> Component:
     Vaswani et al. 2017 (``MultiHead = Concat(heads) W_O``); Giorlandino & Goldt,
     arXiv 2505.24333 (whose reference experiments drop ``W_O``).
     """
-    return _Dense(as_float_array("sigma_o2", sigma_o2, nonnegative=True), np.zeros(()))
+    return _Dense(_parameter("sigma_o2", sigma_o2, nonnegative=True), np.zeros(()))
 
 
 def _attention_args(beta, sigma_v2, sigma_b2):
-    return (as_float_array("beta", beta, positive=True),
-            as_float_array("sigma_v2", sigma_v2, nonnegative=True),
-            as_float_array("sigma_b2", sigma_b2, nonnegative=True))
+    return (_parameter("beta", beta, positive=True),
+            _parameter("sigma_v2", sigma_v2, nonnegative=True),
+            _parameter("sigma_b2", sigma_b2, nonnegative=True))
+
+
+def _parameter(name, value, **checks):
+    """A checked float array (:func:`as_float_array`), or a sympy expression kept as it is.
+
+    Sympy parameters are for :meth:`Component.symbolic` only; they are recognised by their
+    type's module, so that the numeric core never imports sympy.
+    """
+    if type(value).__module__.startswith("sympy."):
+        return value
+    return as_float_array(name, value, **checks)
