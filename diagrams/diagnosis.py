@@ -8,7 +8,7 @@ and predicts, from the theory alone:
   its attention inputs, its skip strength ``alpha_sa = 1`` against the minimum
   ``alpha*(L)`` that keeps the depth-L stack out of rank collapse, and the phase;
 * the mean cosine of two tokens layer by layer (causal models: also the average over
-  the last 50 positions, THEORY.md section 8), and the depth at which rank collapse would
+  the last 50 positions, docs/theory.md section 8), and the depth at which rank collapse would
   set in if the stack were deeper;
 * the expected squared norm of the query gradient ``E|dS/dW_Q|^2`` of the first and of
   the last attention layer (Result 2: it vanishes as ``rho -> 1`` and for small beta);
@@ -24,14 +24,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from remprop.theory import (ModelSpec, key_gradient_norm, last_tokens_cosine, model_spec, propagate,
-                            query_gradient_norm)
+from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
+                            model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory.causal import LAST_TOKENS
-from remprop.theory.checks import check_depth, check_open_unit
-from remprop.theory.rem.finite_t import participation_moment
+from remprop.theory.checks import check_depth
 
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import DEFAULT_THRESHOLD, min_residual_strength
+from .residual_strength import min_residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH"]
 
@@ -84,7 +83,7 @@ class Diagnosis:
     q, rho : ndarray, shape (depth + 1,)
         Predicted order parameters per layer (0 = input of block 1).
     rho_last_tokens : ndarray or None
-        Causal models: predicted mean cosine of the last :data:`LAST_TOKENS` positions.
+        Causal models: predicted mean cosine of the last :data:`~remprop.theory.causal.LAST_TOKENS` positions.
     beta_critical : float
         Critical beta deciding entropy collapse (first attention layer for post-LN,
         smallest over layers otherwise).
@@ -129,7 +128,7 @@ class Diagnosis:
         return self.rho if self.rho_last_tokens is None else self.rho_last_tokens
 
     def to_dict(self) -> dict:
-        """JSON-ready content (non-finite numbers stay floats; use :mod:`remprop._json`)."""
+        """JSON-ready content (non-finite numbers stay floats; use ``remprop._json``)."""
         return {
             "model": self.spec.to_dict(), "threshold": self.threshold,
             "q": self.q.tolist(), "rho": self.rho.tolist(),
@@ -179,17 +178,18 @@ def _num(value) -> str:
     return "inf (no alpha_SA up to the search bound)" if not math.isfinite(value) else f"{value:.4f}"
 
 
-def _verdict(arch, beta, depth, q0, rho0, threshold):
-    """(final rho, deciding beta_c, phase label) of ``arch`` at ``beta``."""
-    traj = propagate(arch, beta, depth, q0, rho0)
-    beta_c = float(traj.beta_critical[0] if arch.norm == "post" else traj.beta_critical.min())
-    code = int(classify_phases(arch.effective_beta(beta), beta_c, traj.rho[-1], threshold))
+def _verdict(run: RunSettings, **changes):
+    """(final rho, deciding beta_c on the model's beta axis, phase label, trajectory) of a run."""
+    run = run.replace(**changes) if changes else run
+    traj = propagate(run.arch, run.beta, run.depth, run.q0, run.rho0)
+    beta_c = float(run.arch.critical_beta(traj.beta_critical))
+    code = int(classify_phases(run.beta, beta_c, traj.rho[-1], run.threshold))
     return float(traj.rho[-1]), beta_c, PHASE_LABELS[code], traj
 
 
-def _collapse_depth(arch, beta, q0, rho0, threshold, max_depth):
-    rho = propagate(arch, beta, max_depth, q0, rho0).rho
-    above = np.flatnonzero(~(rho[1:] <= threshold))
+def _collapse_depth(run: RunSettings, max_depth):
+    rho = propagate(run.arch, run.beta, max_depth, run.q0, run.rho0).rho
+    above = np.flatnonzero(~(rho[1:] <= run.threshold))
     return int(above[0]) + 1 if above.size else None
 
 
@@ -225,31 +225,33 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     """
     if not isinstance(spec, ModelSpec):
         spec = model_spec(spec)
-    threshold = check_open_unit("threshold", threshold)
+    run = spec.settings.replace(threshold=threshold)
     max_depth = check_depth(max_depth, name="max_depth")
-    arch, beta, depth, q0, rho0 = spec.architecture, spec.beta, spec.depth, spec.q0, spec.rho0
-    final_rho, beta_c, phase, traj = _verdict(arch, beta, depth, q0, rho0, threshold)
+    arch, beta, depth, q0, rho0, threshold = run.arch, run.beta, run.depth, run.q0, run.rho0, run.threshold
+    final_rho, beta_c, phase, traj = _verdict(run)
     alpha_star = float(min_residual_strength(arch, depth=depth, beta=beta, threshold=threshold, q0=q0, rho0=rho0))
     rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, LAST_TOKENS, q0, rho0)
                 if spec.causal else None)
 
-    # attention inputs of the first and last layer: LayerNorm'd for pre-LN
+    # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head
+    # runs at the effective beta
     def attention_input(traj, layer):
-        q, p = traj.q[layer], traj.p[layer]
-        return (1.0, p / q) if arch.norm == "pre" else (q, p)
+        return tuple(float(v) for v in arch.attention_input(traj.q[layer], traj.p[layer]))
 
+    head_beta = float(arch.effective_beta(beta))
     q_in, p_in = attention_input(traj, 0)
-    y2_first = float(participation_moment(beta, q_in, p_in, spec.seq_len))
+    y2_first = float(participation_moment(head_beta, q_in, p_in, spec.seq_len))
     # the recommended query/key scale (see Notes); collapsed tokens (beta_c = inf): keep beta
     target = 0.5 * beta_c if math.isfinite(beta_c) else beta
-    rho_b, _, phase_b, traj_b = _verdict(arch, target, depth, q0, rho0, threshold)
+    rho_b, _, phase_b, traj_b = _verdict(run, beta=target)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
     gradient_args = dict(sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm != "none" else None)
     gradient_first, gradient_last, gradient_b = (float(g) for g in query_gradient_norm(
-        np.array([beta, beta, target]), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len, **gradient_args))
+        arch.effective_beta(np.array([beta, beta, target])), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len,
+        **gradient_args))
     key_first, key_last = (float(g) for g in key_gradient_norm(
-        beta, inputs[:2, 0], inputs[:2, 1], spec.width, spec.seq_len, **gradient_args))
+        head_beta, inputs[:2, 0], inputs[:2, 1], spec.width, spec.seq_len, **gradient_args))
 
     changes = []
     # 1. skip scaling
@@ -259,7 +261,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                               {"alpha_star": alpha_star}))
     elif phase == "rank-collapse":
         alpha = ALPHA_MARGIN * alpha_star
-        rho_a, _, phase_a, _ = _verdict(arch.replace(alpha_sa=alpha), beta, depth, q0, rho0, threshold)
+        rho_a, _, phase_a, _ = _verdict(run, arch=arch.replace(alpha_sa=alpha))
         changes.append(Change(
             "skip scaling", f"scale the attention skip path to alpha_SA = {alpha:.3f} ({ALPHA_MARGIN:g} alpha*): "
             f"x -> {alpha:.3f} x + SA(x), or equivalently the attention branch by 1/{alpha:.3f}",
@@ -280,17 +282,17 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                                          gradient_b / gradient_first))
     # 3. LayerNorm placement
     other = "pre" if arch.norm == "post" else "post"
-    rho_n, _, phase_n, _ = _verdict(arch.replace(norm=other), beta, depth, q0, rho0, threshold)
+    rho_n, _, phase_n, _ = _verdict(run, arch=arch.replace(norm=other))
     changes.append(Change("LayerNorm placement", f"move LayerNorm to {other}-LN", rho_n, phase_n, {"norm": other}))
     # 4. gain-controlled attention
-    rho_g, _, phase_g, _ = _verdict(arch.replace(attention="gain-controlled"), beta, depth, q0, rho0, threshold)
+    rho_g, _, phase_g, _ = _verdict(run, arch=arch.replace(attention="gain-controlled"))
     changes.append(Change("gain-controlled attention",
                           "subtract the sequence mean of the attention output (gain-controlled attention)",
                           rho_g, phase_g, {"attention": "gain-controlled"}))
 
     return Diagnosis(spec=spec, threshold=threshold, q=traj.q, rho=traj.rho, rho_last_tokens=rho_last,
                      beta_critical=beta_c, alpha_star=alpha_star, phase=phase,
-                     collapse_depth=_collapse_depth(arch, beta, q0, rho0, threshold, max_depth),
+                     collapse_depth=_collapse_depth(run, max_depth),
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes))

@@ -6,7 +6,7 @@ after the last block, ``rho_L = p_L / q_L``, exceeds ``t`` (the tokens have near
 aligned). ``alpha*`` is the smallest ``alpha_sa`` with ``rho_L(alpha_sa) <= t``.
 
 The search is a bisection in the numba kernel
-:func:`remprop.theory._kernels.min_alpha_bisection`. It returns the smallest alpha when
+:func:`remprop.theory.kernels.min_alpha_bisection`. It returns the smallest alpha when
 the set of good alphas is an up-set ``[alpha*, alpha_max]``, which holds when the final
 cosine does not increase with ``alpha_sa``:
 
@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from remprop.theory import Architecture, _kernels, final_state
+from remprop.theory import DEFAULT_THRESHOLD, Architecture, kernels as _kernels
 from remprop.theory.checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
-from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
-from remprop.theory.propagation import CHUNK_ROWS, pack_parameters
+from remprop.theory.propagation import CHUNK_ROWS, PARAMETER_COLUMNS, final_state_rows, pack_parameters
 
 __all__ = ["min_residual_strength", "ALPHA_MAX", "DEFAULT_THRESHOLD", "SCAN_POINTS", "SCAN_LOW"]
 
@@ -45,8 +44,6 @@ __all__ = ["min_residual_strength", "ALPHA_MAX", "DEFAULT_THRESHOLD", "SCAN_POIN
 #: times the variance of an O(1) attention branch: a stack that still collapses there is
 #: reported as ``inf`` (no skip strength of practical size avoids collapse).
 ALPHA_MAX = 1e3
-#: Default collapse threshold on the final mean cosine of two tokens.
-DEFAULT_THRESHOLD = 0.99
 #: Scan used for gain-controlled attention (where rho_L is not monotone in alpha_sa):
 #: alpha = 0 and a geometric grid from SCAN_LOW to the bound, SCAN_POINTS values in all.
 SCAN_POINTS = 400
@@ -66,7 +63,7 @@ def min_residual_strength(arch: Architecture, depth: int, beta, threshold=DEFAUL
         \qquad \rho_L = p_L / q_L
 
     where ``(q_L, p_L)`` is the state after ``depth`` blocks of ``arch`` with
-    ``alpha_sa`` replaced by the candidate (the block map of THEORY.md sections 3-5,
+    ``alpha_sa`` replaced by the candidate (the block map of docs/theory.md sections 3-5,
     asymptotic REM attention). Rank collapse at threshold ``t`` means that the mean
     cosine similarity of two tokens after the last block exceeds ``t``.
 
@@ -106,7 +103,7 @@ def min_residual_strength(arch: Architecture, depth: int, beta, threshold=DEFAUL
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Sec. on the trainability diagram (the
-    minimum residual strength); THEORY.md section 6.
+    minimum residual strength); docs/theory.md section 6.
 
     Examples
     --------
@@ -158,27 +155,23 @@ def _final_rho(arch, params, alphas, depth):
 
     ``alphas`` is 2-d: shape (1, m) evaluates every row at every alpha, shape
     (len(params), 1) one alpha per row. Returns shape (len(params), m). The packed rows
-    are unpacked into an architecture with array fields and evaluated by the public
-    :func:`~remprop.theory.final_state`, a bounded number of cells at a time.
+    (effective beta already applied by :func:`~remprop.theory.pack_parameters`) go to the
+    kernels as they are, with only the ``alpha_sa`` column replaced, a bounded number of
+    cells at a time.
     """
     n, m = len(params), alphas.shape[1]
     per_row = alphas.shape[0] == n and n > 1
     out = np.empty((n, m))
     rows_per_call = max(1, CHUNK_ROWS // m)
-    column = {name: k for k, name in enumerate(_kernels.PARAMS)}
+    alpha_column = PARAMETER_COLUMNS["alpha_sa"]
     for start in range(0, n, rows_per_call):
         part = params[start:start + rows_per_call]
-        fields = {name: part[:, column[name], None] for name in NUMERIC_FIELDS + OPTIONAL_FIELDS
-                  if name != "alpha_sa"}
-        if not arch.output_projection:  # the packed 1 stands for "no projection"
-            del fields["sigma_o2"]
         alpha = alphas[start:start + len(part)] if per_row else alphas
-        stack = arch.replace(alpha_sa=alpha, **fields)
-        q0 = part[:, column["q0"], None]
-        rho0 = np.clip(part[:, column["p0"], None] / q0, -1.0, 1.0)
+        rows = np.repeat(part, m, axis=0)
+        rows[:, alpha_column] = np.broadcast_to(alpha, (len(part), m)).ravel()
+        state = final_state_rows(arch, rows, depth)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            out[start:start + len(part)] = final_state(stack, part[:, column["beta"], None], depth,
-                                                       q0, rho0)["rho"]
+            out[start:start + len(part)] = (state[:, 1] / state[:, 0]).reshape(len(part), m)
     return out
 
 

@@ -8,26 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from remprop._json import to_jsonable
-from remprop.theory import Architecture, final_state
-from remprop.theory.checks import (
-    as_float_array,
-    check_depth,
-    check_open_unit,
-    check_real_scalar,
-)
-from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
+from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state
+from remprop.theory.checks import check_grid_axis
+from remprop.theory.architecture import BETA_CRITICAL_RULES, NUMERIC_FIELDS, OPTIONAL_FIELDS
 
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
+from .residual_strength import ALPHA_MAX, min_residual_strength
 
 __all__ = ["TrainabilityDiagram", "trainability_diagram", "BETA_CRITICAL_RULES"]
 
-#: Which critical beta decides entropy collapse, per LayerNorm placement.
-BETA_CRITICAL_RULES = {
-    "post": "first attention layer",
-    "pre": "smallest over layers",
-    "none": "smallest over layers",
-}
 _FORMAT = "remprop.trainability_diagram/1"
 
 
@@ -40,17 +29,14 @@ class TrainabilityDiagram:
 
     Attributes
     ----------
-    arch : Architecture
-        The stack; its ``alpha_sa`` is replaced by the grid's ``alphas``.
-    betas, alphas : ndarray
-        Query/key scales (columns) and attention skip strengths (rows).
-    depth : int
-        Number of blocks L.
-    threshold : float
-        Collapse threshold t: a cell is rank-collapsed when the mean cosine of two tokens
-        after the last block, ``rho_L = p_L / q_L``, is above t.
-    q0, rho0 : float
-        Input state.
+    settings : RunSettings
+        The run: architecture, ``beta`` = the grid's query/key scales (columns), depth,
+        input state and threshold. ``arch``, ``betas``, ``depth``, ``q0``, ``rho0`` and
+        ``threshold`` read through to it. The architecture's ``alpha_sa`` is replaced by
+        the grid's ``alphas``; a cell is rank-collapsed when the mean cosine of two tokens
+        after the last block, ``rho_L = p_L / q_L``, is above the threshold.
+    alphas : ndarray
+        Attention skip strengths (rows).
     phase : ndarray of int8, shape (len(alphas), len(betas))
         :data:`~remprop.diagrams.TRAINABLE`, :data:`~remprop.diagrams.RANK_COLLAPSE` or
         :data:`~remprop.diagrams.ENTROPY_COLLAPSE` (labels in
@@ -58,28 +44,25 @@ class TrainabilityDiagram:
     rho_final : ndarray, shape (len(alphas), len(betas))
         ``rho_L`` of each cell.
     beta_critical_cells : ndarray, shape (len(alphas), len(betas))
-        The critical beta that decides entropy collapse in each cell: that of the first
-        attention layer for post-LN (``sqrt(2 / (q0 (q0 - p0)))``, the same in every
-        cell), the smallest over the layers for pre-LN and no-LN (it depends on the
-        cell, since the stream's state does).
+        The critical beta that decides entropy collapse in each cell
+        (:meth:`~remprop.theory.Architecture.critical_beta`): that of the first attention layer for post-LN
+        (``sqrt(2 / (q0 (q0 - p0)))``, the same in every cell), the smallest over the layers
+        for pre-LN and no-LN (it depends on the cell, since the stream's state does). It is
+        on the axis of ``betas``: divided by ``heads`` under ``qk_scaling="head"``, where
+        each head runs at ``heads * beta``.
     beta_critical : ndarray, shape (len(betas),)
         Per beta, the smallest critical beta over the column (for post-LN simply the
         first layer's): ``betas[j] > beta_critical[j]`` means that at least one alpha of
         the column is entropy-collapsed.
     alpha_star : ndarray, shape (len(betas),)
-        Minimum residual strength per beta (:func:`min_residual_strength`, same
+        Minimum residual strength per beta (:func:`~remprop.diagrams.min_residual_strength`, same
         threshold); ``inf`` when no alpha up to ``alpha_max`` avoids rank collapse.
     alpha_max : float
         Upper bound of the alpha* search.
     """
 
-    arch: Architecture
-    betas: np.ndarray
+    settings: RunSettings
     alphas: np.ndarray
-    depth: int
-    threshold: float
-    q0: float
-    rho0: float
     phase: np.ndarray
     rho_final: np.ndarray
     beta_critical_cells: np.ndarray
@@ -87,10 +70,18 @@ class TrainabilityDiagram:
     alpha_star: np.ndarray
     alpha_max: float = ALPHA_MAX
 
+    # -- the run's settings ---------------------------------------------------------------
+    arch = property(lambda self: self.settings.arch, doc="The architecture (of the :class:`~remprop.theory.RunSettings`).")
+    betas = property(lambda self: self.settings.beta, doc="Query/key scales of the columns.")
+    depth = property(lambda self: self.settings.depth, doc="Number of blocks L.")
+    threshold = property(lambda self: self.settings.threshold, doc="Rank-collapse threshold.")
+    q0 = property(lambda self: self.settings.q0, doc="Input mean squared norm.")
+    rho0 = property(lambda self: self.settings.rho0, doc="Input mean cosine.")
+
     @property
     def beta_critical_rule(self) -> str:
         """How the critical beta is chosen for this LayerNorm placement."""
-        return BETA_CRITICAL_RULES[self.arch.norm]
+        return self.arch.beta_critical_rule
 
     def fractions(self) -> dict:
         """Fraction of grid cells in each phase, keyed by label."""
@@ -102,7 +93,7 @@ class TrainabilityDiagram:
 
         Returns the matplotlib Axes drawn into (a new Figure's when ``ax`` is None).
         """
-        from .figures import trainability_figure
+        from .theory_figures import trainability_figure
 
         figure = trainability_figure(self, ax=ax)
         return ax if ax is not None else figure.axes[0]
@@ -115,7 +106,7 @@ class TrainabilityDiagram:
         the string ``"inf"`` in ``alpha_star`` or ``beta_critical`` stands for ``+inf`` (no
         alpha up to ``alpha_max`` avoids rank collapse; collapsed input tokens) and
         ``"nan"`` for an undefined value (a vanished stream), as everywhere in remprop
-        (:mod:`remprop._json`). The JSON holds the
+        (``remprop._json``). The JSON holds the
         architecture (``Architecture.to_dict()``), depth, threshold, input state, the
         grid, the phase codes (rows = alphas, columns = betas) with their labels,
         ``alpha_star`` and ``beta_critical``; the final cosines are in the npz only.
@@ -167,9 +158,9 @@ class TrainabilityDiagram:
             if str(data["format"]) != _FORMAT:
                 raise ValueError(f"path is not a saved trainability diagram: {path}")
             arch = Architecture(**json.loads(str(data["arch_json"])))
-            return cls(arch=arch, betas=data["betas"], alphas=data["alphas"],
-                       depth=int(data["depth"]), threshold=float(data["threshold"]),
-                       q0=float(data["q0"]), rho0=float(data["rho0"]), phase=data["phase"],
+            settings = RunSettings(arch, data["betas"], int(data["depth"]), float(data["q0"]),
+                                   float(data["rho0"]), float(data["threshold"]))
+            return cls(settings=settings, alphas=data["alphas"], phase=data["phase"],
                        rho_final=data["rho_final"], beta_critical_cells=data["beta_critical_cells"],
                        beta_critical=data["beta_critical"], alpha_star=data["alpha_star"],
                        alpha_max=float(data["alpha_max"]))
@@ -180,7 +171,7 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     r"""Phase of a depth-L stack on a grid of query/key scales and attention skip strengths.
 
     Each cell ``(alpha, beta)`` is propagated through ``depth`` blocks of ``arch`` with
-    ``alpha_sa = alpha`` (asymptotic REM attention, THEORY.md sections 3-5) and classified:
+    ``alpha_sa = alpha`` (asymptotic REM attention, docs/theory.md sections 3-5) and classified:
 
     * entropy collapse if :math:`\beta > \beta_c`, the critical beta
       :math:`\beta_c = \sqrt{2 / (q (q - p))}` of the first attention layer's input for
@@ -218,7 +209,7 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c) (60-layer post-LN BERT);
-    THEORY.md section 6.
+    docs/theory.md section 6.
 
     Examples
     --------
@@ -228,45 +219,27 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     >>> d.phase.shape
     (4, 5)
     """
-    if not isinstance(arch, Architecture):
-        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+    run = RunSettings(arch, check_grid_axis("betas", betas, positive=True), depth, q0, rho0, threshold)
     for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
         if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:
             raise ValueError(f"arch.{name} must be a scalar for a trainability diagram")
-    betas = _grid_axis("betas", betas, positive=True)
-    alphas = _grid_axis("alphas", alphas, nonnegative=True)
-    depth = check_depth(depth)
-    threshold = check_open_unit("threshold", threshold)
-    q0 = check_real_scalar("q0", q0)
-    rho0 = check_real_scalar("rho0", rho0)
-    if not q0 > 0:
-        raise ValueError(f"q0 must be > 0, got {q0!r}")
-    if not -1.0 <= rho0 <= 1.0:
-        raise ValueError(f"rho0 must lie in [-1, 1], got {rho0!r}")
+    alphas = check_grid_axis("alphas", alphas, nonnegative=True)
+    betas, depth, q0, rho0, threshold = run.beta, run.depth, run.q0, run.rho0, run.threshold
 
     state = _final_states(arch.replace(alpha_sa=alphas[:, None]), betas[None, :], depth, q0, rho0,
                           progress)
-    rule_key = "beta_critical_first" if arch.norm == "post" else "beta_critical_min"
-    beta_critical_cells = np.array(state[rule_key])  # own copy: frees the kernel's buffer
+    # on the betas axis: a cell is entropy-collapsed when beta > this (the heads' factor applied)
+    beta_critical_cells = np.array(arch.critical_beta(first=state["beta_critical_first"],
+                                                      smallest=state["beta_critical_min"]))
     rho_final = state["rho"]
     del state
     phase = classify_phases(betas[None, :], beta_critical_cells, rho_final, threshold)
     alpha_star = np.asarray(min_residual_strength(arch, depth, betas, threshold, q0=q0, rho0=rho0),
                             dtype=np.float64)
     return TrainabilityDiagram(
-        arch=arch, betas=betas, alphas=alphas, depth=depth, threshold=threshold, q0=q0, rho0=rho0,
-        phase=phase, rho_final=rho_final, beta_critical_cells=beta_critical_cells,
+        settings=run, alphas=alphas, phase=phase, rho_final=rho_final, beta_critical_cells=beta_critical_cells,
         beta_critical=beta_critical_cells.min(axis=0), alpha_star=alpha_star.reshape(betas.shape),
         alpha_max=ALPHA_MAX)
-
-
-def _grid_axis(name, values, **checks):
-    arr = as_float_array(name, values, **checks)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-d sequence, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    return arr
 
 
 def _final_states(arch, betas, depth, q0, rho0, progress):

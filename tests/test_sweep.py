@@ -145,7 +145,8 @@ def test_sweep_killed_with_sigkill_resumes_on_a_running_cluster(tmp_path, killab
     betas = ",".join(repr(b) for b in spec.betas)
     alphas = ",".join(repr(a) for a in spec.alphas)
     argv = [sys.executable, "-m", "remprop", "sweep", "--betas", betas, "--alphas", alphas, "--depth", str(spec.depth),
-            "--seeds", "2", "--sequences", "1", "--width", "64", "--seq-len", "64", "--workers", "0", "--out", str(out),
+            "--seeds", "2", "--sequences", "1", "--width", "64", "--sim-seq-len", "64", "--workers", "0",
+            "--out", str(out),
             "--no-progress"]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -223,9 +224,13 @@ def test_pre_ln_uses_the_smallest_beta_c_over_layers_after_layernorm():
     q = np.array([[2.0, 4.0, 9.0, 16.0]])
     p = np.array([[0.2, 2.0, 3.0, 15.0]])
     expected = np.min(critical_beta(*layernorm_map(q[:, :-1], p[:, :-1])), axis=-1)
-    assert np.allclose(measured_beta_critical("pre", q, p), expected)
-    assert np.allclose(measured_beta_critical("none", q, p), np.min(critical_beta(q[:, :-1], p[:, :-1]), axis=-1))
-    assert np.allclose(measured_beta_critical("post", q, p), critical_beta(2.0, 0.2))
+    assert np.allclose(measured_beta_critical(Architecture(norm="pre"), q, p), expected)
+    assert np.allclose(measured_beta_critical(Architecture(norm="none"), q, p),
+                       np.min(critical_beta(q[:, :-1], p[:, :-1]), axis=-1))
+    assert np.allclose(measured_beta_critical(Architecture(norm="post"), q, p), critical_beta(2.0, 0.2))
+    # four heads under qk_scaling="head" run at 4 beta: the model-level beta_c is a quarter
+    assert np.allclose(measured_beta_critical(Architecture(norm="pre", heads=4, qk_scaling="head"), q, p),
+                       expected / 4)
 
 
 def test_measured_diagram_of_a_real_sweep(tmp_path, small_reference):
@@ -253,7 +258,7 @@ def run_cli(capsys, *argv):
 
 
 SMALL_ARGS = ["--betas", "0.5,1,2", "--alphas", "0.5,1,1.5", "--depth", "6", "--seeds", "2", "--sequences", "1",
-              "--width", "32", "--seq-len", "32", "--workers", "0", "--no-progress"]
+              "--width", "32", "--sim-seq-len", "32", "--workers", "0", "--no-progress"]
 
 
 def test_sweep_command_writes_the_diagram_and_resumes(capsys, tmp_path, small_reference):

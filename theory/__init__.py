@@ -19,22 +19,24 @@ from .activations import (
     relu_kernel,
 )
 from .architecture import ATTENTIONS, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
-from .attention import (
-    critical_beta,
-    gain_controlled_attention_map,
-    participation_ratio,
-    softmax_attention_map,
-)
+from .attention import gain_controlled_attention_map, softmax_attention_map
 from .edge_of_chaos import chaos_boundary, chi_1, mlp_block_boundary, mlp_block_chi
-from .rem.finite_t import participation_moment, participation_table
 from .layernorm import layernorm_map
 from .propagation import Trajectory, final_state, propagate
+from .settings import DEFAULT_THRESHOLD, RunSettings
 from .residual import skip_map
-from .rem.heads import QK_SCALINGS, effective_beta, head_participation_ratio
-from .rem.pairs import (
+from .rem import (
+    QK_SCALINGS,
     asymptotic_participation_moment,
+    causal_participation_ratio,
+    critical_beta,
+    effective_beta,
+    head_participation_ratio,
     pair_participation_moment,
+    participation_moment,
+    participation_ratio,
     participation_square,
+    participation_table,
 )
 from .gradients import (
     gradient_row_moments,
@@ -42,12 +44,12 @@ from .gradients import (
     query_gradient_norm,
     scaled_query_gradient_norm,
 )
-from .causal import causal_participation_ratio, last_tokens_cosine, propagate_causal
+from .causal import last_tokens_cosine, propagate_causal
 from .models.hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
     "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
-    "Architecture", "Trajectory",
+    "Architecture", "Trajectory", "RunSettings", "DEFAULT_THRESHOLD",
     "critical_beta", "participation_ratio", "participation_moment", "participation_table",
     "softmax_attention_map", "gain_controlled_attention_map",
     "skip_map", "layernorm_map", "dense_map", "mlp_map", "activation_moments", "relu_kernel",

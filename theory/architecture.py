@@ -8,17 +8,30 @@ from typing import Any
 import numpy as np
 
 from . import components as C
-from .checks import as_float_array, check_choice
+from .checks import as_float_array, check_choice, scalar_or_array
 from .activations import ACTIVATIONS, resolve_activation
-from .rem.finite_t import check_seq_len
-from .rem.heads import QK_SCALINGS, check_heads, effective_beta
+from .layernorm import layernorm_core
+from .rem import QK_SCALINGS, check_heads, check_seq_len, critical_beta_core, effective_beta
 
-__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS"]
+__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS", "BETA_CRITICAL_RULES"]
 
 #: Block orders (LayerNorm placement) and their kernel codes.
 NORMS = {"post": 0, "pre": 1, "none": 2}
 #: Attention variants and their kernel codes.
 ATTENTIONS = {"softmax": 0, "gain-controlled": 1}
+#: Which layer's critical beta decides entropy collapse, per LayerNorm placement
+#: (see :attr:`Architecture.beta_critical_rule`).
+BETA_CRITICAL_RULES = {
+    "post": "first attention layer",
+    "pre": "smallest over layers",
+    "none": "smallest over layers",
+}
+#: Readers of real model configurations, by format: ``reader(config, seq_len=None)``
+#: returns a specification with an ``.architecture``. The architecture does not import the
+#: readers (they build architectures: that would be an import cycle); each reader registers
+#: itself here when :mod:`remprop.theory` loads (``"huggingface"``:
+#: :func:`remprop.theory.model_spec`).
+CONFIG_READERS = {}
 #: Fields that may be arrays and broadcast into a grid.
 NUMERIC_FIELDS = ("sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp")
 #: Numeric fields that may also be None, and what None stands for in the maps:
@@ -82,12 +95,14 @@ class Architecture:
         divides by ``d_H = d / H`` instead, so each head behaves like a single head at
         ``H beta`` (see :func:`~remprop.theory.rem.heads.effective_beta`).
 
+    Notes
+    -----
     Numeric fields may be arrays: they broadcast with ``beta`` in
     :func:`~remprop.theory.propagate`. Invalid values raise ``ValueError`` naming the field.
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (settings of Sec. 2 of ``THEORY.md``).
+    Giorlandino & Goldt, arXiv 2505.24333 (settings of ``docs/theory.md`` section 2).
     """
 
     norm: str = "post"
@@ -171,23 +186,108 @@ class Architecture:
         >>> arch.norm, arch.heads, arch.seq_len, round(arch.sigma_w2_out, 4)
         ('post', 12, 512, 1.2288)
         """
-        from .models.hf_config import model_spec
+        return CONFIG_READERS["huggingface"](config, seq_len=seq_len).architecture
 
-        return model_spec(config, seq_len=seq_len).architecture
+    # -- query/key scale: the one home of the effective beta and the beta_c rule ---------
+    @property
+    def head_factor(self) -> int:
+        """``beta_eff / beta`` of every head: ``heads`` with ``qk_scaling="head"``, else 1."""
+        return self.heads if self.qk_scaling == "head" else 1
 
     def effective_beta(self, beta):
-        """The single-head beta of each head: ``beta``, or ``heads * beta`` with ``qk_scaling="head"``."""
+        r"""The single-head beta that each head behaves like.
+
+        .. math:: \beta_{\rm eff} = \beta\ (\text{"model"}),\qquad \beta_{\rm eff} = H \beta\ (\text{"head"})
+
+        Every map of the theory (propagation, min alpha, the causal theory, gradients)
+        runs its attention at this beta; callers pass the model's ``beta`` and never
+        apply the factor themselves (docs/theory.md section 3).
+        """
         return effective_beta(beta, self.heads, self.qk_scaling)
 
-    def block(self, beta) -> C.Component:
+    @property
+    def beta_critical_rule(self) -> str:
+        """Which layer's critical beta decides entropy collapse for this block order.
+
+        ``"first attention layer"`` for post-LN (LayerNorm after every sub-block holds the
+        attention input at ``q = 1`` and the cosine only grows, so the first layer has the
+        smallest beta_c); ``"smallest over layers"`` for pre-LN and no LN, where the
+        stream's state changes from layer to layer (docs/theory.md section 6).
+        """
+        return BETA_CRITICAL_RULES[self.norm]
+
+    def attention_input(self, q, p):
+        """Order parameters that the attention of a block sees, given the block input ``(q, p)``.
+
+        ``LN(x) -> (1, p / q)`` for pre-LN, the block input itself otherwise (docs/theory.md
+        section 5). Broadcasts; no validation (callers hold validated states).
+        """
+        q = np.asarray(q, dtype=np.float64)
+        p = np.asarray(p, dtype=np.float64)
+        if self.norm == "pre":
+            return layernorm_core(q, p)
+        return q, p
+
+    def critical_beta(self, per_layer=None, *, first=None, smallest=None):
+        r"""The model-level beta above which this stack is entropy-collapsed.
+
+        From the per-head critical betas :math:`\beta_c^{(l)} = \sqrt{2 / (q_l (q_l - p_l))}`
+        of each layer's attention input, the rule :attr:`beta_critical_rule` picks
+        the first layer (post-LN) or the smallest over layers (pre-LN, no LN), and the
+        head factor puts it on the axis of the model's ``beta``:
+        ``beta > critical_beta(...)`` exactly when ``effective_beta(beta) > beta_c``.
+
+        Parameters
+        ----------
+        per_layer : array_like, shape (..., depth), optional
+            Per-head critical beta of every layer (e.g. ``Trajectory.beta_critical``).
+        first, smallest : array_like, optional
+            Instead of ``per_layer``: the first layer's and the smallest value (as
+            :func:`~remprop.theory.final_state` returns them).
+
+        Returns
+        -------
+        ndarray or float
+            ``inf`` where the tokens are collapsed (``q = p``).
+        """
+        if per_layer is not None:
+            per_layer = np.asarray(per_layer, dtype=np.float64)
+            first, smallest = per_layer[..., 0], per_layer.min(axis=-1)
+        elif first is None or smallest is None:
+            raise ValueError("critical_beta needs per_layer, or both first and smallest")
+        chosen = first if self.norm == "post" else smallest
+        return scalar_or_array(np.asarray(chosen, dtype=np.float64) / self.head_factor)
+
+    def block_critical_beta(self, q, p):
+        """Per-head critical beta of the attention of a block whose input is ``(q, p)``.
+
+        ``critical_beta`` of :meth:`attention_input`; ``inf`` for collapsed tokens. Feed
+        the values of every layer to :meth:`critical_beta` for the stack's verdict.
+        """
+        q_in, p_in = self.attention_input(q, p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return critical_beta_core(q_in, np.minimum(p_in, q_in))
+
+    def attention_map(self, beta, *, sigma_bv2=None) -> C.Component:
+        """This architecture's attention component at the model's ``beta``.
+
+        Softmax or gain-controlled (``attention``), each head at :meth:`effective_beta`,
+        finite T when ``seq_len`` is set. ``sigma_bv2``: a value-bias variance of its own
+        (default ``sigma_b2``, the one variance of every bias).
+        """
+        make = C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention
+        return make(self.effective_beta(beta), self.sigma_v2, self.sigma_b2 if sigma_bv2 is None else sigma_bv2,
+                    seq_len=self.seq_len)
+
+    def block(self, beta, *, sigma_bv2=None) -> C.Component:
         """This architecture's block as a composition of component maps.
 
-        The composition is the readable statement of the block order; it evaluates the
-        same maps as the numba kernels (and is slower).
+        ``compose(attention_map(beta))``: the one description of a block. The numba kernels
+        are checked against it, the torch simulator walks it through the component
+        registry and the sympy expansion is derived from it (docs/architecture.md).
+        ``sigma_bv2`` as in :meth:`attention_map`.
         """
-        attn = (C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention)(
-            self.effective_beta(beta), self.sigma_v2, self.sigma_b2, seq_len=self.seq_len)
-        return self.compose(attn)
+        return self.compose(self.attention_map(beta, sigma_bv2=sigma_bv2))
 
     def compose(self, attention: C.Component) -> C.Component:
         """The block of this architecture around a given attention map.

@@ -67,15 +67,7 @@ def check_real_scalar(name, value):
 
 def check_depth(depth, name="depth"):
     """A layer count: an integer >= 1."""
-    if isinstance(depth, bool) or not isinstance(depth, (numbers.Integral, np.integer)):
-        if isinstance(depth, (float, np.floating)) and float(depth).is_integer():
-            depth = int(depth)
-        else:
-            raise ValueError(f"{name} must be an integer >= 1, got {depth!r}")
-    depth = int(depth)
-    if depth < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {depth}")
-    return depth
+    return check_count(name, depth, 1)
 
 
 def check_choice(name, value, choices):
@@ -87,7 +79,7 @@ def check_choice(name, value, choices):
 
 
 def check_overlap(q, p, q_name="q", p_name="p"):
-    """Order parameters of a token simplex: q > 0 and |p| <= q."""
+    """Order parameters of a token simplex: ``q > 0`` and ``|p| <= q``."""
     q = as_float_array(q_name, q, positive=True)
     p = as_float_array(p_name, p)
     if (np.abs(p) > q * (1 + 1e-12)).any():
@@ -148,3 +140,50 @@ def scalar_or_array(x):
     """Return a Python float for 0-d results (like a ufunc on scalars), else an ndarray."""
     x = np.asarray(x, dtype=np.float64)
     return float(x) if x.ndim == 0 else x
+
+
+def check_grid_axis(name, values, *, allow_scalar=False, **checks):
+    """A non-empty 1-d float array of grid values (``checks`` as in :func:`as_float_array`).
+
+    ``allow_scalar``: a single number is a grid of one value.
+    """
+    arr = as_float_array(name, values, **checks)
+    if allow_scalar and arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a {'number or a ' if allow_scalar else ''}1-d sequence, "
+                         f"got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    return arr
+
+
+def check_count(name, value, minimum=1):
+    """An integer ``>= minimum`` (bools and non-integral floats are rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def check_seeds(seeds, name="seeds"):
+    """Initialisation seeds: a count n (seeds ``0 .. n-1``) or distinct integers >= 0, as a tuple."""
+    if isinstance(seeds, (numbers.Integral, np.integer)) and not isinstance(seeds, bool):
+        return tuple(range(check_count(name, seeds, 1)))
+    if isinstance(seeds, (str, bytes)):
+        raise ValueError(f"{name} must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}")
+    try:
+        values = tuple(seeds)
+    except TypeError:
+        raise ValueError(f"{name} must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}") from None
+    if not values:
+        raise ValueError(f"{name} must not be empty")
+    out = tuple(check_count(name, s, 0) for s in values)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} must be distinct, got {list(out)}")
+    return out

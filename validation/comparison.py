@@ -16,12 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from remprop.theory import Architecture, Trajectory, layernorm_map, participation_ratio, propagate
-from remprop.theory.checks import as_float_array, check_choice
-from remprop.theory.rem.heads import QK_SCALINGS, effective_beta
+from remprop.theory import Architecture, RunSettings, Trajectory, participation_ratio, propagate
+from remprop.theory.checks import as_float_array, check_choice, check_seeds
 
 from . import layers
-from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
+from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
 from .inputs import INPUT_KINDS, gaussian_tokens, input_batches
 from .measurements import attention_statistics, token_statistics
 from .registry import REGISTRY
@@ -36,17 +35,16 @@ OBSERVABLES = ("cosine", "rho")
 def theory_participation(arch: Architecture, beta, trajectory: Trajectory) -> np.ndarray:
     r"""Asymptotic Y2 of each layer's attention along a theory trajectory.
 
-    The attention of block l sees the block input (post-LN, no LN) or its LayerNorm
-    (pre-LN); ``Y2 = max(0, 1 - beta_c(q, p) / beta)`` there.
+    The attention of block l sees :meth:`~remprop.theory.Architecture.attention_input` of the block input
+    (its LayerNorm for pre-LN); each head runs at the effective beta, and
+    ``Y2 = max(0, 1 - beta_c(q, p) / beta_eff)`` there.
 
     Returns
     -------
     ndarray, shape (..., depth)
     """
-    q, p = trajectory.q[..., :-1], trajectory.p[..., :-1]
-    if arch.norm == "pre":
-        q, p = layernorm_map(q, p)
-    return np.asarray(participation_ratio(beta, q, np.minimum(p, q)))
+    q, p = arch.attention_input(trajectory.q[..., :-1], trajectory.p[..., :-1])
+    return np.asarray(participation_ratio(arch.effective_beta(beta), q, np.minimum(p, q)))
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,9 @@ class Comparison:
     Attributes
     ----------
     settings : dict
-        Everything that defines the run (JSON-ready).
+        Everything that defines the run (JSON-ready): the theory's
+        :class:`~remprop.theory.RunSettings` (``run``, started from the measured input
+        state) and the simulation's sizes.
     trace : StackTrace
         Per-sequence measurements, ``seeds x sequences`` rows (seed-major).
     theory : remprop.theory.Trajectory
@@ -76,6 +76,11 @@ class Comparison:
     theory_y2: np.ndarray
     observable: str = "cosine"
     elapsed: float = 0.0
+
+    @property
+    def run(self) -> RunSettings:
+        """The theory's run: architecture, the model's beta, depth and the measured input state."""
+        return RunSettings.from_dict({k: self.settings[k] for k in ("arch", "beta", "depth", "q0", "rho0")})
 
     @property
     def depth(self) -> int:
@@ -151,29 +156,18 @@ class Comparison:
                 f"mean = {self.mean_abs_error:.4f} ({self.elapsed:.1f} s)")
 
 
-def _seed_list(seeds):
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        return list(range(check_positive_int("seeds", seeds)))
-    try:
-        values = [check_seed(s, "seeds") for s in seeds]
-    except TypeError:
-        raise ValueError(f"seeds must be a count >= 1 or a list of seeds, got {seeds!r}") from None
-    if not values:
-        raise ValueError("seeds must not be empty")
-    return values
-
-
 def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, width=720, seeds=2, sequences=2, *,
-            inputs="text", q0=1.0, rho0=0.0, d_ff=None, heads=1, causal=False, qk_scaling="model", dtype="float32",
-            device=None, batch_size=None, observable="cosine", progress=None) -> Comparison:
+            inputs="text", q0=1.0, rho0=0.0, d_ff=None, causal=False, dtype="float32", device=None, batch_size=None, observable="cosine", progress=None) -> Comparison:
     """Simulate ``seeds x sequences`` sequences through the stack and compare with the theory.
 
     Parameters
     ----------
     arch : remprop.theory.Architecture, optional
-        Default BERT defaults. Numeric fields must be scalars.
+        Default BERT defaults. Numeric fields must be scalars. Its ``heads`` and
+        ``qk_scaling`` set both the simulated attention and the theory (which runs each
+        head at :meth:`~remprop.theory.Architecture.effective_beta`).
     beta : float
-        Query/key scale.
+        Query/key scale of the model.
     depth, seq_len, width : int
         Blocks L, tokens T, width d.
     seeds : int or sequence of int
@@ -184,9 +178,8 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         Embedded pydoc text windows, or Gaussian tokens with ``q0``, ``rho0``.
     q0, rho0 : float
         Input state of synthetic sequences.
-    d_ff, heads, causal, qk_scaling, dtype, device
-        As :class:`~remprop.validation.simulator.SimulatedStack`. The theory runs at the
-        heads' effective beta (:func:`remprop.theory.rem.heads.effective_beta`).
+    d_ff, causal, dtype, device
+        As :class:`~remprop.validation.simulator.SimulatedStack`.
     batch_size : int, optional
         Sequences pushed through at once (default all of a seed, at most 16).
     observable : {"cosine", "rho"}
@@ -203,7 +196,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     The theory starts from the mean measured input state (q0 and rho0 of the embedded
     text; for synthetic tokens they equal the prescribed values exactly), and uses the
     asymptotic (T -> infinity) participation ratio. With ``causal=True`` the theory is
-    still the encoder's, which only late tokens follow (``THEORY.md`` section 8).
+    still the encoder's, which only late tokens follow (``docs/theory.md`` section 8).
 
     References
     ----------
@@ -212,12 +205,12 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     arch = Architecture() if arch is None else arch
     check_choice("inputs", inputs, INPUT_KINDS)
     check_choice("observable", observable, OBSERVABLES)
-    seed_list = _seed_list(seeds)
+    seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)
     batch_size = min(sequences, 16) if batch_size is None else check_positive_int("batch_size", batch_size)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
-    stacks = [SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, heads=heads, seq_len=seq_len,
-                             causal=causal, qk_scaling=qk_scaling, dtype=dtype, device=device, seed=s)
+    stacks = [SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, seq_len=seq_len,
+                             causal=causal, dtype=dtype, device=device, seed=s)
               for s in seed_list]
     start = time.perf_counter()
     traces = []
@@ -234,14 +227,15 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     trace = StackTrace.concatenate(traces)
     stack = stacks[0]
     q_in, rho_in = float(trace.q[:, 0].mean()), float(trace.rho[:, 0].mean())
-    beta_eff = float(effective_beta(stack.beta, stack.heads, stack.qk_scaling))
-    theory = propagate(arch, beta_eff, stack.depth, q0=q_in, rho0=rho_in)
+    # the theory's run from the measured input state; the model's beta (propagate applies the
+    # heads' effective beta: one rule, in Architecture)
+    run = RunSettings(arch, stack.beta, stack.depth, q_in, rho_in)
+    theory = propagate(run.arch, run.beta, run.depth, q0=run.q0, rho0=run.rho0)
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": stack.seq_len,
-                "width": stack.width, "d_ff": stack.d_ff, "heads": stack.heads, "causal": stack.causal,
-                "qk_scaling": stack.qk_scaling,
+                "width": stack.width, "d_ff": stack.d_ff, "causal": stack.causal,
                 "seeds": seed_list, "sequences": sequences, "inputs": inputs,
                 "q0": q_in, "rho0": rho_in, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
-    return Comparison(settings, trace, theory, theory_participation(arch, beta_eff, theory),
+    return Comparison(settings, trace, theory, theory_participation(arch, stack.beta, theory),
                       observable, elapsed)
 
 
@@ -281,17 +275,16 @@ def _attention_theory(settings, cosines, betas):
     q0 = settings["q0"]
     p0 = q0 * np.asarray(cosines, dtype=float)[:, None]
     betas = np.asarray(betas, dtype=float)[None, :]
-    heads, qk_scaling = settings.get("heads", 1), settings.get("qk_scaling", "model")
-    q_a, p_a = entry.theory(q0, p0, beta=betas, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2, heads=heads,
-                            qk_scaling=qk_scaling)
+    q_a, p_a = entry.theory(q0, p0, beta=betas, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2, heads=arch.heads,
+                            qk_scaling=arch.qk_scaling)
     with np.errstate(invalid="ignore"):  # 0/0 where Y2 = 0 and there is no value bias
         cosine = np.asarray(p_a / q_a)
     return {"cosine": cosine, "q": np.asarray(q_a),
-            "y2": np.asarray(participation_ratio(effective_beta(betas, heads, qk_scaling), q0, p0)) + 0.0 * p0}
+            "y2": np.asarray(participation_ratio(arch.effective_beta(betas), q0, p0)) + 0.0 * p0}
 
 
 def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = None, q0=1.0, width=720,
-                    seq_len=512, seeds=2, sequences=2, heads=1, qk_scaling="model", dtype="float32", device=None,
+                    seq_len=512, seeds=2, sequences=2, dtype="float32", device=None,
                     progress=None) -> AttentionSweep:
     """Measure one attention layer (no skip, no LayerNorm) against its theory map.
 
@@ -308,8 +301,8 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     input_cosines : array_like
         Input rho0 values.
     arch : Architecture, optional
-        Supplies ``attention``, ``sigma_v2`` and ``sigma_b2``.
-    q0, width, seq_len, seeds, sequences, heads, qk_scaling, dtype, device, progress
+        Supplies ``attention``, ``sigma_v2``, ``sigma_b2``, ``heads`` and ``qk_scaling``.
+    q0, width, seq_len, seeds, sequences, dtype, device, progress
         As :func:`compare` (``progress`` is called once per sequence batch).
 
     Returns
@@ -323,14 +316,13 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     arch = Architecture() if arch is None else arch
     betas = np.atleast_1d(as_float_array("betas", betas, positive=True)).ravel()
     cosines = np.atleast_1d(as_float_array("input_cosines", input_cosines, low=-1.0, high=1.0)).ravel()
-    seed_list = _seed_list(seeds)
+    seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)
     width = check_positive_int("width", width, 2)
     seq_len = check_positive_int("seq_len", seq_len, 2)
-    heads = check_positive_int("heads", heads)
+    heads, qk_scaling = arch.heads, arch.qk_scaling
     if width % heads:
         raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
-    check_choice("qk_scaling", qk_scaling, QK_SCALINGS)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     entry = REGISTRY["softmax_attention" if arch.attention == "softmax" else "gain_controlled_attention"]
     sigma_v2, sigma_b2 = check_scalar("sigma_v2", arch.sigma_v2), check_scalar("sigma_b2", arch.sigma_b2)
@@ -357,8 +349,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
                     progress(sequences)
     elapsed = time.perf_counter() - start
     ddof = 1 if samples["q"].shape[-1] > 1 else 0
-    settings = {"arch": arch.to_dict(), "q0": float(q0), "width": width, "seq_len": seq_len, "heads": heads,
-                "qk_scaling": qk_scaling,
+    settings = {"arch": arch.to_dict(), "q0": float(q0), "width": width, "seq_len": seq_len,
                 "seeds": seed_list, "sequences": sequences, "dtype": str(dtype).replace("torch.", ""),
                 "device": str(device)}
     return AttentionSweep(settings, betas, cosines, _attention_theory(settings, cosines, betas),

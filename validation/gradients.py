@@ -28,13 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from remprop.theory.checks import as_float_array
+from remprop.theory.checks import as_float_array, check_seeds
 from remprop.theory.gradients import key_gradient_norm, query_gradient_norm
 
 from . import layers
-from .backend import STREAM_READOUTS, STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, \
-    resolve_dtype
-from .comparison import _seed_list
+from .backend import (STREAM_READOUTS, STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device,
+                      resolve_dtype)
 from .inputs import gaussian_tokens
 
 __all__ = ["jacobian_norms", "readout_gradient_norms", "GradientSweep", "gradient_sweep"]
@@ -248,7 +247,7 @@ def gradient_sweep(betas, sizes=((256, 128), (256, 256), (1024, 128), (1024, 256
     sizes = [(check_positive_int("seq_len", t, 2), check_positive_int("width", d, 2)) for t, d in sizes]
     if not sizes:
         raise ValueError("sizes must not be empty")
-    seed_list = _seed_list(seeds)
+    seed_list = list(check_seeds(seeds))
     readouts = check_positive_int("readouts", readouts)
     q0 = check_scalar("q0", q0, positive=True)
     rho0 = check_scalar("rho0", rho0, low=-1.0, high=1.0)

@@ -3,7 +3,7 @@ r"""Measured trainability diagrams: simulated cells classified as the theory cla
 A sweep (:mod:`remprop.validation.sweep`) leaves, per cell ``(alpha_sa, beta)``, the
 per-layer sample means of the token statistics and each sample's final cosine. The
 measured phase of a cell follows the theory's rule (:func:`remprop.diagrams.classify_phases`
-and :data:`remprop.diagrams.trainability.BETA_CRITICAL_RULES`) with measured numbers in
+and :meth:`remprop.theory.Architecture.critical_beta`) with measured numbers in
 place of predicted ones:
 
 * **rank collapse**: the measured final mean token cosine -- the mean over the
@@ -19,13 +19,13 @@ place of predicted ones:
 
 The prediction is :func:`remprop.diagrams.trainability_diagram` on the same grid, started
 from the measured input state, with the finite-T participation ratio at the simulated T
-(``theory="finite-T"``, where :class:`~remprop.theory.Architecture` has ``seq_len``) or
+(``theory="finite-T"``, the default) or
 the ``T -> infinity`` one (``theory="asymptotic"``). The agreement is the fraction of
 cells whose measured phase equals the predicted one.
 
 This module needs no torch (the records are plain JSON).
 
-Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c); THEORY.md section 6.
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c); docs/theory.md section 6.
 """
 from __future__ import annotations
 
@@ -38,55 +38,44 @@ import numpy as np
 
 from remprop._json import to_jsonable
 from remprop.diagrams import PHASE_LABELS, TrainabilityDiagram, classify_phases, trainability_diagram
-from remprop.theory import Architecture, critical_beta, layernorm_map
+from remprop.theory import Architecture
 from remprop.theory.checks import check_choice
 
 from .cell_store import MANIFEST_NAME
 from .sweep import SweepSpec, cell_key, load_records
 
-__all__ = ["MeasuredDiagram", "measured_beta_critical", "THEORIES", "finite_t_available", "resolve_theory"]
+__all__ = ["MeasuredDiagram", "measured_beta_critical", "THEORIES", "resolve_theory"]
 
 #: Theories a measured diagram can be set against.
 THEORIES = ("auto", "finite-T", "asymptotic")
 _FORMAT = "remprop.measured_diagram/1"
 
 
-def finite_t_available() -> bool:
-    """Whether :class:`~remprop.theory.Architecture` has the finite-T ``seq_len`` field."""
-    return "seq_len" in {f.name for f in dataclasses.fields(Architecture)}
-
-
 def resolve_theory(theory) -> str:
-    """``"auto"`` -> ``"finite-T"`` when available, else ``"asymptotic"``; checks the name."""
+    """``"auto"`` -> ``"finite-T"``; checks the name."""
     check_choice("theory", theory, THEORIES)
-    if theory == "auto":
-        return "finite-T" if finite_t_available() else "asymptotic"
-    if theory == "finite-T" and not finite_t_available():
-        raise ValueError("theory: this remprop.theory has no finite-T attention (Architecture.seq_len)")
-    return theory
+    return "finite-T" if theory == "auto" else theory
 
 
 def theory_architecture(arch: Architecture, theory: str, seq_len: int) -> Architecture:
     """``arch`` with the attention of the chosen theory (finite T = ``seq_len``, or T -> infinity)."""
-    theory = resolve_theory(theory)
-    if theory == "finite-T":
-        return arch.replace(seq_len=seq_len)
-    return arch.replace(seq_len=None) if finite_t_available() else arch
+    return arch.replace(seq_len=seq_len if resolve_theory(theory) == "finite-T" else None)
 
 
-def measured_beta_critical(norm, layer_q, layer_p):
+def measured_beta_critical(arch: Architecture, layer_q, layer_p):
     r"""Critical beta that decides entropy collapse, from measured block inputs.
 
     .. math:: \beta_c^{(l)} = \sqrt{\frac{2}{q_l (q_l - p_l)}}
 
-    on the attention input of block ``l``: the block input ``(q_l, p_l)`` (post-LN,
-    no LN) or its LayerNorm ``(1, p_l / q_l)`` (pre-LN). Returned: ``beta_c^(0)`` for
-    post-LN, ``min_l beta_c^(l)`` otherwise (the rule of
-    :data:`remprop.diagrams.trainability.BETA_CRITICAL_RULES`).
+    on the attention input of block ``l`` (:meth:`~remprop.theory.Architecture.attention_input`: the block
+    input, or its LayerNorm ``(1, p_l / q_l)`` for pre-LN), reduced by the theory's own rule
+    (:meth:`~remprop.theory.Architecture.critical_beta`: the first layer for post-LN, the smallest over the
+    layers otherwise) onto the axis of the model's beta.
 
     Parameters
     ----------
-    norm : {"post", "pre", "none"}
+    arch : Architecture
+        Supplies the block order and the heads' factor.
     layer_q, layer_p : array_like, shape (..., depth + 1)
         Measured q and p of the input (column 0) and of every block output.
 
@@ -96,15 +85,11 @@ def measured_beta_critical(norm, layer_q, layer_p):
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (REM critical temperature); THEORY.md sections 3, 6.
+    Giorlandino & Goldt, arXiv 2505.24333 (REM critical temperature); docs/theory.md sections 3, 6.
     """
     q = np.asarray(layer_q, dtype=float)[..., :-1]
     p = np.asarray(layer_p, dtype=float)[..., :-1]
-    if norm == "pre":
-        q, p = layernorm_map(q, p)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        beta_c = np.asarray(critical_beta(q, np.minimum(p, q)), dtype=float)
-    return beta_c[..., 0] if norm == "post" else beta_c.min(axis=-1)
+    return np.asarray(arch.critical_beta(arch.block_critical_beta(q, p)), dtype=float)
 
 
 def _as_float(values):
@@ -171,7 +156,7 @@ class MeasuredDiagram:
         cosine_final = finals.mean(axis=-1)
         ddof = 1 if finals.shape[-1] > 1 else 0
         cosine_final_std = finals.std(axis=-1, ddof=ddof)
-        beta_c = measured_beta_critical(spec.arch.norm, layer_q, layer_p)
+        beta_c = measured_beta_critical(spec.arch, layer_q, layer_p)
         betas = np.asarray(spec.betas)
         phase = classify_phases(betas[None, :], beta_c, cosine_final, spec.threshold)
         input_q = float(layer_q[..., 0].mean())
@@ -225,8 +210,8 @@ class MeasuredDiagram:
 
     # -- output ---------------------------------------------------------------------------
     def figure(self, fine_points=160):
-        """Measured against predicted on one figure (see :mod:`remprop.validation.measured_figure`)."""
-        from .measured_figure import measured_diagram_figure
+        """Measured against predicted on one figure (see :mod:`remprop.diagrams.measured_diagram_figure`)."""
+        from remprop.diagrams.measured_diagram_figure import measured_diagram_figure
 
         return measured_diagram_figure(self, fine_points=fine_points)
 

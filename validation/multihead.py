@@ -6,7 +6,7 @@ each ``qk_scaling`` ("model": ``s_qk^2 = beta sqrt(log T)/d``; "head": ``/ d_H``
 measured Y2 (averaged over heads and rows) beside the exact finite-T theory at the heads'
 effective beta (:func:`remprop.theory.rem.heads.head_participation_ratio`).
 
-Reference: Giorlandino & Goldt, arXiv 2505.24333 (THEORY.md section 2: d = 768, T = 512,
+Reference: Giorlandino & Goldt, arXiv 2505.24333 (docs/theory.md section 2: d = 768, T = 512,
 beta = 0.5; Y2 = 0.009 for H = 1; over d_H 0.41 (H = 4) and 0.79 (H = 12); over d 0.009).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from remprop.theory import Architecture
 from remprop.theory.checks import check_choice
-from remprop.theory.rem.heads import QK_SCALINGS, effective_beta, head_participation_ratio
+from remprop.theory.rem import QK_SCALINGS, effective_beta, head_participation_ratio
 
 from .backend import check_positive_int
 from .comparison import attention_sweep
@@ -45,7 +45,7 @@ def multihead_participation(heads=(1, 4, 12), betas=(0.5,), *, qk_scalings=QK_SC
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (THEORY.md section 2).
+    Giorlandino & Goldt, arXiv 2505.24333 (docs/theory.md section 2).
     """
     heads = [check_positive_int("heads", h) for h in heads]
     for scaling in qk_scalings:
@@ -56,8 +56,9 @@ def multihead_participation(heads=(1, 4, 12), betas=(0.5,), *, qk_scalings=QK_SC
     rows = []
     for scaling in qk_scalings:
         for h in heads:
-            sweep = attention_sweep(betas, (rho0,), arch=arch, q0=q0, width=width, seq_len=seq_len, seeds=seeds,
-                                    sequences=sequences, heads=h, qk_scaling=scaling, dtype=dtype, device=device)
+            sweep = attention_sweep(betas, (rho0,), arch=arch.replace(heads=h, qk_scaling=scaling), q0=q0,
+                                    width=width, seq_len=seq_len, seeds=seeds, sequences=sequences, dtype=dtype,
+                                    device=device)
             finite = np.atleast_1d(head_participation_ratio(betas, q0, p0, h, seq_len, scaling))
             asymptotic = np.atleast_1d(head_participation_ratio(betas, q0, p0, h, None, scaling))
             for b, beta in enumerate(betas):

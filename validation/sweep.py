@@ -32,8 +32,6 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c) (trainability 
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 import sys
 import time
@@ -42,9 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from remprop.diagrams import DEFAULT_THRESHOLD
-from remprop.theory import Architecture
-from remprop.theory.checks import as_float_array, check_choice, check_depth, check_open_unit, check_real_scalar
+from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings
+from remprop.theory.checks import check_choice, check_count, check_grid_axis, check_seeds
 from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 
 from .cell_store import CellStore
@@ -58,43 +55,11 @@ SWEEP_FORMAT = "remprop.sweep/1"
 INPUT_KINDS = ("synthetic", "text")
 #: Simulation precisions.
 DTYPE_NAMES = ("float32", "float64")
-_ARCH_FIELDS = {f.name for f in dataclasses.fields(Architecture)}
 
 
 def cell_key(alpha_index: int, beta_index: int) -> str:
     """File stem of a cell: ``a<alpha index>_b<beta index>`` (zero-padded to 4 digits)."""
     return f"a{int(alpha_index):04d}_b{int(beta_index):04d}"
-
-
-def _positive_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _axis(name, values, **checks):
-    arr = as_float_array(name, values, **checks)
-    if arr.ndim > 1:
-        raise ValueError(f"{name} must be a number or a 1-d sequence, got shape {arr.shape}")
-    arr = np.atleast_1d(arr)
-    if arr.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    return tuple(float(v) for v in arr)
-
-
-def _seeds(seeds):
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        return tuple(range(_positive_int("seeds", seeds)))
-    try:
-        values = tuple(seeds)
-    except TypeError:
-        raise ValueError(f"seeds must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}") from None
-    if not values:
-        raise ValueError("seeds must not be empty")
-    out = tuple(_positive_int("seeds", s, 0) for s in values)
-    if len(set(out)) != len(out):
-        raise ValueError(f"seeds must be distinct, got {list(out)}")
-    return out
 
 
 @dataclass(frozen=True)
@@ -157,32 +122,35 @@ class SweepSpec:
         for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
             if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:
                 raise ValueError(f"arch.{name} must be a scalar for a sweep")
-        reset = {"alpha_sa": 1.0}
-        if "seq_len" in _ARCH_FIELDS:
-            reset["seq_len"] = None
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
-        set_("arch", arch.replace(**reset))
-        set_("betas", _axis("betas", self.betas, positive=True))
-        set_("alphas", _axis("alphas", self.alphas, nonnegative=True))
-        set_("depth", check_depth(self.depth))
-        set_("seeds", _seeds(self.seeds))
-        set_("sequences", _positive_int("sequences", self.sequences))
-        set_("width", _positive_int("width", self.width, 2))
-        set_("seq_len", _positive_int("seq_len", self.seq_len, 2))
+        set_("seq_len", check_count("seq_len", self.seq_len, 2))
+        # the theory's part, validated once (rho0 against the floor of the simulated T)
+        run = RunSettings(arch.replace(alpha_sa=1.0, seq_len=self.seq_len),
+                          check_grid_axis("betas", self.betas, allow_scalar=True, positive=True),
+                          self.depth, self.q0, self.rho0, self.threshold)
+        set_("arch", run.arch.replace(seq_len=None))
+        set_("betas", tuple(float(b) for b in run.beta))
+        set_("alphas", tuple(float(a) for a in check_grid_axis("alphas", self.alphas, allow_scalar=True,
+                                                                 nonnegative=True)))
+        set_("depth", run.depth)
+        set_("threshold", run.threshold)
+        set_("q0", run.q0)
+        set_("rho0", run.rho0)
+        set_("seeds", check_seeds(self.seeds))
+        set_("sequences", check_count("sequences", self.sequences))
+        set_("width", check_count("width", self.width, 2))
         if self.d_ff is not None:
-            set_("d_ff", _positive_int("d_ff", self.d_ff))
-        set_("threshold", check_open_unit("threshold", self.threshold))
-        q0 = check_real_scalar("q0", self.q0)
-        if not q0 > 0:
-            raise ValueError(f"q0 must be > 0, got {self.q0!r}")
-        set_("q0", q0)
-        rho0 = check_real_scalar("rho0", self.rho0)
-        if not -1.0 / (self.seq_len - 1) <= rho0 <= 1.0:
-            raise ValueError(f"rho0 must lie in [-1/(seq_len - 1), 1], got {self.rho0!r}")
-        set_("rho0", rho0)
+            set_("d_ff", check_count("d_ff", self.d_ff))
         check_choice("inputs", self.inputs, INPUT_KINDS)
         check_choice("dtype", self.dtype, DTYPE_NAMES)
-        set_("threads", _positive_int("threads", self.threads))
+        set_("threads", check_count("threads", self.threads))
+
+    @property
+    def settings(self) -> RunSettings:
+        """The theory's run bundle of this sweep: architecture (finite-T maps at the simulated T),
+        betas, depth, input state and threshold."""
+        return RunSettings(self.arch.replace(seq_len=self.seq_len), np.asarray(self.betas), self.depth, self.q0,
+                           self.rho0, self.threshold)
 
     # -- the grid ---------------------------------------------------------------------
     @property
@@ -220,20 +188,6 @@ class SweepSpec:
 
 
 # -- one cell -------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _torch_threads(count):
-    import torch
-
-    before = torch.get_num_threads()
-    if before != count:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
-
-
 def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=None) -> dict:
     r"""Simulate one grid cell and return its record.
 
@@ -266,10 +220,10 @@ def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=Non
 
     from .inputs import input_batches
     from .simulator import SimulatedStack, StackTrace
-    from .backend import resolve_device
+    from .backend import resolve_device, torch_threads
 
-    alpha_index = _positive_int("alpha_index", alpha_index, 0)
-    beta_index = _positive_int("beta_index", beta_index, 0)
+    alpha_index = check_count("alpha_index", alpha_index, 0)
+    beta_index = check_count("beta_index", beta_index, 0)
     if alpha_index >= len(spec.alphas) or beta_index >= len(spec.betas):
         raise ValueError(f"cell ({alpha_index}, {beta_index}) lies outside the {spec.shape} grid")
     alpha, beta = spec.alphas[alpha_index], spec.betas[beta_index]
@@ -277,7 +231,7 @@ def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=Non
     arch = spec.arch.replace(alpha_sa=alpha)
     start = time.perf_counter()
     traces = []
-    with _torch_threads(spec.threads), torch.no_grad():
+    with torch_threads(spec.threads), torch.no_grad():
         for seed in spec.seeds:
             stack = SimulatedStack(arch, beta, spec.depth, width=spec.width, d_ff=spec.d_ff, seq_len=spec.seq_len,
                                    dtype=spec.dtype, device=device, seed=seed)
@@ -381,7 +335,7 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
     if not isinstance(spec, SweepSpec):
         raise ValueError(f"spec must be a SweepSpec, got {type(spec).__name__}")
     if workers is not None:
-        workers = _positive_int("workers", workers, 0)
+        workers = check_count("workers", workers, 0)
     if device not in (None, "auto"):
         from .backend import resolve_device
 

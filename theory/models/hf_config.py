@@ -35,6 +35,7 @@ facts are those of ``transformers`` (``PreTrainedModel._init_weights`` and the
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -43,7 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..architecture import Architecture
+from ..architecture import CONFIG_READERS, Architecture
+from ..rem import check_seq_len, query_key_variance
+from ..settings import RunSettings
 
 __all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]
 
@@ -116,17 +119,17 @@ class ModelSpec:
     ----------
     name, family : str
         The configuration's name and ``model_type`` (``"bert"``, ``"roberta"``, ``"gpt2"``, ``"vit"``).
-    architecture : Architecture
-        Block order, activation, variances, skips, heads and ``seq_len = T``.
-    beta : float
-        Query/key scale of the library's init, ``r^2 d / sqrt(log T)``.
-    depth, width, d_ff, heads, seq_len : int
+    settings : RunSettings
+        The theory run of the model: its architecture (block order, activation,
+        variances, skips, heads and ``seq_len = T``), the query/key scale of the
+        library's init ``beta = r^2 d / sqrt(log T)``, the depth and the input state.
+        ``architecture``, ``beta``, ``depth``, ``q0``, ``rho0``, ``seq_len`` and ``heads``
+        read through to it (one copy of each).
+    width, d_ff : int
     causal : bool
         Decoder (causal mask): GPT-2, or a BERT-like config with ``is_decoder = true``.
     init_range : float
         ``initializer_range`` r.
-    q0, rho0 : float
-        Input state of the first block (after the embedding LayerNorm where there is one).
     embedding_layer_norm, final_layer_norm : bool
     layer_norm_eps : float
     hidden_act : str
@@ -141,17 +144,11 @@ class ModelSpec:
 
     name: str
     family: str
-    architecture: Architecture
-    beta: float
-    depth: int
+    settings: RunSettings
     width: int
     d_ff: int
-    heads: int
-    seq_len: int
     causal: bool
     init_range: float
-    q0: float
-    rho0: float
     embedding_layer_norm: bool
     final_layer_norm: bool
     layer_norm_eps: float
@@ -159,6 +156,23 @@ class ModelSpec:
     assumptions: tuple
     pixel_std: float
     config: dict = field(repr=False)
+
+    # -- the run's settings, one copy each -----------------------------------------------
+    architecture = property(lambda self: self.settings.arch, doc="The theory's Architecture.")
+    beta = property(lambda self: self.settings.beta, doc="Query/key scale of the library's init.")
+    depth = property(lambda self: self.settings.depth, doc="Number of blocks L.")
+    q0 = property(lambda self: self.settings.q0, doc="Input mean squared norm of the first block.")
+    rho0 = property(lambda self: self.settings.rho0, doc="Input mean cosine of the first block.")
+    seq_len = property(lambda self: self.settings.arch.seq_len, doc="Sequence length T.")
+    heads = property(lambda self: self.settings.arch.heads, doc="Attention heads H.")
+
+    def with_settings(self, **changes) -> "ModelSpec":
+        """The same model with some run settings changed (``arch``, ``beta``, ``q0``, ``rho0``, ...).
+
+        Only the theory's view changes (e.g. ``remprop check --rho0``); use
+        :meth:`with_depth` for a model with another layer count.
+        """
+        return dataclasses.replace(self, settings=self.settings.replace(**changes))
 
     def with_depth(self, depth) -> "ModelSpec":
         """The same model with ``depth`` blocks (e.g. a short version for quick checks).
@@ -174,7 +188,8 @@ class ModelSpec:
 
     def query_key_std(self, beta) -> np.ndarray:
         """The query/key weight std that gives ``beta``: ``sqrt(beta sqrt(log T) / d)``."""
-        return np.sqrt(np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(self.seq_len)) / self.width)
+        arch = self.architecture
+        return np.sqrt(query_key_variance(beta, self.width, self.seq_len, arch.heads, arch.qk_scaling))
 
     def to_dict(self) -> dict:
         """JSON-ready summary (without the raw configuration)."""
@@ -276,11 +291,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         max_len = _positive_int(cfg, "n_positions", "max_position_embeddings", default=1024)
     else:
         max_len = _positive_int(cfg, "max_position_embeddings", default=512) - (2 if family == "roberta" else 0)
-    if seq_len is None:
-        seq_len = max_len
-    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 2:
-        raise ValueError(f"seq_len must be an integer >= 2, got {seq_len!r}")
-    seq_len = int(seq_len)
+    seq_len = max_len if seq_len is None else check_seq_len(seq_len, allow_none=False)
     if seq_len > max_len:
         raise ValueError(f"seq_len must be <= {max_len} (the model's maximum), got {seq_len}")
     if family == "vit" and seq_len != max_len:
@@ -345,7 +356,10 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     beta = r * r * width / math.sqrt(math.log(seq_len))
     name = str(cfg.get("_name_or_path") or family)
     return ModelSpec(
-        name=name, family=family, architecture=arch, beta=beta, depth=depth, width=width, d_ff=d_ff,
-        heads=heads, seq_len=seq_len, causal=causal, init_range=r, q0=q0, rho0=rho0,
+        name=name, family=family, settings=RunSettings(arch, beta, depth, q0, rho0), width=width, d_ff=d_ff,
+        causal=causal, init_range=r,
         embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit"),
         layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)
+
+
+CONFIG_READERS["huggingface"] = model_spec
