@@ -51,7 +51,7 @@ def _annealed_y2(beta, q, p):
 
     For T i.i.d. Gaussian scores of variance v = beta^2 q (q - p) log T the annealed
     approximation E[sum_j e^(2 s_j)] / E[sum_j e^(s_j)]^2 gives Y2 = e^v / T
-    (= T^-(1 - 2 beta^2 / beta_c^2), THEORY.md section 3); the asymptotic theory sets it to 0.
+    (= T^-(1 - 2 beta^2 / beta_c^2), docs/theory.md section 3); the asymptotic theory sets it to 0.
     """
     return math.exp(beta ** 2 * q * (q - p) * math.log(T)) / T
 
@@ -140,19 +140,51 @@ def test_attention_output_is_the_gram_weighted_participation_ratio(beta):
     assert abs(diffs.mean()) <= K * _sem(diffs)
 
 
-def test_registry_names_theory_maps_and_the_simulator_uses_its_functions():
+def test_registry_names_theory_maps_and_torch_functions():
     import remprop.theory as theory
 
     for name, entry in REGISTRY.items():
         assert entry.name == name
         assert entry.theory_map is getattr(theory, entry.theory_map.__name__)
         assert entry.torch_function is getattr(layers, entry.torch_function.__name__)
-    stack = SimulatedStack(Architecture(attention="gain-controlled"), 0.5, 1, width=8, seq_len=4, device="cpu")
-    assert stack._attention is REGISTRY["gain_controlled_attention"].torch_function
-    assert stack._mlp is REGISTRY["mlp"].torch_function
-    assert stack._layer_norm is REGISTRY["layer_norm"].torch_function
-    assert stack._skip is REGISTRY["skip"].torch_function
-    assert stack._output_projection is REGISTRY["output_projection"].torch_function
+
+
+# The torch functions each block calls, in order, for the block tree of Architecture.compose
+# (docs/theory.md section 5); the skip runs after its branch.
+BLOCK_CALLS = [
+    (Architecture(), ["softmax_attention", "skip", "layer_norm", "mlp", "skip", "layer_norm"]),
+    (Architecture(norm="pre", attention="gain-controlled", sigma_o2=0.5),
+     ["layer_norm", "gain_controlled_attention", "output_projection", "skip", "layer_norm", "mlp", "skip"]),
+    (Architecture(norm="none", sigma_o2=2.0),
+     ["softmax_attention", "output_projection", "skip", "mlp", "skip"]),
+]
+
+
+@pytest.mark.parametrize("arch, expected", BLOCK_CALLS, ids=[f"{a.norm}-{a.attention}" for a, _ in BLOCK_CALLS])
+def test_the_simulator_walks_the_theory_block_through_the_registry(monkeypatch, arch, expected):
+    import dataclasses
+
+    calls = []
+    for name, entry in list(REGISTRY.items()):
+        def spy(*args, _function=entry.torch_function, _name=name, **kwargs):
+            calls.append(_name)
+            return _function(*args, **kwargs)
+        monkeypatch.setitem(REGISTRY, name, dataclasses.replace(entry, torch_function=spy))
+    stack = SimulatedStack(arch, 0.5, 2, width=8, seq_len=4, device="cpu")
+    assert repr(stack.theory_block) == repr(arch.block(0.5))
+    stack(torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(0)))
+    assert calls == expected * 2
+
+
+def test_registry_has_a_counterpart_for_every_block_component():
+    from remprop.theory import components as C
+    from remprop.validation.registry import pair_for
+
+    assert pair_for(C.residual(1.0, C.layer_norm())) is REGISTRY["skip"]
+    assert pair_for(C.output_projection(0.5)) is REGISTRY["output_projection"]
+    assert pair_for(C.gain_controlled_attention(0.5)) is REGISTRY["gain_controlled_attention"]
+    with pytest.raises(ValueError, match="serial"):
+        pair_for(C.serial(C.layer_norm()))
 
 
 def test_registry_rejects_unknown_parameters():
@@ -197,8 +229,8 @@ def test_new_fields_leave_the_existing_random_streams_unchanged():
     # W_O is drawn last and only when the architecture has one; sigma_w2_out only rescales
     # W2. So a seed gives the same attention and MLP weights with or without the new
     # fields, and bit-identical weights (in the original draw order) without them.
-    kw = dict(width=24, d_ff=40, seq_len=16, dtype="float64", device="cpu", seed=3, heads=2)
-    plain = SimulatedStack(Architecture(), 0.8, 2, **kw).weights(1)
+    kw = dict(width=24, d_ff=40, seq_len=16, dtype="float64", device="cpu", seed=3)
+    plain = SimulatedStack(Architecture(heads=2), 0.8, 2, **kw).weights(1)
     assert plain.output is None
     gen = generator(3, STREAM_WEIGHTS, 1, "cpu")
     f64 = dict(dtype=torch.float64, device="cpu")
@@ -208,7 +240,7 @@ def test_new_fields_leave_the_existing_random_streams_unchanged():
         assert torch.equal(getattr(plain.attention, name), getattr(attn, name))
     for name in ("w1", "b1", "w2", "b2"):
         assert torch.equal(getattr(plain.mlp, name), getattr(mlp, name))
-    projected = SimulatedStack(Architecture(sigma_o2=0.5, sigma_w2_out=0.8), 0.8, 2, **kw).weights(1)
+    projected = SimulatedStack(Architecture(sigma_o2=0.5, sigma_w2_out=0.8, heads=2), 0.8, 2, **kw).weights(1)
     assert projected.output is not None
     for name in ("query", "key", "value", "value_bias"):
         assert torch.equal(getattr(projected.attention, name), getattr(plain.attention, name))
@@ -235,7 +267,7 @@ def test_weights_are_deterministic_per_seed_and_layer():
 @pytest.mark.parametrize("heads", [1, 4])
 def test_multi_head_scores_keep_the_single_head_variance(heads):
     # Convention: s_qk^2 = beta sqrt(log T) / d for every H, so Var(s_ij) = beta^2 q^2 log T
-    # per head (THEORY.md section 2). Per seed the sample variance over T^2 H scores of
+    # per head (docs/theory.md section 2). Per seed the sample variance over T^2 H scores of
     # (q = 1, p = 0) tokens; its spread over seeds (weights, O(1/sqrt(d))) sets the tolerance.
     beta = 0.8
     variances = np.empty(SEEDS)
@@ -251,7 +283,7 @@ def test_multi_head_scores_keep_the_single_head_variance(heads):
 
 
 def test_participation_ratio_does_not_depend_on_the_number_of_heads():
-    # THEORY.md: with s_qk^2 over d, Y2 is the same for every H (with s_qk^2 over d_H it
+    # docs/theory.md section 2: with s_qk^2 over d, Y2 is the same for every H (with s_qk^2 over d_H it
     # would not be). Paired seeds; the per-seed difference's spread sets the tolerance.
     beta = 1.0
     diff = np.empty(SEEDS)
@@ -347,3 +379,8 @@ def test_numeric_fields_are_the_architectures():
     assert stack.params["sigma_o2"] == 1.0 and stack.params["sigma_w2_out"] == 0.2
     stack = SimulatedStack(arch.replace(sigma_o2=0.4, sigma_w2_out=0.9), 0.5, 1, width=8, seq_len=4, device="cpu")
     assert stack.params["sigma_o2"] == 0.4 and stack.params["sigma_w2_out"] == 0.9
+    # heads and their query/key convention too (issue 11, bug 4: no copies that can disagree)
+    stack = SimulatedStack(arch.replace(heads=4, qk_scaling="head"), 0.5, 1, width=8, seq_len=4, device="cpu")
+    assert (stack.heads, stack.qk_scaling) == (4, "head")
+    with pytest.raises(TypeError, match="heads"):
+        SimulatedStack(arch, 0.5, 1, width=8, seq_len=4, heads=2)

@@ -17,18 +17,20 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 TOLERANCE = {"float64": 1e-10, "float32": 2e-5}
 
 CASES = [
-    (Architecture(), dict(heads=1, causal=False), "float64"),
-    (Architecture(alpha_sa=1.3, alpha_mlp=0.7), dict(heads=4, causal=False), "float64"),
-    (Architecture(attention="gain-controlled", activation="linear"), dict(heads=2, causal=False), "float64"),
-    (Architecture(alpha_sa=1.2, activation="gelu"), dict(heads=2, causal=True), "float64"),
-    (Architecture(activation="erf"), dict(heads=1, causal=False), "float64"),
-    (Architecture(alpha_sa=1.3), dict(heads=1, causal=False), "float32"),
+    (Architecture(heads=1), dict(causal=False), "float64"),
+    (Architecture(alpha_sa=1.3, alpha_mlp=0.7, heads=4), dict(causal=False), "float64"),
+    (Architecture(attention="gain-controlled", activation="linear", heads=2), dict(causal=False), "float64"),
+    (Architecture(alpha_sa=1.2, activation="gelu", heads=2), dict(causal=True), "float64"),
+    (Architecture(activation="erf", heads=1), dict(causal=False), "float64"),
+    (Architecture(alpha_sa=1.3, heads=1), dict(causal=False), "float32"),
     # output projection W_O in BertSelfOutput.dense, W2 with its own variance (d_ff = 96 != d = 64)
-    (Architecture(activation="gelu", sigma_o2=0.6, sigma_w2_out=0.9, alpha_sa=1.1), dict(heads=2, causal=False),
+    (Architecture(activation="gelu", sigma_o2=0.6, sigma_w2_out=0.9, alpha_sa=1.1, heads=2), dict(causal=False),
      "float64"),
     # W_O after the gain-controlled centring hook (which adds the value bias back first)
-    (Architecture(attention="gain-controlled", sigma_o2=1.7, sigma_w2_out=0.3), dict(heads=4, causal=False),
+    (Architecture(attention="gain-controlled", sigma_o2=1.7, sigma_w2_out=0.3, heads=4), dict(causal=False),
      "float64"),
+    # query/key variance over d_H (each head at H beta): the stack's weights carry the scale
+    (Architecture(heads=4, qk_scaling="head", alpha_sa=1.3), dict(causal=False), "float64"),
 ]
 
 
@@ -48,7 +50,7 @@ def _run(model, batch):
 
 
 @pytest.mark.parametrize("arch, options, dtype", CASES,
-                         ids=[f"{a.attention}-{a.activation}-a{a.alpha_sa}-{o}-{d}"
+                         ids=[f"{a.attention}-{a.activation}-a{a.alpha_sa}-h{a.heads}{a.qk_scaling}-{o}-{d}"
                               + (f"-o{a.sigma_o2}-w{a.sigma_w2_out}" if a.output_projection else "")
                               for a, o, d in CASES])
 def test_bert_model_matches_the_simulator(arch, options, dtype):
@@ -91,7 +93,7 @@ def test_bert_statistics_change_with_alpha():
 
 
 def test_bert_config_and_unsupported_block_orders():
-    stack = SimulatedStack(Architecture(), 0.5, 3, width=32, d_ff=48, heads=4, seq_len=16, device="cpu")
+    stack = SimulatedStack(Architecture(heads=4), 0.5, 3, width=32, d_ff=48, seq_len=16, device="cpu")
     config = bert_config(stack)
     assert (config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_hidden_layers) \
         == (32, 48, 4, 3)

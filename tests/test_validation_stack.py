@@ -8,7 +8,7 @@ Tolerance per layer: K * sem + finite-T bias + finite-width LayerNorm bias, wher
 * the finite-T bias is |annealed - asymptotic|: the theory propagated once with the
   asymptotic participation ratio (what remprop.theory does) and once with the annealed
   finite-T estimate Y2 = e^v / T, v = beta^2 q (q - p) log T (valid for beta < beta_c / 2,
-  asserted below; THEORY.md section 3);
+  asserted below; docs/theory.md section 3);
 * each LayerNorm returns the mean cosine of its input rather than p/q; the excess
   (3/4) rho Var(eps) + Var(eps)/(T - 1) with Var(eps) = 2 (1 - rho)^2 / d is below
   0.23 / d (derived in test_validation_inputs); counted once per LayerNorm applied.
@@ -104,7 +104,7 @@ def test_text_inputs_follow_the_theory_from_the_measured_input_state():
 
 def test_package_exports_the_functions_not_the_modules():
     import remprop.validation as validation
-    import remprop.validation.figures  # noqa: F401 - imports the comparison module first
+    import remprop.validation.simulated_figures  # noqa: F401 - imports the comparison module first
     from remprop.validation import comparison
 
     assert validation.compare is comparison.compare and callable(validation.compare)
@@ -156,7 +156,8 @@ def test_one_layer_weights_at_a_time():
 
 
 @pytest.mark.parametrize("kwargs, name", [
-    (dict(beta=0.0), "beta"), (dict(depth=0), "depth"), (dict(width=1), "width"), (dict(heads=3), "heads"),
+    (dict(beta=0.0), "beta"), (dict(depth=0), "depth"), (dict(width=1), "width"),
+    (dict(arch=Architecture(heads=3)), "heads"),
     (dict(seq_len=1), "seq_len"), (dict(d_ff=0), "d_ff"), (dict(causal="yes"), "causal"),
     (dict(dtype="float16"), "dtype"), (dict(device="tpu"), "device"), (dict(seed=-1), "seed"),
     (dict(arch=Architecture(alpha_sa=[1.0, 2.0])), "alpha_sa"), (dict(arch="post"), "arch"),

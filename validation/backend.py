@@ -9,6 +9,7 @@ numbers depend on ``(seed, device)``: CPU and CUDA runs of one seed differ.
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 
 import numpy as np
@@ -19,14 +20,17 @@ from remprop.theory.checks import as_float_array
 __all__ = [
     "DTYPES", "STREAM_WEIGHTS", "STREAM_TOKENS", "STREAM_EMBEDDINGS", "STREAM_READOUTS",
     "resolve_device", "resolve_dtype", "check_positive_int", "check_scalar", "check_seed", "generator",
+    "torch_threads",
 ]
 
 #: Floating-point precisions a simulation may run in.
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
-#: Stream identifiers: layer weights, synthetic tokens, embedding tables.
+#: Stream identifier of the layer weights.
 STREAM_WEIGHTS = 0
+#: Stream identifier of the synthetic tokens.
 STREAM_TOKENS = 1
+#: Stream identifier of the embedding tables.
 STREAM_EMBEDDINGS = 2
 #: Random readouts of the gradient measurements (3 is taken by the LayerNorm figure's value bias).
 STREAM_READOUTS = 4
@@ -114,3 +118,20 @@ def generator(seed: int, stream: int, index: int = 0, device=None) -> torch.Gene
     gen = torch.Generator(device=torch.device(device) if device is not None else "cpu")
     gen.manual_seed(int(entropy) & 0x7FFF_FFFF_FFFF_FFFF)
     return gen
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """Run the block with ``count`` torch CPU threads, then restore the previous number.
+
+    Simulations fix the thread count so that their numbers do not depend on the machine's
+    core count (a reduction split over other threads rounds differently).
+    """
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)

@@ -11,7 +11,7 @@ with t keys at the score scale of T) averaged over the same positions, started f
 measured input state. Position 1 (one key) has no REM; windows average the theory over
 their positions >= 2.
 
-Reference: Giorlandino & Goldt, arXiv 2505.24333, Fig. 12 (THEORY.md section 8).
+Reference: Giorlandino & Goldt, arXiv 2505.24333, Fig. 12 (docs/theory.md section 8).
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture
-from remprop.theory.checks import check_choice
+from remprop.theory.checks import check_choice, check_seeds
 from remprop.theory.causal import propagate_causal
 
 from .backend import check_positive_int, resolve_device, resolve_dtype
-from .comparison import OBSERVABLES, _seed_list
+from .comparison import OBSERVABLES
 from .inputs import INPUT_KINDS, input_batches
 from .measurements import last_tokens_statistics, token_statistics, window_statistics
 from .simulator import SimulatedStack
@@ -142,7 +142,7 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
     arch = Architecture() if arch is None else arch
     check_choice("inputs", inputs, INPUT_KINDS)
     check_choice("observable", observable, OBSERVABLES)
-    seed_list = _seed_list(seeds)
+    seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)
     seq_len = check_positive_int("seq_len", seq_len, 3)
     last = check_positive_int("last", last, 2)

@@ -9,8 +9,10 @@ conventions, using only public module attributes and hooks (no library code is c
 * the attention output projection ``attention.output.dense`` becomes ``nn.Identity``
   when the architecture has none (``sigma_o2=None``, the reference variant), else a
   bias-free ``nn.Linear`` holding the stack's ``W_O``;
-* every weight is copied from :meth:`SimulatedStack.weights`, so both run the same network
-  (the MLP's ``W2`` with its variance ``sigma_w2_out / d_ff``);
+* every weight is copied from :meth:`~remprop.validation.SimulatedStack.weights`, so both run the same network
+  (the MLP's ``W2`` with its variance ``sigma_w2_out / d_ff``; the query/key variance of
+  ``arch.qk_scaling`` over ``arch.heads`` heads, which the config's
+  ``num_attention_heads`` repeats);
 * ``alpha_sa`` and ``alpha_mlp`` multiply the identity path through forward pre-hooks on
   ``BertSelfOutput`` and ``BertOutput``, whose forward is ``LN(branch + input_tensor)``:
   the hook hands them ``alpha * input_tensor``;
@@ -57,7 +59,8 @@ def _transformers():
 
 
 def bert_config(stack: SimulatedStack):
-    """A ``BertConfig`` with the sizes, activation and mask of ``stack``, no dropout."""
+    """A ``BertConfig`` with the sizes, heads (``stack.arch.heads``), activation and mask of
+    ``stack``, no dropout."""
     if not isinstance(stack, SimulatedStack):
         raise ValueError(f"stack must be a SimulatedStack, got {type(stack).__name__}")
     if stack.arch.norm != "post":
@@ -146,7 +149,7 @@ class HuggingFaceBert:
         return out - mean + module.value.bias, probs
 
     def forward(self, x, mask=None, observe=None):
-        """Same contract as :meth:`SimulatedStack.forward` (hidden states of every layer to ``observe``)."""
+        """Same contract as :meth:`~remprop.validation.SimulatedStack.forward` (hidden states of every layer to ``observe``)."""
         x, mask = self.stack.prepare_inputs(x, mask)
         attention_mask = None if mask is None else mask.to(torch.long)
         self._mask = mask
@@ -168,5 +171,5 @@ class HuggingFaceBert:
     __call__ = forward
 
     def trace(self, x, mask=None) -> StackTrace:
-        """Per-sequence statistics of every layer, as :meth:`SimulatedStack.trace`."""
+        """Per-sequence statistics of every layer, as :meth:`~remprop.validation.SimulatedStack.trace`."""
         return trace_stack(self, x, mask)

@@ -1,6 +1,6 @@
 """Transformer components at initialisation, in torch: weights and forward maps.
 
-Conventions are those of the reference experiments (``THEORY.md`` section 2):
+Conventions are those of the reference experiments (docs/theory.md section 2):
 
 * query/key weights ``W_Q, W_K ~ N(0, s_qk^2)`` with ``s_qk^2 = beta sqrt(log T) / d``,
   scores divided by ``sqrt(d_H)``, no query/key biases. The variance is over ``d`` for

@@ -1,11 +1,14 @@
-"""One table pairing each theory map with its simulated torch component.
+"""One table pairing each theory component with its simulated torch component.
 
 :data:`REGISTRY` is keyed by component name. Each entry holds
 
 * ``theory_map``: the function of :mod:`remprop.theory` that predicts ``(q, p) -> (q', p')``;
-* ``torch_function``: the torch function of :mod:`remprop.validation.layers` that
-  :class:`~remprop.validation.simulator.SimulatedStack` calls for this component (the
-  simulator looks its components up here, so theory and simulation cannot drift apart);
+* ``torch_function``: the torch function of :mod:`remprop.validation.layers` that runs
+  the component;
+* ``component``: the name of the :class:`remprop.theory.components.Component` it
+  simulates, so that a block composed by :meth:`remprop.theory.Architecture.block` can be
+  run in torch node by node (:func:`simulate_component`; the simulated stacks do, so the
+  block order is written once, in ``Architecture.compose``, docs/theory.md section 5);
 * ``theory(q, p, **params)`` and ``simulate(x, generator, **params)``: the two sides on
   the same parameters, ready to be compared on synthetic tokens.
 
@@ -33,11 +36,12 @@ from remprop.theory import (
     softmax_attention_map,
 )
 from remprop.theory.checks import check_choice
-from remprop.theory.rem.heads import effective_beta
+from remprop.theory.components import Component
+from remprop.theory.rem import effective_beta
 
 from . import layers
 
-__all__ = ["ComponentPair", "REGISTRY"]
+__all__ = ["ComponentPair", "REGISTRY", "BlockContext", "pair_for", "simulate_component"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class ComponentPair:
         The :mod:`remprop.validation.layers` function the simulator uses.
     defaults : dict
         Parameters of both sides and their default values.
+    component : str
+        ``Component.name`` of the theory component this entry runs in a block
+        (``"residual"`` for the skip, ``"dense"`` for the bias-free output projection).
     """
 
     name: str
@@ -62,6 +69,8 @@ class ComponentPair:
     defaults: dict
     _theory: Callable = field(repr=False)
     _simulate: Callable = field(repr=False)
+    component: str
+    _forward: Callable = field(repr=False)
 
     def _parameters(self, params):
         unknown = sorted(set(params) - set(self.defaults))
@@ -78,6 +87,69 @@ class ComponentPair:
         """Draw this component's weights from ``generator`` and apply it to ``x`` (batch, T, d)."""
         return self._simulate(x, generator, mask, **self._parameters(params))
 
+    def forward(self, component: Component, x, context: "BlockContext"):
+        """Run ``torch_function`` as the theory ``component`` of a block, with the block's weights."""
+        return self._forward(self.torch_function, component, x, context)
+
+
+@dataclass
+class BlockContext:
+    """What the torch components of one block read besides their input.
+
+    Attributes
+    ----------
+    weights : remprop.validation.layers.BlockWeights
+        The block's drawn weights.
+    heads : int
+        Attention heads H.
+    mask : Tensor of bool, shape (batch, T), optional
+        True for real tokens.
+    causal : bool
+        Causal attention mask.
+    layer_norm_eps : float
+    probs : Tensor, shape (batch, H, T, T), or None
+        Set by the attention component: its probabilities.
+    """
+
+    weights: layers.BlockWeights
+    heads: int = 1
+    mask: torch.Tensor | None = None
+    causal: bool = False
+    layer_norm_eps: float = 1e-12
+    probs: torch.Tensor | None = None
+
+
+def pair_for(component: Component) -> ComponentPair:
+    """The :data:`REGISTRY` entry that simulates a theory component (by ``component.name``)."""
+    for pair in REGISTRY.values():
+        if pair.component == component.name:
+            return pair
+    raise ValueError(f"no torch counterpart in REGISTRY for the theory component {component!r}")
+
+
+def simulate_component(component: Component, x, context: BlockContext):
+    """Run a tree of theory components in torch: ``serial`` in order, every other node
+    through its :data:`REGISTRY` entry (:func:`pair_for`).
+
+    Parameters
+    ----------
+    component : remprop.theory.components.Component
+        E.g. a block of :meth:`remprop.theory.Architecture.block` (docs/theory.md section 5).
+    x : Tensor, shape (batch, T, d)
+    context : BlockContext
+        The block's weights and run settings; ``context.probs`` receives the attention
+        probabilities.
+
+    Returns
+    -------
+    Tensor, shape (batch, T, d)
+    """
+    if component.name == "serial":
+        for layer in component.layers:
+            x = simulate_component(layer, x, context)
+        return x
+    return pair_for(component).forward(component, x, context)
+
 
 def _attention_pair(name, theory_map, torch_function):
     def theory(q, p, beta, sigma_v2, sigma_b2, heads, causal, qk_scaling):
@@ -90,7 +162,13 @@ def _attention_pair(name, theory_map, torch_function):
 
     return ComponentPair(name, theory_map, torch_function,
                          dict(beta=0.5, sigma_v2=0.2, sigma_b2=4e-4, heads=1, causal=False, qk_scaling="model"),
-                         theory, simulate)
+                         theory, simulate, name, _attention_forward)
+
+
+def _attention_forward(torch_function, component, x, context):
+    out, context.probs = torch_function(x, context.weights.attention, heads=context.heads, mask=context.mask,
+                                        causal=context.causal)
+    return out
 
 
 def _skip_theory(q, p, alpha, sigma_w2, sigma_b2):
@@ -103,12 +181,20 @@ def _skip_simulate(x, gen, mask, alpha, sigma_w2, sigma_b2):
     return layers.skip(x, layers.dense(x, weights), alpha)
 
 
+def _skip_forward(torch_function, component, x, context):
+    return torch_function(x, simulate_component(component.branch, x, context), float(component.alpha))
+
+
 def _layer_norm_theory(q, p):
     return layernorm_map(q, p)
 
 
 def _layer_norm_simulate(x, gen, mask):
     return layers.layer_norm(x)
+
+
+def _layer_norm_forward(torch_function, component, x, context):
+    return torch_function(x, context.layer_norm_eps)
 
 
 def _mlp_theory(q, p, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
@@ -124,6 +210,10 @@ def _mlp_simulate(x, gen, mask, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_o
     return layers.mlp(x, weights, activation)
 
 
+def _mlp_forward(torch_function, component, x, context):
+    return torch_function(x, context.weights.mlp, component.activation)
+
+
 def _output_projection_theory(q, p, sigma_o2):
     return dense_map(q, p, sigma_o2, 0.0)
 
@@ -133,20 +223,30 @@ def _output_projection_simulate(x, gen, mask, sigma_o2):
     return layers.output_projection(x, weight)
 
 
+def _output_projection_forward(torch_function, component, x, context):
+    if float(component.sigma_b2) != 0.0:
+        raise ValueError(f"a dense layer with a bias (sigma_b2 = {float(component.sigma_b2)}) is not the "
+                         "output projection, and a block has no other dense layer to simulate")
+    if context.weights.output is None:
+        raise ValueError("the architecture has an output projection (sigma_o2) but the block weights "
+                         "hold none (BlockWeights.output is None)")
+    return torch_function(x, context.weights.output)
+
+
 #: Component name -> :class:`ComponentPair`.
 REGISTRY = {
     "softmax_attention": _attention_pair("softmax_attention", softmax_attention_map, layers.softmax_attention),
     "gain_controlled_attention": _attention_pair("gain_controlled_attention", gain_controlled_attention_map,
                                                  layers.gain_controlled_attention),
     "skip": ComponentPair("skip", skip_map, layers.skip, dict(alpha=1.0, sigma_w2=0.2, sigma_b2=4e-4),
-                          _skip_theory, _skip_simulate),
+                          _skip_theory, _skip_simulate, "residual", _skip_forward),
     "layer_norm": ComponentPair("layer_norm", layernorm_map, layers.layer_norm, {},
-                                _layer_norm_theory, _layer_norm_simulate),
+                                _layer_norm_theory, _layer_norm_simulate, "layer_norm", _layer_norm_forward),
     "mlp": ComponentPair("mlp", mlp_map, layers.mlp,
                          dict(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", d_ff=None, sigma_w2_out=None),
-                         _mlp_theory, _mlp_simulate),
+                         _mlp_theory, _mlp_simulate, "mlp", _mlp_forward),
     # theory_map dense_map: the projection is a dense layer without bias (sigma_b2 = 0)
     "output_projection": ComponentPair("output_projection", dense_map, layers.output_projection,
                                        dict(sigma_o2=1.0), _output_projection_theory,
-                                       _output_projection_simulate),
+                                       _output_projection_simulate, "dense", _output_projection_forward),
 }

@@ -1,11 +1,12 @@
 """A BERT-style transformer stack at initialisation, simulated in torch.
 
 The stack is built from a :class:`remprop.theory.Architecture` (block order, attention
-variant, activation, variances, skip strengths) plus the sizes the theory does not need
-(width, MLP width, heads, sequence length), the query/key scale ``beta`` and the run
-settings (causal mask, precision, device, seed). Its components are those of
-:data:`remprop.validation.registry.REGISTRY`, composed in the block order of
-``THEORY.md`` section 5, exactly as :meth:`Architecture.block` composes the theory maps.
+variant, activation, variances, skip strengths, heads and their query/key convention)
+plus the sizes the theory does not need (width, MLP width, simulated sequence length),
+the query/key scale ``beta`` and the run settings (causal mask, precision, device, seed).
+Each block is the theory's own composition :meth:`Architecture.block
+<remprop.theory.Architecture.block>` (docs/theory.md section 5), run component by
+component through :data:`remprop.validation.registry.REGISTRY`.
 
 Weights are drawn layer by layer while the inputs pass through: a 60-layer stack with
 d = 720, T = 512 holds one layer's weights at a time. Layer ``l`` of seed ``s`` always
@@ -19,13 +20,13 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture
-from remprop.theory.checks import check_choice, check_depth
-from remprop.theory.rem.heads import QK_SCALINGS
+from remprop.theory.checks import check_depth
 
 from . import layers
-from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device, resolve_dtype
+from .backend import (STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device,
+                      resolve_dtype)
 from .measurements import attention_statistics, token_statistics
-from .registry import REGISTRY
+from .registry import BlockContext, simulate_component
 
 __all__ = ["SimulatedStack", "StackTrace", "trace_stack"]
 
@@ -64,7 +65,12 @@ class StackTrace:
 class SimulatedStack:
     r"""A depth-L stack of transformer blocks at initialisation.
 
-    Block orders (``THEORY.md`` section 5):
+    Every block runs, in torch, the tree of components that
+    :meth:`Architecture.block <remprop.theory.Architecture.block>` composes for the theory
+    (docs/theory.md section 5; :attr:`theory_block`): each component goes through its
+    :data:`~remprop.validation.registry.REGISTRY` entry
+    (:func:`~remprop.validation.registry.simulate_component`), so the block orders exist
+    once, in :meth:`Architecture.compose <remprop.theory.Architecture.compose>`:
 
     * post-LN: ``x <- LN(alpha_sa x + SA(x)); x <- LN(alpha_mlp x + MLP(x))``
     * pre-LN:  ``x <- alpha_sa x + SA(LN(x)); x <- alpha_mlp x + MLP(LN(x))``
@@ -80,8 +86,12 @@ class SimulatedStack:
     Parameters
     ----------
     arch : remprop.theory.Architecture, optional
-        Block order, attention, activation, variances and skip strengths (scalars).
-        Default: BERT defaults ``Architecture()``.
+        Block order, attention, activation, variances, skip strengths (scalars), and the
+        heads H (``arch.heads``, dividing ``width``) with their query/key convention
+        ``arch.qk_scaling``: ``s_qk^2 = beta sqrt(log T) / d`` ("model": every head is the
+        single-head REM at beta) or ``/ d_H`` ("head": each head behaves as beta H;
+        :mod:`remprop.theory.rem.heads`). ``arch.seq_len`` (the theory's T) is not used:
+        the simulated T is ``seq_len``. Default: BERT defaults ``Architecture()``.
     beta : float
         Query/key scale, > 0.
     depth : int
@@ -90,15 +100,10 @@ class SimulatedStack:
         Model width d.
     d_ff : int, optional
         MLP hidden width (default d).
-    heads : int
-        Attention heads H, dividing d.
     seq_len : int
-        Sequence length T >= 2 (sets the ``sqrt(log T)`` scale; inputs have T tokens).
+        Simulated sequence length T >= 2 (sets the ``sqrt(log T)`` scale; inputs have T tokens).
     causal : bool
         Causal attention mask (decoder).
-    qk_scaling : {"model", "head"}
-        ``s_qk^2 = beta sqrt(log T) / d`` (default: every head is the single-head REM at
-        beta) or ``/ d_H`` (each head behaves as beta H; :mod:`remprop.theory.rem.heads`).
     dtype : {"float32", "float64"}
     device : str or torch.device, optional
         Default CUDA when available, else CPU.
@@ -113,8 +118,7 @@ class SimulatedStack:
     """
 
     def __init__(self, arch: Architecture | None = None, beta=0.5, depth=12, *, width=720, d_ff=None,
-                 heads=1, seq_len=512, causal=False, qk_scaling="model", dtype="float32", device=None, seed=0,
-                 layer_norm_eps=1e-12):
+                 seq_len=512, causal=False, dtype="float32", device=None, seed=0, layer_norm_eps=1e-12):
         arch = Architecture() if arch is None else arch
         if not isinstance(arch, Architecture):
             raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
@@ -123,30 +127,33 @@ class SimulatedStack:
         self.depth = check_depth(depth)
         self.width = check_positive_int("width", width, 2)
         self.d_ff = self.width if d_ff is None else check_positive_int("d_ff", d_ff)
-        self.heads = check_positive_int("heads", heads)
         if self.width % self.heads:
-            raise ValueError(f"heads must divide width, got heads={self.heads}, width={self.width}")
+            raise ValueError(f"heads must divide width, got heads={self.heads} (arch.heads), width={self.width}")
         self.seq_len = check_positive_int("seq_len", seq_len, 2)
         if not isinstance(causal, (bool, np.bool_)):
             raise ValueError(f"causal must be True or False, got {causal!r}")
         self.causal = bool(causal)
-        self.qk_scaling = check_choice("qk_scaling", qk_scaling, QK_SCALINGS)
         self.dtype = resolve_dtype(dtype)
         self.device = resolve_device(device)
         self.seed = check_seed(seed)
         self.layer_norm_eps = check_scalar("layer_norm_eps", layer_norm_eps, nonnegative=True)
         self.params = {name: check_scalar(name, value) for name, value in arch.numeric().items()}
-        self._attention = REGISTRY["softmax_attention" if arch.attention == "softmax"
-                                   else "gain_controlled_attention"].torch_function
-        self._layer_norm = REGISTRY["layer_norm"].torch_function
-        self._skip = REGISTRY["skip"].torch_function
-        self._mlp = REGISTRY["mlp"].torch_function
-        self._output_projection = REGISTRY["output_projection"].torch_function
+        #: The theory's block, whose components every simulated block runs in torch.
+        self.theory_block = arch.block(self.beta)
+
+    @property
+    def heads(self) -> int:
+        """Attention heads H: ``arch.heads``."""
+        return self.arch.heads
+
+    @property
+    def qk_scaling(self) -> str:
+        """Query/key variance convention: ``arch.qk_scaling``."""
+        return self.arch.qk_scaling
 
     def __repr__(self):
         return (f"SimulatedStack({self.arch!r}, beta={self.beta}, depth={self.depth}, width={self.width}, "
-                f"d_ff={self.d_ff}, heads={self.heads}, seq_len={self.seq_len}, causal={self.causal}, "
-                f"qk_scaling={self.qk_scaling!r}, "
+                f"d_ff={self.d_ff}, seq_len={self.seq_len}, causal={self.causal}, "
                 f"dtype={self.dtype}, device={self.device}, seed={self.seed})")
 
     # -- weights ------------------------------------------------------------------------
@@ -174,32 +181,11 @@ class SimulatedStack:
 
     # -- forward ------------------------------------------------------------------------
     def block(self, x, weights: layers.BlockWeights, mask=None):
-        """One block: returns ``(x_out, attention_probabilities)``."""
-        norm, act = self.arch.norm, self.arch.activation
-        a_sa, a_mlp = self.params["alpha_sa"], self.params["alpha_mlp"]
-        ln = lambda h: self._layer_norm(h, self.layer_norm_eps)  # noqa: E731
-        project = self.arch.output_projection
-        if project and weights.output is None:
-            raise ValueError("the architecture has an output projection (sigma_o2) but the block weights "
-                             "hold none (BlockWeights.output is None)")
-
-        def attend(h):
-            out, probs = self._attention(h, weights.attention, heads=self.heads, mask=mask, causal=self.causal)
-            return (self._output_projection(out, weights.output) if project else out), probs
-
-        if norm == "post":
-            branch, probs = attend(x)
-            x = ln(self._skip(x, branch, a_sa))
-            x = ln(self._skip(x, self._mlp(x, weights.mlp, act), a_mlp))
-        elif norm == "pre":
-            branch, probs = attend(ln(x))
-            x = self._skip(x, branch, a_sa)
-            x = self._skip(x, self._mlp(ln(x), weights.mlp, act), a_mlp)
-        else:
-            branch, probs = attend(x)
-            x = self._skip(x, branch, a_sa)
-            x = self._skip(x, self._mlp(x, weights.mlp, act), a_mlp)
-        return x, probs
+        """One block: :attr:`theory_block` run in torch; returns ``(x_out, attention_probabilities)``."""
+        context = BlockContext(weights, heads=self.heads, mask=mask, causal=self.causal,
+                               layer_norm_eps=self.layer_norm_eps)
+        x = simulate_component(self.theory_block, x, context)
+        return x, context.probs
 
     def prepare_inputs(self, x, mask=None):
         """Check ``x`` (batch, seq_len, width) and ``mask``; move them to this stack's device and dtype."""
