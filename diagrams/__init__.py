@@ -24,14 +24,14 @@ from .diagnosis import Change, Diagnosis, diagnose
 
 #: Public names defined in modules that import matplotlib, loaded lazily.
 _LAZY = {
-    "trainability_figure": ".figures",
-    "attention_phase_figure": ".figures",
-    "layernorm_placement_figure": ".figures",
-    "attention_phase_data": ".curves",
-    "layernorm_placement_data": ".curves",
-    "make_theory_figures": ".gallery",
-    "finite_size_boundary_data": ".finite_size_figures",
-    "finite_size_boundary_figure": ".finite_size_figures",
+    "trainability_figure": ".theory_figures",
+    "attention_phase_figure": ".theory_figures",
+    "layernorm_placement_figure": ".theory_figures",
+    "attention_phase_data": ".figure_data",
+    "layernorm_placement_data": ".figure_data",
+    "make_theory_figures": ".paper_figures",
+    "PAPER_FIGURES": ".paper_figures",
+    "measured_diagram_figure": ".measured_diagram_figure",
     "edge_of_chaos_data": ".edge_of_chaos_figures",
     "edge_of_chaos_figure": ".edge_of_chaos_figures",
     "model_figure": ".model_figure",

@@ -1,4 +1,4 @@
-r"""Ordered and chaotic phases of tanh stacks (THEORY.md Fig. 9).
+r"""Ordered and chaotic phases of tanh stacks (docs/theory.md section 9, Fig. 9).
 
 * :func:`edge_of_chaos_data` -- the order-to-chaos boundaries in (sigma_w2, sigma_b2)
   (deep tanh network, Poole et al. 2016: ``chi_1 = 1``; residual MLP blocks with
@@ -105,7 +105,7 @@ def edge_of_chaos_data(sigma_b2=0.05, *, depth=200, rho0=0.2, alpha=1.0, activat
     }
 
 
-def edge_of_chaos_figure(data=None, **settings):
+def edge_of_chaos_figure(data=None, simulated=None, **settings):
     r"""Edge of chaos of tanh stacks: phase boundaries and the cosine over depth.
 
     (a) The order-to-chaos boundaries in the (sigma_w2, sigma_b2) plane: the deep tanh
@@ -119,6 +119,11 @@ def edge_of_chaos_figure(data=None, **settings):
     ----------
     data : dict, optional
         From :func:`edge_of_chaos_data`; computed with ``settings`` otherwise.
+    simulated : dict, optional
+        From :func:`remprop.validation.edge_of_chaos_simulation.simulate_edge_of_chaos` at
+        the settings of ``data``: drawn over (b) and (c) as open markers with std bars.
+    **settings
+        Keyword arguments of :func:`edge_of_chaos_data`, used when ``data`` is None.
 
     Returns
     -------
@@ -158,15 +163,22 @@ def edge_of_chaos_figure(data=None, **settings):
                label="settings of (c)")
     phase.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.88))
     layers = np.arange(data["depth"] + 1)
-    for ax, rho, widths, name, chi in (
-            (block_ax, data["block_rho"], data["block_sigma_w2"],
-             rf"(b) residual blocks $x \leftarrow LN(\alpha x + MLP(x))$, $\alpha = {data['alpha']:g}$",
-             r"\chi_{MLP}"),
-            (deep_ax, data["deep_rho"], data["deep_sigma_w2"], "(c) deep network, no skips", r"\chi_1")):
+    every = max(1, int(data["depth"]) // 20)
+    for ax, stack, rho, widths, name in (
+            (block_ax, "block", data["block_rho"], data["block_sigma_w2"],
+             rf"(b) residual blocks $x \leftarrow LN(\alpha x + MLP(x))$, $\alpha = {data['alpha']:g}$"),
+            (deep_ax, "deep", data["deep_rho"], data["deep_sigma_w2"], "(c) deep network, no skips")):
         for k, (w, f) in enumerate(zip(widths, data["factors"])):
             side = "ordered" if f < 1 else "chaotic"
             ax.plot(layers, rho[k], color=_side_colour(f, 0), linestyle="-" if f < 1 else "--",
                     linewidth=1.8, label=rf"$\sigma_w^2 = {w:.3g}$ ({side}, {f:g}$\times$ edge)")
+            if simulated is not None:
+                ax.errorbar(layers[::every], simulated[f"{stack}_mean"][k][::every],
+                            yerr=simulated[f"{stack}_std"][k][::every], fmt="o", ms=3.5, color=_side_colour(f, 0),
+                            markerfacecolor="white", elinewidth=0.8, capsize=1.5)
+        if simulated is not None:
+            ax.plot([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none",
+                    label=f"simulation, $d = {simulated['width']}$, $T = {simulated['seq_len']}$ (mean $\\pm$ std)")
         ax.set_xlim(0, data["depth"])
         ax.set_ylim(0.0, 1.02)
         ax.set_xlabel("layer")

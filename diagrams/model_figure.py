@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .figures import trainability_figure
+from .theory_figures import trainability_figure
 from .style import new_figure
 from .trainability import trainability_diagram
 

@@ -17,8 +17,11 @@ import numpy as np
 
 __all__ = ["TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases"]
 
+#: Phase code of a trainable cell.
 TRAINABLE = 0
+#: Phase code of a rank-collapsed cell (final mean cosine above the threshold).
 RANK_COLLAPSE = 1
+#: Phase code of an entropy-collapsed cell (beta above the critical beta).
 ENTROPY_COLLAPSE = 2
 #: Phase code -> label.
 PHASE_LABELS = {TRAINABLE: "trainable", RANK_COLLAPSE: "rank-collapse",
@@ -51,7 +54,7 @@ def classify_phases(beta, beta_critical, rho_final, threshold):
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (two failure modes); THEORY.md section 6.
+    Giorlandino & Goldt, arXiv 2505.24333 (two failure modes); docs/theory.md section 6.
     """
     beta, beta_critical, rho_final = np.broadcast_arrays(beta, beta_critical, rho_final)
     phase = np.full(beta.shape, TRAINABLE, dtype=np.int8)

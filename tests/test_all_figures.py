@@ -1,6 +1,7 @@
-"""The one-command figure set (remprop.figure_set, ``remprop figures``): every supported
-reference figure is written as a PNG with the data behind it, theory and simulation
-together; figures not supported yet are listed; the command forwards its options."""
+"""The one figure pipeline (remprop.validation.paper_figures, ``remprop figures``): every
+reference figure of the registry is written as a PNG with the data behind it, theory and
+simulation together; without torch the theory parts are drawn and the rest is listed; the
+command forwards its options."""
 from __future__ import annotations
 
 import json
@@ -14,9 +15,10 @@ import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-import remprop.figure_set as figure_set  # noqa: E402
+import remprop.validation.paper_figures as paper_figures  # noqa: E402
 from remprop.cli import main  # noqa: E402
-from remprop.figure_set import FigureSizes, make_figures, not_yet_supported, supported_figures  # noqa: E402
+from remprop.diagrams.paper_figures import PAPER_FIGURES, make_theory_figures  # noqa: E402
+from remprop.validation.paper_figures import FigureSizes, make_figures, supported_figures  # noqa: E402
 
 # Tiny simulations: every code path of every figure, in seconds.
 TINY = FigureSizes(width=32, seq_len=32, seeds=1, sequences=2, depth_1d=8, depth_1e=4, attention_width=32,
@@ -83,12 +85,12 @@ def test_theory_and_simulation_are_together_in_the_data(tiny_set):
         == measured["agreement"]
 
 
-def test_index_lists_the_files_and_what_is_not_supported_yet(tiny_set):
+def test_index_lists_the_files_of_every_figure(tiny_set):
     index = json.loads(tiny_set.index.read_text())
     assert index["sizes"] == "custom"
-    # every reference figure of THEORY.md section 9 is drawn now
-    assert index["not_yet_supported"] == {} and not {"3c", "12"} & set(index["skipped"])
-    assert {"1c", "1d", "1e", "2", "3c", "4", "5", "9", "12"} <= set(index["figures"])
+    # every reference figure of docs/theory.md section 9 is drawn, nothing is skipped with torch
+    assert index["skipped"] == {} and "not_yet_supported" not in index
+    assert set(index["figures"]) == {"1c", "1d", "1e", "2", "3c", "4", "5", "9", "12"}
     for figure_id, entry in index["figures"].items():
         assert [Path(p) for p in entry["files"]] == tiny_set.files[figure_id]
         assert entry["elapsed_s"] >= 0
@@ -103,13 +105,27 @@ def test_a_second_run_reuses_the_sweep_cells(tmp_path):
 
 
 def test_without_torch_only_the_theory_parts_are_drawn(tmp_path, monkeypatch):
-    monkeypatch.setattr(figure_set, "_torch_available", lambda: False)
-    result = make_figures(tmp_path, sizes=TINY, only="1c,2,4,5")
+    monkeypatch.setattr(paper_figures, "_torch_available", lambda: False)
+    result = make_figures(tmp_path, sizes=TINY, only="1c,2,4,5,9")
     assert [p.name for p in result.files["1c"] if p.suffix == ".png"] == ["fig1c_theory_bert_L60.png"]
     assert result.files["5"] == [] and "validation extra" in result.skipped["5"]
     assert "validation extra" in result.skipped["1c"] and "validation extra" in result.skipped["4"]
-    for figure_id in ("1c", "2", "4"):
+    for figure_id in ("1c", "2", "4", "9"):
         assert_picture(result.files[figure_id][0])
+    # the theory parts are the files make_theory_figures writes, and only those
+    theory = make_theory_figures(tmp_path / "theory", sizes=TINY, only="1c,2,4,5,9")
+    assert [p.name for p in theory] == [p.name for k in ("1c", "2", "4", "9") for p in result.files[k]]
+    index = json.loads(result.index.read_text())
+    assert set(index["skipped"]) == {"1c", "2", "4", "5", "9"} and index["figures"]["5"]["files"] == []
+
+
+def test_registry_names_a_simulated_part_that_exists():
+    """Every dotted name in the registry resolves (the simulated parts are looked up by name)."""
+    for figure_id, figure in PAPER_FIGURES.items():
+        assert figure.theory is not None or figure.simulation is not None, figure_id
+        if figure.simulation is not None:
+            module, _, name = figure.simulation.rpartition(".")
+            assert module == "remprop.validation.paper_figures" and callable(getattr(paper_figures, name)), figure_id
 
 
 @pytest.mark.parametrize("only, message", [("7", "unknown figure"), (",", "at least one")])
@@ -132,11 +148,12 @@ def test_figures_command_forwards_its_options(capsys, tmp_path, monkeypatch):
     def fake_make_figures(out_dir, **kwargs):
         calls.append((Path(out_dir), kwargs))
         files = {"1c": [Path(out_dir) / "a.png", Path(out_dir) / "a.json"]}
-        return figure_set.FigureSet(Path(out_dir), files, {"3c": "not yet supported: gradients"},
-                                    {"1c": {"agreement": 0.75, "cells": 4, "cells_agreeing": 3, "theory": "finite-T"}},
-                                    {"1c": 1.0}, Path(out_dir) / "figures.json")
+        return paper_figures.FigureSet(Path(out_dir), files, {"3c": "simulation: needs the validation extra"},
+                                       {"1c": {"agreement": 0.75, "cells": 4, "cells_agreeing": 3,
+                                               "theory": "finite-T"}},
+                                       {"1c": 1.0}, Path(out_dir) / "figures.json")
 
-    monkeypatch.setattr(figure_set, "make_figures", fake_make_figures)
+    monkeypatch.setattr(paper_figures, "make_figures", fake_make_figures)
     code, out, err = run_cli(capsys, "figures", "--out", tmp_path / "figs", "--quick", "--no-progress",
                              "--only", "1c", "--workers", "2", "--device", "cpu")
     assert code == 0, err
@@ -145,7 +162,7 @@ def test_figures_command_forwards_its_options(capsys, tmp_path, monkeypatch):
                                               threads=None))]
     lines = out.splitlines()
     assert f"  {tmp_path / 'figs' / 'a.png'}" in lines and f"  {tmp_path / 'figs' / 'a.json'}" in lines
-    assert "3/4 cells agree (75.0%)" in out and "figure 3c: not yet supported" in out
+    assert "3/4 cells agree (75.0%)" in out and "figure 3c: simulation: needs the validation extra" in out
     code, out, _ = run_cli(capsys, "figures", "--out", tmp_path, "--progress", "--json", "--threads", "3")
     assert calls[-1] == (tmp_path, dict(quick=False, progress=True, only=None, device=None, workers=0, threads=3))
     summary = json.loads(out)
@@ -153,15 +170,12 @@ def test_figures_command_forwards_its_options(capsys, tmp_path, monkeypatch):
     assert summary["notes"]["1c"]["agreement"] == 0.75 and "3c" in summary["skipped"]
 
 
-def test_figures_help_lists_supported_and_later_figures(capsys):
+def test_figures_help_lists_every_figure(capsys):
     code, out, _ = run_cli(capsys, "figures", "--help")
-    assert code == 0
-    supported_part, _, later_part = out.partition("not yet supported:")
-    for figure_id in supported_figures():
-        assert f"  {figure_id:>3}  " in supported_part
-    for figure_id in not_yet_supported():
-        assert f"  {figure_id:>3}  " in later_part
-    assert not_yet_supported() == {} and {"3c", "12"} <= set(supported_figures())
+    assert code == 0 and "not yet supported" not in out
+    for figure_id, description in supported_figures().items():
+        assert f"  {figure_id:>3}  {description[:30]}" in out
+    assert set(supported_figures()) == set(PAPER_FIGURES) and {"3c", "12"} <= set(supported_figures())
 
 
 @pytest.mark.parametrize("argv, option", [(["--only", "7"], "--only"), (["--workers", "-1"], "--workers")])

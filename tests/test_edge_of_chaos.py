@@ -138,3 +138,22 @@ def test_relu_blocks_are_never_chaotic():
 def test_bad_inputs_are_named(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_edge_of_chaos_figure_draws_the_simulation_over_the_theory():
+    """One function draws Fig. 9: theory lines alone, or with simulated points (mean, std) over (b), (c)."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from remprop.diagrams import edge_of_chaos_data, edge_of_chaos_figure
+
+    data = edge_of_chaos_data(depth=20)
+    plain = edge_of_chaos_figure(data)
+    factors = len(data["factors"])
+    simulated = {f"{stack}_{kind}": np.full((factors, 21), 0.5)
+                 for stack in ("block", "deep") for kind in ("mean", "std")}
+    simulated.update(width=32, seq_len=8)
+    drawn = edge_of_chaos_figure(data, simulated)
+    for panel in (1, 2):
+        assert not plain.axes[panel].containers
+        assert len(drawn.axes[panel].containers) == factors  # one error-bar series per setting
+        assert "simulation, $d = 32$" in drawn.axes[panel].get_legend().get_texts()[-1].get_text()

@@ -1,4 +1,4 @@
-"""Theory figures (remprop.diagrams.figures, .curves, .gallery): they run on small grids,
+"""Theory figures (remprop.diagrams.theory_figures, .figure_data, .paper_figures): they run on small grids,
 write non-trivial PNGs with labelled axes, show the right numbers, and leave no pyplot
 state behind."""
 from __future__ import annotations
@@ -177,19 +177,23 @@ def test_make_theory_figures_quick(tmp_path):
     written = make_theory_figures(tmp_path / "figs", quick=True)
     names = {p.name for p in written}
     assert names == {
-        "trainability_bert_L60.png", "trainability_bert_L60.npz", "trainability_bert_L60.json",
-        "attention_phase.png", "attention_phase.npz", "layernorm_placement.png", "layernorm_placement.json",
+        "fig1c_theory_bert_L60.png", "fig1c_theory_bert_L60.npz", "fig1c_theory_bert_L60.json",
+        "fig2_theory_attention_phase.png", "fig2_theory_attention_phase.npz",
+        "fig4_theory_layernorm_placement.png", "fig4_theory_layernorm_placement.json",
+        "fig9_theory_edge_of_chaos.png", "fig9_theory_edge_of_chaos.json",
     }
     for path in written:
         assert path.exists() and path.stat().st_size > 0
         if path.suffix == ".png":
             assert_nontrivial_png(path)
-    summary = json.loads((tmp_path / "figs" / "trainability_bert_L60.json").read_text())
+    summary = json.loads((tmp_path / "figs" / "fig1c_theory_bert_L60.json").read_text())
     assert summary["depth"] == 60 and len(summary["betas"]) == 60 and len(summary["alphas"]) == 60
-    with np.load(tmp_path / "figs" / "attention_phase.npz") as data:
+    with np.load(tmp_path / "figs" / "fig2_theory_attention_phase.npz") as data:
         assert data["output_cosine"].shape == (80, 80)
-    ln = json.loads((tmp_path / "figs" / "layernorm_placement.json").read_text())
+    ln = json.loads((tmp_path / "figs" / "fig4_theory_layernorm_placement.json").read_text())
     assert len(ln["rho"]["post-LN"]) == 101
+    with pytest.raises(ValueError, match="^only: unknown figure '7'"):
+        make_theory_figures(tmp_path / "figs", quick=True, only="7")
 
 
 @pytest.mark.parametrize("call, name", [

@@ -1,6 +1,6 @@
 """remprop.validation: real transformer stacks at initialisation, simulated in PyTorch.
 
-Builds transformer stacks exactly as the theory assumes (``THEORY.md`` section 2), pushes
+Builds transformer stacks exactly as the theory assumes (``docs/theory.md`` section 2), pushes
 synthetic Gaussian tokens or embedded real text through them, measures what the theory
 predicts (q, p, rho, mean pairwise cosine, attention participation ratio and entropy)
 layer by layer, and draws both side by side.
@@ -9,7 +9,8 @@ layer by layer, and draws both side by side.
 * :class:`HuggingFaceBert` -- the same network as a ``transformers.BertModel``;
 * :data:`REGISTRY` -- each theory map paired with its simulated torch component;
 * :func:`compare`, :func:`attention_sweep` -- theory against simulation;
-* :mod:`remprop.validation.figures` -- the paper's simulated figures (1d, 1e, 2, 5);
+* :mod:`remprop.validation.simulated_figures` -- the paper's simulated figures (1d, 1e, 2, 3c, 5, 12);
+* :func:`make_figures` -- every reference figure, theory and simulation, into one folder;
 * :func:`gradient_sweep`, :func:`figure_3c` -- query/key gradients against autograd (Fig. 3c);
 * :func:`causal_comparison`, :func:`figure_12` -- causal stacks, last tokens and error by position;
 * :func:`multihead_participation` -- H heads under both query/key variance conventions;
@@ -17,7 +18,7 @@ layer by layer, and draws both side by side.
   (Hugging Face models, ``nn.TransformerEncoder``) at initialisation, from forward hooks.
 
 torch is imported on first use of these names, not by ``import remprop.validation``
-(so ``remprop.validation.cli`` builds its parser without torch). Runs on CUDA when
+(so ``remprop validate`` builds its parser without torch). Runs on CUDA when
 available, else on the CPU.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
@@ -35,12 +36,13 @@ _EXPORTS = {
     "TokenBatch": "inputs", "gaussian_tokens": "inputs", "text_tokens": "inputs", "input_batches": "inputs",
     "WordTokenizer": "text", "TextCorpus": "text", "pydoc_corpus": "text",
     "token_statistics": "measurements", "attention_statistics": "measurements",
-    "FigureResult": "figures", "FIGURES": "figures",
-    "figure_1d": "figures", "figure_1e": "figures", "figure_2": "figures", "figure_5": "figures",
+    "FigureResult": "simulated_figures", "FIGURES": "simulated_figures", "make_figures": "paper_figures",
+    "figure_1d": "simulated_figures", "figure_1e": "simulated_figures", "figure_2": "simulated_figures",
+    "figure_5": "simulated_figures",
     "window_statistics": "measurements", "last_tokens_statistics": "measurements",
     "jacobian_norms": "gradients", "readout_gradient_norms": "gradients", "GradientSweep": "gradients",
-    "gradient_sweep": "gradients", "figure_3c": "figures_gradients",
-    "CausalComparison": "causal", "causal_comparison": "causal", "figure_12": "figures_causal",
+    "gradient_sweep": "gradients", "figure_3c": "simulated_figures",
+    "CausalComparison": "causal", "causal_comparison": "causal", "figure_12": "simulated_figures",
     "multihead_participation": "multihead",
     "probe": "probing", "ProbeTrace": "probing",
     "build_model": "hf_models", "model_inputs": "hf_models", "simulate_model": "hf_models",

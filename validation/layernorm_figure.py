@@ -1,7 +1,7 @@
 r"""Fig. 4 simulated: the mean token cosine over depth for the four LayerNorm placements.
 
 Post-LN, pre-LN and their gain-controlled versions, at the reference settings
-(``THEORY.md`` section 9: ``sigma_w2 = 0.2``, MLP biases ``sigma_b2 = 0.02**2``, *no
+(docs/theory.md section 9: ``sigma_w2 = 0.2``, MLP biases ``sigma_b2 = 0.02**2``, *no
 value bias*, ``sigma_v2 = 1``, alphas 1, ``beta = 0.1``, ``rho0 = 0.2``, ``q0 = 1``).
 :class:`~remprop.theory.Architecture` and :class:`~remprop.validation.SimulatedStack` have
 one ``sigma_b2`` for all biases; the stacks here draw the value bias with its own
@@ -24,29 +24,25 @@ import time
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
-from remprop.diagrams.curves import LAYERNORM_VARIANTS, layernorm_placement_data
-from remprop.diagrams.style import VARIANT_STYLE
+from remprop.diagrams.comparison_figures import plot_layernorm_comparison
+from remprop.diagrams.figure_data import LAYERNORM_VARIANTS, layernorm_placement_data
+from remprop.diagrams.paper_figures import FigureResult
+from remprop.diagrams.style import VARIANT_MARKERS
 from remprop.theory import Architecture
-from remprop.theory import components as C
 
 from .backend import check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
-from .figures import FigureResult
 from .inputs import input_batches
 from .layers import BlockWeights
-from .measured_diagram import finite_t_available
 from .simulator import SimulatedStack, StackTrace
 
 __all__ = ["ValueBiasStack", "figure_4", "VARIANT_MARKERS"]
 
-#: Marker of each variant's simulated points (shapes tell them apart in greyscale).
-VARIANT_MARKERS = {"post-LN": "o", "pre-LN": "s", "post-LN, gain-controlled": "^", "pre-LN, gain-controlled": "D"}
 _STREAM_VALUE_BIAS = 3  # a stream of its own when the plain stack draws no bias to rescale
 
 
 class ValueBiasStack(SimulatedStack):
-    """A :class:`SimulatedStack` whose value bias has its own variance ``sigma_bv2``.
+    """A :class:`~remprop.validation.SimulatedStack` whose value bias has its own variance ``sigma_bv2``.
 
     The MLP biases keep ``arch.sigma_b2``. The value bias of layer l is the plain
     stack's draw times ``sqrt(sigma_bv2 / sigma_b2)`` (the same random stream); when
@@ -55,7 +51,7 @@ class ValueBiasStack(SimulatedStack):
     Parameters
     ----------
     *args, **kwargs
-        As :class:`SimulatedStack`.
+        As :class:`~remprop.validation.SimulatedStack`.
     sigma_bv2 : float
         Value bias variance, >= 0.
     """
@@ -80,19 +76,19 @@ class ValueBiasStack(SimulatedStack):
 
 
 def _finite_t_rho(settings, seq_len):
-    """Theory rho over depth with the exact finite-T participation ratio (T = seq_len)."""
+    """Theory rho over depth with the exact finite-T participation ratio (T = seq_len).
+
+    Each variant's block is :meth:`Architecture.compose <remprop.theory.Architecture.compose>`
+    (docs/theory.md section 5) around a finite-T attention map whose value bias has its own
+    variance ``sigma_bv2`` (the MLP biases keep ``sigma_b2``).
+    """
     s = settings
     out = {}
     for name, (norm, attention) in LAYERNORM_VARIANTS.items():
-        make = C.softmax_attention if attention == "softmax" else C.gain_controlled_attention
-        attn = make(s["beta"], s["sigma_v2"], s["sigma_bv2"], seq_len=seq_len)
-        ff = C.mlp(s["sigma_w2"], s["sigma_b2"], s["activation"])
-        if norm == "post":
-            block = C.serial(C.residual(s["alpha_sa"], attn), C.layer_norm(), C.residual(s["alpha_mlp"], ff),
-                             C.layer_norm())
-        else:
-            block = C.serial(C.residual(s["alpha_sa"], C.serial(C.layer_norm(), attn)),
-                             C.residual(s["alpha_mlp"], C.serial(C.layer_norm(), ff)))
+        arch = Architecture(norm=norm, attention=attention, activation=s["activation"], sigma_w2=s["sigma_w2"],
+                            sigma_b2=s["sigma_b2"], sigma_v2=s["sigma_v2"], alpha_sa=s["alpha_sa"],
+                            alpha_mlp=s["alpha_mlp"], seq_len=seq_len)
+        block = arch.block(s["beta"], sigma_bv2=s["sigma_bv2"])
         q, p = np.empty(s["depth"] + 1), np.empty(s["depth"] + 1)
         q[0], p[0] = s["q0"], s["q0"] * s["rho0"]
         for layer in range(s["depth"]):
@@ -139,7 +135,7 @@ def figure_4(*, depth=100, width=720, seq_len=512, seeds=2, sequences=2, beta=0.
     width = check_positive_int("width", width, 2)
     seq_len = check_positive_int("seq_len", seq_len, 2)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
-    finite = _finite_t_rho(settings, seq_len) if finite_t_available() else None
+    finite = _finite_t_rho(settings, seq_len)
     measured, spread = {}, {}
     start = time.perf_counter()
     for name, (norm, attention) in LAYERNORM_VARIANTS.items():
@@ -160,31 +156,11 @@ def figure_4(*, depth=100, width=720, seq_len=512, seeds=2, sequences=2, beta=0.
     elapsed = time.perf_counter() - start
 
     layers = theory["layers"]
-    every = every or max(1, depth // 25)
-    shown = layers[::every]
-    ax = Figure(figsize=(6.8, 4.8), layout="constrained").add_subplot()
-    for name in LAYERNORM_VARIANTS:
-        style = VARIANT_STYLE[name]
-        ax.plot(layers, theory["rho"][name], color=style["color"], linestyle=style["linestyle"], linewidth=1.8,
-                label=f"{name}: theory, " + r"$T\to\infty$")
-        if finite is not None:
-            ax.plot(layers, finite[name], color=style["color"], linestyle=":", linewidth=1.0)
-        ax.errorbar(shown, measured[name][::every], yerr=spread[name][::every], fmt=VARIANT_MARKERS[name], ms=4,
-                    color=style["color"], markerfacecolor="white", elinewidth=0.8, capsize=1.5,
-                    label=f"{name}: simulation")
-    if finite is not None:
-        ax.plot([], [], color="0.3", linestyle=":", linewidth=1.0, label=f"theory at finite $T = {seq_len}$")
-    ax.set_xlim(-0.02 * depth, 1.02 * depth)  # whole markers at both ends
-    ax.set_ylim(0.0, 1.02)
-    ax.set_xlabel(r"layer $\ell$")
-    ax.set_ylabel(r"mean token cosine $\rho_\ell$")
-    ax.set_title(f"LayerNorm placement and gain control: $d = {width}$, $T = {seq_len}$, "
-                 f"{seeds * sequences} sequences\n"
-                 rf"$\beta = {beta:g}$, $\sigma_w^2 = {sigma_w2:g}$, $\sigma_v^2 = {sigma_v2:g}$, "
-                 rf"$\sigma_b^2 = {sigma_b2:g}$ (MLP), $\sigma_{{b,V}}^2 = {sigma_bv2:g}$, "
-                 rf"$\rho_0 = {rho0:g}$", fontsize=9)
-    ax.legend(fontsize=7, ncol=2, loc="lower right", framealpha=0.9)
-    ax.grid(alpha=0.3)
+    title = (f"LayerNorm placement and gain control: $d = {width}$, $T = {seq_len}$, {seeds * sequences} sequences\n"
+             rf"$\beta = {beta:g}$, $\sigma_w^2 = {sigma_w2:g}$, $\sigma_v^2 = {sigma_v2:g}$, "
+             rf"$\sigma_b^2 = {sigma_b2:g}$ (MLP), $\sigma_{{b,V}}^2 = {sigma_bv2:g}$, $\rho_0 = {rho0:g}$")
+    ax = plot_layernorm_comparison(layers, theory["rho"], measured, spread, finite=finite,
+                                   finite_label=f"theory at finite $T = {seq_len}$", every=every, title=title)
     errors = {name: float(np.max(np.abs(measured[name] - theory["rho"][name])[1:])) for name in LAYERNORM_VARIANTS}
     data = {"figure": "figure_4", "settings": {**settings, "width": width, "seq_len": seq_len, "seeds": seeds,
                                                "sequences": sequences, "dtype": str(dtype).replace("torch.", ""),

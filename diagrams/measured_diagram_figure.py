@@ -14,16 +14,14 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c).
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.patheffects import Normal, Stroke
 
-from remprop.diagrams import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, trainability_diagram
-from remprop.diagrams.style import NORM_TITLES, PHASE_STYLE
-
-from .measured_diagram import theory_architecture
+from .phases import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE
+from .style import NORM_TITLES, PHASE_STYLE, draw_phases
+from .trainability import trainability_diagram
 
 __all__ = ["measured_diagram_figure", "MARKERS"]
 
@@ -46,6 +44,9 @@ def _edges(values):
 def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
     r"""Draw a :class:`~remprop.validation.measured_diagram.MeasuredDiagram`.
 
+    Drawing needs no torch: the diagram carries its simulated numbers and its prediction
+    (``diagram.predicted``, whose architecture gives the fine background diagram).
+
     Parameters
     ----------
     diagram : MeasuredDiagram
@@ -55,10 +56,11 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
     Returns
     -------
     matplotlib.figure.Figure
+        Two panels: phases (left), measured final cosine (right).
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c).
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c); docs/theory.md section 6.
     """
     spec = diagram.spec
     betas, alphas = np.asarray(spec.betas), np.asarray(spec.alphas)
@@ -66,15 +68,13 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
     b_lo, a_lo = max(b_lo, 1e-3), max(a_lo, 0.0)
     fine_b = np.linspace(b_lo, b_hi, fine_points)
     fine_a = np.linspace(a_lo, a_hi, fine_points)
-    fine = trainability_diagram(theory_architecture(spec.arch, diagram.theory, spec.seq_len), fine_b, fine_a,
-                                spec.depth, spec.threshold, q0=diagram.input_q, rho0=diagram.input_rho)
+    # the architecture of the prediction (finite-T or T -> infinity, as the diagram chose)
+    fine = trainability_diagram(diagram.predicted.arch, fine_b, fine_a, spec.depth, spec.threshold,
+                                q0=diagram.input_q, rho0=diagram.input_rho)
 
     fig = Figure(figsize=(11.5, 5.2), layout="constrained")
     left, right = fig.subplots(1, 2)
-    codes = sorted(PHASE_LABELS)
-    cmap = ListedColormap([PHASE_STYLE[c]["color"] for c in codes])
-    norm = BoundaryNorm(np.arange(len(codes) + 1) - 0.5, cmap.N)
-    left.pcolormesh(fine_b, fine_a, fine.phase, cmap=cmap, norm=norm, shading="nearest", rasterized=True)
+    codes = draw_phases(left, fine_b, fine_a, fine.phase)
     agrees = diagram.agrees
     size = float(np.clip(2600.0 / max(len(betas), len(alphas)) ** 1.35, 18.0, 150.0))
     for code in codes:

@@ -15,14 +15,12 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from scipy import ndimage
 
-from .curves import attention_phase_data, layernorm_placement_data
-from .phases import PHASE_LABELS
-from .style import LINE, NORM_TITLES, PHASE_STYLE, VARIANT_STYLE, new_figure
+from .figure_data import attention_phase_data, layernorm_placement_data
+from .style import LINE, NORM_TITLES, PHASE_STYLE, VARIANT_STYLE, draw_phases, new_figure
 
 __all__ = ["trainability_figure", "attention_phase_figure", "layernorm_placement_figure"]
 
@@ -59,10 +57,7 @@ def trainability_figure(diagram, ax=None):
     if ax is None:
         ax = new_figure(6.4, 4.8).add_subplot()
     betas, alphas, phase = diagram.betas, diagram.alphas, diagram.phase
-    codes = sorted(PHASE_LABELS)
-    cmap = ListedColormap([PHASE_STYLE[c]["color"] for c in codes])
-    norm = BoundaryNorm(np.arange(len(codes) + 1) - 0.5, cmap.N)
-    ax.pcolormesh(betas, alphas, phase, cmap=cmap, norm=norm, shading="nearest", rasterized=True)
+    codes = draw_phases(ax, betas, alphas, phase)
     two_d = len(betas) > 1 and len(alphas) > 1
     for code in codes:
         style = PHASE_STYLE[code]

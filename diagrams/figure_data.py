@@ -1,12 +1,13 @@
 """The numbers behind the theory figures (no plotting): one attention layer over
-(beta, input cosine), and the cosine over depth for the four LayerNorm placements."""
+(beta, input cosine) (Figs. 2 and 5), and the cosine over depth for the four LayerNorm
+placements (Fig. 4). The figures that draw them are in :mod:`remprop.diagrams.theory_figures`;
+docs/theory.md section 9 lists the settings."""
 from __future__ import annotations
 
 import numpy as np
 
-from remprop.theory import components as C
-from remprop.theory import participation_ratio, softmax_attention_map
-from remprop.theory.checks import as_float_array, check_choice, check_depth, check_real_scalar
+from remprop.theory import Architecture, participation_ratio, softmax_attention_map
+from remprop.theory.checks import as_float_array, check_choice, check_depth, check_grid_axis, check_real_scalar
 
 __all__ = ["attention_phase_data", "layernorm_placement_data", "LAYERNORM_VARIANTS"]
 
@@ -58,12 +59,12 @@ def attention_phase_data(betas=None, input_cosines=None, *, sigma_v2=1.0, sigma_
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333, Fig. 2 and Result 1; THEORY.md section 3.
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 2 and Result 1; docs/theory.md section 3.
     """
-    betas = _axis("betas", np.linspace(0.05, 4.0, 300) if betas is None else betas, positive=True)
-    input_cosines = _axis("input_cosines", np.linspace(0.0, 0.99, 300) if input_cosines is None
+    betas = check_grid_axis("betas", np.linspace(0.05, 4.0, 300) if betas is None else betas, positive=True)
+    input_cosines = check_grid_axis("input_cosines", np.linspace(0.0, 0.99, 300) if input_cosines is None
                           else input_cosines, low=0.0, high=1.0)
-    y2_cosines = _axis("y2_cosines", y2_cosines, low=0.0, high=1.0)
+    y2_cosines = check_grid_axis("y2_cosines", y2_cosines, low=0.0, high=1.0)
     sigma_v2 = float(as_float_array("sigma_v2", check_real_scalar("sigma_v2", sigma_v2), nonnegative=True))
     sigma_b2 = float(as_float_array("sigma_b2", check_real_scalar("sigma_b2", sigma_b2), nonnegative=True))
     q = check_real_scalar("q", q)
@@ -95,7 +96,7 @@ def layernorm_placement_data(depth=100, *, beta=0.1, sigma_w2=0.2, sigma_b2=0.02
     * gain-controlled: SA replaced by its centred version
       (:math:`q_A = \sigma_v^2 (q - p) Y_2 + \sigma_{bv}^2`, :math:`p_A = \sigma_{bv}^2`).
 
-    The defaults are those of the reference figure (THEORY.md section 9, Fig. 4):
+    The defaults are those of the reference figure (docs/theory.md section 9, Fig. 4):
     ``sigma_w2 = 0.2``, ``sigma_b2 = 0.02**2``, ``sigma_v2 = 1``, alphas 1, ``beta = 0.1``,
     ``rho0 = 0.2``, ``q0 = 1``, with *no bias on the values*. :class:`~remprop.theory.Architecture`
     has a single ``sigma_b2`` for every bias, so these stacks are composed from the public
@@ -127,7 +128,7 @@ def layernorm_placement_data(depth=100, *, beta=0.1, sigma_w2=0.2, sigma_b2=0.02
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333, Fig. 4; THEORY.md sections 5 and 9.
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 4; docs/theory.md sections 5 and 9.
     """
     depth = check_depth(depth)
     settings = {"beta": beta, "sigma_w2": sigma_w2, "sigma_b2": sigma_b2, "sigma_bv2": sigma_bv2,
@@ -152,19 +153,10 @@ def layernorm_placement_data(depth=100, *, beta=0.1, sigma_w2=0.2, sigma_b2=0.02
 
 
 def _block(norm, attention, s):
-    """One block composed from the component maps, value bias separate from MLP biases."""
-    make_attention = C.softmax_attention if attention == "softmax" else C.gain_controlled_attention
-    attn = make_attention(s["beta"], s["sigma_v2"], s["sigma_bv2"])
-    ff = C.mlp(s["sigma_w2"], s["sigma_b2"], s["activation"])
-    if norm == "post":
-        return C.serial(C.residual(s["alpha_sa"], attn), C.layer_norm(),
-                        C.residual(s["alpha_mlp"], ff), C.layer_norm())
-    return C.serial(C.residual(s["alpha_sa"], C.serial(C.layer_norm(), attn)),
-                    C.residual(s["alpha_mlp"], C.serial(C.layer_norm(), ff)))
-
-
-def _axis(name, values, **checks):
-    arr = as_float_array(name, values, **checks)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-d sequence, got shape {arr.shape}")
-    return arr
+    """One block: :meth:`Architecture.compose <remprop.theory.Architecture.compose>` (the block
+    order, docs/theory.md section 5) around an attention map whose value bias has its own
+    variance ``sigma_bv2`` (the MLP biases keep ``sigma_b2``)."""
+    arch = Architecture(norm=norm, attention=attention, activation=s["activation"], sigma_w2=s["sigma_w2"],
+                        sigma_b2=s["sigma_b2"], sigma_v2=s["sigma_v2"], alpha_sa=s["alpha_sa"],
+                        alpha_mlp=s["alpha_mlp"])
+    return arch.block(s["beta"], sigma_bv2=s["sigma_bv2"])
