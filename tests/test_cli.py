@@ -18,7 +18,7 @@ import pytest
 
 import remprop
 from remprop.cli import COMMANDS, add_architecture_arguments, architecture_from_args, build_parser, main
-from remprop.theory import ACTIVATIONS, ATTENTIONS, NORMS, Architecture, propagate
+from remprop.theory import ACTIVATIONS, ATTENTIONS, NORMS, QK_SCALINGS, Architecture, propagate
 
 # Small problems keep the suite fast; the CLI adds no numerics of its own.
 DEPTH = 8
@@ -58,8 +58,9 @@ def test_help_lists_every_command_and_the_json_convention(capsys):
     assert '"inf"' in out  # the documented JSON spelling of infinity
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "validate"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_each_command_has_help(capsys, command):
+    """Every command, validate included, shows its help without the validation extra."""
     code, out, _ = run_cli(capsys, command, "--help")
     assert code == 0
     assert out.startswith(f"usage: remprop {command}")
@@ -82,7 +83,8 @@ def test_architecture_choices_come_from_the_theory_package():
     parser = build_parser()
     sub = parser._subparsers._group_actions[0].choices["propagate"]
     choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
-    assert choices == {"norm": tuple(NORMS), "attention": tuple(ATTENTIONS), "activation": tuple(ACTIVATIONS)}
+    assert choices == {"norm": tuple(NORMS), "attention": tuple(ATTENTIONS), "activation": tuple(ACTIVATIONS),
+                       "qk_scaling": tuple(QK_SCALINGS)}
 
 
 def test_architecture_helpers_round_trip_every_field():
@@ -92,11 +94,12 @@ def test_architecture_helpers_round_trip_every_field():
     add_architecture_arguments(parser)
     args = parser.parse_args(["--norm", "pre", "--attention", "gain-controlled", "--activation", "linear",
                               "--sigma-w2", "0.3", "--sigma-b2", "0.01", "--sigma-v2", "0.4",
-                              "--alpha", "0.7", "--alpha-mlp", "0.9"])
+                              "--alpha", "0.7", "--alpha-mlp", "0.9", "--heads", "4", "--qk-scaling", "head",
+                              "--theory-seq-len", "64"])
     arch = architecture_from_args(args)
     assert arch.to_dict() == Architecture(norm="pre", attention="gain-controlled", activation="linear",
                                           sigma_w2=0.3, sigma_b2=0.01, sigma_v2=0.4, alpha_sa=0.7,
-                                          alpha_mlp=0.9).to_dict()
+                                          alpha_mlp=0.9, heads=4, qk_scaling="head", seq_len=64).to_dict()
     # no options: the class defaults (BERT)
     assert architecture_from_args(parser.parse_args([])).to_dict() == Architecture().to_dict()
     # the output projection and the second MLP layer's variance
@@ -228,7 +231,7 @@ def test_diagram_writes_png_npz_json_and_prints_beta_c(capsys, tmp_path):
         arrays = dict(data)
     assert any(a.shape == (3, 4) for a in arrays.values())  # (len(alphas), len(betas))
     json.loads(meta.read_text())
-    # post-LN with orthogonal inputs: beta_c = sqrt(2) (THEORY.md sec. 3), printed to 6 digits
+    # post-LN with orthogonal inputs: beta_c = sqrt(2) (docs/theory.md section 3), printed to 6 digits
     assert f"beta_c = {math.sqrt(2):.6g}" in out
     assert "alpha*" in out and str(png) in out
 
@@ -256,38 +259,60 @@ def test_diagram_refuses_an_unwritable_output_directory(capsys, tmp_path):
 # -- figures: forwarding of the options is tested in tests/test_all_figures.py ----------
 
 
-# -- validate ----------------------------------------------------------------------------
-@pytest.mark.parametrize("imported_before", [False, True])
-def test_validate_without_the_extra_is_one_line_and_status_2(capsys, monkeypatch, imported_before):
-    if imported_before:  # the package attribute must not bypass the failed import
-        pytest.importorskip("remprop.validation.cli")
-    monkeypatch.setitem(sys.modules, "remprop.validation.cli", None)  # import now raises ImportError
-    code, out, err = run_cli(capsys, "validate")
-    assert_one_line_error(code, err, "remprop validate", "validation extra")
-    # the other commands do not depend on it
-    code, out, err = run_cli(capsys, "propagate", "--depth", "2", "--json")
-    assert code == 0, err
+# -- validate ---------------------------------------------------------------------------
+def test_validate_and_sweep_without_torch_are_one_line_and_status_2(tmp_path):
+    """Without torch the parsers still build; running validate or sweep is one line, status 2."""
+    code = ("import sys\n"
+            "sys.modules['torch'] = None  # import torch now raises ModuleNotFoundError, as without the extra\n"
+            "from remprop.cli import main\n"
+            "codes = [main(['validate', '--depth', '2', '--out', sys.argv[1] + '/v']),\n"
+            "         main(['sweep', '--depth', '2', '--out', sys.argv[1] + '/s']),\n"
+            "         main(['propagate', '--depth', '2', '--json'])]\n"
+            "heavy = 'torch' in sys.modules and sys.modules['torch'] is not None\n"
+            "print(codes, heavy, file=sys.stderr)\n")
+    result = run_process(sys.executable, "-c", code, tmp_path, jit=False)
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == "[2, 2, 0] False", result.stderr
+    assert len(lines) == 3 and "Traceback" not in result.stderr
+    for prog, line in zip(("remprop validate", "remprop sweep"), lines):
+        assert line.startswith(f"{prog}: error: the validation extra is needed") and "torch" in line, line
 
 
-def test_validate_missing_torch_at_run_time_is_one_line_and_status_2(capsys, monkeypatch):
-    """validation.cli imports torch only when it runs: that ImportError is reported the same way."""
-    import types
+def test_validate_missing_torch_at_run_time_is_one_line_and_status_2(capsys, monkeypatch, tmp_path):
+    """An ImportError of torch while the simulation runs is reported the same way; an ImportError
+    inside remprop is a bug, reported as unexpected (status 1), never as a missing extra."""
+    pytest.importorskip("torch")
+    import remprop.validation as validation
 
-    def run(args):
-        raise ModuleNotFoundError("No module named 'torch'")
+    def compare(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
 
-    fake = types.SimpleNamespace(add_arguments=lambda parser: None, run=run)
-    monkeypatch.setitem(sys.modules, "remprop.validation.cli", fake)
-    code, out, err = run_cli(capsys, "validate")
+    monkeypatch.setattr(validation, "compare", compare)
+    code, out, err = run_cli(capsys, "validate", "--depth", "2", "--out", tmp_path, "--no-progress")
     assert_one_line_error(code, err, "remprop validate", "validation extra", "torch")
 
+    def broken(*args, **kwargs):
+        raise ImportError("cannot import name 'x' from 'remprop.validation.y'", name="remprop.validation.y")
 
-def test_validate_help_when_the_extra_is_installed(capsys):
-    pytest.importorskip("torch")
-    pytest.importorskip("remprop.validation.cli")
-    code, out, err = run_cli(capsys, "validate", "--help")
-    assert code == 0, err
-    assert out.startswith("usage: remprop validate")
+    monkeypatch.setattr(validation, "compare", broken)
+    code, out, err = run_cli(capsys, "validate", "--depth", "2", "--out", tmp_path, "--no-progress")
+    assert_one_line_error(code, err, "unexpected ImportError", "remprop.validation.y", status=1)
+    assert "validation extra" not in err
+
+
+@pytest.mark.parametrize("command", ["min-alpha", "sweep", "validate"])
+def test_the_old_seq_len_option_names_its_two_successors(capsys, command):
+    code, out, err = run_cli(capsys, command, "--seq-len", "64")
+    assert_one_line_error(code, err, "--seq-len", "--theory-seq-len", "--sim-seq-len")
+
+
+def test_validate_and_sweep_name_the_two_sequence_lengths_apart(capsys):
+    """validate has both T's (simulated, theory), sweep only the simulated one: one flag, one meaning."""
+    code, out, _ = run_cli(capsys, "validate", "--help")
+    assert code == 0 and "--sim-seq-len" in out and "--theory-seq-len" in out
+    assert "--seq-len " not in out.replace("-sim-seq-len", "").replace("-theory-seq-len", "")
+    code, out, _ = run_cli(capsys, "sweep", "--help")
+    assert code == 0 and "--sim-seq-len" in out and "--theory-seq-len" not in out
 
 
 # -- bad input: one line, status 2, names the parameter --------------------------------------
@@ -310,8 +335,20 @@ BAD_INPUTS = [
     (["min-alpha", "--sigma-v2", "nan"], "--sigma-v2"),
     (["min-alpha", "--alpha-mlp", "-1"], "--alpha-mlp"),
     (["min-alpha", "--activation", "swish-like"], "--activation"),
-    (["min-alpha", "--seq-len", "1"], "--seq-len"),
-    (["min-alpha", "--seq-len", "12.5"], "--seq-len"),
+    (["min-alpha", "--theory-seq-len", "1"], "--theory-seq-len"),
+    (["min-alpha", "--theory-seq-len", "12.5"], "--theory-seq-len"),
+    (["min-alpha", "--seq-len", "128"], "--seq-len"),  # the theory's T is --theory-seq-len
+    (["propagate", "--sim-seq-len", "128"], "--sim-seq-len"),  # nothing is simulated here
+    (["min-alpha", "--heads", "0"], "--heads"),
+    (["min-alpha", "--heads", "2.5"], "--heads"),
+    (["min-alpha", "--qk-scaling", "layer"], "--qk-scaling"),
+    (["sweep", "--theory-seq-len", "64"], "--theory-seq-len"),  # sweep's theory T is set by --theory
+    (["sweep", "--sim-seq-len", "1"], "--sim-seq-len"),
+    (["sweep", "--heads", "0"], "--heads"),
+    (["validate", "--sim-seq-len", "1"], "--sim-seq-len"),
+    (["validate", "--theory-seq-len", "1"], "--theory-seq-len"),
+    (["validate", "--seeds", "0"], "--seeds"),
+    (["validate", "--threads", "0"], "--threads"),
     (["min-alpha", "--norm", "middle"], "--norm"),
     (["min-alpha", "--attention", "linear"], "--attention"),
     (["min-alpha", "--alpha", "1"], "--alpha"),  # solved for, not an option here
@@ -414,16 +451,61 @@ def test_light_imports():
     assert result.returncode == 0, result.stderr
 
 
-def test_min_alpha_seq_len_uses_finite_size_theory(capsys):
+def test_min_alpha_theory_seq_len_uses_finite_t_theory(capsys):
     # Finite T makes alpha* depend on beta below beta_c (the asymptotic theory does not):
-    # the CLI must hand --seq-len to the Architecture.
+    # the CLI must hand --theory-seq-len to the Architecture.
     import json as _json
 
     from remprop.diagrams import min_residual_strength
     from remprop.theory import Architecture
 
-    assert main(["min-alpha", "--depth", "12", "--beta", "0.3,1.0", "--seq-len", "128", "--json"]) == 0
+    assert main(["min-alpha", "--depth", "12", "--beta", "0.3,1.0", "--theory-seq-len", "128", "--json"]) == 0
     reported = _json.loads(capsys.readouterr().out)["alpha_star"]
     expected = min_residual_strength(Architecture(seq_len=128), 12, [0.3, 1.0])
     assert reported == pytest.approx(list(expected), rel=0, abs=0)
     assert reported[0] != reported[1]
+
+
+# -- heads ---------------------------------------------------------------------------------
+# With qk_scaling="head" each of H heads runs at H beta (docs/theory.md section 3), so a
+# command at beta with H heads must print exactly what it prints at H beta with one head.
+# H = 4 is a power of two: 4 * beta is exact in floating point, so equality is exact.
+HEADS_ARCHITECTURES = [[], ["--norm", "pre"], ["--attention", "gain-controlled", "--norm", "none"]]
+
+
+def json_out(capsys, *argv):
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("extra", HEADS_ARCHITECTURES, ids=["post-LN", "pre-LN", "gain-controlled no-LN"])
+def test_min_alpha_with_head_scaled_heads_is_one_head_at_h_beta(capsys, extra):
+    many = json_out(capsys, "min-alpha", "--depth", DEPTH, "--heads", "4", "--qk-scaling", "head",
+                    "--beta", "0.05,0.3,0.5", *extra)
+    one = json_out(capsys, "min-alpha", "--depth", DEPTH, "--beta", "0.2,1.2,2", *extra)
+    assert many["alpha_star"] == one["alpha_star"]
+    assert many["architecture"]["heads"] == 4 and many["architecture"]["qk_scaling"] == "head"
+
+
+@pytest.mark.parametrize("extra", HEADS_ARCHITECTURES, ids=["post-LN", "pre-LN", "gain-controlled no-LN"])
+def test_propagate_with_heads_reaches_the_theory(capsys, extra):
+    many = json_out(capsys, "propagate", "--depth", DEPTH, "--heads", "4", "--qk-scaling", "head", "--beta", "0.3",
+                    *extra)
+    one = json_out(capsys, "propagate", "--depth", DEPTH, "--beta", "1.2", *extra)
+    assert many["rho"] == one["rho"] and many["q"] == one["q"]
+    # model scaling: each head at beta, as one head
+    model = json_out(capsys, "propagate", "--depth", DEPTH, "--heads", "4", "--qk-scaling", "model", "--beta", "1.2",
+                     *extra)
+    assert model["rho"] == one["rho"]
+
+
+def test_diagram_with_heads_is_one_head_on_a_scaled_beta_axis(capsys, tmp_path):
+    """The phases too: beta = 0.5 with four head-scaled heads is beta = 2 > sqrt 2, entropy-collapsed."""
+    grid = ["--alphas", "0:2:3", "--depth", DEPTH, "--no-progress", "--out", tmp_path]
+    many = json_out(capsys, "diagram", "--betas", "0.05,0.125,0.25,0.5", "--heads", "4", "--qk-scaling", "head",
+                    "--name", "many", *grid)
+    one = json_out(capsys, "diagram", "--betas", "0.2,0.5,1,2", "--name", "one", *grid)
+    assert many["alpha_star"] == one["alpha_star"]
+    with np.load(tmp_path / "many.npz") as a, np.load(tmp_path / "one.npz") as b:
+        np.testing.assert_array_equal(a["phase"], b["phase"])

@@ -1,5 +1,4 @@
 """`remprop validate` end to end, and the paper-figure functions at tiny sizes."""
-import argparse
 import json
 import subprocess
 import sys
@@ -9,27 +8,25 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
 
-from remprop.validation import cli as validation_cli  # noqa: E402
-from remprop.validation.figures import FIGURES, FigureResult, figure_1d, figure_1e, figure_2, figure_5  # noqa: E402
+from remprop.cli import main  # noqa: E402
+from remprop.validation import FIGURES, FigureResult, figure_1d, figure_1e, figure_2, figure_5  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
-TINY = ["--depth", "3", "--width", "32", "--seq-len", "16", "--seeds", "2", "--sequences", "2", "--device", "cpu"]
+TINY = ["--depth", "3", "--width", "32", "--sim-seq-len", "16", "--seeds", "2", "--sequences", "2", "--device", "cpu"]
 
 
-def test_cli_module_imports_no_torch():
-    code = ("import sys, argparse; import remprop.validation.cli as c; "
-            "c.add_arguments(argparse.ArgumentParser()); print('torch' in sys.modules)")
+def test_validate_parser_imports_no_torch():
+    code = ("import sys; from remprop.cli import build_parser; "
+            "build_parser().parse_args(['validate', '--heads', '2', '--sim-seq-len', '8']); "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
-def test_run_with_a_namespace_writes_png_and_json(tmp_path, capsys):
-    parser = argparse.ArgumentParser()
-    validation_cli.add_arguments(parser)
-    args = parser.parse_args(TINY + ["--out", str(tmp_path), "--alpha", "1.3", "--inputs", "synthetic",
-                                     "--rho0", "0.2", "--no-progress"])
-    assert validation_cli.run(args) == 0
+def test_validate_writes_png_and_json(tmp_path, capsys):
+    assert main(["validate", *TINY, "--out", str(tmp_path), "--alpha", "1.3", "--inputs", "synthetic",
+                 "--rho0", "0.2", "--no-progress"]) == 0
     png, js = tmp_path / "validate.png", tmp_path / "validate.json"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(js.read_text())
@@ -42,8 +39,6 @@ def test_run_with_a_namespace_writes_png_and_json(tmp_path, capsys):
 
 
 def test_remprop_validate_json_through_the_main_command_line(tmp_path, capsys):
-    from remprop.cli import main
-
     status = main(["validate", *TINY, "--out", str(tmp_path / "run"), "--name", "tiny", "--json",
                    "--norm", "pre", "--attention", "gain-controlled"])
     captured = capsys.readouterr()
@@ -55,14 +50,25 @@ def test_remprop_validate_json_through_the_main_command_line(tmp_path, capsys):
     assert np.isfinite(summary["max_abs_error"])
 
 
+def test_validate_simulates_the_heads_of_the_architecture(tmp_path, capsys):
+    """--heads and --qk-scaling reach the simulation through the Architecture (the stack takes its heads
+    from it: --heads 5 with width 32 is refused by the stack, see the bad inputs below)."""
+    status = main(["validate", *TINY, "--out", str(tmp_path), "--json", "--heads", "4", "--qk-scaling", "head",
+                   "--inputs", "synthetic", "--no-progress"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    settings = json.loads(captured.out)["settings"]
+    assert settings["arch"]["heads"] == 4 and settings["arch"]["qk_scaling"] == "head"
+
+
 @pytest.mark.parametrize("argv, name", [
-    (["--seeds", "0"], "seeds"), (["--beta", "-1"], "beta"), (["--heads", "5"], "heads"),
+    (["--seeds", "0"], "seeds"), (["--beta", "-1"], "beta"), (["--heads", "5"], "--heads"),
     (["--inputs", "synthetic", "--rho0", "3"], "rho0"), (["--device", "tpu"], "device"),
     (["--threads", "0"], "threads"), (["--name", "a/b"], "name"),
+    (["--sim-seq-len", "1"], "--sim-seq-len"), (["--theory-seq-len", "1"], "--theory-seq-len"),
+    (["--seq-len", "16"], "--seq-len"),
 ])
 def test_bad_input_is_one_line_with_status_2(argv, name, tmp_path, capsys):
-    from remprop.cli import main
-
     status = main(["validate", *TINY, "--out", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert status == 2
@@ -70,8 +76,6 @@ def test_bad_input_is_one_line_with_status_2(argv, name, tmp_path, capsys):
 
 
 def test_unwritable_output_directory_is_reported(tmp_path, capsys):
-    from remprop.cli import main
-
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     status = main(["validate", *TINY, "--out", str(blocker)])

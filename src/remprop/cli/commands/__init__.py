@@ -1,0 +1,32 @@
+"""The ``remprop`` sub-commands, one module per group.
+
+* :mod:`.theory` -- ``diagram``, ``min-alpha``, ``propagate`` (the theory alone);
+* :mod:`.figures` -- ``figures`` (the paper's reference figures);
+* :mod:`.simulation` -- ``sweep``, ``validate`` (against simulated networks; validation extra);
+* :mod:`.check` -- ``check`` (a real model at its default initialisation).
+
+Each ``add_*_parser(commands)`` adds one sub-parser whose ``handler`` default is the
+function that runs it: ``handler(args)`` returns the exit status.
+"""
+from __future__ import annotations
+
+from .check import add_check_parser
+from .figures import add_figures_parser
+from .simulation import add_sweep_parser, add_validate_parser
+from .theory import add_diagram_parser, add_min_alpha_parser, add_propagate_parser
+
+__all__ = ["PARSERS", "COMMANDS"]
+
+#: Sub-command -> the function that adds its parser, in the order of ``remprop --help``.
+PARSERS = {
+    "diagram": add_diagram_parser,
+    "min-alpha": add_min_alpha_parser,
+    "propagate": add_propagate_parser,
+    "figures": add_figures_parser,
+    "sweep": add_sweep_parser,
+    "validate": add_validate_parser,
+    "check": add_check_parser,
+}
+
+#: Sub-commands, in the order of ``remprop --help``.
+COMMANDS = tuple(PARSERS)

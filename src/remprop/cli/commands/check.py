@@ -1,0 +1,122 @@
+"""``remprop check``: a real model (Hugging Face config) at its default initialisation.
+
+Here one sequence length ``--seq-len`` sets everything at once: the query/key scale beta
+of the model (``s_qk^2 = beta sqrt(log T) / d``), the theory's finite-T maps and, with
+``--simulate``, the tokens of each simulated sequence -- a model is checked at the T it
+runs at, so the theory's T and the simulated T cannot differ.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..converters import cosine, count, layer_count, open_unit_real, positive_real, seed_list
+from ..errors import CommandLineError, validation_extra
+from ..options import add_command, add_output_options
+from ..output import dumps, format_number, format_table, writable_directory
+
+__all__ = ["add_check_parser", "run_check"]
+
+
+def add_check_parser(commands):
+    from remprop.diagrams import DEFAULT_THRESHOLD
+    from remprop.theory import shipped_configs
+
+    check = add_command(commands, "check", run_check,
+                        help="diagnose a real model (Hugging Face config) at its default initialisation")
+    check.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                       help="a shipped model name or a config path (same as --hf-config)")
+    check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
+                       help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
+    check.add_argument("--seq-len", type=count(2), default=None, metavar="T",
+                       help="the model's sequence length T: it sets the model's beta, the theory's finite-T "
+                            "maps and the tokens of each --simulate sequence (default: the model's maximum)")
+    check.add_argument("--depth", type=layer_count, default=None, metavar="L",
+                       help="override the number of layers (default: the config's)")
+    check.add_argument("--pixel-std", type=positive_real, default=1.0, metavar="S",
+                       help="ViT: std of the i.i.d. input pixels (default: %(default)s)")
+    check.add_argument("--rho0", type=cosine, default=None,
+                       help="override the input cosine of two tokens that the embeddings give (default: "
+                            "from the config, e.g. 1/3 for BERT's shared token-type embedding)")
+    check.add_argument("--threshold", type=open_unit_real, default=DEFAULT_THRESHOLD, metavar="RHO",
+                       help="rank-collapse threshold on the final cosine, in (0, 1) (default: %(default)s)")
+    check.add_argument("--max-depth", type=layer_count, default=10_000, metavar="L",
+                       help="deepest stack searched for the onset of rank collapse (default: %(default)s)")
+    check.add_argument("--simulate", action="store_true",
+                       help="instantiate the model at random init and overlay measurements (torch, transformers)")
+    check.add_argument("--seeds", type=seed_list, default=seed_list("4"), metavar="SEEDS",
+                       help="initialisation seeds of --simulate: a count N (seeds 0..N-1) or a list 0,3,7 "
+                            "(default: 4)")
+    check.add_argument("--sequences", type=count(1), default=2, metavar="N",
+                       help="random input sequences per initialisation (default: %(default)s)")
+    check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
+    add_output_options(check)
+    check.add_argument("--name", default=None, help="file name stem (default: check-<model>)")
+    check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run_check(args) -> int:
+    """Diagnose a real transformer (Hugging Face config) at its library's default initialisation.
+
+    Reported: its query/key scale beta against beta_c, its skip strength against alpha*(L), the
+    phase, the predicted cosine per layer, the depth at which rank collapse sets in, the query
+    gradient scale, and changes (skip scaling, query/key std, LayerNorm placement, gain-
+    controlled attention) with their predicted effect. Writes OUT/NAME.png (the model on its
+    trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
+    (no weights are downloaded; needs the validation extra) and overlays the measured cosines;
+    each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes.
+    """
+    import re
+
+    from remprop.diagrams import diagnose
+    from remprop.theory import model_spec
+
+    if (args.config is None) == (args.model is None):
+        raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
+    spec = model_spec(args.config or args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
+    if args.depth is not None:
+        spec = spec.with_depth(args.depth)
+    if args.rho0 is not None:
+        spec = spec.with_settings(rho0=args.rho0)
+    directory = writable_directory(args.out)
+    stem = directory / (args.name or "check-" + re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("_"))
+    diagnosis = diagnose(spec, args.threshold, max_depth=args.max_depth)
+    measured = None
+    if args.simulate:
+        progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if sys.stderr.isatty() else None
+        with validation_extra(option="--simulate"):
+            from remprop.validation import simulate_model
+
+            measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
+                                         theory=diagnosis.compared_rho, progress=progress,
+                                         store=Path(f"{stem}.simulation"))
+        measured = measurement.summary()
+    result = diagnosis.to_dict()
+    if measured is not None:
+        result["simulation"] = measured
+    files = []
+    if args.figure:
+        from remprop.diagrams import model_figure
+
+        png = Path(f"{stem}.png")
+        figure = model_figure(diagnosis, measured)
+        figure.savefig(png, dpi=120)
+        files.append(str(png))
+    json_path = Path(f"{stem}.json")
+    json_path.write_text(dumps(result) + "\n")
+    files.append(str(json_path))
+    result["files"] = files
+    if args.json:
+        print(dumps(result))
+        return 0
+    print(diagnosis.report())
+    if measured is not None:
+        print(f"\nsimulated at random init ({len(measured['seeds'])} seeds x {measured['sequences']} "
+              f"sequences, {measured['compared']}): |theory - measured| max {measured['max_error']:.4f}, "
+              f"mean {measured['mean_error']:.4f}")
+        rows = [(str(layer), format_number(t, 4), format_number(m, 4), format_number(e, 3))
+                for layer, (t, m, e) in enumerate(zip(measured["theory"], measured["rho_mean"], measured["rho_std"]))]
+        print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
+    print("wrote " + ", ".join(files))
+    return 0

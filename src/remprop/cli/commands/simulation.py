@@ -1,0 +1,166 @@
+"""``remprop sweep`` and ``remprop validate``: the theory against simulated networks.
+
+Both need the ``validation`` extra (torch). Their parsers are built without it;
+:mod:`remprop.validation` is imported inside the run functions, and a missing extra is
+reported as one line with status 2 (:func:`~remprop.cli.errors.validation_extra`).
+
+``--sim-seq-len`` is the number of tokens of each simulated sequence. The theory of
+``validate`` runs at ``--theory-seq-len`` (default ``T -> infinity``); the theory of
+``sweep`` is chosen by ``--theory`` (finite-T at the simulated T, or asymptotic).
+The simulated stacks take their heads and query/key scaling from the Architecture
+(``--heads``, ``--qk-scaling``), as the theory does.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from ..converters import count
+from ..errors import CommandLineError, validation_extra
+from ..options import (add_architecture_arguments, add_command, add_grid_options, add_output_options,
+                       add_progress_option, add_run_options, add_simulation_options, architecture_from_args)
+from ..output import describe, dumps, run_inputs, show_progress, writable_directory
+
+__all__ = ["add_sweep_parser", "add_validate_parser", "run_sweep", "run_validate"]
+
+
+# -- remprop sweep -----------------------------------------------------------------------
+def add_sweep_parser(commands):
+    sweep = add_command(commands, "sweep", run_sweep,
+                        help="measured trainability diagram: simulate a (beta, alpha_SA) grid "
+                             "(needs the validation extra)")
+    grid = sweep.add_argument_group("grid and simulation")
+    add_grid_options(grid, betas="0.2:2.4:8", alphas="0.8:1.6:9")
+    add_simulation_options(grid, seeds=2, width=128, sim_seq_len=128, inputs="synthetic", threads=1)
+    grid.add_argument("--theory", choices=("auto", "finite-T", "asymptotic"), default="auto",
+                      help="prediction to compare with: finite-T attention at the simulated T, or T -> infinity "
+                           "(default: auto = finite-T where the theory has it)")
+    add_run_options(sweep, json_help="print a JSON summary (files, agreement, cells) instead of text")
+    add_output_options(sweep, out="remprop-sweep",
+                       out_help="sweep folder, created if needed; an existing one resumes")
+    where = sweep.add_argument_group("where cells run")
+    where.add_argument("--workers", type=count(0), default=None, metavar="N",
+                       help="dask LocalCluster worker processes, one thread each; 0 = in this process "
+                            "(default: one per core, or 0 without dask)")
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="address of a running dask scheduler (tcp://host:8786) instead of a LocalCluster")
+    add_progress_option(sweep)
+    # the theory's T is --theory's choice (at the simulated T or infinite), not an option of its own
+    add_architecture_arguments(sweep, alpha_sa=False, theory_seq_len=False)
+
+
+def run_sweep(args) -> int:
+    """Measured trainability diagram: simulate a (beta, alpha_SA) grid and set it beside the theory.
+
+    A depth-L stack is simulated on every cell of the grid and each cell's measured phase is
+    classified exactly as the theory classifies (rank collapse: measured final mean token cosine
+    above the threshold; entropy collapse: beta above the critical beta sqrt(2/(q(q-p))) of the
+    measured input of the first attention layer -- pre-LN and no LN: the smallest over layers),
+    and draw measured against predicted with the agreement. Each cell is written to OUT/cells/
+    as it finishes (atomic files), so an interrupted sweep resumes where it stopped;
+    OUT/sweep.json pins the settings. Cells run on a dask LocalCluster (one single-threaded
+    worker per core by default), on an existing cluster (--scheduler), or in this process
+    (--workers 0, or without dask). Writes OUT/measured_diagram.png, .npz and .json. Needs the
+    validation extra; dask comes with the distributed extra.
+    """
+    import numpy as np
+
+    arch = architecture_from_args(args)
+    directory = writable_directory(args.out)
+    with validation_extra():
+        from remprop.validation import SimulatedStack  # noqa: F401 - loads torch: fails here, not in the workers
+        from remprop.validation.measured_diagram import MeasuredDiagram
+        from remprop.validation.sweep import SweepSpec, load_records, run_sweep as sweep_cells
+
+    spec = SweepSpec(arch=arch, betas=np.asarray(args.betas, dtype=float), alphas=np.asarray(args.alphas, dtype=float),
+                     depth=args.depth, seeds=args.seeds, sequences=args.sequences, width=args.width,
+                     seq_len=args.sim_seq_len, threshold=args.threshold, q0=args.q0, rho0=args.rho0,
+                     inputs=args.inputs, dtype=args.dtype, threads=args.threads)
+    report = sweep_cells(spec, directory, workers=args.workers, scheduler=args.scheduler,
+                         device=None if args.device == "auto" else args.device, progress=show_progress(args))
+    diagram = MeasuredDiagram.from_records(spec, load_records(spec, directory), theory=args.theory)
+    files = [str(path) for path in diagram.save(directory / "measured_diagram")]
+    if args.json:
+        print(dumps({"files": files, "agreement": diagram.agreement, "cells": int(diagram.phase.size),
+                     "cells_agreeing": int(diagram.agrees.sum()), "theory": diagram.theory,
+                     "confusion_predicted_vs_measured": diagram.confusion(),
+                     "backend": report.backend, "workers": report.workers, "cells_computed": report.cells_computed,
+                     "cells_reused": report.cells_reused, "elapsed_s": report.elapsed_s,
+                     "cells_per_minute": report.cells_per_minute, "devices": list(diagram.devices),
+                     "measured_phase": diagram.phase, "predicted_phase": diagram.predicted.phase,
+                     "beta": spec.betas, "alpha": spec.alphas, **run_inputs(args, arch)}))
+        return 0
+    print(f"measured trainability diagram: {describe(arch, args.depth, args.threshold)}")
+    print(f"grid: {len(spec.betas)} betas x {len(spec.alphas)} alphas, d={spec.width}, T={spec.seq_len}, "
+          f"{len(spec.seeds)} seed(s) x {spec.sequences} sequence(s) per cell")
+    rate = f", {report.cells_per_minute:.1f} cells/min" if report.cells_computed else ""
+    print(f"cells: {report.cells_computed} computed, {report.cells_reused} already on disk; backend {report.backend}; "
+          f"{report.elapsed_s:.1f} s{rate}; device(s) {', '.join(diagram.devices)}")
+    print(diagram.summary())
+    print("wrote " + ", ".join(files))
+    return 0
+
+
+# -- remprop validate --------------------------------------------------------------------
+def add_validate_parser(commands):
+    validate = add_command(commands, "validate", run_validate,
+                           help="compare the theory with simulated networks (needs the validation extra)")
+    add_run_options(validate, beta=True, threshold=False, json_help="print a JSON summary instead of the table")
+    sim = validate.add_argument_group("simulation")
+    add_simulation_options(sim, seeds=2, width=720, sim_seq_len=512, inputs="text", threads=None)
+    sim.add_argument("--d-ff", type=count(1), default=None, metavar="D", help="MLP hidden width (default: the width)")
+    sim.add_argument("--causal", action="store_true", help="causal attention mask (decoder)")
+    sim.add_argument("--batch-size", type=count(1), default=None, metavar="N", help="sequences per forward pass")
+    sim.add_argument("--observable", choices=("cosine", "rho"), default="cosine",
+                     help="measured mean pairwise cosine or Gram ratio p/q (default: %(default)s)")
+    add_output_options(validate, name="validate")
+    add_progress_option(validate)
+    add_architecture_arguments(validate, alpha_sa=True)
+
+
+def run_validate(args) -> int:
+    """Simulate a depth-L stack (torch) and set the measured cosine of each layer beside the theory's.
+
+    Writes OUT/NAME.png (theory line, measured dots with std error bars) and OUT/NAME.json
+    (settings, per-layer table, errors, per-sequence measurements) and prints the per-layer
+    table and the maximum and mean absolute error. Needs the validation extra: pip install
+    'remprop[validation]'.
+    """
+    if not args.name or os.sep in args.name or args.name in (".", ".."):
+        raise CommandLineError(f"argument --name: must be a plain file stem, got {args.name!r}")
+    arch = architecture_from_args(args)
+    directory = writable_directory(args.out)
+    with validation_extra():
+        from tqdm import tqdm
+
+        from remprop.diagrams.comparison_figures import plot_layer_comparisons
+        from remprop.validation import FigureResult, compare
+        from remprop.validation.backend import torch_threads
+
+        threads = contextlib.nullcontext() if args.threads is None else torch_threads(args.threads)
+        show = show_progress(args)
+        total = len(args.seeds) * args.sequences
+        with threads, tqdm(total=total, disable=not show, desc="validate", unit="seq", file=sys.stderr) as bar:
+            comparison = compare(arch, args.beta, args.depth, args.sim_seq_len, args.width, args.seeds,
+                                 args.sequences, inputs=args.inputs, q0=args.q0, rho0=args.rho0, d_ff=args.d_ff,
+                                 causal=args.causal, dtype=args.dtype, device=args.device,
+                                 batch_size=args.batch_size, observable=args.observable, progress=bar.update)
+    settings = comparison.settings
+    ax = plot_layer_comparisons([comparison], title=(
+        f"{arch.norm}-LN, {arch.attention}, beta={settings['beta']:g}, d={settings['width']}, "
+        f"T={settings['seq_len']}, {comparison.samples} sequences"))
+    paths = FigureResult(args.name, ax.figure, comparison.to_dict()).save(directory)
+    if args.json:
+        print(dumps({"files": paths, "max_abs_error": comparison.max_abs_error,
+                     "mean_abs_error": comparison.mean_abs_error, "observable": comparison.observable,
+                     "elapsed_s": comparison.elapsed, "settings": settings, "table": comparison.table()}))
+        return 0
+    print(f"validate: {describe(arch, args.depth)}, beta {settings['beta']:g}")
+    print(f"{'layer':>5} {'theory':>8} {'measured':>9} {'std':>8} {'error':>8}")
+    for row in comparison.table():
+        print(f"{row['layer']:5d} {row['theory_rho']:8.4f} {row['measured_mean']:9.4f} "
+              f"{row['measured_std']:8.4f} {row['error']:8.4f}")
+    print(comparison.summary())
+    print(f"wrote {paths['png']} and {paths['json']}")
+    return 0

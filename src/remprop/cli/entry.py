@@ -1,0 +1,112 @@
+"""``remprop`` entry point: parse, run the command, turn every failure into one line.
+
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the parameter and,
+for a library ``ValueError``, the option that sets it), 1 on an unexpected error (one
+line; ``REMPROP_DEBUG=1`` shows the traceback), 130 when interrupted.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .commands import COMMANDS
+from .errors import CommandLineError, one_line
+from .options import ARCHITECTURE_OPTIONS, point_at_option
+from .parser import DEBUG_VARIABLE, build_parser
+
+__all__ = ["main"]
+
+#: Option that sets each library parameter, to point error messages at the right flag.
+OPTION_OF = {**ARCHITECTURE_OPTIONS,
+             "beta": "--beta", "depth": "--depth", "threshold": "--threshold", "q0": "--q0", "rho0": "--rho0",
+             "out": "--out", "name": "--name", "only": "--only", "device": "--device", "scheduler": "--scheduler",
+             "workers": "--workers", "theory": "--theory", "seeds": "--seeds", "width": "--width",
+             "d_ff": "--d-ff", "sequences": "--sequences", "threads": "--threads", "inputs": "--inputs",
+             "dtype": "--dtype", "batch_size": "--batch-size", "observable": "--observable",
+             "config": "--hf-config", "max_depth": "--max-depth", "pixel_std": "--pixel-std"}
+
+#: Where a command's option for a parameter differs from :data:`OPTION_OF`: the simulated
+#: sequence length of ``sweep`` and ``validate`` (an Architecture's ``seq_len`` is reported
+#: by :func:`~remprop.cli.options.architecture_from_args` before they run), the model's
+#: sequence length of ``check``.
+COMMAND_OPTION_OF = {
+    "sweep": {"seq_len": "--sim-seq-len"},
+    "validate": {"seq_len": "--sim-seq-len"},
+    "check": {"seq_len": "--seq-len"},
+}
+
+
+#: Options that were renamed so that one flag has one meaning: the hint for the old name.
+RENAMED = {"--seq-len": "the theory's T is --theory-seq-len, the tokens of a simulated sequence --sim-seq-len"}
+
+
+def _command_name(argv):
+    """The sub-command named in ``argv``: the first word that is not an option.
+
+    The top-level parser has no option that takes a value, so this is exact.
+    """
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def _dispatch(argv) -> int:
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # reported by the sub-command that got them, not by "remprop"
+        prog = f"remprop {args.command}" if args.command else "remprop"
+        hints = [RENAMED[word] for word in unknown if word in RENAMED]
+        raise CommandLineError(f"unrecognized arguments: {' '.join(unknown)}"
+                               + "".join(f" ({hint})" for hint in hints), prog=prog)
+    if args.command is None:
+        raise CommandLineError(f"a command is required: one of {', '.join(COMMANDS)} "
+                               "(remprop --help lists them)", prog="remprop")
+    return int(args.handler(args) or 0)
+
+
+def _report(prog, message):
+    print(f"{prog}: error: {message}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    """Run ``remprop`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    Bad input -- argparse errors, ``ValueError`` from the library, an output directory
+    that cannot be written, a missing validation extra -- prints one line
+    ``remprop CMD: error: ...`` on stderr and returns 2; any other exception prints one
+    line and returns 1 (set ``REMPROP_DEBUG=1`` to get the traceback instead).
+    ``--help`` and ``--version`` return 0.
+    """
+    argv = sys.argv[1:] if argv is None else [str(word) for word in argv]
+    command = _command_name(argv)
+    prog = f"remprop {command}" if command in COMMANDS else "remprop"
+    debug = bool(os.environ.get(DEBUG_VARIABLE))
+    try:
+        return _dispatch(argv)
+    except CommandLineError as err:
+        _report(err.prog or prog, err)
+        return 2
+    except ValueError as err:
+        if debug:
+            raise
+        _report(prog, point_at_option(one_line(err), {**OPTION_OF, **COMMAND_OPTION_OF.get(command, {})}))
+        return 2
+    except SystemExit as exit_:  # --help and --version
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        _report(prog, "interrupted")
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. piped into `head`): silence the flush at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as err:  # noqa: BLE001 - the command line never shows a traceback
+        if debug:
+            raise
+        _report(prog, f"unexpected {type(err).__name__}: {one_line(err)} "
+                      f"(set {DEBUG_VARIABLE}=1 to see the traceback)")
+        return 1

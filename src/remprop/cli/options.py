@@ -1,0 +1,272 @@
+"""Options shared by the ``remprop`` commands, and the parser class that reports one line.
+
+* :class:`OneLineArgumentParser` -- usage errors as one line (``prog: error: message``),
+  status 2, no abbreviated options;
+* :func:`add_architecture_arguments` / :func:`architecture_from_args` -- the options
+  that mirror :class:`remprop.theory.Architecture`, and the Architecture they describe;
+* :func:`add_run_options`, :func:`add_grid_options`, :func:`add_simulation_options`,
+  :func:`add_output_options`, :func:`add_progress_option` -- the option groups that
+  several commands share, written once.
+
+Two sequence lengths, two names: ``--theory-seq-len`` is the ``T`` of the theory's
+finite-T attention maps (``Architecture.seq_len``; default ``T -> infinity``) and
+``--sim-seq-len`` the number of tokens of each simulated sequence.
+
+Only the standard library is imported at module level (the theory package is imported
+when a parser is built), so ``import remprop.cli`` stays light.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+
+from .converters import (
+    GRID_SYNTAX,
+    cosine,
+    count,
+    grid_of,
+    layer_count,
+    nonnegative_real,
+    open_unit_real,
+    positive_real,
+    seed_list,
+)
+from .errors import CommandLineError, one_line
+from .output import JSON_NOTE
+
+__all__ = [
+    "OneLineArgumentParser",
+    "add_command",
+    "ARCHITECTURE_OPTIONS",
+    "add_architecture_arguments",
+    "architecture_from_args",
+    "add_run_options",
+    "add_grid_options",
+    "add_simulation_options",
+    "add_output_options",
+    "add_progress_option",
+    "point_at_option",
+]
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (``prog: error: message``), status 2.
+
+    argparse prints the usage block before the message and exits itself; here the
+    error is raised as :class:`~remprop.cli.errors.CommandLineError` instead, so that
+    :func:`remprop.cli.main` prints exactly one line and returns 2 (or the caller can
+    catch it). Abbreviated long options are refused (``--alpha`` must never silently
+    mean ``--alphas``).
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):  # noqa: D102 - argparse hook
+        raise CommandLineError(message, prog=self.prog)
+
+
+def add_command(commands, name, handler, *, help, epilog=JSON_NOTE, **kwargs):
+    """Add sub-command ``name`` to ``commands`` (a subparsers action); ``handler(args)`` runs it.
+
+    The handler's docstring is the command's description (one text for ``--help`` and the
+    API documentation); the epilog defaults to the note on the JSON outputs; ``kwargs``
+    go to ``add_parser``.
+    """
+    kwargs.setdefault("description", inspect.getdoc(handler))
+    parser = commands.add_parser(name, help=help, epilog=epilog, **kwargs)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def point_at_option(message: str, options: dict) -> str:
+    """Add the option to a library message that starts with a parameter name.
+
+    ``options`` maps parameter names to flags: ``"seq_len must be >= 2"`` with
+    ``{"seq_len": "--theory-seq-len"}`` becomes ``"seq_len must be >= 2 (option
+    --theory-seq-len)"``; a message naming no known parameter is returned unchanged.
+    """
+    name = message.split(" ", 1)[0].rstrip(":")
+    option = options.get(name)
+    return f"{message} (option {option})" if option else message
+
+
+# -- architecture ------------------------------------------------------------------------
+#: Command-line option of every Architecture field (field name -> option).
+ARCHITECTURE_OPTIONS = {
+    "norm": "--norm",
+    "attention": "--attention",
+    "activation": "--activation",
+    "sigma_w2": "--sigma-w2",
+    "sigma_b2": "--sigma-b2",
+    "sigma_v2": "--sigma-v2",
+    "alpha_sa": "--alpha",
+    "alpha_mlp": "--alpha-mlp",
+    "sigma_o2": "--sigma-o2",
+    "sigma_w2_out": "--sigma-w2-out",
+    "seq_len": "--theory-seq-len",
+    "heads": "--heads",
+    "qk_scaling": "--qk-scaling",
+}
+
+#: Parsed-argument name of the fields whose option is not named after them.
+_DEST_OF = {"seq_len": "theory_seq_len"}
+
+
+def _dest(field: str) -> str:
+    return _DEST_OF.get(field, field)
+
+
+def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
+    """Add the options that mirror :class:`remprop.theory.Architecture` to ``parser``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        Parser (or subparser) that receives an "architecture" argument group.
+    alpha_sa : bool
+        Add ``--alpha`` (``alpha_sa``). Commands that sweep or solve for alpha_sa
+        (``diagram``, ``min-alpha``, ``sweep``) leave it out.
+    theory_seq_len : bool
+        Add ``--theory-seq-len`` (``seq_len``: the T of the theory's finite-T attention
+        maps). ``sweep`` leaves it out: its ``--theory`` compares at the simulated T.
+
+    Returns
+    -------
+    argparse._ArgumentGroup
+        The group, with options ``--norm``, ``--attention``, ``--activation``,
+        ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--sigma-o2``, ``--sigma-w2-out``,
+        ``--alpha`` (optional), ``--alpha-mlp``, ``--heads``, ``--qk-scaling`` and
+        ``--theory-seq-len`` (optional); defaults are those of the Architecture class
+        (post-LN BERT, one head). Choices come from :data:`remprop.theory.NORMS`,
+        ``ATTENTIONS``, ``ACTIVATIONS`` and ``QK_SCALINGS``.
+    """
+    from remprop.theory import ACTIVATIONS, ATTENTIONS, NORMS, QK_SCALINGS, Architecture
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Architecture)}
+    group = parser.add_argument_group(
+        "architecture", "the transformer block (defaults: post-LN BERT of the reference experiments)")
+    group.add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
+                       help="LayerNorm placement: post (BERT), pre (GPT-2) or none (default: %(default)s)")
+    group.add_argument("--attention", choices=tuple(ATTENTIONS), default=defaults["attention"],
+                       help="softmax attention or its centred gain-controlled version (default: %(default)s)")
+    group.add_argument("--activation", choices=tuple(ACTIVATIONS), default=defaults["activation"],
+                       help="MLP activation (default: %(default)s)")
+    group.add_argument("--sigma-w2", type=nonnegative_real, default=defaults["sigma_w2"], metavar="S2",
+                       help="MLP weight variance times fan-in, W ~ N(0, S2/d) (default: %(default)s)")
+    group.add_argument("--sigma-b2", type=nonnegative_real, default=defaults["sigma_b2"], metavar="S2",
+                       help="bias variance of values and MLP (default: %(default)s)")
+    group.add_argument("--sigma-v2", type=nonnegative_real, default=defaults["sigma_v2"], metavar="S2",
+                       help="value weight variance times fan-in (default: %(default)s)")
+    group.add_argument("--sigma-o2", type=nonnegative_real, default=None, metavar="S2",
+                       help="attention output projection W_O ~ N(0, S2/d), no bias (default: no projection)")
+    group.add_argument("--sigma-w2-out", type=nonnegative_real, default=None, metavar="S2",
+                       help="variance times fan-in of the MLP's second layer, W2 ~ N(0, S2/d_ff) "
+                            "(default: --sigma-w2)")
+    if alpha_sa:
+        group.add_argument("--alpha", dest="alpha_sa", type=nonnegative_real, default=defaults["alpha_sa"],
+                           metavar="A", help="alpha_SA: strength of the identity path around attention, "
+                           "x -> A x + SA(x) (default: %(default)s)")
+    group.add_argument("--alpha-mlp", type=nonnegative_real, default=defaults["alpha_mlp"], metavar="A",
+                       help="strength of the identity path around the MLP (default: %(default)s)")
+    group.add_argument("--heads", type=count(1), default=defaults["heads"], metavar="H",
+                       help="attention heads H (default: %(default)s)")
+    group.add_argument("--qk-scaling", choices=tuple(QK_SCALINGS), default=defaults["qk_scaling"],
+                       help="query/key variance of each head over the model width (model: every head runs at "
+                            "beta) or over the head width (head: each head runs at H beta) "
+                            "(default: %(default)s)")
+    if theory_seq_len:
+        group.add_argument("--theory-seq-len", dest=_dest("seq_len"), type=count(2), default=None, metavar="T",
+                           help="sequence length T of the theory's attention maps (exact finite-T "
+                                "participation ratios; default: T -> infinity)")
+    return group
+
+
+def architecture_from_args(args, **overrides):
+    """The :class:`remprop.theory.Architecture` described by parsed options.
+
+    Fields whose option is absent from ``args`` (e.g. ``alpha_sa`` for commands that
+    sweep it) keep the class default; ``overrides`` win over both. An invalid value
+    raises :class:`~remprop.cli.errors.CommandLineError` naming the field and its option.
+    """
+    from remprop.theory import Architecture
+
+    fields = {name: getattr(args, _dest(name)) for name in ARCHITECTURE_OPTIONS if hasattr(args, _dest(name))}
+    fields.update(overrides)
+    try:
+        return Architecture(**fields)
+    except ValueError as err:
+        raise CommandLineError(point_at_option(one_line(err), ARCHITECTURE_OPTIONS)) from None
+
+
+# -- option groups shared by several commands -------------------------------------------
+def add_run_options(parser, *, beta=False, threshold=True, json_help="print JSON instead of a table"):
+    """--beta (one value; optional), --depth, --threshold (optional), --q0, --rho0 and --json.
+
+    The inputs of a propagation. Commands over a grid of betas add their own option.
+    """
+    if beta:
+        parser.add_argument("--beta", type=positive_real, default=0.5,
+                            help="query/key scale beta > 0 (default: %(default)s)")
+    parser.add_argument("--depth", type=layer_count, default=60, metavar="L",
+                        help="number of transformer blocks (default: %(default)s)")
+    if threshold:
+        from remprop.diagrams import DEFAULT_THRESHOLD
+
+        parser.add_argument("--threshold", type=open_unit_real, default=DEFAULT_THRESHOLD, metavar="RHO",
+                            help="rank-collapse threshold in (0, 1): the stack is rank-collapsed when the "
+                                 "final-layer cosine rho exceeds it (default: %(default)s)")
+    parser.add_argument("--q0", type=positive_real, default=1.0,
+                        help="input squared norm per coordinate, > 0 (default: %(default)s)")
+    parser.add_argument("--rho0", type=cosine, default=0.0,
+                        help="input cosine similarity of two tokens, in [-1, 1] (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def add_grid_options(parser, *, betas, alphas):
+    """--betas and --alphas: the (beta, alpha_SA) grid, defaults given as grid specifications."""
+    parser.add_argument("--betas", type=grid_of(positive_real), default=grid_of(positive_real)(betas),
+                        metavar="GRID", help=f"beta values (> 0): {GRID_SYNTAX} (default: {betas})")
+    parser.add_argument("--alphas", type=grid_of(nonnegative_real), default=grid_of(nonnegative_real)(alphas),
+                        metavar="GRID", help=f"alpha_SA values (>= 0), same syntax (default: {alphas})")
+
+
+def add_simulation_options(parser, *, seeds, width, sim_seq_len, inputs, threads):
+    """The simulated networks of ``sweep`` and ``validate``: sizes, seeds, inputs, precision, device.
+
+    Adds ``--seeds --sequences --width --sim-seq-len --inputs --dtype --threads
+    --device``; the keyword arguments are the command's defaults (``threads=None``:
+    torch's own).
+    """
+    parser.add_argument("--seeds", type=seed_list, default=seed_list(str(seeds)), metavar="SEEDS",
+                        help=f"initialisations: a count N (seeds 0..N-1) or a list 'a,b,c' (default: {seeds})")
+    parser.add_argument("--sequences", type=count(1), default=2, metavar="N",
+                        help="input sequences per seed (default: %(default)s)")
+    parser.add_argument("--width", type=count(2), default=width, metavar="D",
+                        help="model width d (default: %(default)s)")
+    parser.add_argument("--sim-seq-len", type=count(2), default=sim_seq_len, metavar="T",
+                        help="tokens per simulated sequence T (default: %(default)s)")
+    parser.add_argument("--inputs", choices=("synthetic", "text"), default=inputs,
+                        help="Gaussian tokens with exactly q0, rho0, or embedded pydoc text (default: %(default)s)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="simulation precision (default: %(default)s)")
+    threads_default = "torch's" if threads is None else "%(default)s, fixed so that results are reproducible"
+    parser.add_argument("--threads", type=count(1), default=threads, metavar="N",
+                        help=f"torch CPU threads while simulating (default: {threads_default})")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA where available), cpu or cuda[:n] (default: auto)")
+
+
+def add_output_options(parser, *, out="remprop-out", name=None, out_help="output directory, created if needed"):
+    """--out DIR and (when ``name`` is given, the default stem) --name."""
+    parser.add_argument("--out", default=out, metavar="DIR", help=f"{out_help} (default: %(default)s)")
+    if name is not None:
+        parser.add_argument("--name", default=name, help="file name stem (default: %(default)s)")
+
+
+def add_progress_option(parser):
+    """--progress / --no-progress; by default a bar only when stderr is a terminal."""
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar on stderr (default: only when stderr is a terminal)")

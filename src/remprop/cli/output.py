@@ -1,0 +1,91 @@
+"""What the ``remprop`` commands write: strict JSON (see ``remprop._json``), plain-text
+tables, one-line descriptions of a run, and the checked output directory."""
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+from remprop._json import dumps, to_jsonable
+
+from .errors import CommandLineError
+
+#: How the JSON outputs spell the numbers that JSON lacks (the epilog of every command with --json).
+JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the strings "inf", '
+             '"-inf", "nan" (alpha_star = "inf": no alpha_SA up to the search bound avoids rank collapse).')
+
+__all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
+           "show_progress", "writable_directory"]
+
+
+def format_number(value, digits=6) -> str:
+    """A number for a table: ``digits`` significant digits, ``inf``/``nan`` spelled out."""
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.{digits}g}"
+
+
+def format_table(headers, rows) -> str:
+    """Right-aligned plain-text table; ``rows`` hold strings or numbers."""
+    cells = [[cell if isinstance(cell, str) else format_number(cell) for cell in row] for row in rows]
+    widths = [max([len(h)] + [len(row[k]) for row in cells]) for k, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+    return "\n".join(lines)
+
+
+def describe(arch, depth, threshold=None) -> str:
+    """One line naming the stack: block order, attention, MLP, heads, theory T, depth, threshold."""
+    norm = {"post": "post-LN", "pre": "pre-LN", "none": "no-LN"}.get(arch.norm, arch.norm)
+    text = f"{norm}, {arch.attention} attention, {arch.activation} MLP"
+    if arch.heads != 1:
+        text += f", {arch.heads} heads ({arch.qk_scaling} q/k scaling)"
+    if arch.seq_len is not None:
+        text += f", theory at T = {arch.seq_len}"
+    text += f", depth {depth}"
+    if threshold is not None:
+        text += f", rank collapse when final rho > {format_number(threshold)}"
+    return text
+
+
+def run_inputs(args, arch, **extra) -> dict:
+    """The inputs of a run, for the JSON outputs (alpha_sa left out when it is swept)."""
+    architecture = arch.to_dict()
+    if not hasattr(args, "alpha_sa"):
+        architecture.pop("alpha_sa", None)
+    out = {"architecture": architecture, "depth": args.depth}
+    for name in ("threshold", "q0", "rho0"):
+        if hasattr(args, name):
+            out[name] = getattr(args, name)
+    out.update(extra)
+    return out
+
+
+def show_progress(args) -> bool:
+    """--progress / --no-progress; by default a bar only when stderr is a terminal."""
+    if args.progress is None:
+        return sys.stderr.isatty()
+    return bool(args.progress)
+
+
+def writable_directory(path, option="--out") -> Path:
+    """Create ``path`` if needed and check that a file can be written there.
+
+    Checked before any computation, so that a bad ``--out`` fails at once (one line,
+    exit status 2) rather than after a long sweep. The check writes and removes a
+    temporary file: permission bits alone say nothing when running as root.
+    """
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise CommandLineError(f"argument {option}: cannot write to {str(path)!r}: {reason}") from None
+    return directory
