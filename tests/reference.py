@@ -1,6 +1,6 @@
 """Plain scalar reference of the signal-propagation maps (``math`` module only).
 
-Written from the formulas of ``THEORY.md`` (sections 3 to 5), independently of the
+Written from the formulas of ``docs/theory.md`` (sections 3 to 5), independently of the
 ``remprop.theory`` source: no NumPy, no numba, one float at a time. The tests compare
 the vectorised numba kernels and the component compositions with these functions to
 1e-12; the benchmarks use them as the "authors' scalar code" baseline.
@@ -19,7 +19,7 @@ ACTIVATIONS = ("relu", "linear")
 EXTRA_ACTIVATIONS = ("erf",)
 
 
-# --- attention as a Random Energy Model (THEORY.md section 3) ------------------------
+# --- attention as a Random Energy Model (docs/theory.md section 3) ------------------------
 def critical_beta(q, p):
     """beta_c = sqrt(2 / (q (q - p))); infinite for fully collapsed tokens (p = q)."""
     spread = q * (q - p)
@@ -48,7 +48,7 @@ def gain_controlled_attention(q, p, beta, sigma_v2, sigma_b2):
     return sigma_v2 * (q - p) * y2 + sigma_b2, sigma_b2
 
 
-# --- skip connection, LayerNorm, MLP (THEORY.md section 4) ------------------------------
+# --- skip connection, LayerNorm, MLP (docs/theory.md section 4) ------------------------------
 def skip(q_branch, p_branch, q, p, alpha):
     """alpha x + F(x) with an independent branch: (q_F + alpha^2 q, p_F + alpha^2 p)."""
     return q_branch + alpha * alpha * q, p_branch + alpha * alpha * p
@@ -91,7 +91,7 @@ def mlp(q, p, sigma_w2, sigma_b2, activation):
     return sigma_w2 * m_uu + sigma_b2, sigma_w2 * m_uv + sigma_b2
 
 
-# --- block orders (THEORY.md section 5) -----------------------------------------------
+# --- block orders (docs/theory.md section 5) -----------------------------------------------
 def block(norm, attention, activation, q, p, beta, sigma_w2, sigma_b2, sigma_v2,
           alpha_sa, alpha_mlp):
     """One transformer block; returns (q', p', beta_c of the attention's input).

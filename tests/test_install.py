@@ -87,7 +87,7 @@ def test_regular_install_imports_from_the_installed_copy(installed, tmp_path):
         assert Path(info[module]).resolve().is_relative_to(installed.resolve()), info[module]
     assert not (installed / "theory").exists() and not (installed / "diagrams").exists()  # nothing generic
     assert info["version"] != "0+unknown"  # the distribution metadata was installed
-    # THEORY.md sec. 3: beta_c(q=1, p=0) = sqrt(2 / (1 * 1)) = sqrt(2)
+    # docs/theory.md section 3: beta_c(q=1, p=0) = sqrt(2 / (1 * 1)) = sqrt(2)
     assert info["beta_c"] == pytest.approx(math.sqrt(2), rel=1e-15)
 
 

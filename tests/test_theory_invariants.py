@@ -143,7 +143,7 @@ def test_post_ln_orthogonal_tokens_have_beta_c_sqrt_two():
        depth=st.integers(1, 60))
 def test_pre_ln_norm_grows_with_depth_when_skips_are_at_least_one(attention, activation, fields,
                                                                    beta, q0, rho0, depth):
-    """Pre-LN: q' = q_F + alpha^2 q >= q when alpha >= 1 (THEORY.md: q grows with depth)."""
+    """Pre-LN: q' = q_F + alpha^2 q >= q when alpha >= 1 (docs/theory.md section 5: q grows with depth)."""
     fields = {**fields, "alpha_sa": 1.0 + fields["alpha_sa"], "alpha_mlp": 1.0 + fields["alpha_mlp"]}
     arch = Architecture(norm="pre", attention=attention, activation=activation, **fields)
     traj = propagate(arch, beta, depth, q0=q0, rho0=rho0)

@@ -1,4 +1,4 @@
-"""Closed forms, limits and identities of the elementary maps (THEORY.md sections 3-4).
+"""Closed forms, limits and identities of the elementary maps (docs/theory.md sections 3-4).
 
 Each public map is also compared with the scalar reference (``tests/reference.py``) over
 random inputs, to 1e-12 relative (same float64 closed forms on both sides).
@@ -236,7 +236,7 @@ def test_mlp_and_dense_maps_match_reference(qp, sigma_w2, sigma_b2, activation):
 @settings(deadline=None)
 @given(simplex(), floats(1e-3, 3.0), floats(1e-6, 0.5))
 def test_erf_mlp_map_matches_the_arcsine_kernel(qp, sigma_w2, sigma_b2):
-    """erf has the closed-form arcsine kernel (Williams 1997; THEORY.md section 4)."""
+    """erf has the closed-form arcsine kernel (Williams 1997; docs/theory.md section 4)."""
     q, p = qp
     got = mlp_map(q, p, sigma_w2, sigma_b2, "erf")
     want = ref.mlp(q, p, sigma_w2, sigma_b2, "erf")
@@ -252,7 +252,7 @@ def test_relu_mlp_keeps_collapsed_tokens_collapsed():
 @settings(deadline=None)
 @given(simplex(), floats(0.05, 8.0), floats(1e-6, 3.0))
 def test_attention_output_cosine_without_bias(qp, beta, sigma_v2):
-    """sigma_b2 = 0: rho_A = p / (p + (q - p) Y2) (THEORY.md section 3)."""
+    """sigma_b2 = 0: rho_A = p / (p + (q - p) Y2) (docs/theory.md section 3)."""
     q, p = qp
     if p <= 1e-6 * q:
         return

@@ -1,6 +1,6 @@
 """Monte Carlo checks of the maps against finite random networks built with NumPy.
 
-Conventions of THEORY.md section 2: single head, s_qk^2 = beta sqrt(log T) / d, scores
+Conventions of docs/theory.md section 2: single head, s_qk^2 = beta sqrt(log T) / d, scores
 divided by sqrt(d), values W_V ~ N(0, s_v^2 / d) with a bias N(0, s_b^2), MLP weights
 N(0, s_w^2 / fan_in) and biases N(0, s_b^2), no LayerNorm gain.
 
@@ -33,7 +33,7 @@ def gaussian_tokens(rng, T, d, q, p):
 
 
 def attention_matrix(rng, tokens_times, T, d, beta):
-    """Softmax attention matrix of one head at initialisation (THEORY.md section 2).
+    """Softmax attention matrix of one head at initialisation (docs/theory.md section 2).
 
     ``tokens_times(W)`` returns ``X @ W`` for the (T, d) token matrix X.
     """
@@ -112,7 +112,7 @@ def test_attention_value_map_with_measured_participation_ratio(q, p, beta):
         E[p_A | A] = s_v^2 (p + (q - p) C) + s_b^2,
     with the measured Y2 = <sum_j a_ij^2> and cross-overlap C = <sum_j a_ij a_kj>_{i != k}.
     So the q_A check is exact up to 5 SE over seeds; p_A carries the sub-leading C
-    (THEORY.md: ~1/T), allowed for explicitly. q_A - p_A = s_v^2 (q - p)(Y2 - C) is
+    (docs/theory.md section 3.4: ~1/T), allowed for explicitly. q_A - p_A = s_v^2 (q - p)(Y2 - C) is
     checked as well: the common direction cancels and the Y2 dependence is resolved.
     """
     T, d = 256, 512

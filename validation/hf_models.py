@@ -5,7 +5,7 @@ a :class:`~remprop.theory.ModelSpec` with the library's own default initialisati
 weights are downloaded); :func:`simulate_model` pushes random inputs through several
 initialisations, reads every layer with :func:`~remprop.validation.probe`, and compares
 the mean cosine per layer with the prediction of :func:`remprop.diagrams.diagnose`
-(causal models: the mean over the last 50 positions, THEORY.md section 8).
+(causal models: the mean over the last 50 positions, docs/theory.md section 8).
 
 Inputs are what the theory's input state assumes: token ids drawn uniformly from the
 vocabulary (BERT, RoBERTa, GPT-2; one token type), or i.i.d. Gaussian pixels of the
@@ -109,7 +109,7 @@ class ModelMeasurement:
         All tokens.
     y2 : ndarray, shape (seeds, sequences, depth)
     rho_last : ndarray or None, shape (seeds, sequences, depth + 1)
-        Causal models: the last :data:`LAST_TOKENS` tokens.
+        Causal models: the last :data:`~remprop.theory.causal.LAST_TOKENS` tokens.
     theory : ndarray, shape (depth + 1,)
         The predicted mean cosine compared against (causal: of the last tokens).
     """

@@ -130,6 +130,8 @@ def text_tokens(count=1, *, seq_len=512, width=720, seed=0, corpus: TextCorpus |
         first ``count`` documents cut or padded to T tokens, with their mask.
     std : float
         Standard deviation of the embedding entries.
+    dtype, device
+        As :func:`gaussian_tokens`.
 
     Returns
     -------
