@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib as _importlib
 
 from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, classify_phases
-from .residual_scaling import CONVENTIONS, inverse_sqrt_depth, residual_scaling, scale_architecture
+from .depth_recipes import CONVENTIONS, inverse_sqrt_depth, residual_scaling, scale_architecture
 from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
 from .trainability import TrainabilityDiagram, trainability_diagram
 from .diagnosis import Change, Diagnosis, diagnose
@@ -31,11 +31,11 @@ _LAZY = {
     "layernorm_placement_data": ".figure_data",
     "make_theory_figures": ".paper_figures",
     "PAPER_FIGURES": ".paper_figures",
-    "measured_diagram_figure": ".measured_diagram_figure",
+    "measured_diagram_figure": ".measured_figures",
     "edge_of_chaos_data": ".edge_of_chaos_figures",
     "edge_of_chaos_figure": ".edge_of_chaos_figures",
-    "model_figure": ".model_figure",
-    "model_diagram": ".model_figure",
+    "model_figure": ".model_figures",
+    "model_diagram": ".model_figures",
 }
 
 __all__ = [

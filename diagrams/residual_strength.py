@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from remprop.theory import DEFAULT_THRESHOLD, Architecture, kernels as _kernels
+from remprop.theory import DEFAULT_THRESHOLD, Architecture, kernels
 from remprop.theory.checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
 from remprop.theory.propagation import CHUNK_ROWS, PARAMETER_COLUMNS, final_state_rows, pack_parameters
 
@@ -145,7 +145,7 @@ def _search(arch, params, depth, threshold, alpha_max, tol):
     # One kernel call per distinct upper bound (a single call in the common case).
     for bound in np.unique(upper[todo]):
         rows = np.flatnonzero(todo & (upper == bound))
-        result[rows] = _kernels.min_alpha_bisection(*arch.codes, params[rows], depth, threshold,
+        result[rows] = kernels.min_alpha_bisection(*arch.codes, params[rows], depth, threshold,
                                                    float(bound), tol, seq_len=arch.seq_len)
     return result
 

@@ -153,8 +153,9 @@ def test_compare_simulates_the_architectures_heads():
     same(multi.theory.q, single_h.theory.q), same(multi.theory.p, single_h.theory.p)
     same(multi.theory_y2, single_h.theory_y2)
     y2 = lambda c: float(c.trace.y2[:, 0].mean())  # noqa: E731
-    # Each measured Y2 is a mean over 8 sequences x 64 rows; at T = 64 the two candidates
-    # (one head at 1.8 vs at 0.45) differ by far more than their seed-to-seed spread
-    # (checked: the gap is > 10 standard errors), so "closer to the H beta value by a
-    # factor 3" cannot pass by chance if the stack simulated one head at beta.
+    # Each measured Y2 is a mean over 8 sequences (4 seeds x 2). Measured once: one head at
+    # 1.8 gives 0.389 (standard error 0.013), one head at 0.45 gives 0.031 (0.0005), the
+    # four head-scaled heads 0.370 (0.006): the two candidates lie ~27 standard errors
+    # apart, the right one within ~1.5. "Closer to the H beta value by a factor 3" leaves
+    # a margin of ~5 standard errors on either side, and fails if one head at beta is simulated.
     assert abs(y2(multi) - y2(single_h)) < abs(y2(multi) - y2(single_1)) / 3

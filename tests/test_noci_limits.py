@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from remprop.diagrams.residual_scaling import inverse_sqrt_depth, residual_scaling, scale_architecture
+from remprop.diagrams.depth_recipes import inverse_sqrt_depth, residual_scaling, scale_architecture
 from remprop.theory import Architecture, propagate
 
 #: beta small enough that x = beta sqrt(q (q - p)) stays below 1e-12 while our q grows like

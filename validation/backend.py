@@ -10,12 +10,11 @@ numbers depend on ``(seed, device)``: CPU and CUDA runs of one seed differ.
 from __future__ import annotations
 
 import contextlib
-import numbers
 
 import numpy as np
 import torch
 
-from remprop.theory.checks import as_float_array
+from remprop.theory.checks import as_float_array, check_count
 
 __all__ = [
     "DTYPES", "STREAM_WEIGHTS", "STREAM_TOKENS", "STREAM_EMBEDDINGS", "STREAM_READOUTS",
@@ -73,10 +72,9 @@ def resolve_dtype(dtype="float32") -> torch.dtype:
 
 
 def check_positive_int(name, value, minimum=1) -> int:
-    """An integer >= ``minimum`` (bools rejected), or ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    """An integer >= ``minimum`` (bools rejected), or ValueError naming ``name``
+    (:func:`remprop.theory.checks.check_count`)."""
+    return check_count(name, value, minimum)
 
 
 def check_scalar(name, value, **checks) -> float:
@@ -89,9 +87,7 @@ def check_scalar(name, value, **checks) -> float:
 
 def check_seed(seed, name="seed") -> int:
     """A seed: an integer >= 0."""
-    if isinstance(seed, bool) or not isinstance(seed, (numbers.Integral, np.integer)) or seed < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {seed!r}")
-    return int(seed)
+    return check_count(name, seed, 0)
 
 
 def generator(seed: int, stream: int, index: int = 0, device=None) -> torch.Generator:

@@ -18,6 +18,7 @@ import torch
 
 from remprop.theory import Architecture, RunSettings, Trajectory, participation_ratio, propagate
 from remprop.theory.checks import as_float_array, check_choice, check_seeds
+from remprop.theory.rem.checks import check_seq_len
 
 from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
@@ -319,7 +320,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)
     width = check_positive_int("width", width, 2)
-    seq_len = check_positive_int("seq_len", seq_len, 2)
+    seq_len = check_seq_len(seq_len, allow_none=False)
     heads, qk_scaling = arch.heads, arch.qk_scaling
     if width % heads:
         raise ValueError(f"heads must divide width, got heads={heads}, width={width}")

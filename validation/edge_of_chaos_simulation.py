@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from remprop.theory import edge_of_chaos as eoc
+from remprop.theory.rem.checks import check_seq_len
 
 from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, generator, resolve_device, resolve_dtype
@@ -66,7 +67,7 @@ def simulate_edge_of_chaos(data, *, width=256, seq_len=32, seeds=2, dtype="float
     Poole et al., NeurIPS 2016; Giorlandino & Goldt, arXiv 2505.24333, Fig. 9.
     """
     width = check_positive_int("width", width, 2)
-    seq_len = check_positive_int("seq_len", seq_len, 2)
+    seq_len = check_seq_len(seq_len, allow_none=False)
     seeds = check_positive_int("seeds", seeds)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     activation, depth, rho0 = data["activation"], int(data["depth"]), float(data["rho0"])

@@ -30,6 +30,7 @@ import torch
 
 from remprop.theory.checks import as_float_array, check_seeds
 from remprop.theory.gradients import key_gradient_norm, query_gradient_norm
+from remprop.theory.rem.checks import check_seq_len
 
 from . import layers
 from .backend import (STREAM_READOUTS, STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device,
@@ -244,7 +245,7 @@ def gradient_sweep(betas, sizes=((256, 128), (256, 256), (1024, 128), (1024, 256
     Giorlandino & Goldt, arXiv 2505.24333, Result 2, Fig. 3(c).
     """
     betas = np.atleast_1d(as_float_array("betas", betas, positive=True)).ravel()
-    sizes = [(check_positive_int("seq_len", t, 2), check_positive_int("width", d, 2)) for t, d in sizes]
+    sizes = [(check_seq_len(t, allow_none=False), check_positive_int("width", d, 2)) for t, d in sizes]
     if not sizes:
         raise ValueError("sizes must not be empty")
     seed_list = list(check_seeds(seeds))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from remprop.theory.checks import as_float_array
+from remprop.theory.rem.checks import check_seq_len
 
 from .backend import STREAM_EMBEDDINGS, STREAM_TOKENS, check_positive_int, generator, resolve_device, resolve_dtype
 from .text import TextCorpus, pydoc_corpus
@@ -74,7 +75,7 @@ def gaussian_tokens(q0=1.0, rho0=0.0, *, count=1, seq_len=512, width=720, seed=0
     """
     q0 = float(as_float_array("q0", q0, positive=True))
     count = check_positive_int("count", count)
-    seq_len = check_positive_int("seq_len", seq_len, 2)
+    seq_len = check_seq_len(seq_len, allow_none=False)
     width = check_positive_int("width", width, 2)
     rho0 = float(as_float_array("rho0", rho0, low=-1.0 / (seq_len - 1), high=1.0))
     dtype, device = resolve_dtype(dtype), resolve_device(device)
@@ -139,7 +140,7 @@ def text_tokens(count=1, *, seq_len=512, width=720, seed=0, corpus: TextCorpus |
     """
     corpus = pydoc_corpus() if corpus is None else corpus
     count = check_positive_int("count", count)
-    seq_len = check_positive_int("seq_len", seq_len, 2)
+    seq_len = check_seq_len(seq_len, allow_none=False)
     device = resolve_device(device)
     if padded:
         ids, mask = corpus.padded_documents(count, seq_len)
@@ -175,7 +176,7 @@ def input_batches(inputs="text", *, seed=0, sequences=1, batch_size=None, seq_le
     device = resolve_device(device)
     if inputs == "text":
         corpus = pydoc_corpus()
-        ids = torch.as_tensor(corpus.windows(sequences, check_positive_int("seq_len", seq_len, 2)), device=device)
+        ids = torch.as_tensor(corpus.windows(sequences, check_seq_len(seq_len, allow_none=False)), device=device)
         word, position = embedding_tables(corpus.tokenizer.vocab_size, seq_len, width, seed=seed,
                                           dtype=dtype, device=device)
     for start in range(0, sequences, batch_size):

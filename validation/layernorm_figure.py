@@ -30,6 +30,7 @@ from remprop.diagrams.figure_data import LAYERNORM_VARIANTS, layernorm_placement
 from remprop.diagrams.paper_figures import FigureResult
 from remprop.diagrams.style import VARIANT_MARKERS
 from remprop.theory import Architecture
+from remprop.theory.rem.checks import check_seq_len
 
 from .backend import check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
 from .inputs import input_batches
@@ -133,7 +134,7 @@ def figure_4(*, depth=100, width=720, seq_len=512, seeds=2, sequences=2, beta=0.
     seeds = check_positive_int("seeds", seeds)
     sequences = check_positive_int("sequences", sequences)
     width = check_positive_int("width", width, 2)
-    seq_len = check_positive_int("seq_len", seq_len, 2)
+    seq_len = check_seq_len(seq_len, allow_none=False)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     finite = _finite_t_rho(settings, seq_len)
     measured, spread = {}, {}

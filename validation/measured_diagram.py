@@ -210,8 +210,8 @@ class MeasuredDiagram:
 
     # -- output ---------------------------------------------------------------------------
     def figure(self, fine_points=160):
-        """Measured against predicted on one figure (see :mod:`remprop.diagrams.measured_diagram_figure`)."""
-        from remprop.diagrams.measured_diagram_figure import measured_diagram_figure
+        """Measured against predicted on one figure (see :mod:`remprop.diagrams.measured_figures`)."""
+        from remprop.diagrams.measured_figures import measured_diagram_figure
 
         return measured_diagram_figure(self, fine_points=fine_points)
 

@@ -21,6 +21,7 @@ import torch
 
 from remprop.theory import Architecture
 from remprop.theory.checks import check_depth
+from remprop.theory.rem.checks import check_seq_len
 
 from . import layers
 from .backend import (STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device,
@@ -129,7 +130,7 @@ class SimulatedStack:
         self.d_ff = self.width if d_ff is None else check_positive_int("d_ff", d_ff)
         if self.width % self.heads:
             raise ValueError(f"heads must divide width, got heads={self.heads} (arch.heads), width={self.width}")
-        self.seq_len = check_positive_int("seq_len", seq_len, 2)
+        self.seq_len = check_seq_len(seq_len, allow_none=False)
         if not isinstance(causal, (bool, np.bool_)):
             raise ValueError(f"causal must be True or False, got {causal!r}")
         self.causal = bool(causal)

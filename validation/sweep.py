@@ -42,6 +42,7 @@ import numpy as np
 
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings
 from remprop.theory.checks import check_choice, check_count, check_grid_axis, check_seeds
+from remprop.theory.rem.checks import check_seq_len
 from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 
 from .cell_store import CellStore
@@ -123,7 +124,7 @@ class SweepSpec:
             if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:
                 raise ValueError(f"arch.{name} must be a scalar for a sweep")
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
-        set_("seq_len", check_count("seq_len", self.seq_len, 2))
+        set_("seq_len", check_seq_len(self.seq_len, allow_none=False))
         # the theory's part, validated once (rho0 against the floor of the simulated T)
         run = RunSettings(arch.replace(alpha_sa=1.0, seq_len=self.seq_len),
                           check_grid_axis("betas", self.betas, allow_scalar=True, positive=True),
