@@ -78,12 +78,14 @@ def trainability_figure(diagram, ax=None):
                for c in codes]
     # beta_c: one value for post-LN (first layer), a contour for pre-LN / no LN.
     beta_c_cells = diagram.beta_critical_cells
-    beta_c_label = r"$\beta_c$ (first layer)" if diagram.arch.norm == "post" else r"$\beta_c$ (smallest over layers)"
+    rule = diagram.beta_critical_rule.replace("attention ", "")  # "first layer" / "smallest over layers"
+    beta_c_label = rf"$\beta_c$ ({rule})"
     finite_bc = beta_c_cells[np.isfinite(beta_c_cells)]
-    if diagram.arch.norm == "post" and finite_bc.size and np.ptp(finite_bc) <= 1e-12 * finite_bc.max():
+    # one value over the grid (post-LN: the input decides) is a line, otherwise a contour
+    if finite_bc.size and np.ptp(finite_bc) <= 1e-12 * finite_bc.max():
         if betas.min() <= finite_bc[0] <= betas.max():
             ax.axvline(finite_bc[0], **LINE["beta_critical"])
-        handles.append(Line2D([], [], label=rf"$\beta_c = {finite_bc[0]:.3g}$ (first layer)",
+        handles.append(Line2D([], [], label=rf"$\beta_c = {finite_bc[0]:.3g}$ ({rule})",
                               **LINE["beta_critical"]))
     elif two_d:
         with np.errstate(invalid="ignore"):
