@@ -1,1 +1,9 @@
-"""Real model configurations (Hugging Face) translated to the theory's parameters."""
+"""Real model configurations translated to the theory's parameters.
+
+:mod:`.hf_config` reads Hugging Face configurations (BERT, RoBERTa, GPT-2, ViT) at the
+library's default initialisation; the shipped configurations (sizes and init ranges) are
+in ``configs/``.
+"""
+from .hf_config import CONFIG_DIR, FAMILIES, ModelSpec, load_hf_config, model_spec, shipped_configs
+
+__all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]
