@@ -108,7 +108,9 @@ def trainability_figure(diagram, ax=None):
     ax.set_xlabel(r"query/key scale $\beta$")
     ax.set_ylabel(r"attention skip strength $\alpha_{SA}$")
     arch = diagram.arch
-    ax.set_title(f"{NORM_TITLES[arch.norm]} {arch.attention} attention, {arch.activation} MLP, "
+    heads = "" if arch.heads == 1 else (f"{arch.heads} heads" + (r" ($\beta$ per head $\times$" f" {arch.heads})"
+                                                                   if arch.head_factor > 1 else "") + ", ")
+    ax.set_title(f"{NORM_TITLES[arch.norm]} {arch.attention} attention, {heads}{arch.activation} MLP, "
                  rf"$L = {diagram.depth}$" "\n"
                  rf"rank collapse: $\rho_L > {diagram.threshold:g}$ (final mean token cosine)",
                  fontsize=10)
