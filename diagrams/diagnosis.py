@@ -178,10 +178,18 @@ def _num(value) -> str:
     return "inf (no alpha_SA up to the search bound)" if not math.isfinite(value) else f"{value:.4f}"
 
 
-def _verdict(run: RunSettings, **changes):
-    """(final rho, deciding beta_c on the model's beta axis, phase label, trajectory) of a run."""
+def _verdict(run: RunSettings, source, **changes):
+    """(final rho, deciding beta_c on the model's beta axis, phase label, trajectory) of a run.
+
+    A trajectory that leaves the float64 range (an initialisation far outside any trained
+    model's, e.g. ``initializer_range = 1e100``) is an error naming ``source``, the config
+    field it comes from, not a NaN verdict.
+    """
     run = run.replace(**changes) if changes else run
     traj = propagate(run.arch, run.beta, run.depth, run.q0, run.rho0)
+    if not (np.all(np.isfinite(traj.q)) and np.all(np.isfinite(traj.rho))):
+        raise ValueError(f"{source} gives an unusable model: the layer maps leave the float64 range "
+                         f"(sigma_w2 = {run.arch.sigma_w2:.3g}, beta = {run.beta:.3g})")
     beta_c = float(run.arch.critical_beta(traj.beta_critical))
     code = int(classify_phases(run.beta, beta_c, traj.rho[-1], run.threshold))
     return float(traj.rho[-1]), beta_c, PHASE_LABELS[code], traj
@@ -228,7 +236,8 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     run = spec.settings.replace(threshold=threshold)
     max_depth = check_depth(max_depth, name="max_depth")
     arch, beta, depth, q0, rho0, threshold = run.arch, run.beta, run.depth, run.q0, run.rho0, run.threshold
-    final_rho, beta_c, phase, traj = _verdict(run)
+    source = f"config.initializer_range = {spec.init_range:g}"
+    final_rho, beta_c, phase, traj = _verdict(run, source)
     alpha_star = float(min_residual_strength(arch, depth=depth, beta=beta, threshold=threshold, q0=q0, rho0=rho0))
     rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, LAST_TOKENS, q0, rho0)
                 if spec.causal else None)
@@ -243,7 +252,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     y2_first = float(participation_moment(head_beta, q_in, p_in, spec.seq_len))
     # the recommended query/key scale (see Notes); collapsed tokens (beta_c = inf): keep beta
     target = 0.5 * beta_c if math.isfinite(beta_c) else beta
-    rho_b, _, phase_b, traj_b = _verdict(run, beta=target)
+    rho_b, _, phase_b, traj_b = _verdict(run, source, beta=target)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
     gradient_args = dict(sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm != "none" else None)
@@ -261,7 +270,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                               {"alpha_star": alpha_star}))
     elif phase == "rank-collapse":
         alpha = ALPHA_MARGIN * alpha_star
-        rho_a, _, phase_a, _ = _verdict(run, arch=arch.replace(alpha_sa=alpha))
+        rho_a, _, phase_a, _ = _verdict(run, source, arch=arch.replace(alpha_sa=alpha))
         changes.append(Change(
             "skip scaling", f"scale the attention skip path to alpha_SA = {alpha:.3f} ({ALPHA_MARGIN:g} alpha*): "
             f"x -> {alpha:.3f} x + SA(x), or equivalently the attention branch by 1/{alpha:.3f}",
@@ -278,14 +287,15 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                               "(beta_c = inf), so no query/key scale changes the attention", final_rho, phase,
                               {"beta": beta}))
     else:
-        changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], rho_b, phase_b,
-                                         gradient_b / gradient_first))
+        # a layer-1 gradient that underflows to 0 (initializer_range ~ 1e-150): the factor is unbounded
+        factor = gradient_b / gradient_first if gradient_first > 0 else math.inf
+        changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], rho_b, phase_b, factor))
     # 3. LayerNorm placement
     other = "pre" if arch.norm == "post" else "post"
-    rho_n, _, phase_n, _ = _verdict(run, arch=arch.replace(norm=other))
+    rho_n, _, phase_n, _ = _verdict(run, source, arch=arch.replace(norm=other))
     changes.append(Change("LayerNorm placement", f"move LayerNorm to {other}-LN", rho_n, phase_n, {"norm": other}))
     # 4. gain-controlled attention
-    rho_g, _, phase_g, _ = _verdict(run, arch=arch.replace(attention="gain-controlled"))
+    rho_g, _, phase_g, _ = _verdict(run, source, arch=arch.replace(attention="gain-controlled"))
     changes.append(Change("gain-controlled attention",
                           "subtract the sequence mean of the attention output (gain-controlled attention)",
                           rho_g, phase_g, {"attention": "gain-controlled"}))

@@ -24,8 +24,13 @@ __all__ = ["participation_moment", "participation_ratio", "reduced_scale"]
 
 
 def reduced_scale(beta, q, p):
-    r"""``x = beta sqrt(q (q - p)) = sqrt(2) beta / beta_c``: the moments depend on x and T only."""
-    return beta * np.sqrt(q * (q - np.minimum(p, q)))
+    r"""``x = beta sqrt(q (q - p)) = sqrt(2) beta / beta_c``: the moments depend on x and T only.
+
+    Taken as ``beta sqrt(q) sqrt(q - p)``, so that ``q (q - p)`` cannot overflow (q = 1e300)
+    or underflow (q = 1e-300); an x beyond the float64 range is ``+inf`` (a frozen row).
+    """
+    with np.errstate(over="ignore"):
+        return beta * np.sqrt(q) * np.sqrt(q - np.minimum(p, q))
 
 
 def participation_moment(beta, q, p, seq_len, order=2, method="exact"):

@@ -48,6 +48,32 @@ integrand's curvature width over 3.5 and the ``y`` step is ``min(0.25, sigma / 2
 these analytic integrands the trapezoid rule converges geometrically (the tests divide
 both steps by 3: the change is below 1e-11 relative).
 
+Outside ``SIGMA_SMALL <= sigma <= SIGMA_LARGE`` (``sigma = x sqrt(log T)``) the quadrature is
+not used: its golden-section search and tau grid lose their resolution there (at
+``sigma ~ 1e17`` a step no longer moves tau: the search never ended), and two laws are
+exact to double precision instead:
+
+* ``sigma <= SIGMA_SMALL = 1e-5`` (nearly equal energies): the second-order expansion in
+  the centred energies ``delta_j = g_j - mean(g)`` (odd moments vanish),
+
+  .. math:: Y_k = T^{1-k}\Big[1 + \tfrac{k(k-1)}{2}(1 - \tfrac1T)\sigma^2\Big],\qquad
+            E\Big[\sum_{j \ne l} a_j^k a_l^m\Big] = \frac{T - 1}{T^{k+m-1}}\Big[1 + \Big(
+            \tfrac{k(k-1) + m(m-1)}{2}(1 - \tfrac1T) - \tfrac{km}{T}\Big)\sigma^2\Big],
+
+  relative error ``O((k sigma)^4)``, below 1e-17 for the orders k <= 4 in use;
+* ``sigma > SIGMA_LARGE = 4e3`` (a frozen row: the largest energy wins unless another lies
+  within O(1) of it, which has probability ``~ 1/sigma``): ``C = 1 - Y_k`` and the two-key
+  moments follow ``sigma C(sigma) = c_0 + c_1 u + c_2 u^2 + O(u^3)``, ``u = SIGMA_LARGE /
+  (4 sigma)``, the quadratic through the quadrature at ``u = 1, 1/2, 1/4`` (continuous at
+  ``SIGMA_LARGE``). Relative error of ``C`` below 1e-8 (worst 3.3e-9 against the
+  quadrature with steps divided by 3 at ``sigma = 1e5, 1e6``, T = 2, 512, 1e7, orders
+  (2), (4), (2, 2), (1, 3); tests/test_reliability_time.py re-checks it); ``sigma = inf``
+  gives ``Y_k = 1`` and two-key moments 0.
+
+Each evaluation is therefore bounded: at most 200 golden-section steps and 10^5 tau
+steps, each a sum over at most ``(log T + 54) / 0.25`` y-nodes; measured 0.3 ms to 10 ms
+per distinct x for T in [2, 1e7] (every x >= 0, +inf included).
+
 Checks (tests/test_finite_t.py, tests/test_gradients.py): ``Y_k = T^(1-k)`` at ``v = 0``;
 T = 2 against a one-dimensional quadrature (``a_1`` is a logistic of a Gaussian), for
 one-key and two-key moments; the sum rule ``E[sum_{j != l} a_j^k a_l] = Y_k - Y_{k+1}``;
@@ -65,6 +91,7 @@ them", arXiv 2505.24333 (attention as a REM).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -95,6 +122,12 @@ _Y_LEFT_MARGIN = 40.0
 _Z_CUT = 12.0
 #: The tau-sum stops once the log-integrand is this far below its maximum.
 _TAU_DROP = 40.0
+#: Safety bounds on the golden-section steps and on the tau-steps per side.
+_MAX_GOLDEN_STEPS = 200
+_MAX_TAU_STEPS = 100_000
+#: Energy scales below / above which the small- and large-sigma laws replace the quadrature.
+SIGMA_SMALL = 1e-5
+SIGMA_LARGE = 4e3
 
 
 @register_jitable
@@ -252,7 +285,9 @@ def _moment_scalar(sigma, seq_len, k, m, refine):
     fc = f(c)
     fd = f(d)
     tol = 1e-3 * min(1.0, sigma + 0.1)
-    while b - a > tol:
+    steps = 0
+    while b - a > tol and steps < _MAX_GOLDEN_STEPS:
+        steps += 1
         if fc < fd:
             a = c
             c = d
@@ -280,21 +315,89 @@ def _moment_scalar(sigma, seq_len, k, m, refine):
         while True:
             value = f(mode + direction * j * dtau)
             total += math.exp(value - f_mode)
-            if value < f_mode - _TAU_DROP or j > 1000000:
+            if value < f_mode - _TAU_DROP or j > _MAX_TAU_STEPS:
                 break
             j += 1
     return min(1.0, math.exp(log_prefactor + f_mode + math.log(total * dtau)))
 
 
-@njit(parallel=True, **_JIT)
-def _moments(sigma, seq_len, k, m, refine):
-    out = np.empty(sigma.size)
-    for i in prange(sigma.size):
-        out[i] = _moment_scalar(sigma[i], seq_len, k, m, refine)
+@register_jitable
+def _small_sigma_moment(sigma, seq_len, k, m):
+    """Second-order law of nearly equal energies (``sigma <= SIGMA_SMALL``, module docstring)."""
+    spread = (1.0 - 1.0 / seq_len) * sigma * sigma
+    if m > 0:
+        slope = 0.5 * (k * (k - 1.0) + m * (m - 1.0)) * (1.0 - 1.0 / seq_len) - k * m / seq_len
+        return (seq_len - 1.0) * math.exp((1.0 - k - m) * math.log(seq_len)) * (1.0 + slope * sigma * sigma)
+    return math.exp((1.0 - k) * math.log(seq_len)) * (1.0 + 0.5 * k * (k - 1.0) * spread)
+
+
+@register_jitable
+def _frozen_part(sigma, seq_len, k, m, refine):
+    """The part that vanishes as sigma -> infinity: ``1 - Y_k`` (one key) or the two-key moment."""
+    value = _moment_scalar(sigma, seq_len, k, m, refine)
+    return value if m > 0 else 1.0 - value
+
+
+@njit(**_JIT)
+def _frozen_fit(seq_len, k, m, refine):
+    """``sigma C(sigma)`` at ``u = SIGMA_LARGE / (4 sigma) = 1, 1/2, 1/4`` (the large-sigma law's nodes)."""
+    out = np.empty(3)
+    for i in range(3):
+        s = 0.25 * SIGMA_LARGE * 2.0 ** i
+        out[i] = s * _frozen_part(s, seq_len, k, m, refine)
     return out
 
 
-def row_moment(x, seq_len, orders=(2,), refine=1):
+@functools.lru_cache(maxsize=64)
+def _cached_fit(seq_len, k, m, refine):
+    """The three nodes of the large-sigma law, once per (T, orders, refine)."""
+    fit = _frozen_fit(seq_len, k, m, refine)
+    fit.setflags(write=False)
+    return fit
+
+
+@register_jitable
+def _moment_value(s, seq_len, k, m, refine, complement, fit):
+    """Y_k or the two-key moment at ``sigma = s``; ``complement``: ``1 - Y_k`` (one key).
+
+    ``fit``: :func:`_frozen_fit` (read only where ``s > SIGMA_LARGE``).
+    """
+    if s > SIGMA_LARGE:
+        u = 0.25 * SIGMA_LARGE / s  # 0 at s = inf
+        # the quadratic through (1, fit[0]), (1/2, fit[1]), (1/4, fit[2]) (Lagrange form), divided by s
+        quadratic = (fit[0] * (u - 0.5) * (u - 0.25) / 0.375 - fit[1] * (u - 1.0) * (u - 0.25) / 0.125
+                     + fit[2] * (u - 1.0) * (u - 0.5) / 0.1875)
+        part = quadratic / s
+        return part if (m > 0 or complement) else 1.0 - part
+    if s <= SIGMA_SMALL:
+        value = _small_sigma_moment(s, seq_len, k, m)
+    else:
+        value = _moment_scalar(s, seq_len, k, m, refine)
+    return 1.0 - value if (complement and m == 0) else value
+
+
+@njit(parallel=True, **_JIT)
+def _moments(sigma, seq_len, k, m, refine, complement, fit):
+    out = np.empty(sigma.size)
+    for i in prange(sigma.size):
+        out[i] = _moment_value(sigma[i], seq_len, k, m, refine, complement, fit)
+    return out
+
+
+@njit(**_JIT)
+def _moments_serial(sigma, seq_len, k, m, refine, complement, fit):
+    """:func:`_moments` without the thread launch (about 8 ms on a busy machine) for a few sigma."""
+    out = np.empty(sigma.size)
+    for i in range(sigma.size):
+        out[i] = _moment_value(sigma[i], seq_len, k, m, refine, complement, fit)
+    return out
+
+
+#: Fewer distinct x than this are integrated on one thread.
+_PARALLEL_FROM = 32
+
+
+def row_moment(x, seq_len, orders=(2,), refine=1, complement=False):
     r"""Exact finite-T moment of a REM row at reduced scale(s) ``x`` (no input checks).
 
     ``orders=(k,)``: ``Y_k = E[sum_j a_j^k]``; ``orders=(k, m)``:
@@ -310,11 +413,15 @@ def row_moment(x, seq_len, orders=(2,), refine=1):
     orders : tuple of one or two int >= 1
     refine : int
         Divides the tau and y steps (1 in use; larger values check convergence).
+    complement : bool
+        One-key orders only: return ``1 - Y_k``, to full relative precision also where
+        ``Y_k`` rounds to 1 (``sigma > SIGMA_LARGE``); the gradients need it.
 
     Returns
     -------
     ndarray
-        Same shape as ``x``.
+        Same shape as ``x``. Bounded time: at most about 10 ms per distinct x (module
+        docstring), for every ``x`` in ``[0, inf]``.
 
     References
     ----------
@@ -322,7 +429,11 @@ def row_moment(x, seq_len, orders=(2,), refine=1):
     """
     x = np.asarray(x, dtype=np.float64)
     unique, inverse = np.unique(x.ravel(), return_inverse=True)
-    sigma = unique * math.sqrt(math.log(seq_len))
     k, m = (orders[0], 0) if len(orders) == 1 else orders
-    values = _moments(sigma, float(seq_len), float(k), float(m), int(refine))
+    with np.errstate(over="ignore"):  # x near the float64 maximum: sigma = inf, Y_k = 1
+        sigma = unique * math.sqrt(math.log(seq_len))
+    fit = (_cached_fit(float(seq_len), float(k), float(m), int(refine)) if unique.size and sigma[-1] > SIGMA_LARGE
+           else np.zeros(3))
+    run = _moments if unique.size >= _PARALLEL_FROM else _moments_serial
+    values = run(sigma, float(seq_len), float(k), float(m), int(refine), bool(complement), fit)
     return values[inverse].reshape(x.shape)
