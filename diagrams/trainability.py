@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import numpy as np
 
 from remprop._json import to_jsonable
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state
-from remprop.theory.checks import check_grid_axis
+from remprop.theory.checks import as_float_array, check_grid_axis
 from remprop.theory.architecture import BETA_CRITICAL_RULES, NUMERIC_FIELDS, OPTIONAL_FIELDS
 
 from .phases import PHASE_LABELS, classify_phases
@@ -152,19 +154,51 @@ class TrainabilityDiagram:
 
     @classmethod
     def load(cls, path) -> "TrainabilityDiagram":
-        """Read a diagram written by :meth:`save` (from ``<path>.npz``)."""
-        base = _base_path(path)
-        with np.load(base.with_name(base.name + ".npz"), allow_pickle=False) as data:
-            if str(data["format"]) != _FORMAT:
-                raise ValueError(f"path is not a saved trainability diagram: {path}")
-            arch = Architecture(**json.loads(str(data["arch_json"])))
-            settings = RunSettings(arch, data["betas"], int(data["depth"]), float(data["q0"]),
-                                   float(data["rho0"]), float(data["threshold"]))
-            return cls(settings=settings, alphas=data["alphas"], phase=data["phase"],
-                       rho_final=data["rho_final"], beta_critical_cells=data["beta_critical_cells"],
-                       beta_critical=data["beta_critical"], alpha_star=data["alpha_star"],
-                       alpha_max=float(data["alpha_max"]))
+        """Read a diagram written by :meth:`save` (from ``<path>.npz``).
 
+        Every field is checked again: the format tag, the architecture and the run
+        settings (through :class:`~remprop.theory.RunSettings`), the grids, and the shapes of
+        the arrays against ``(len(alphas), len(betas))``.
+
+        Raises
+        ------
+        ValueError
+            One line naming the file, for any damage: truncated, not a NumPy zip, missing
+            arrays, another format, invalid settings or shapes that disagree.
+        FileNotFoundError
+            No such file.
+        """
+        base = _base_path(path)
+        npz_path = base.with_name(base.name + ".npz")
+        try:
+            return cls._from_arrays(_read_npz(npz_path))
+        except ValueError as err:
+            raise ValueError(f"path: {npz_path} is not a valid saved trainability diagram ({err})") from None
+
+    @classmethod
+    def _from_arrays(cls, data: dict) -> "TrainabilityDiagram":
+        """The diagram of the arrays of a saved file, every field validated."""
+        if _text(data, "format") != _FORMAT:
+            raise ValueError(f"format {_text(data, 'format')!r} is not {_FORMAT!r}")
+        try:
+            arch = Architecture(**json.loads(_text(data, "arch_json")))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"arch_json: {err}") from None
+        settings = RunSettings(arch, check_grid_axis("betas", data["betas"], positive=True), _scalar(data, "depth"),
+                               _scalar(data, "q0"), _scalar(data, "rho0"), _scalar(data, "threshold"))
+        alphas = check_grid_axis("alphas", data["alphas"], nonnegative=True)
+        grid, columns = (alphas.size, settings.beta.size), (settings.beta.size,)
+        for name, shape in (("phase", grid), ("rho_final", grid), ("beta_critical_cells", grid),
+                            ("beta_critical", columns), ("alpha_star", columns)):
+            if data[name].shape != shape or data[name].dtype.kind not in "iuf":
+                raise ValueError(f"{name} has shape {data[name].shape} (dtype {data[name].dtype}), expected numbers "
+                                 f"of shape {shape} for {alphas.size} alphas x {settings.beta.size} betas")
+        if not np.isin(data["phase"], list(PHASE_LABELS)).all():
+            raise ValueError(f"phase holds codes outside {sorted(PHASE_LABELS)}")
+        alpha_max = float(as_float_array("alpha_max", _scalar(data, "alpha_max"), positive=True))
+        return cls(settings=settings, alphas=alphas, phase=data["phase"].astype(np.int8, copy=False),
+                   rho_final=data["rho_final"], beta_critical_cells=data["beta_critical_cells"],
+                   beta_critical=data["beta_critical"], alpha_star=data["alpha_star"], alpha_max=alpha_max)
 
 def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshold=DEFAULT_THRESHOLD, *,
                          q0=1.0, rho0=0.0, progress=False) -> TrainabilityDiagram:
@@ -250,6 +284,46 @@ def _final_states(arch, betas, depth, q0, rho0, progress):
     total = betas.size * np.size(arch.alpha_sa)
     with tqdm(total=total, unit="cell", desc=f"diagram L={depth}") as bar:
         return final_state(arch, betas, depth, q0, rho0, progress=bar.update)
+
+
+#: Arrays of a saved diagram's npz file.
+_NPZ_KEYS = ("betas", "alphas", "depth", "threshold", "q0", "rho0", "phase", "rho_final", "beta_critical_cells",
+             "beta_critical", "alpha_star", "alpha_max", "arch_json", "format")
+
+
+def _read_npz(npz_path) -> dict:
+    """Every array of a saved diagram; ``ValueError`` (without the file name) for a damaged file."""
+    unreadable = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
+    try:
+        data = np.load(npz_path, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except unreadable as err:  # truncated, or not an npz file at all
+        raise ValueError(f"not a NumPy npz archive ({type(err).__name__})") from None
+    if not hasattr(data, "files"):
+        raise ValueError("a single .npy array, not an npz archive")
+    with data:
+        missing = [name for name in _NPZ_KEYS if name not in data.files]
+        if missing:
+            raise ValueError(f"missing arrays {', '.join(missing)}")
+        try:
+            return {name: data[name] for name in _NPZ_KEYS}
+        except unreadable as err:  # a damaged member
+            raise ValueError(f"unreadable arrays ({type(err).__name__}: {err})") from None
+
+
+def _text(data: dict, name: str) -> str:
+    value = data[name]
+    if value.ndim != 0 or value.dtype.kind != "U":
+        raise ValueError(f"{name} must be a string, got an array of dtype {value.dtype} and shape {value.shape}")
+    return str(value)
+
+
+def _scalar(data: dict, name: str):
+    value = data[name]
+    if value.ndim != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {value.shape}")
+    return value[()]
 
 
 def _base_path(path) -> Path:

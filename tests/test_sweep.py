@@ -71,10 +71,14 @@ def test_atomic_write_never_leaves_a_partial_file(tmp_path):
 def test_store_pins_its_manifest_and_cleans_stale_temporaries(tmp_path):
     store = CellStore(tmp_path, {"depth": 3, "betas": [0.5]})
     store.write("a0000_b0000", {"v": 1})
-    (store.cells_dir / ".stale-from-a-killed-run.tmp").write_text("{")
+    stale = store.cells_dir / ".stale-from-a-killed-run.tmp"  # no writer named: judged by its age
+    stale.write_text("{")
+    os.utime(stale, (time.time() - 2 * store.temp_timeout,) * 2)
+    fresh = store.cells_dir / ".being-written-by-someone.tmp"
+    fresh.write_text("{")
     again = CellStore(tmp_path, {"betas": [0.5], "depth": 3})  # same settings, other key order
     assert again.done() == {"a0000_b0000"}
-    assert not list(store.cells_dir.glob("*.tmp"))
+    assert sorted(p.name for p in store.cells_dir.glob(".*.tmp")) == [fresh.name]
     with pytest.raises(ValueError, match=r"^out: .*different sweep \(depth: stored 3, asked 4\)"):
         CellStore(tmp_path, {"depth": 4, "betas": [0.5]})
     with pytest.raises(ValueError, match="^out: .* holds no sweep"):

@@ -170,13 +170,24 @@ class MeasuredDiagram:
 
     @classmethod
     def from_folder(cls, out, theory="auto") -> "MeasuredDiagram":
-        """Read a finished sweep folder (its manifest and cell records)."""
+        """Read a finished sweep folder (its manifest and cell records).
+
+        A missing or damaged manifest, a missing cell or a damaged record is one
+        ``ValueError`` naming the folder or the file.
+        """
         path = Path(out) / MANIFEST_NAME
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ValueError(f"out: {out} holds no sweep (no {MANIFEST_NAME})") from None
-        spec = SweepSpec.from_manifest(manifest)
+        except (OSError, ValueError):
+            raise ValueError(f"out: {path} is not a readable sweep manifest") from None
+        try:
+            if not isinstance(manifest, dict):
+                raise ValueError("not a JSON object")
+            spec = SweepSpec.from_manifest(manifest)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"out: {path} is not a valid sweep manifest ({err})") from None
         return cls.from_records(spec, load_records(spec, out), theory)
 
     # -- comparison -----------------------------------------------------------------------

@@ -11,7 +11,10 @@ samples, and each sample's final cosine).
 moment it finishes (:class:`~remprop.validation.cell_store.CellStore`: one JSON file per
 cell, atomic temporary-file-and-rename), so an interrupted sweep -- an exception, Ctrl-C,
 ``SIGKILL``, a lost cluster -- resumes where it stopped, without recomputing or
-duplicating a cell. Cells run
+duplicating a cell. Several runs may share one folder at once: each cell is claimed by
+one of them, the others wait for it. Every record carries its cell's coordinates, a hash
+of the manifest and a checksum of its result; a damaged one is moved aside and
+recomputed (:func:`record_problem`). Cells run
 
 * on a ``dask.distributed`` cluster (:mod:`remprop.validation.distributed`): a
   ``LocalCluster`` with one single-threaded worker process per core by default, or an
@@ -32,6 +35,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c) (trainability 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -45,10 +49,10 @@ from remprop.theory.checks import check_choice, check_count, check_grid_axis, ch
 from remprop.theory.rem.checks import check_seq_len
 from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 
-from .cell_store import CellStore
+from .cell_store import CellStore, json_sha256
 
 __all__ = ["SweepSpec", "SweepReport", "simulate_cell", "run_sweep", "load_records", "cell_key",
-           "SWEEP_FORMAT", "INPUT_KINDS", "DTYPE_NAMES"]
+           "record_problem", "SWEEP_FORMAT", "INPUT_KINDS", "DTYPE_NAMES"]
 
 #: Format tag of the manifest and of every cell record.
 SWEEP_FORMAT = "remprop.sweep/1"
@@ -211,7 +215,9 @@ def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=Non
         ``result`` (deterministic for a given device): per layer ``l = 0..L`` the sample
         means ``layer_q``, ``layer_p``, ``layer_cosine`` (mean pairwise cosine) and, per
         attention layer, ``layer_y2``; per sample (seed-major) ``final_cosine``;
-        and ``run``: ``device``, ``elapsed_s``, ``pid``.
+        ``checksum`` (SHA-256 of the result's canonical JSON) and ``manifest_sha256`` (of
+        the spec's manifest), checked whenever the record is read
+        (:func:`record_problem`); and ``run``: ``device``, ``elapsed_s``, ``pid``.
 
     References
     ----------
@@ -250,8 +256,10 @@ def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=Non
         "layer_y2": trace.y2.mean(axis=0).tolist(),
         "final_cosine": trace.cosine[:, -1].tolist(),
     }
+    result = _finite_or_string(result)
     return {"format": SWEEP_FORMAT, "key": cell_key(alpha_index, beta_index), "alpha_index": alpha_index,
-            "beta_index": beta_index, "alpha": alpha, "beta": beta, "result": _finite_or_string(result),
+            "beta_index": beta_index, "alpha": alpha, "beta": beta, "result": result,
+            "checksum": json_sha256(result), "manifest_sha256": json_sha256(spec.manifest()),
             "run": {"device": str(device), "elapsed_s": time.perf_counter() - start, "pid": os.getpid()}}
 
 
@@ -275,7 +283,8 @@ class SweepReport:
         ``"dask"`` (with the cluster's description), ``"serial"``, or ``"none"`` when
         every cell was already on disk.
     cells_total, cells_reused, cells_computed : int
-        Grid size, cells found on disk, cells computed now.
+        Grid size; cells this call did not compute (found on disk, or written meanwhile
+        by another run on the same folder); cells computed by this call.
     workers : int
         Worker processes used (0 in this process).
     elapsed_s : float
@@ -296,8 +305,17 @@ class SweepReport:
 
 
 def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None, device=None, progress=False,
-              on_cell=None) -> SweepReport:
+              on_cell=None, poll_s=0.1) -> SweepReport:
     """Compute every cell of ``spec`` that is not yet in ``out``, writing each as it finishes.
+
+    Several runs (processes, dask clusters) may share one folder: each takes a cell through
+    a claim before computing it (:meth:`~remprop.validation.cell_store.CellStore.claim`), so
+    a cell is computed once; cells claimed by another live run are waited for, and taken
+    over when their claim goes stale (its process died on this host, or it is older than
+    :data:`~remprop.validation.cell_store.CLAIM_STALE_AFTER_S`). A damaged record (unreadable, of
+    another cell or sweep, or whose checksum fails: :func:`record_problem`) is moved aside
+    as ``<key>.json.corrupt`` with a warning naming it, and its cell computed again. The
+    call returns when every cell of the grid is on disk.
 
     Parameters
     ----------
@@ -322,6 +340,9 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
     on_cell : callable, optional
         ``on_cell(key, record)`` after each computed cell is on disk (an exception
         raised there stops the sweep; the cells on disk stay).
+    poll_s : float
+        First wait (seconds, doubling up to 2 s) before looking again at cells that
+        another run is computing.
 
     Returns
     -------
@@ -343,51 +364,97 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
         device = str(resolve_device(device))  # fail early, here, on a bad name
     from . import distributed
 
-    use_dask = scheduler is not None or (workers != 0 and distributed.dask_installed())
     if scheduler is not None and not distributed.dask_installed():
         raise ValueError(f"scheduler: dask.distributed is not installed ({distributed.INSTALL_HINT})")
     start = time.perf_counter()
-    store = CellStore(out, spec.manifest())
+    store = _open_store(spec, out)
+    cells = {cell_key(a, b): (a, b) for a, b in spec.cells()}
     done = store.done()
-    todo = [(a, b) for a, b in spec.cells() if cell_key(a, b) not in done]
-    reused = len(spec.cells()) - len(todo)
+    waiting = [key for key in cells if key not in done]
 
     from tqdm import tqdm
 
-    bar = tqdm(total=len(spec.cells()), initial=reused, disable=not progress, desc="sweep", unit="cell",
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=len(cells), initial=len(cells) - len(waiting), disable=not progress, desc="sweep",
+               unit="cell", file=sys.stderr, dynamic_ncols=True)
+    computed = []
 
     def finished(record):
-        _check_record(spec, record)
+        problem = store.check(record["key"], record)
+        if problem is not None:
+            raise RuntimeError(f"cell record {record.get('key')!r} does not belong to this sweep ({problem})")
         store.write(record["key"], record)
+        store.release(record["key"])
+        computed.append(record["key"])
         bar.update(1)
         if on_cell is not None:
             on_cell(record["key"], record)
 
-    n_workers = 0
+    on_cluster = client is not None or scheduler is not None or (workers != 0 and distributed.dask_installed())
+    # dask: every free cell at once; in this process: one cell per claim, so that concurrent
+    # runs on the folder share the grid
+    batch = len(cells) if on_cluster else 1
+    backend, n_workers, run = "none", 0, None
     try:
-        if not todo:
-            backend = "none"
-        elif client is not None:
-            n_workers = distributed.worker_count(client)
-            backend = f"dask ({distributed.describe(client)})"
-            distributed.map_cells(client, simulate_cell_on_worker, [(spec, a, b, device) for a, b in todo], finished)
-        elif use_dask:
-            if scheduler is None:
-                n_workers = min(workers or (os.cpu_count() or 1), len(todo))
-            with distributed.dask_client(scheduler=scheduler, workers=n_workers) as client:
-                n_workers = distributed.worker_count(client)
-                backend = f"dask ({distributed.describe(client, scheduler)})"
-                distributed.map_cells(client, simulate_cell_on_worker,
-                                      [(spec, a, b, device) for a, b in todo], finished)
-        else:
-            backend = "serial" if workers == 0 else "serial (dask.distributed is not installed)"
-            for a, b in todo:
-                finished(simulate_cell(spec, a, b, device=device))
+        with contextlib.ExitStack() as resources:
+            delay = poll_s
+            while waiting:
+                mine, later = [], []
+                for key in waiting:
+                    if len(mine) >= batch or not store.claim(key):
+                        later.append(key)
+                        continue
+                    record, problem = store.inspect(key)
+                    if record is not None:  # another run finished it meanwhile
+                        store.release(key)
+                        bar.update(1)
+                        continue
+                    if problem is not None:
+                        store.quarantine(key, problem)
+                    mine.append(key)
+                if mine:
+                    if run is None:  # started only once this run holds a cell
+                        backend, n_workers, run = resources.enter_context(
+                            _cell_runner(spec, len(waiting), workers, scheduler, client, device, on_cluster))
+                    run([cells[key] for key in mine], finished)
+                    delay = poll_s
+                elif later:  # every cell left is held by other runs: wait for them
+                    finished_elsewhere = {key for key in later if store.inspect(key)[0] is not None}
+                    bar.update(len(finished_elsewhere))
+                    later = [key for key in later if key not in finished_elsewhere]
+                    if later:
+                        time.sleep(delay)
+                        delay = min(2 * delay, 2.0)
+                waiting = later
     finally:
+        store.release_all()
         bar.close()
-    return SweepReport(Path(out), backend, len(spec.cells()), reused, len(todo), n_workers,
+    return SweepReport(Path(out), backend, len(cells), len(cells) - len(computed), len(computed), n_workers,
                        time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def _cell_runner(spec, missing, workers, scheduler, client, device, on_cluster):
+    """``(backend, workers, run)`` where ``run(cells, finished)`` computes the
+    ``(alpha_index, beta_index)`` cells and hands each record to ``finished``."""
+    from . import distributed
+
+    def cluster_runner(client_):
+        return lambda cells, finished: distributed.map_cells(
+            client_, simulate_cell_on_worker, [(spec, a, b, device) for a, b in cells], finished)
+
+    if client is not None:
+        yield f"dask ({distributed.describe(client)})", distributed.worker_count(client), cluster_runner(client)
+    elif on_cluster:
+        n_workers = 0 if scheduler is not None else min(workers or (os.cpu_count() or 1), missing)
+        with distributed.dask_client(scheduler=scheduler, workers=n_workers) as client:
+            yield (f"dask ({distributed.describe(client, scheduler)})", distributed.worker_count(client),
+                   cluster_runner(client))
+    else:
+        def in_process(cells, finished):
+            for a, b in cells:
+                finished(simulate_cell(spec, a, b, device=device))
+
+        yield "serial" if workers == 0 else "serial (dask.distributed is not installed)", 0, in_process
 
 
 def simulate_cell_on_worker(spec, alpha_index, beta_index, device=None):
@@ -397,14 +464,53 @@ def simulate_cell_on_worker(spec, alpha_index, beta_index, device=None):
     return simulate_cell(spec, alpha_index, beta_index, device=distributed.worker_device(device))
 
 
-def _check_record(spec, record):
-    a, b = record["alpha_index"], record["beta_index"]
-    if record["key"] != cell_key(a, b) or record["alpha"] != spec.alphas[a] or record["beta"] != spec.betas[b]:
-        raise RuntimeError(f"cell record {record.get('key')!r} does not belong to this sweep")
+def record_problem(spec: SweepSpec, key: str, record: dict, manifest_sha256=None):
+    """Why ``record`` is not a valid record of cell ``key`` of ``spec`` (None when it is).
+
+    A valid record carries the sweep's format tag, its own cell's coordinates (``key``,
+    ``alpha_index``, ``beta_index``, ``alpha``, ``beta``: a record copied under another
+    cell's name fails), the hash of the spec's manifest (a record of another sweep fails),
+    a ``result`` with ``depth + 1`` layers and ``seeds x sequences`` samples, and the
+    SHA-256 of that result (an edited or damaged number fails).
+    """
+    if not isinstance(record, dict):
+        return f"not a JSON object but a {type(record).__name__}"
+    if record.get("format") != SWEEP_FORMAT:
+        return f"format {record.get('format')!r} is not {SWEEP_FORMAT!r}"
+    if record.get("key") != key:
+        return f"it is the record of cell {record.get('key')!r}"
+    a, b = record.get("alpha_index"), record.get("beta_index")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in (a, b)) or cell_key(a, b) != key:
+        return f"alpha_index {a!r} and beta_index {b!r} are not those of cell {key!r}"
+    if a >= len(spec.alphas) or b >= len(spec.betas):
+        return f"cell {key!r} lies outside the {spec.shape} grid"
+    if record.get("alpha") != spec.alphas[a] or record.get("beta") != spec.betas[b]:
+        return (f"alpha {record.get('alpha')!r}, beta {record.get('beta')!r} are not the grid's "
+                f"{spec.alphas[a]!r}, {spec.betas[b]!r}")
+    if record.get("manifest_sha256") != (manifest_sha256 or json_sha256(spec.manifest())):
+        return "it was written for another sweep manifest"
+    result = record.get("result")
+    if not isinstance(result, dict) or record.get("checksum") != json_sha256(result):
+        return "the checksum of its result does not match"
+    sizes = {"layer_q": spec.depth + 1, "layer_p": spec.depth + 1, "layer_cosine": spec.depth + 1,
+             "final_cosine": spec.samples}
+    for name, size in sizes.items():
+        if not isinstance(result.get(name), list) or len(result[name]) != size:
+            return f"result {name} does not hold {size} values"
+    return None
+
+
+def _open_store(spec: SweepSpec, out, *, create=True) -> CellStore:
+    """The sweep folder, every record checked by :func:`record_problem`."""
+    manifest_sha256 = json_sha256(spec.manifest())
+    return CellStore(out, spec.manifest(), create=create,
+                     check=lambda key, record: record_problem(spec, key, record, manifest_sha256))
 
 
 def load_records(spec: SweepSpec, out, *, require_all=True) -> dict:
     """The cell records of a sweep folder, keyed by :func:`cell_key`.
+
+    Every record is checked (:func:`record_problem`).
 
     Parameters
     ----------
@@ -413,13 +519,14 @@ def load_records(spec: SweepSpec, out, *, require_all=True) -> dict:
     out : str or Path
         Sweep folder.
     require_all : bool
-        Raise ``ValueError`` (naming the count) when cells are missing.
+        Raise ``ValueError`` when cells are missing (naming the count) or damaged (naming
+        the first damaged file); when False, return the valid records only.
     """
-    store = CellStore(out, spec.manifest(), create=False)
+    store = _open_store(spec, out, create=False)
+    if not require_all:
+        return store.scan()[0]
     records = store.read_all()
-    for record in records.values():
-        _check_record(spec, record)
     missing = len(spec.cells()) - len(records)
-    if require_all and missing:
+    if missing:
         raise ValueError(f"out: {missing} of {len(spec.cells())} cells are not computed yet in {out}")
     return records
