@@ -21,11 +21,15 @@ EXTRA_ACTIVATIONS = ("erf",)
 
 # --- attention as a Random Energy Model (docs/theory.md section 3) ------------------------
 def critical_beta(q, p):
-    """beta_c = sqrt(2 / (q (q - p))); infinite for fully collapsed tokens (p = q)."""
-    spread = q * (q - p)
-    if spread <= 0.0:
+    """beta_c = sqrt(2 / (q (q - p))); infinite for fully collapsed tokens (p = q).
+
+    Written sqrt(2) / (sqrt(q) sqrt(q - p)), as the library does, so that q (q - p) cannot
+    overflow: the two forms differ by an ulp, which near-collapsed no-LN stacks amplify
+    beyond the tests' 1e-12 through the next layers' q - p.
+    """
+    if q - p <= 0.0:
         return math.inf
-    return math.sqrt(2.0 / spread)
+    return math.sqrt(2.0) / (math.sqrt(q) * math.sqrt(q - p))
 
 
 def participation_ratio(beta, q, p):

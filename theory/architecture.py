@@ -100,6 +100,18 @@ class Architecture:
     Numeric fields may be arrays: they broadcast with ``beta`` in
     :func:`~remprop.theory.propagate`. Invalid values raise ``ValueError`` naming the field.
 
+    Vanished stream. A sublayer whose output is identically zero and whose skip is 0
+    (``alpha_sa = 0`` with ``sigma_v2 = sigma_b2 = 0`` or ``sigma_o2 = 0``;
+    ``alpha_mlp = 0`` with ``sigma_w2 = sigma_b2 = 0`` or ``sigma_w2_out = sigma_b2 = 0``)
+    sets every token to the zero vector: from that layer on ``q = p = 0`` and the cosine
+    ``rho = p / q`` is 0/0. Such a stack is accepted (a diagram's alpha axis passes through
+    it) and its state is defined as *vanished*: :func:`~remprop.theory.propagate` reports
+    ``rho = nan`` from that layer on, the diagrams classify a ``nan`` final cosine as rank
+    collapse (all tokens equal: rank 0), and ``remprop propagate`` prints the layer where
+    the cosine became undefined with a note (docs/theory.md section 1). A user activation
+    that fails at a quadrature node gives ``nan`` in the same way
+    (:func:`~remprop.theory.activation_moments` raises, naming it).
+
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333 (settings of ``docs/theory.md`` section 2).

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture, RunSettings, Trajectory, participation_ratio, propagate
-from remprop.theory.checks import as_float_array, check_choice, check_seeds
+from remprop.theory.checks import as_float_array, check_choice, check_seeds, simplex_cosine_floor
 from remprop.theory.rem.checks import check_seq_len
 
 from . import layers
@@ -27,7 +27,8 @@ from .measurements import attention_statistics, token_statistics
 from .registry import REGISTRY
 from .simulator import SimulatedStack, StackTrace
 
-__all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "compare", "attention_sweep", "theory_participation"]
+__all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "MEASURED_ROUNDING_EPS", "compare", "attention_sweep",
+           "theory_participation", "measured_cosine_on_floor"]
 
 #: Measured cosines the theory's rho may be compared with.
 OBSERVABLES = ("cosine", "rho")
@@ -57,7 +58,10 @@ class Comparison:
     settings : dict
         Everything that defines the run (JSON-ready): the theory's
         :class:`~remprop.theory.RunSettings` (``run``, started from the measured input
-        state) and the simulation's sizes.
+        state) and the simulation's sizes. ``rho0_measured`` is the measured input cosine
+        and ``rho0`` the one the theory starts from: equal, except that a cosine within
+        ``rho0_clip_tolerance`` (:data:`MEASURED_ROUNDING_EPS` eps of the dtype) below the
+        theory's floor is clipped onto it (:func:`measured_cosine_on_floor`).
     trace : StackTrace
         Per-sequence measurements, ``seeds x sequences`` rows (seed-major).
     theory : remprop.theory.Trajectory
@@ -157,6 +161,33 @@ class Comparison:
                 f"mean = {self.mean_abs_error:.4f} ({self.elapsed:.1f} s)")
 
 
+#: Measured cosines within this many machine epsilons of the simulation's dtype below the
+#: theory's floor are rounding error. The tokens are stored in that dtype (each coordinate
+#: rounded to relative eps/2) and the mean cosine is a normalised average of products of two
+#: such coordinates, so its first-order rounding error is below about 2 eps; 16 eps leaves
+#: a margin of 8 (float32: 1.9e-6; a real violation, e.g. text tokens with mean cosine
+#: -0.01 against the T -> infinity floor 0, is orders of magnitude larger).
+MEASURED_ROUNDING_EPS = 16
+
+
+def measured_cosine_on_floor(cosine, seq_len, dtype):
+    """Clip a measured mean cosine onto the theory's floor when it lies below by rounding only.
+
+    The theory (``Architecture.seq_len``; None: ``T -> infinity``) needs
+    ``rho0 >= -1/(T - 1)`` (:func:`remprop.theory.checks.simplex_cosine_floor`); a cosine
+    measured in ``dtype`` that lies within ``MEASURED_ROUNDING_EPS * eps(dtype)`` below
+    it is set onto it (synthetic inputs at ``rho0 = 0`` measure about -4e-9 in float32).
+
+    Returns
+    -------
+    (float, float)
+        The cosine the theory starts from, and the tolerance used.
+    """
+    floor = simplex_cosine_floor(seq_len)
+    tolerance = MEASURED_ROUNDING_EPS * float(torch.finfo(dtype).eps)
+    return (floor if floor - tolerance <= cosine < floor else cosine), tolerance
+
+
 def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, width=720, seeds=2, sequences=2, *,
             inputs="text", q0=1.0, rho0=0.0, d_ff=None, causal=False, dtype="float32", device=None, batch_size=None, observable="cosine", progress=None) -> Comparison:
     """Simulate ``seeds x sequences`` sequences through the stack and compare with the theory.
@@ -227,15 +258,21 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     elapsed = time.perf_counter() - start
     trace = StackTrace.concatenate(traces)
     stack = stacks[0]
-    q_in, rho_in = float(trace.q[:, 0].mean()), float(trace.rho[:, 0].mean())
+    q_in, rho_measured = float(trace.q[:, 0].mean()), float(trace.rho[:, 0].mean())
+    rho_in, tolerance = measured_cosine_on_floor(rho_measured, arch.seq_len, dtype)
     # the theory's run from the measured input state; the model's beta (propagate applies the
     # heads' effective beta: one rule, in Architecture)
-    run = RunSettings(arch, stack.beta, stack.depth, q_in, rho_in)
+    try:
+        run = RunSettings(arch, stack.beta, stack.depth, q_in, rho_in)
+    except ValueError as err:  # about measured quantities: name them, not an option never passed
+        raise ValueError(f"the measured input state (q0 = {q_in!r}, rho0 = {rho_measured!r}) cannot start "
+                         f"the theory: {err}") from None
     theory = propagate(run.arch, run.beta, run.depth, q0=run.q0, rho0=run.rho0)
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": stack.seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "causal": stack.causal,
                 "seeds": seed_list, "sequences": sequences, "inputs": inputs,
-                "q0": q_in, "rho0": rho_in, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+                "q0": q_in, "rho0": rho_in, "rho0_measured": rho_measured, "rho0_clip_tolerance": tolerance,
+                "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
     return Comparison(settings, trace, theory, theory_participation(arch, stack.beta, theory),
                       observable, elapsed)
 

@@ -224,12 +224,36 @@ class SimulatedStack:
             if observe is not None:
                 observe(0, x, None)
             for layer in range(self.depth):
-                x, probs = self.block(x, self.weights(layer), mask)
+                try:
+                    x, probs = self.block(x, self.weights(layer), mask)
+                except RuntimeError as err:  # e.g. a skip strength beyond the dtype's range
+                    if "overflow" not in str(err):
+                        raise
+                    raise self.overflow_error(layer + 1) from None
+                if not bool(torch.isfinite(x).all()):
+                    raise self.overflow_error(layer + 1)
                 if observe is not None:
                     observe(layer + 1, x, probs)
         return x
 
     __call__ = forward
+
+    #: The fields that scale the stream, named (largest first) when it overflows.
+    SCALE_FIELDS = ("alpha_sa", "alpha_mlp", "sigma_v2", "sigma_w2", "sigma_o2", "sigma_w2_out", "sigma_b2")
+
+    def overflow_error(self, layer) -> ValueError:
+        """The error of a stream that left the dtype's range after block ``layer``.
+
+        Its message starts with the largest scale field of the Architecture (a command
+        line points it at its option), then names the layer, the dtype and its range.
+        """
+        scales = {name: float(getattr(self.arch, name)) for name in self.SCALE_FIELDS
+                  if getattr(self.arch, name) is not None}
+        largest = max(scales, key=scales.get)
+        return ValueError(f"{largest} = {scales[largest]:g}: the simulated stream is not finite after block "
+                          f"{layer} of {self.depth} in {str(self.dtype).replace('torch.', '')} (an overflow beyond "
+                          f"{torch.finfo(self.dtype).max:.3g}, or 0/0 of a vanished stream); use smaller "
+                          f"values or a shallower stack")
 
     def trace(self, x, mask=None) -> StackTrace:
         """Per-sequence statistics of every layer (see :class:`StackTrace`)."""

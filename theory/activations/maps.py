@@ -21,6 +21,7 @@ from numba.extending import register_jitable
 
 from .._jit import specialised
 from ..checks import as_float_array, check_overlap, output_pair, scalar_or_array
+from ..quadrature import HALF_WIDTH
 from .closed_form import relu_kernel_core
 from .registry import _BY_CODE, activation_spec
 
@@ -73,7 +74,32 @@ def moments_array(code, q1, p1):
     shape = q1.shape
     many = _over_arrays(code, "moments")
     m2, m11 = many(np.ascontiguousarray(q1).ravel(), np.ascontiguousarray(p1).ravel())
+    _check_finite(code, q1.ravel(), m2, m11)
     return m2.reshape(shape), m11.reshape(shape)
+
+
+def _check_finite(code, q1, *moments):
+    """ValueError naming a registered activation whose quadrature met a failing node.
+
+    The quadrature turns an exception or a non-finite value of a registered function into
+    NaN (:mod:`.registry`); here that NaN becomes an error with the activation's name and
+    the input range of the nodes, ``|x| <= HALF_WIDTH sqrt(2 q1)`` (``x = a w + b e`` with
+    ``a^2 + b^2 = q1`` and ``|w|, |e| <= HALF_WIDTH``; :mod:`remprop.theory.quadrature`).
+    Built-in activations are left alone (their moments are finite wherever q1 is).
+    """
+    spec = _BY_CODE[code]
+    if spec.builtin:
+        return
+    bad = ~np.isfinite(moments[0])
+    for values in moments[1:]:
+        bad |= ~np.isfinite(values)
+    bad &= np.isfinite(q1)
+    if bad.any():
+        q_bad = float(np.asarray(q1, dtype=float)[bad].max())
+        reach = HALF_WIDTH * float(np.sqrt(2.0 * q_bad))
+        raise ValueError(f"activation {spec.name!r} raised or returned a non-finite value at an input in "
+                         f"[{-reach:.3g}, {reach:.3g}] (the quadrature nodes at pre-activation variance "
+                         f"q1 = {q_bad:.4g}): its Gaussian moments are undefined there")
 
 
 def relu_kernel(c):
@@ -141,7 +167,9 @@ def derivative_moment(q1, activation="tanh"):
     spec = activation_spec(activation)
     q1 = as_float_array("q1", q1, positive=True)
     flat = np.ascontiguousarray(q1).ravel()
-    return scalar_or_array(_over_arrays(spec.code, "derivative")(flat).reshape(q1.shape))
+    out = _over_arrays(spec.code, "derivative")(flat)
+    _check_finite(spec.code, flat, out)
+    return scalar_or_array(out.reshape(q1.shape))
 
 
 def dense_map(q, p, sigma_w2=0.2, sigma_b2=4e-4):

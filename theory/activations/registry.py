@@ -136,7 +136,11 @@ def register_activation(name, function, *, derivative=None, parity=None, strip=m
         New name (built-in names cannot be replaced).
     function : callable
         A numba-jittable scalar function float -> float: a ``numba.njit`` dispatcher or a
-        plain Python function (compiled here). It is called at 0, 0.5 and -1.5 to check.
+        plain Python function (compiled here). It must return finite values without
+        raising on ``PROBE_GRID`` (``[-32, 32]``, step 0.1: the quadrature nodes of
+        q1 <= 16), checked here; beyond, a failure at a quadrature node makes
+        :func:`~remprop.theory.activation_moments` raise a ValueError naming the activation
+        and the input range.
     derivative : callable, optional
         phi', jittable, for ``chi_1 = sigma_w2 E[phi'(u)^2]``; by default a central
         difference with step ``1e-5 (1 + |x|)`` (error ~1e-10).
@@ -181,11 +185,17 @@ def register_activation(name, function, *, derivative=None, parity=None, strip=m
     if derivative is not None and not callable(derivative):
         raise ValueError(f"derivative must be callable or None, got {derivative!r}")
     phi = _compile_scalar("function", function)
+    _check_on_probe_grid(name, "function", function, phi)
     code = max(FIRST_USER_CODE - 1, *_BY_CODE) + 1
     tag = f"user{code}"
-    dphi = _central_difference(phi, tag) if derivative is None else _compile_scalar("derivative", derivative)
-    spec = ActivationSpec(name, code, phi, make_quadrature_moments(phi, _PARITIES[parity], 0.0, strip, tag),
-                          make_derivative_moment(dphi, strip, tag), builtin=False)
+    if derivative is None:
+        dphi = _central_difference(phi, tag)
+    else:
+        dphi = _compile_scalar("derivative", derivative)
+        _check_on_probe_grid(name, "derivative", derivative, dphi)
+    spec = ActivationSpec(name, code, phi,
+                          make_quadrature_moments(_guarded(phi), _PARITIES[parity], 0.0, strip, tag),
+                          make_derivative_moment(_guarded(dphi), strip, tag), builtin=False)
     previous = _SPECS.get(name)
     _SPECS[name] = spec
     _BY_CODE[spec.code] = spec
@@ -195,6 +205,41 @@ def register_activation(name, function, *, derivative=None, parity=None, strip=m
     _BY_FUNCTION[function] = name
     _BY_FUNCTION[phi] = name
     return name
+
+
+#: Inputs a registered function is checked on: 0.1 apart on [-32, 32], the trapezoid nodes
+#: ``|x| <= HALF_WIDTH sqrt(q1)`` of the documented accuracy domain q1 <= 16 (docs/theory.md
+#: section 4; :mod:`remprop.theory.quadrature`).
+PROBE_GRID = np.linspace(-32.0, 32.0, 641)
+
+
+def _check_on_probe_grid(name, role, function, compiled):
+    """ValueError naming the activation and ``function`` unless it is finite on ``PROBE_GRID``."""
+    label = getattr(function, "__name__", repr(function))
+    for x in PROBE_GRID:
+        try:
+            value = float(compiled(float(x)))
+        except Exception as exc:  # noqa: BLE001 - any failure of user code is reported
+            raise ValueError(f"{role} {label!r} of activation {name!r} must be defined on "
+                             f"[{PROBE_GRID[0]:g}, {PROBE_GRID[-1]:g}]: at x = {x:g} it raised "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{role} {label!r} of activation {name!r} must be finite on "
+                             f"[{PROBE_GRID[0]:g}, {PROBE_GRID[-1]:g}]: at x = {x:g} it returned {value!r}")
+
+
+def _guarded(function):
+    """``function`` for the quadrature: NaN where it raises (numba cannot raise from the
+    parallel kernels), so that :func:`~remprop.theory.activation_moments` and the maps
+    report the failure with the activation's name and input range instead of a wrong number."""
+
+    def guarded(x):
+        try:
+            return function(x)
+        except Exception:  # noqa: BLE001 - turned into NaN, reported by the callers
+            return math.nan
+
+    return njit(guarded)
 
 
 def _central_difference(phi, tag):

@@ -91,6 +91,9 @@ def load_hf_config(config) -> dict:
         text = os.fspath(config)
         path = Path(text)
         if path.is_dir():
+            if not (path / "config.json").is_file():
+                raise ValueError(f"config: the folder {text!r} holds no config.json (expected a Hugging Face "
+                                 "config.json, the folder holding one, or a shipped name)")
             path = path / "config.json"
         if not path.is_file():
             shipped = CONFIG_DIR / f"{ALIASES.get(text, text)}.json"
@@ -100,8 +103,9 @@ def load_hf_config(config) -> dict:
             path = shipped
         try:
             out = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"config: cannot read {str(path)!r} as JSON ({err})") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"config: cannot read {str(path)!r} as JSON (expected a Hugging Face config.json: "
+                             f"{type(err).__name__}: {err})") from None
         if not isinstance(out, dict):
             raise ValueError(f"config: {str(path)!r} does not hold a JSON object")
         out.setdefault("_name_or_path", ALIASES.get(text, text) if path.parent == CONFIG_DIR else str(path))
@@ -229,6 +233,20 @@ def _positive_real(cfg, *names, default=None, allow_zero=False):
     return value
 
 
+def _from_config(source, build):
+    """``build()``, with a ValueError re-raised as one about the config field(s) ``source``.
+
+    The quantities the translation derives (the Architecture's variances, beta, q0, the
+    maximum length) are not the user's parameters: their errors start with the field they
+    come from (``config.initializer_range = 1e200 gives an unusable model: sigma_w2 must be
+    finite``), so that a command line never blames one of its options for them.
+    """
+    try:
+        return build()
+    except ValueError as err:
+        raise ValueError(f"{source} gives an unusable model: {err}") from None
+
+
 def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     r"""Translate a Hugging Face configuration and the library's default initialisation.
 
@@ -286,11 +304,15 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     if family == "vit":
         image, patch = _positive_int(cfg, "image_size", default=224), _positive_int(cfg, "patch_size", default=16)
         channels = _positive_int(cfg, "num_channels", default=3)
-        max_len = (image // patch) ** 2 + 1
+        max_len, length_field = (image // patch) ** 2 + 1, "image_size"
     elif gpt:
         max_len = _positive_int(cfg, "n_positions", "max_position_embeddings", default=1024)
+        length_field = "n_positions" if cfg.get("n_positions") is not None else "max_position_embeddings"
     else:
         max_len = _positive_int(cfg, "max_position_embeddings", default=512) - (2 if family == "roberta" else 0)
+        length_field = "max_position_embeddings"
+    # the config's own maximum is checked here, naming its field (not the caller's seq_len)
+    _from_config(f"config.{length_field}", lambda: check_seq_len(max_len, name="the model's maximum length"))
     seq_len = max_len if seq_len is None else check_seq_len(seq_len, allow_none=False)
     if seq_len > max_len:
         raise ValueError(f"seq_len must be <= {max_len} (the model's maximum), got {seq_len}")
@@ -348,15 +370,19 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
                        f"mean-field maps")
 
     out_scale = 1.0 / (2 * depth) if gpt else 1.0
-    arch = Architecture(
+    # every variance, beta and (GPT-2, ViT) q0 derive from initializer_range: an error in
+    # them names that field, never an option of a command line that does not have it
+    source = "config.initializer_range" + (" (with pixel_std)" if family == "vit" else "")
+    arch = _from_config(source, lambda: Architecture(
         norm=FAMILIES[family], attention="softmax", activation=activation,
         sigma_w2=r * r * width, sigma_b2=0.0, sigma_v2=r * r * width, alpha_sa=1.0, alpha_mlp=1.0,
         seq_len=seq_len, heads=heads, qk_scaling="model",
-        sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale)
+        sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale))
     beta = r * r * width / math.sqrt(math.log(seq_len))
+    settings = _from_config(source, lambda: RunSettings(arch, beta, depth, q0, rho0))
     name = str(cfg.get("_name_or_path") or family)
     return ModelSpec(
-        name=name, family=family, settings=RunSettings(arch, beta, depth, q0, rho0), width=width, d_ff=d_ff,
+        name=name, family=family, settings=settings, width=width, d_ff=d_ff,
         causal=causal, init_range=r,
         embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit"),
         layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)

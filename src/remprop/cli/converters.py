@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 __all__ = [
     "real",
@@ -19,6 +20,7 @@ __all__ = [
     "layer_count",
     "count",
     "seed_list",
+    "file_stem",
     "Grid",
     "GRID_SYNTAX",
     "grid_of",
@@ -110,6 +112,19 @@ def seed_list(text: str):
     if min(values) < 0 or len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"seeds must be distinct integers >= 0, got {text!r}")
     return values
+
+
+def file_stem(text: str) -> str:
+    """A plain file name stem: not empty, not "." or "..", no path separator (``--name``).
+
+    The outputs are written as ``OUT/NAME.png`` etc.; a separator would write into another
+    folder (or fail after the computation when it does not exist).
+    """
+    separators = [sep for sep in ("/", "\\", os.sep, os.altsep) if sep]
+    if not text.strip() or text in (".", "..") or any(sep in text for sep in separators) or "\0" in text:
+        raise argparse.ArgumentTypeError(f"must be a plain file name stem (not empty, not '.' or '..', no "
+                                         f"path separator; the folder is --out), got {text!r}")
+    return text
 
 
 # -- grids -------------------------------------------------------------------------------

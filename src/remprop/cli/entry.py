@@ -27,10 +27,13 @@ OPTION_OF = {**ARCHITECTURE_OPTIONS,
 
 #: Where a command's option for a parameter differs from :data:`OPTION_OF`: the simulated
 #: sequence length of ``sweep`` and ``validate`` (an Architecture's ``seq_len`` is reported
-#: by :func:`~remprop.cli.options.architecture_from_args` before they run), the model's
-#: sequence length of ``check``.
+#: by :func:`~remprop.cli.options.architecture_from_args` before they run), the swept skip
+#: strengths of ``sweep`` (a simulated stream that overflows names ``alpha_sa``), the
+#: model's sequence length of ``check``. Errors about quantities the user did not set
+#: (a config's fields, measured inputs) start with words that are not parameter names,
+#: so that no option is blamed for them.
 COMMAND_OPTION_OF = {
-    "sweep": {"seq_len": "--sim-seq-len"},
+    "sweep": {"seq_len": "--sim-seq-len", "alpha_sa": "--alphas"},
     "validate": {"seq_len": "--sim-seq-len"},
     "check": {"seq_len": "--seq-len"},
 }

@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import re
 
 from .converters import (
     GRID_SYNTAX,
     cosine,
     count,
+    file_stem,
     grid_of,
     layer_count,
     nonnegative_real,
@@ -50,6 +52,10 @@ __all__ = [
 ]
 
 
+#: Words that argparse must read as (negative) values: a minus, then a digit, ".digit", inf or nan.
+NEGATIVE_VALUE = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (``prog: error: message``), status 2.
 
@@ -63,6 +69,11 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        # A value that starts with a minus and a number ("-1:1:3", "-1e5", "-inf") is a
+        # value, not an option (argparse only recognises "-1" and "-.5"), so that
+        # "--beta -1:1:3" reaches the converter, which says what is wrong with it. No
+        # option of remprop starts with a digit, "inf" or "nan".
+        self._negative_number_matcher = NEGATIVE_VALUE
 
     def error(self, message):  # noqa: D102 - argparse hook
         raise CommandLineError(message, prog=self.prog)
@@ -263,7 +274,7 @@ def add_output_options(parser, *, out="remprop-out", name=None, out_help="output
     """--out DIR and (when ``name`` is given, the default stem) --name."""
     parser.add_argument("--out", default=out, metavar="DIR", help=f"{out_help} (default: %(default)s)")
     if name is not None:
-        parser.add_argument("--name", default=name, help="file name stem (default: %(default)s)")
+        parser.add_argument("--name", type=file_stem, default=name, help="file name stem (default: %(default)s)")
 
 
 def add_progress_option(parser):

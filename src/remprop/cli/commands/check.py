@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..converters import cosine, count, layer_count, open_unit_real, positive_real, seed_list
+from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real, seed_list
 from ..errors import CommandLineError, validation_extra
 from ..options import add_command, add_output_options
 from ..output import dumps, format_number, format_table, writable_directory
@@ -51,7 +51,7 @@ def add_check_parser(commands):
                        help="random input sequences per initialisation (default: %(default)s)")
     check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
     add_output_options(check)
-    check.add_argument("--name", default=None, help="file name stem (default: check-<model>)")
+    check.add_argument("--name", type=file_stem, default=None, help="file name stem (default: check-<model>)")
     check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 

@@ -13,11 +13,10 @@ The simulated stacks take their heads and query/key scaling from the Architectur
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 
 from ..converters import count
-from ..errors import CommandLineError, validation_extra
+from ..errors import validation_extra
 from ..options import (add_architecture_arguments, add_command, add_grid_options, add_output_options,
                        add_progress_option, add_run_options, add_simulation_options, architecture_from_args)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
@@ -127,8 +126,6 @@ def run_validate(args) -> int:
     table and the maximum and mean absolute error. Needs the validation extra: pip install
     'remprop[validation]'.
     """
-    if not args.name or os.sep in args.name or args.name in (".", ".."):
-        raise CommandLineError(f"argument --name: must be a plain file stem, got {args.name!r}")
     arch = architecture_from_args(args)
     directory = writable_directory(args.out)
     with validation_extra():

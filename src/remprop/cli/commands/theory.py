@@ -138,22 +138,61 @@ def run_propagate(args) -> int:
     """Propagate the order parameters (q, p) of the token simplex through L blocks.
 
     Prints q, p, rho = p/q per layer (layer 0 = input) and the critical beta of each attention
-    input. JSON: lists layer, q, p, rho (length L+1) and beta_critical (length L).
+    input; beyond 1001 layers an evenly spread subset. JSON: lists layer, q, p, rho (length
+    L+1) and beta_critical (length L).
     """
     from remprop.theory import propagate
 
     arch = architecture_from_args(args)
     trajectory = propagate(arch, args.beta, args.depth, q0=args.q0, rho0=args.rho0)
     q, p, rho, beta_c = trajectory.q, trajectory.p, trajectory.rho, trajectory.beta_critical
+    undefined, note = _undefined_cosine(arch, rho)
     if args.json:
         print(dumps({"layer": list(range(args.depth + 1)), "q": q, "p": p, "rho": rho,
-                     "beta_critical": beta_c, **run_inputs(args, arch, beta=args.beta)}))
+                     "beta_critical": beta_c, "undefined_from_layer": undefined, "note": note,
+                     **run_inputs(args, arch, beta=args.beta)}))
         return 0
     print(f"order parameters layer by layer: {describe(arch, args.depth)}, "
           f"beta {format_number(args.beta)}")
+    layers = _subsample(args.depth + 1, TABLE_LAYERS)
     rows = [(str(layer), format_number(q[layer], 8), format_number(p[layer], 8), format_number(rho[layer], 8),
              format_number(beta_c[layer - 1]) if layer else "-")
-            for layer in range(args.depth + 1)]
+            for layer in layers]
     print(format_table(("layer", "q", "p", "rho", "beta_c"), rows))
     print("layer 0 is the input; beta_c is the critical beta of the layer's attention input")
+    if len(layers) < args.depth + 1:
+        print(f"{len(layers)} of {args.depth + 1} layers shown, evenly spread; --json gives all")
+    if note is not None:
+        print(f"note: {note}")
     return 0
+
+
+#: Options whose zero can make a sublayer and its skip both vanish (the stream's q = p = 0).
+_VANISHING_OPTIONS = (("--alpha", "alpha_sa"), ("--sigma-v2", "sigma_v2"), ("--sigma-b2", "sigma_b2"),
+                      ("--sigma-o2", "sigma_o2"), ("--alpha-mlp", "alpha_mlp"), ("--sigma-w2", "sigma_w2"),
+                      ("--sigma-w2-out", "sigma_w2_out"))
+
+
+def _undefined_cosine(arch, rho):
+    """(first layer whose rho is not finite, a note naming the likely cause), or (None, None).
+
+    A stream whose sublayer and skip both give zero vanishes (q = p = 0); its cosine is
+    0/0, reported as NaN and counted as rank collapse (the convention of
+    :class:`remprop.theory.Architecture`, "Vanished stream").
+    """
+    import numpy as np
+
+    bad = np.flatnonzero(~np.isfinite(rho))
+    if bad.size == 0:
+        return None, None
+    zeros = [flag for flag, field in _VANISHING_OPTIONS
+             if getattr(arch, field) is not None and float(getattr(arch, field)) == 0.0]
+    cause = f" ({', '.join(f'{flag} 0' for flag in zeros)})" if zeros else ""
+    return int(bad[0]), (f"rho is undefined (nan) from layer {int(bad[0])} on: the stream vanished{cause}, "
+                         "q = p = 0 (a sublayer and its skip both give zero), or left float64")
+
+
+#: Most layers printed by ``remprop propagate`` (evenly spread, ends included).
+TABLE_LAYERS = 1001
+
+
