@@ -24,7 +24,7 @@ from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
 from .inputs import INPUT_KINDS, gaussian_tokens, input_batches
 from .measurements import attention_statistics, token_statistics
-from .registry import REGISTRY
+from .registry import pair_for
 from .simulator import SimulatedStack, StackTrace
 
 __all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "MEASURED_ROUNDING_EPS", "compare", "attention_sweep",
@@ -309,7 +309,7 @@ class AttentionSweep:
 
 def _attention_theory(settings, cosines, betas):
     arch = Architecture(**settings["arch"])
-    entry = REGISTRY["softmax_attention" if arch.attention == "softmax" else "gain_controlled_attention"]
+    entry = pair_for(arch.attention_map(1.0))  # the registry entry of this attention component
     q0 = settings["q0"]
     p0 = q0 * np.asarray(cosines, dtype=float)[:, None]
     betas = np.asarray(betas, dtype=float)[None, :]
@@ -362,7 +362,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     if width % heads:
         raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
     dtype, device = resolve_dtype(dtype), resolve_device(device)
-    entry = REGISTRY["softmax_attention" if arch.attention == "softmax" else "gain_controlled_attention"]
+    entry = pair_for(arch.attention_map(1.0))  # the registry entry of this attention component
     sigma_v2, sigma_b2 = check_scalar("sigma_v2", arch.sigma_v2), check_scalar("sigma_b2", arch.sigma_b2)
     q0 = check_scalar("q0", q0, positive=True)
     names = ("q", "p", "rho", "cosine", "y2", "entropy")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..converters import GRID_SYNTAX, grid_of, positive_real
-from ..options import (add_architecture_arguments, add_command, add_grid_options, add_output_options,
-                       add_progress_option, add_run_options, architecture_from_args)
+from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_grid_options,
+                       add_output_options, add_progress_option, add_run_options, architecture_from_args)
 from ..output import describe, dumps, format_number, format_table, run_inputs, show_progress, writable_directory
 
 __all__ = ["add_diagram_parser", "add_min_alpha_parser", "add_propagate_parser",
@@ -167,10 +167,8 @@ def run_propagate(args) -> int:
     return 0
 
 
-#: Options whose zero can make a sublayer and its skip both vanish (the stream's q = p = 0).
-_VANISHING_OPTIONS = (("--alpha", "alpha_sa"), ("--sigma-v2", "sigma_v2"), ("--sigma-b2", "sigma_b2"),
-                      ("--sigma-o2", "sigma_o2"), ("--alpha-mlp", "alpha_mlp"), ("--sigma-w2", "sigma_w2"),
-                      ("--sigma-w2-out", "sigma_w2_out"))
+#: Fields whose zero can make a sublayer and its skip both vanish (the stream's q = p = 0).
+_VANISHING_FIELDS = ("alpha_sa", "sigma_v2", "sigma_b2", "sigma_o2", "alpha_mlp", "sigma_w2", "sigma_w2_out")
 
 
 def _undefined_cosine(arch, rho):
@@ -185,7 +183,7 @@ def _undefined_cosine(arch, rho):
     bad = np.flatnonzero(~np.isfinite(rho))
     if bad.size == 0:
         return None, None
-    zeros = [flag for flag, field in _VANISHING_OPTIONS
+    zeros = [ARCHITECTURE_OPTIONS[field] for field in _VANISHING_FIELDS
              if getattr(arch, field) is not None and float(getattr(arch, field)) == 0.0]
     cause = f" ({', '.join(f'{flag} 0' for flag in zeros)})" if zeros else ""
     return int(bad[0]), (f"rho is undefined (nan) from layer {int(bad[0])} on: the stream vanished{cause}, "
