@@ -19,6 +19,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from scipy import ndimage
 
+from remprop.theory.work_estimates import MAX_DRAWN_PER_AXIS, spread_indices
+
 from .figure_data import attention_phase_data, layernorm_placement_data
 from .style import LINE, NORM_TITLES, PHASE_STYLE, VARIANT_STYLE, draw_phases, new_figure
 
@@ -39,6 +41,12 @@ def trainability_figure(diagram, ax=None):
     The title states the stack, the depth and the collapse threshold (rank collapse:
     final mean cosine of two tokens above it).
 
+    A figure cannot show more cells than its pixels: a grid with more than
+    :data:`~remprop.theory.work_estimates.MAX_DRAWN_PER_AXIS` (1000) betas or alphas is drawn
+    from that many evenly spread columns or rows, ends included, so that drawing stays
+    within a bounded memory and time; the diagram itself (and the npz and JSON files it
+    saves) keeps the full grid, and the alpha* curve is drawn at every beta.
+
     Parameters
     ----------
     diagram : TrainabilityDiagram
@@ -56,7 +64,11 @@ def trainability_figure(diagram, ax=None):
     """
     if ax is None:
         ax = new_figure(6.4, 4.8).add_subplot()
-    betas, alphas, phase = diagram.betas, diagram.alphas, diagram.phase
+    # at most MAX_DRAWN_PER_AXIS rows and columns: no more than a figure's pixels
+    rows = spread_indices(len(diagram.alphas), MAX_DRAWN_PER_AXIS)
+    columns = spread_indices(len(diagram.betas), MAX_DRAWN_PER_AXIS)
+    betas, alphas = diagram.betas[columns], diagram.alphas[rows]
+    phase = diagram.phase[np.ix_(rows, columns)]
     codes = draw_phases(ax, betas, alphas, phase)
     two_d = len(betas) > 1 and len(alphas) > 1
     for code in codes:
@@ -77,7 +89,7 @@ def trainability_figure(diagram, ax=None):
                      edgecolor=PHASE_STYLE[c]["hatch_color"] or "0.5", label=PHASE_STYLE[c]["text"])
                for c in codes]
     # beta_c: one value for post-LN (first layer), a contour for pre-LN / no LN.
-    beta_c_cells = diagram.beta_critical_cells
+    beta_c_cells = diagram.beta_critical_cells[np.ix_(rows, columns)]
     rule = diagram.beta_critical_rule.replace("attention ", "")  # "first layer" / "smallest over layers"
     beta_c_label = rf"$\beta_c$ ({rule})"
     finite_bc = beta_c_cells[np.isfinite(beta_c_cells)]
@@ -97,10 +109,10 @@ def trainability_figure(diagram, ax=None):
         handles.append(Line2D([], [], label=beta_c_label, **LINE["beta_critical"]))
     # alpha*(L): solid where the column's beta is below beta_c, dotted inside entropy collapse.
     alpha_star = np.where(np.isfinite(diagram.alpha_star), diagram.alpha_star, np.nan)
-    below = betas <= diagram.beta_critical
-    ax.plot(betas, np.where(below, alpha_star, np.nan), **LINE["alpha_star"])
+    below = diagram.betas <= diagram.beta_critical
+    ax.plot(diagram.betas, np.where(below, alpha_star, np.nan), **LINE["alpha_star"])
     beyond = ~below | np.r_[~below[1:], False]  # overlap one point so the curve stays joined
-    ax.plot(betas, np.where(beyond, alpha_star, np.nan),
+    ax.plot(diagram.betas, np.where(beyond, alpha_star, np.nan),
             **{**LINE["alpha_star"], "linestyle": ":", "color": "0.85"})  # light: readable on dark red
     handles.append(Line2D([], [], label=rf"$\alpha^*(L)$, $L = {diagram.depth}$", **LINE["alpha_star"]))
     ax.set_xlim(betas.min(), betas.max())

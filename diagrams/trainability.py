@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from remprop._json import to_jsonable
-from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state
+from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state, propagate_at_layers
 from remprop.theory.checks import as_float_array, check_grid_axis
 from remprop.theory.architecture import BETA_CRITICAL_RULES, NUMERIC_FIELDS, OPTIONAL_FIELDS
+from remprop.theory.propagation import CHUNK_ROWS
+from remprop.theory.work_estimates import segment_layers
 
 from .phases import PHASE_LABELS, classify_phases
 from .residual_strength import ALPHA_MAX, min_residual_strength
@@ -201,7 +203,7 @@ class TrainabilityDiagram:
                    beta_critical=data["beta_critical"], alpha_star=data["alpha_star"], alpha_max=alpha_max)
 
 def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshold=DEFAULT_THRESHOLD, *,
-                         q0=1.0, rho0=0.0, progress=False) -> TrainabilityDiagram:
+                         q0=1.0, rho0=0.0, progress=False, segment=None) -> TrainabilityDiagram:
     r"""Phase of a depth-L stack on a grid of query/key scales and attention skip strengths.
 
     Each cell ``(alpha, beta)`` is propagated through ``depth`` blocks of ``arch`` with
@@ -216,7 +218,11 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
 
     Cells that meet both criteria are entropy-collapsed (see
     :mod:`remprop.diagrams.phases`). Only final states are kept (no grid x depth
-    trajectories); a 2000 x 2000 x 60 grid stays well under 500 MB.
+    trajectories); a 2000 x 2000 x 60 grid stays well under 500 MB
+    (:func:`remprop.theory.work_estimates.diagram_bytes` estimates any grid). A long run
+    (estimated above :data:`~remprop.theory.work_estimates.SEGMENTED_ABOVE_SECONDS`) advances
+    the cells in segments of blocks (:func:`~remprop.theory.propagate_at_layers`, the same
+    numbers), so that Ctrl-C stops it between segments.
 
     Parameters
     ----------
@@ -235,6 +241,10 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
         Input mean squared norm (> 0) and mean cosine (in [-1, 1]).
     progress : bool
         Show a tqdm progress bar over the grid cells.
+    segment : int, optional
+        Blocks per kernel call (default: one call for a short run, calls of about a quarter
+        second for a long one, :func:`~remprop.theory.work_estimates.segment_layers`); the
+        result does not depend on it.
 
     Returns
     -------
@@ -261,29 +271,42 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     betas, depth, q0, rho0, threshold = run.beta, run.depth, run.q0, run.rho0, run.threshold
 
     state = _final_states(arch.replace(alpha_sa=alphas[:, None]), betas[None, :], depth, q0, rho0,
-                          progress)
+                          progress, segment)
     # on the betas axis: a cell is entropy-collapsed when beta > this (the heads' factor applied)
     beta_critical_cells = np.array(arch.critical_beta(first=state["beta_critical_first"],
                                                       smallest=state["beta_critical_min"]))
     rho_final = state["rho"]
     del state
     phase = classify_phases(betas[None, :], beta_critical_cells, rho_final, threshold)
-    alpha_star = np.asarray(min_residual_strength(arch, depth, betas, threshold, q0=q0, rho0=rho0),
-                            dtype=np.float64)
+    alpha_star = np.asarray(min_residual_strength(arch, depth, betas, threshold, q0=q0, rho0=rho0,
+                                                  segment=segment), dtype=np.float64)
     return TrainabilityDiagram(
         settings=run, alphas=alphas, phase=phase, rho_final=rho_final, beta_critical_cells=beta_critical_cells,
         beta_critical=beta_critical_cells.min(axis=0), alpha_star=alpha_star.reshape(betas.shape),
         alpha_max=ALPHA_MAX)
 
 
-def _final_states(arch, betas, depth, q0, rho0, progress):
-    if not progress:
-        return final_state(arch, betas, depth, q0, rho0)
-    from tqdm.auto import tqdm
+def _final_states(arch, betas, depth, q0, rho0, progress, segment):
+    """Final cosine and critical betas of every cell: one kernel call per chunk of cells for a
+    short run, segments of blocks for a long one (:func:`propagate_at_layers`)."""
+    cells = betas.size * np.size(arch.alpha_sa)
+    if segment is None:
+        segment = segment_layers(arch, min(cells, CHUNK_ROWS), depth, -(-cells // CHUNK_ROWS))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
 
-    total = betas.size * np.size(arch.alpha_sa)
-    with tqdm(total=total, unit="cell", desc=f"diagram L={depth}") as bar:
-        return final_state(arch, betas, depth, q0, rho0, progress=bar.update)
+        bar = tqdm(total=cells, unit="cell", desc=f"diagram L={depth}")
+    try:
+        if segment >= depth:
+            return final_state(arch, betas, depth, q0, rho0, progress=None if bar is None else bar.update)
+        sampled = propagate_at_layers(arch, betas, [depth], q0, rho0, segment=segment,
+                                      progress=None if bar is None else (lambda steps: bar.update(steps / depth)))
+        return {"rho": sampled.rho[..., 0], "beta_critical_first": sampled.beta_critical_first,
+                "beta_critical_min": sampled.beta_critical_min[..., 0]}
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 #: Arrays of a saved diagram's npz file.

@@ -12,6 +12,8 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333 (Result 1 and Sec. 4).
 """
 import math
 
+import mpmath
+
 NORMS = ("post", "pre", "none")
 ATTENTIONS = ("softmax", "gain-controlled")
 ACTIVATIONS = ("relu", "linear")
@@ -64,9 +66,15 @@ def layernorm(q, p):
 
 
 def arccos_kernel(c):
-    """f(c) = (sqrt(1 - c^2) + c (pi - arccos c)) / pi (Cho & Saul 2009, degree 1)."""
-    c = min(1.0, max(-1.0, c))
-    return (math.sqrt(1.0 - c * c) + c * (math.pi - math.acos(c))) / math.pi
+    """f(c) = (sqrt(1 - c^2) + c (pi - arccos c)) / pi (Cho & Saul 2009, degree 1).
+
+    Evaluated in 40-digit arithmetic (mpmath) and rounded once: the plain float formula
+    loses ``eps / sqrt(1 - c)`` near ``c = 1`` (cancellation in ``1 - c^2`` and ``arccos``),
+    which near-collapsed tokens amplify (``beta_c ~ 1 / sqrt(q - p)``).
+    """
+    c = mpmath.mpf(min(1.0, max(-1.0, c)))
+    with mpmath.workdps(40):
+        return float((mpmath.sqrt(1 - c * c) + c * (mpmath.pi - mpmath.acos(c))) / mpmath.pi)
 
 
 def relu_second_moments(q1, p1):

@@ -9,8 +9,8 @@ from .kernels import PARAMS, kernels_for, packed_table
 from .checks import as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 
-__all__ = ["Trajectory", "propagate", "final_state", "final_state_rows", "pack_parameters", "CHUNK_ROWS",
-           "PARAMETER_COLUMNS"]
+__all__ = ["Trajectory", "propagate", "final_state", "final_state_rows", "pack_parameters", "scaled_state",
+           "CHUNK_ROWS", "PARAMETER_COLUMNS"]
 
 #: Grid cells handed to a kernel at once: bounds the memory of packed parameters.
 CHUNK_ROWS = 1 << 16
@@ -26,18 +26,30 @@ class Trajectory:
     Attributes
     ----------
     q, p : ndarray, shape (..., depth + 1)
-        Mean squared norm and mean overlap per coordinate; index 0 is the input.
+        Mean squared norm and mean overlap per coordinate; index 0 is the input. A deep
+        pre-LN or no-LN stream can leave float64's range (``alpha**(2L)`` growth): there
+        q and p read ``inf`` (or 0) while ``rho`` and ``log2_q`` stay exact.
     beta_critical : ndarray, shape (..., depth)
         Critical beta of each layer's attention input (``inf`` for collapsed tokens).
+    cosine : ndarray or None
+        ``p / q`` computed from the carried scale's mantissas (:mod:`remprop.theory.kernels`);
+        None means ``p / q`` of the stored arrays.
+    log2_q : ndarray or None
+        ``log2 q`` per layer, finite where q itself over- or underflows; None means
+        ``log2(q)`` of the stored array.
     """
 
     q: np.ndarray
     p: np.ndarray
     beta_critical: np.ndarray
+    cosine: np.ndarray | None = None
+    log2_q: np.ndarray | None = None
 
     @property
     def rho(self) -> np.ndarray:
         """Mean cosine similarity ``p / q`` of two tokens, per layer."""
+        if self.cosine is not None:
+            return self.cosine
         return self.p / self.q
 
     @property
@@ -45,12 +57,25 @@ class Trajectory:
         return self.q.shape[-1] - 1
 
 
+def scaled_state(q, p, log2_scale):
+    """``(q 2**e, p 2**e, p / q, log2 q + e)`` of a carried-scale state (inf or 0 beyond float64).
+
+    The kernels return ``(q, p)`` with a power-of-two exponent ``e`` (see
+    :mod:`remprop.theory.kernels`, "The carried scale"); the cosine and ``log2 q`` need no
+    rescaling and are exact at any depth.
+    """
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        exponent = np.clip(log2_scale, -4000, 4000).astype(np.int64)
+        return (np.ldexp(q, exponent), np.ldexp(p, exponent), p / q, np.log2(q) + log2_scale)
+
+
 def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     """Validate and broadcast beta, the numeric fields and the input state.
 
     Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
-    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 10)``
-    in the order of :data:`remprop.theory.kernels.PARAMS`. Rows are materialised a
+    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 11)``
+    in the order of :data:`remprop.theory.kernels.PARAMS` (``log2_scale`` = 0: the input
+    state is ``(q0, p0)``). Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
 
     ``rho0`` must lie in ``[0, 1]`` when ``arch.seq_len`` is None and in
@@ -71,13 +96,14 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     rho0 = check_simplex_cosine("rho0", rho0, arch.seq_len)
     values["q0"] = q0
     values["rho0"] = rho0
-    names = [name for name in PARAMS if name != "p0"] + ["rho0"]
+    names = [name for name in PARAMS if name not in ("p0", "log2_scale")] + ["rho0"]
     try:
         shape = np.broadcast_shapes(*(values[n].shape for n in names))
     except ValueError:
         described = ", ".join(f"{n}{values[n].shape}" for n in names if values[n].ndim)
         raise ValueError(f"beta and the numeric fields do not broadcast together: {described}") from None
     values["p0"] = q0 * rho0
+    values["log2_scale"] = np.zeros(())
     columns = [values[name] for name in PARAMS]
     views = [np.broadcast_to(c, shape) for c in columns]
     size = int(np.prod(shape, dtype=np.int64))
@@ -138,15 +164,18 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     shape, size, rows = pack_parameters(arch, beta, q0, rho0)
     q = np.empty((size, depth + 1))
     p = np.empty((size, depth + 1))
+    exponent = np.empty((size, depth + 1))
     beta_c = np.empty((size, depth))
     kernels = kernels_for(*arch.codes, arch.seq_len is not None)
     table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
-        q[start:stop], p[start:stop], beta_c[start:stop] = kernels.trajectories(
+        q[start:stop], p[start:stop], exponent[start:stop], beta_c[start:stop] = kernels.trajectories(
             rows(start, stop), depth, table)
-    return Trajectory(q.reshape(shape + (depth + 1,)), p.reshape(shape + (depth + 1,)),
-                      beta_c.reshape(shape + (depth,)))
+    q, p, rho, log2_q = scaled_state(q, p, exponent)
+    layers = shape + (depth + 1,)
+    return Trajectory(q.reshape(layers), p.reshape(layers), beta_c.reshape(shape + (depth,)),
+                      cosine=rho.reshape(layers), log2_q=log2_q.reshape(layers))
 
 
 def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress=None):
@@ -156,13 +185,15 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
     ``beta_critical_first`` (first attention layer) and ``beta_critical_min``
     (smallest over layers). ``progress``, if given, is called with the number of
     cells finished after each chunk. Inputs as in :func:`propagate` (``rho0 >= 0`` when
-    ``arch.seq_len`` is None, ``>= -1/(T - 1)`` otherwise).
+    ``arch.seq_len`` is None, ``>= -1/(T - 1)`` otherwise). ``log2_q`` is ``log2`` of the
+    final q, finite where a deep pre-LN or no-LN stream leaves float64 (q reads inf there;
+    ``rho`` is exact at any depth, see :class:`Trajectory`).
     """
     depth = check_depth(depth)
     if progress is not None and not callable(progress):
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     shape, size, rows = pack_parameters(arch, beta, q0, rho0)
-    out = np.empty((size, 4))
+    out = np.empty((size, 5))
     kernels = kernels_for(*arch.codes, arch.seq_len is not None)
     table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
@@ -170,8 +201,9 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
         out[start:stop] = kernels.final_states(rows(start, stop), depth, table)
         if progress is not None:
             progress(stop - start)
-    q, p = out[:, 0].reshape(shape), out[:, 1].reshape(shape)
-    return {"q": q, "p": p, "rho": p / q,
+    q, p, rho, log2_q = scaled_state(out[:, 0], out[:, 1], out[:, 4])
+    return {"q": q.reshape(shape), "p": p.reshape(shape), "rho": rho.reshape(shape),
+            "log2_q": log2_q.reshape(shape),
             "beta_critical_first": out[:, 2].reshape(shape),
             "beta_critical_min": out[:, 3].reshape(shape)}
 
@@ -183,8 +215,10 @@ def final_state_rows(arch: Architecture, rows, depth: int):
     :func:`pack_parameters` returns them (effective beta already applied: nothing is
     re-validated or re-packed, so no factor is applied twice). Only ``arch``'s
     categorical choices (norm, attention, activation, finite T) are read; its numeric
-    fields are ignored in favour of the rows. Returns shape ``(n, 4)``: ``q``, ``p``, the
-    first layer's and the smallest per-head critical beta. Callers that vary one column
+    fields are ignored in favour of the rows. Returns shape ``(n, 5)``: ``q``, ``p``, the
+    first layer's and the smallest per-head critical beta, and ``log2_scale``: the final
+    state is ``(q, p) * 2**log2_scale`` and its cosine ``p / q``. A run continues from it by
+    writing columns 0, 1 and 4 into the rows' ``q0``, ``p0`` and ``log2_scale``. Callers that vary one column
     (e.g. ``alpha_sa`` in a search) edit the rows and call this; keep ``n`` to about
     :data:`CHUNK_ROWS` per call.
     """

@@ -37,9 +37,15 @@ __all__ = [
 
 @register_jitable
 def relu_kernel_core(c):
-    """Normalised arc-cosine kernel f(c); c is clipped to [-1, 1] against round-off."""
+    """Normalised arc-cosine kernel f(c); c is clipped to [-1, 1] against round-off.
+
+    ``sqrt(1 - c^2)`` is taken as ``sqrt((1 - c)(1 + c))``: ``1 - c`` is exact for
+    ``c >= 1/2``, so f(c) is within about one ulp at every c (``1 - c * c`` cancels near
+    ``c = 1`` and loses ``eps / sqrt(1 - c)``: 1.2e-14 at ``1 - c = 1e-8``); ``arccos`` of
+    an exact argument is accurate.
+    """
     c = np.minimum(np.maximum(c, -1.0), 1.0)
-    return (np.sqrt(1.0 - c * c) + c * (np.pi - np.arccos(c))) / np.pi
+    return (np.sqrt((1.0 - c) * (1.0 + c)) + c * (np.pi - np.arccos(c))) / np.pi
 
 
 @register_jitable

@@ -81,6 +81,10 @@ class ActivationSpec:
         Jittable ``q1 -> E[phi'(u)^2]``.
     builtin : bool
         Built-in activations are compiled once and cached on disk.
+    homogeneous : bool
+        ``phi(c x) = c phi(x)`` for ``c > 0`` (ReLU, linear): the moments are homogeneous
+        of degree one, which lets the depth kernels carry the scale of a no-LN stream
+        (:mod:`remprop.theory.kernels`). False for every other activation.
     """
 
     name: str
@@ -89,12 +93,14 @@ class ActivationSpec:
     moments: Callable
     derivative_moment: Callable
     builtin: bool = True
+    homogeneous: bool = False
 
 
 _SPECS = {
-    "relu": ActivationSpec("relu", RELU, relu_function, relu_moments_core, relu_derivative_moment_core),
+    "relu": ActivationSpec("relu", RELU, relu_function, relu_moments_core, relu_derivative_moment_core,
+                           homogeneous=True),
     "linear": ActivationSpec("linear", LINEAR, linear_function, linear_moments_core,
-                             linear_derivative_moment_core),
+                             linear_derivative_moment_core, homogeneous=True),
     "tanh": ActivationSpec("tanh", TANH, tanh_function, tanh_moments_core, tanh_derivative_moment_core),
     "erf": ActivationSpec("erf", ERF, erf_function, erf_moments_core, erf_derivative_moment_core),
     "gelu": ActivationSpec("gelu", GELU, gelu_function, gelu_moments_core, gelu_derivative_moment_core),

@@ -4,16 +4,19 @@ The public surface for code outside this package (:mod:`remprop.theory.propagati
 the diagrams, the benchmarks):
 
 * :data:`PARAMS` -- the layout of one packed parameter row,
-  ``(beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out, q0, p0)``
-  (``beta`` is the heads' effective beta, ``sigma_o2 = 1`` without output projection,
-  ``sigma_w2_out`` resolved; :func:`remprop.theory.propagation.pack_parameters` builds
-  the rows);
+  ``(beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out, q0, p0,
+  log2_scale)`` (``beta`` is the heads' effective beta, ``sigma_o2 = 1`` without output
+  projection, ``sigma_w2_out`` resolved, the input state ``(q0, p0) 2**log2_scale``;
+  :func:`remprop.theory.propagation.pack_parameters` builds the rows);
+* :data:`SCALE_EXPONENT`, :func:`scale_mode` -- the carried scale of deep pre-LN and no-LN
+  streams: a cell's q is kept in ``[2**-SCALE_EXPONENT, 2**SCALE_EXPONENT]`` and the rest
+  moves into its exponent (docs/theory.md section 5, "The carried scale");
 * :func:`kernels_for` -- the compiled :class:`Kernels` (trajectories, final states,
   minimum-alpha bisection) of one architecture's codes (``Architecture.codes``) and
   ``finite`` (finite sequence length or not);
 * :func:`packed_table` -- the finite-T participation table the kernels read;
 * :func:`min_alpha_bisection` -- the smallest ``alpha_sa`` with final cosine below a
-  threshold, per packed row.
+  threshold, per packed row; :func:`bisection_steps` -- its number of halvings.
 
 The elementary maps are the ``*_core`` functions of the component modules
 (``register_jitable``: plain NumPy from Python, inlined here); nothing is re-derived.
@@ -34,6 +37,8 @@ compiled in different processes can share symbol names and break when both are l
 from the cache into one process. Kernels of user-registered activations call a function
 object created at run time and are compiled per process, without the disk cache.
 """
-from ._sweeps import PARAMS, Kernels, kernels_for, min_alpha_bisection, packed_table
+from ._sweeps import (PARAMS, SCALE_EXPONENT, Kernels, bisection_steps, kernels_for, min_alpha_bisection,
+                      packed_table, scale_mode)
 
-__all__ = ["PARAMS", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection"]
+__all__ = ["PARAMS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection", "scale_mode",
+           "bisection_steps"]

@@ -2,7 +2,8 @@
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the parameter and,
 for a library ``ValueError``, the option that sets it), 1 on an unexpected error (one
-line; ``REMPROP_DEBUG=1`` shows the traceback), 130 when interrupted.
+line; ``REMPROP_DEBUG=1`` shows the traceback), 130 when interrupted (one line, which says
+where a long run stopped: ``remprop propagate: interrupted at layer N of M``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ OPTION_OF = {**ARCHITECTURE_OPTIONS,
              "workers": "--workers", "theory": "--theory", "seeds": "--seeds", "width": "--width",
              "d_ff": "--d-ff", "sequences": "--sequences", "threads": "--threads", "inputs": "--inputs",
              "dtype": "--dtype", "batch_size": "--batch-size", "observable": "--observable",
-             "config": "--hf-config", "max_depth": "--max-depth", "pixel_std": "--pixel-std"}
+             "config": "--hf-config", "max_depth": "--max-depth", "pixel_std": "--pixel-std",
+             "max_seconds": "--max-seconds", "max_memory": "--max-memory"}
 
 #: Where a command's option for a parameter differs from :data:`OPTION_OF`: the simulated
 #: sequence length of ``sweep`` and ``validate`` (an Architecture's ``seq_len`` is reported
@@ -80,7 +82,8 @@ def main(argv=None) -> int:
     that cannot be written, a missing validation extra -- prints one line
     ``remprop CMD: error: ...`` on stderr and returns 2; any other exception prints one
     line and returns 1 (set ``REMPROP_DEBUG=1`` to get the traceback instead).
-    ``--help`` and ``--version`` return 0.
+    ``--help`` and ``--version`` return 0; Ctrl-C prints one line (where the run stopped, when
+    it says so: :class:`remprop.theory.work_estimates.WorkInterrupted`) and returns 130.
     """
     argv = sys.argv[1:] if argv is None else [str(word) for word in argv]
     command = _command_name(argv)
@@ -99,8 +102,8 @@ def main(argv=None) -> int:
     except SystemExit as exit_:  # --help and --version
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except KeyboardInterrupt:
-        _report(prog, "interrupted")
+    except KeyboardInterrupt as interrupt:  # Ctrl-C; long runs say where they stopped
+        print(f"{prog}: {one_line(interrupt) if str(interrupt) else 'interrupted'}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # stdout closed early (e.g. piped into `head`): silence the flush at exit.
@@ -108,6 +111,12 @@ def main(argv=None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except Exception as err:  # noqa: BLE001 - the command line never shows a traceback
+        if isinstance(err, SystemError):  # Ctrl-C that landed inside a compiled (numba) call
+            from remprop.theory.work_estimates import is_ctrl_c
+
+            if is_ctrl_c(err):
+                print(f"{prog}: interrupted", file=sys.stderr)
+                return 130
         if debug:
             raise
         _report(prog, f"unexpected {type(err).__name__}: {one_line(err)} "

@@ -2,6 +2,7 @@
 tables, one-line descriptions of a run, and the checked output directory."""
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import tempfile
@@ -16,7 +17,7 @@ JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the
              '"-inf", "nan" (alpha_star = "inf": no alpha_SA up to the search bound avoids rank collapse).')
 
 __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
-           "show_progress", "writable_directory"]
+           "show_progress", "progress_bar", "writable_directory"]
 
 
 def format_number(value, digits=6) -> str:
@@ -71,6 +72,23 @@ def show_progress(args) -> bool:
     if args.progress is None:
         return sys.stderr.isatty()
     return bool(args.progress)
+
+
+@contextlib.contextmanager
+def progress_bar(args, *, total, unit, desc):
+    """A progress bar on stderr when :func:`show_progress` says so: yields its ``update(n)``, else None.
+
+    The bar is closed (its line ended) however the block ends, so that an interruption's
+    one-line message starts on a line of its own.
+    """
+    if not show_progress(args):
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, unit_scale=True) as bar:
+        yield bar.update
+        bar.update(max(0, total - bar.n))  # finished: work estimated but not needed (a search ended early)
 
 
 def writable_directory(path, option="--out") -> Path:

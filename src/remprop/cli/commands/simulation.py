@@ -18,7 +18,8 @@ import sys
 from ..converters import count
 from ..errors import validation_extra
 from ..options import (add_architecture_arguments, add_command, add_grid_options, add_output_options,
-                       add_progress_option, add_run_options, add_simulation_options, architecture_from_args)
+                       add_progress_option, add_run_options, add_simulation_options, add_work_limit_options,
+                       architecture_from_args, work_limits)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
 
 __all__ = ["add_sweep_parser", "add_validate_parser", "run_sweep", "run_validate"]
@@ -45,6 +46,7 @@ def add_sweep_parser(commands):
     where.add_argument("--scheduler", default=None, metavar="ADDRESS",
                        help="address of a running dask scheduler (tcp://host:8786) instead of a LocalCluster")
     add_progress_option(sweep)
+    add_work_limit_options(sweep, seconds=False)
     # the theory's T is --theory's choice (at the simulated T or infinite), not an option of its own
     add_architecture_arguments(sweep, alpha_sa=False, theory_seq_len=False)
 
@@ -61,11 +63,13 @@ def run_sweep(args) -> int:
     OUT/sweep.json pins the settings. Cells run on a dask LocalCluster (one single-threaded
     worker per core by default), on an existing cluster (--scheduler), or in this process
     (--workers 0, or without dask). Writes OUT/measured_diagram.png, .npz and .json. Needs the
-    validation extra; dask comes with the distributed extra.
+    validation extra; dask comes with the distributed extra. The memory of one cell's
+    simulation is estimated first: above --max-memory the sweep is refused.
     """
     import numpy as np
 
     arch = architecture_from_args(args)
+    _check_simulation_memory(args, arch, batch=args.sequences)
     directory = writable_directory(args.out)
     with validation_extra():
         from remprop.validation import SimulatedStack  # noqa: F401 - loads torch: fails here, not in the workers
@@ -115,6 +119,7 @@ def add_validate_parser(commands):
                      help="measured mean pairwise cosine or Gram ratio p/q (default: %(default)s)")
     add_output_options(validate, name="validate")
     add_progress_option(validate)
+    add_work_limit_options(validate, seconds=False)
     add_architecture_arguments(validate, alpha_sa=True)
 
 
@@ -124,9 +129,12 @@ def run_validate(args) -> int:
     Writes OUT/NAME.png (theory line, measured dots with std error bars) and OUT/NAME.json
     (settings, per-layer table, errors, per-sequence measurements) and prints the per-layer
     table and the maximum and mean absolute error. Needs the validation extra: pip install
-    'remprop[validation]'.
+    'remprop[validation]'. The memory of a batch's simulation is estimated first: above
+    --max-memory the run is refused.
     """
     arch = architecture_from_args(args)
+    # compare() simulates min(sequences, 16) sequences at a time unless --batch-size says otherwise
+    _check_simulation_memory(args, arch, batch=args.batch_size or min(args.sequences, 16), d_ff=args.d_ff)
     directory = writable_directory(args.out)
     with validation_extra():
         from tqdm import tqdm
@@ -161,3 +169,13 @@ def run_validate(args) -> int:
     print(comparison.summary())
     print(f"wrote {paths['png']} and {paths['json']}")
     return 0
+
+
+def _check_simulation_memory(args, arch, *, batch, d_ff=None):
+    """Refuse a simulation whose tensors would exceed --max-memory (one line with the estimate)."""
+    from remprop.theory import work_estimates as work
+
+    nbytes = work.simulation_bytes(args.width, args.sim_seq_len, batch, {"float32": 4, "float64": 8}[args.dtype],
+                                   d_ff=d_ff, heads=arch.heads)
+    work.check_work(f"simulating {batch} sequence(s) of {args.sim_seq_len} tokens of width {args.width} "
+                    f"in {args.dtype}", nbytes=nbytes, **work_limits(args))

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from ..converters import GRID_SYNTAX, grid_of, positive_real
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_grid_options,
-                       add_output_options, add_progress_option, add_run_options, architecture_from_args)
-from ..output import describe, dumps, format_number, format_table, run_inputs, show_progress, writable_directory
+                       add_output_options, add_progress_option, add_run_options, add_work_limit_options,
+                       architecture_from_args, work_limits)
+from ..output import (describe, dumps, format_number, format_table, progress_bar, run_inputs, show_progress,
+                      writable_directory)
 
 __all__ = ["add_diagram_parser", "add_min_alpha_parser", "add_propagate_parser",
            "run_diagram", "run_min_alpha", "run_propagate"]
@@ -26,6 +28,7 @@ def add_diagram_parser(commands):
     add_run_options(diagram, json_help="print a JSON summary (files, alpha_star, beta_critical) instead of text")
     add_output_options(diagram, name="trainability")
     add_progress_option(diagram)
+    add_work_limit_options(diagram)
     add_architecture_arguments(diagram, alpha_sa=False)
 
 
@@ -35,16 +38,25 @@ def run_diagram(args) -> int:
     alpha_SA is the attention skip strength. Phases: trainable, rank collapse (final rho above
     the threshold), entropy collapse (beta above the critical beta of the first attention layer;
     pre-LN: the smallest over layers). With no options: the 60-layer post-LN BERT diagram.
-    Writes OUT/NAME.png, OUT/NAME.npz and OUT/NAME.json and prints alpha* and beta_c.
+    Writes OUT/NAME.png, OUT/NAME.npz and OUT/NAME.json and prints alpha* and beta_c. The time
+    and memory are estimated first: above --max-seconds or --max-memory the run is refused.
+    The PNG draws at most 1000 evenly spread betas and alphas (no more than its pixels); the
+    npz and json files keep the whole grid.
     """
     import numpy as np
 
     arch = architecture_from_args(args)
     directory = writable_directory(args.out)
     from remprop.diagrams import trainability_diagram
+    from remprop.diagrams.residual_strength import search_seconds
+    from remprop.theory import work_estimates as work
 
     betas = np.asarray(args.betas, dtype=float)
     alphas = np.asarray(args.alphas, dtype=float)
+    work.check_work(f"a diagram of {betas.size} x {alphas.size} cells at depth {args.depth}",
+                    seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
+                             + search_seconds(arch, args.depth, betas.size)),
+                    nbytes=work.diagram_bytes(betas.size, alphas.size), **work_limits(args))
     result = trainability_diagram(arch, betas, alphas, args.depth, args.threshold,
                                   q0=args.q0, rho0=args.rho0, progress=show_progress(args))
     stem = directory / args.name
@@ -68,17 +80,10 @@ def run_diagram(args) -> int:
         print(f"beta_c from {format_number(finite.min())} to {format_number(finite.max())} over the grid "
               f"(entropy collapse above)")
     rows = [(format_number(betas[k]), format_number(alpha_star[k]), format_number(beta_c[k]))
-            for k in _subsample(betas.size, 9)]
+            for k in work.spread_indices(betas.size, 9)]
     print(format_table(("beta", "alpha*", "beta_c"), rows))
     print("wrote " + ", ".join(files))
     return 0
-
-
-def _subsample(count, at_most):
-    """At most ``at_most`` evenly spread indices of ``range(count)``, ends included."""
-    if count <= at_most:
-        return list(range(count))
-    return sorted({round(k * (count - 1) / (at_most - 1)) for k in range(at_most)})
 
 
 def _draw(result, path: Path) -> None:
@@ -97,6 +102,8 @@ def add_min_alpha_parser(commands):
     min_alpha.add_argument("--beta", type=grid_of(positive_real), default=grid_of(positive_real)("0.5"),
                            metavar="BETA", help=f"query/key scale(s) beta > 0: {GRID_SYNTAX} (default: 0.5)")
     add_run_options(min_alpha, json_help="print a JSON object with key alpha_star")
+    add_progress_option(min_alpha)
+    add_work_limit_options(min_alpha, memory=False)
     add_architecture_arguments(min_alpha, alpha_sa=False)
 
 
@@ -105,15 +112,23 @@ def run_min_alpha(args) -> int:
 
     For each beta, the smallest alpha_SA for which the final-layer cosine rho stays at or below
     the threshold. JSON: an object with key alpha_star (a number for one beta, a list for
-    several) and the inputs.
+    several) and the inputs. The search's time is estimated first (timed on this machine):
+    above --max-seconds it is refused; a long one shows progress and stops on Ctrl-C.
     """
     import numpy as np
 
     from remprop.diagrams import ALPHA_MAX, min_residual_strength
+    from remprop.diagrams.residual_strength import search_block_steps, search_seconds
+    from remprop.theory import work_estimates as work
 
     arch = architecture_from_args(args)
     beta = np.asarray(args.beta, dtype=float) if args.beta.is_list else args.beta[0]
-    alpha_star = min_residual_strength(arch, args.depth, beta, args.threshold, q0=args.q0, rho0=args.rho0)
+    work.check_work(f"min-alpha at depth {args.depth} for {np.size(beta)} beta(s)",
+                    seconds=search_seconds(arch, args.depth, np.size(beta)), **work_limits(args))
+    with progress_bar(args, total=search_block_steps(arch, args.depth, np.size(beta)), unit="block",
+                      desc="min-alpha") as advance:
+        alpha_star = min_residual_strength(arch, args.depth, beta, args.threshold, q0=args.q0, rho0=args.rho0,
+                                           progress=advance)
     if args.json:
         print(dumps({"alpha_star": alpha_star, "beta": beta, **run_inputs(args, arch), "alpha_max": ALPHA_MAX}))
         return 0
@@ -131,6 +146,8 @@ def add_propagate_parser(commands):
     propagate = add_command(commands, "propagate", run_propagate,
                             help="order parameters q, p, rho layer by layer")
     add_run_options(propagate, beta=True, threshold=False, json_help="print JSON lists instead of a table")
+    add_progress_option(propagate)
+    add_work_limit_options(propagate)
     add_architecture_arguments(propagate, alpha_sa=True)
 
 
@@ -138,26 +155,43 @@ def run_propagate(args) -> int:
     """Propagate the order parameters (q, p) of the token simplex through L blocks.
 
     Prints q, p, rho = p/q per layer (layer 0 = input) and the critical beta of each attention
-    input; beyond 1001 layers an evenly spread subset. JSON: lists layer, q, p, rho (length
-    L+1) and beta_critical (length L).
+    input; beyond 1001 layers an evenly spread subset, computed without keeping the other layers
+    (any depth runs in constant memory, with --progress and Ctrl-C between segments). JSON:
+    lists layer, q, p, rho (length L+1) and beta_critical (length L). The estimated time and
+    memory are checked first: above --max-seconds or --max-memory the run is refused.
     """
-    from remprop.theory import propagate
+    import numpy as np
+
+    from remprop.theory import propagate, propagate_at_layers, work_estimates as work
 
     arch = architecture_from_args(args)
-    trajectory = propagate(arch, args.beta, args.depth, q0=args.q0, rho0=args.rho0)
-    q, p, rho, beta_c = trajectory.q, trajectory.p, trajectory.rho, trajectory.beta_critical
-    undefined, note = _undefined_cosine(arch, rho)
+    shown = args.depth + 1 if args.json else min(args.depth + 1, TABLE_LAYERS)
+    # the arrays kept, plus the JSON text of five numbers per layer (a Python float and ~50 characters each)
+    nbytes = work.trajectory_bytes(1, shown) + (5 * 80 * shown if args.json else 0)
+    work.check_work(f"propagate at depth {args.depth}{' with --json' if args.json else ''}",
+                    seconds=work.run_seconds(arch, 1, args.depth), nbytes=nbytes, **work_limits(args))
+    layers = np.arange(args.depth + 1) if args.json else np.array(work.spread_indices(args.depth + 1, TABLE_LAYERS))
+    short = (work.segment_layers(arch, 1, args.depth) >= args.depth
+             and work.trajectory_bytes(1, args.depth + 1) <= work.SEGMENT_BYTES)
+    if short:  # one kernel call either way: the whole trajectory
+        trajectory = propagate(arch, args.beta, args.depth, q0=args.q0, rho0=args.rho0)
+        q, p, rho = (values[layers] for values in (trajectory.q, trajectory.p, trajectory.rho))
+        beta_c = np.r_[np.nan, trajectory.beta_critical][layers]
+    else:
+        with progress_bar(args, total=args.depth, unit="layer", desc="propagate") as advance:
+            sampled = propagate_at_layers(arch, args.beta, layers, q0=args.q0, rho0=args.rho0, progress=advance)
+        q, p, rho, beta_c = sampled.q, sampled.p, sampled.rho, sampled.beta_critical
+    undefined, note = _undefined_cosine(arch, rho, layers)
     if args.json:
-        print(dumps({"layer": list(range(args.depth + 1)), "q": q, "p": p, "rho": rho,
-                     "beta_critical": beta_c, "undefined_from_layer": undefined, "note": note,
+        print(dumps({"layer": layers.tolist(), "q": q, "p": p, "rho": rho,
+                     "beta_critical": beta_c[1:], "undefined_from_layer": undefined, "note": note,
                      **run_inputs(args, arch, beta=args.beta)}))
         return 0
     print(f"order parameters layer by layer: {describe(arch, args.depth)}, "
           f"beta {format_number(args.beta)}")
-    layers = _subsample(args.depth + 1, TABLE_LAYERS)
-    rows = [(str(layer), format_number(q[layer], 8), format_number(p[layer], 8), format_number(rho[layer], 8),
-             format_number(beta_c[layer - 1]) if layer else "-")
-            for layer in layers]
+    rows = [(str(layer), format_number(q[k], 8), format_number(p[k], 8), format_number(rho[k], 8),
+             format_number(beta_c[k]) if layer else "-")
+            for k, layer in enumerate(layers)]
     print(format_table(("layer", "q", "p", "rho", "beta_c"), rows))
     print("layer 0 is the input; beta_c is the critical beta of the layer's attention input")
     if len(layers) < args.depth + 1:
@@ -171,8 +205,8 @@ def run_propagate(args) -> int:
 _VANISHING_FIELDS = ("alpha_sa", "sigma_v2", "sigma_b2", "sigma_o2", "alpha_mlp", "sigma_w2", "sigma_w2_out")
 
 
-def _undefined_cosine(arch, rho):
-    """(first layer whose rho is not finite, a note naming the likely cause), or (None, None).
+def _undefined_cosine(arch, rho, layers):
+    """(first of ``layers`` whose rho is not finite, a note naming the likely cause), or (None, None).
 
     A stream whose sublayer and skip both give zero vanishes (q = p = 0); its cosine is
     0/0, reported as NaN and counted as rank collapse (the convention of
@@ -186,8 +220,9 @@ def _undefined_cosine(arch, rho):
     zeros = [ARCHITECTURE_OPTIONS[field] for field in _VANISHING_FIELDS
              if getattr(arch, field) is not None and float(getattr(arch, field)) == 0.0]
     cause = f" ({', '.join(f'{flag} 0' for flag in zeros)})" if zeros else ""
-    return int(bad[0]), (f"rho is undefined (nan) from layer {int(bad[0])} on: the stream vanished{cause}, "
-                         "q = p = 0 (a sublayer and its skip both give zero), or left float64")
+    first = int(layers[bad[0]])
+    return first, (f"rho is undefined (nan) from layer {first} on: the stream vanished{cause}, "
+                   "q = p = 0 (a sublayer and its skip both give zero), or left float64")
 
 
 #: Most layers printed by ``remprop propagate`` (evenly spread, ends included).

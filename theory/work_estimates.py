@@ -1,0 +1,350 @@
+"""How long and how large a computation will be, before it runs: estimates, limits, segments.
+
+Every command that takes a depth or a grid asks this module first (docs/theory.md
+section 6 for the diagrams, section 1 for the propagation it times):
+
+* time -- :func:`kernel_speed` times a short call of the compiled depth kernel of the
+  architecture (:mod:`remprop.theory.kernels`) on this machine, once per process and
+  kernel; :func:`kernel_seconds` scales it to ``cells x depth`` (``calls`` kernel calls);
+* memory -- :func:`trajectory_bytes`, :func:`diagram_bytes` and :func:`simulation_bytes`
+  count the arrays a computation keeps alive;
+* limits -- :func:`check_work` refuses (``ValueError`` naming ``max_seconds`` or
+  ``max_memory``, one line with the estimate) above :data:`MAX_SECONDS` and
+  :data:`MAX_BYTES`, the defaults of the commands' ``--max-seconds`` and ``--max-memory``;
+* segments -- long runs advance the kernels :func:`segment_layers` blocks per call, so
+  that progress is reported and Ctrl-C is honoured between calls (a compiled call cannot
+  be interrupted); :class:`WorkInterrupted` says where the work stopped;
+* drawing -- a figure cannot show more cells than its pixels: :func:`spread_indices`
+  picks the rows and columns drawn (at most :data:`MAX_DRAWN_PER_AXIS`) and the layers
+  a table prints.
+"""
+from __future__ import annotations
+
+import contextlib
+import numbers
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from .checks import check_count
+from .kernels._sweeps import BATCH
+from .propagation import CHUNK_ROWS, final_state_rows, pack_parameters
+
+__all__ = ["MAX_SECONDS", "MAX_BYTES", "SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
+           "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
+           "kernel_speed", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes", "diagram_bytes",
+           "simulation_bytes", "check_work", "spread_indices", "format_seconds", "format_bytes"]
+
+#: Default time limit of a command (``--max-seconds``): longer estimates are refused.
+MAX_SECONDS = 600.0
+#: Default memory limit of a command (``--max-memory``, 4 GiB): larger estimates are refused.
+MAX_BYTES = 4 * 2 ** 30
+#: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
+#: honoured and between two progress updates.
+SEGMENT_SECONDS = 0.25
+#: Most memory the per-layer arrays of one segment may take (a trajectory segment keeps
+#: q, p, the scale exponent and beta_c of every layer: 32 bytes per cell and layer).
+SEGMENT_BYTES = 64 * 2 ** 20
+#: Runs estimated longer than this are cut into segments; shorter ones make one call.
+SEGMENTED_ABOVE_SECONDS = 2.0
+#: Most rows and columns of a grid a figure draws (a saved grid keeps them all).
+MAX_DRAWN_PER_AXIS = 1000
+#: Work (cells x layers) small enough to run in one call without timing the kernel:
+#: even the slowest built-in kernel (about 5 microseconds a block) takes well under a second.
+_SMALL_WORK = 1 << 16
+#: Wall time a calibration aims at: long enough to dwarf the ~10 ms cost of a parallel call.
+_CALIBRATION_SECONDS = 0.03
+
+
+class WorkInterrupted(KeyboardInterrupt):
+    """Ctrl-C between two segments of a long run; the message says where it stopped.
+
+    A :class:`KeyboardInterrupt` (so it stops whatever catches those), with ``done`` and
+    ``total`` (layers) and the message ``"interrupted at layer done of total"``.
+    """
+
+    def __init__(self, done, total, unit="layer", detail=""):
+        self.done, self.total = int(done), int(total)
+        super().__init__(f"interrupted at {unit} {self.done} of {self.total}{detail}")
+
+
+def is_ctrl_c(error) -> bool:
+    """Whether ``error`` is Ctrl-C: a KeyboardInterrupt, or the SystemError of a compiled call it interrupted.
+
+    Python runs its SIGINT handler at the next bytecode; when that happens inside a numba
+    call (which runs a little Python to unpickle its constants), the call returns with the
+    KeyboardInterrupt set and Python reports a chain of ``SystemError: ... returned a result
+    with an exception set``, each caused by the next, down to the KeyboardInterrupt.
+    """
+    while isinstance(error, SystemError):
+        error = error.__cause__
+    return isinstance(error, KeyboardInterrupt)
+
+
+@contextlib.contextmanager
+def stops_on_ctrl_c(where):
+    """Turn Ctrl-C in the block (:func:`is_ctrl_c`) into :class:`WorkInterrupted`.
+
+    ``where()`` is called then and returns the arguments of :class:`WorkInterrupted`
+    (``done, total[, unit, detail]``): the place the work had reached.
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, SystemError) as error:
+        if not is_ctrl_c(error) or isinstance(error, WorkInterrupted):
+            raise
+        raise WorkInterrupted(*where()) from None
+
+
+class KernelSpeed(NamedTuple):
+    """Timing of one architecture's depth kernel on this machine (:func:`kernel_speed`).
+
+    Attributes
+    ----------
+    call_seconds : float
+        Fixed cost of one kernel call (thread start-up, argument checks).
+    round_seconds : float
+        Wall time for every thread to advance one batch of cells by one block.
+    cells_per_round : int
+        Cells advanced together in one round: the kernels' batch times the threads.
+    single_seconds : float
+        Wall time to advance a single cell by one block.
+    """
+
+    call_seconds: float
+    round_seconds: float
+    cells_per_round: int
+    single_seconds: float
+
+    def layer_seconds(self, cells) -> float:
+        """Seconds to advance ``cells`` cells by one block: whole rounds, and for fewer cells
+        than a round a linear interpolation from a single cell's time."""
+        if cells >= self.cells_per_round:
+            return -(-cells // self.cells_per_round) * self.round_seconds
+        share = (max(cells, 1) - 1) / max(self.cells_per_round - 1, 1)
+        return self.single_seconds + share * (self.round_seconds - self.single_seconds)
+
+
+def kernel_speed(arch) -> KernelSpeed:
+    """Time the compiled depth kernel of ``arch`` on this machine (cached per kernel and process).
+
+    One untimed call compiles (or loads) the kernel; then one block and ``D`` blocks of
+    ``BATCH x threads`` copies of the architecture's first packed row are timed (the best
+    of a few calls), with ``D`` grown until the call takes about 30 ms:
+    ``call_seconds = t(1) - round_seconds`` and ``round_seconds = (t(D) - t(1)) / (D - 1)``;
+    the same for a single row gives ``single_seconds``. The rows hold the architecture's
+    numbers, so a slow activation (quadrature moments) is timed as it runs. About 0.2 s.
+
+    Parameters
+    ----------
+    arch : Architecture
+
+    Returns
+    -------
+    KernelSpeed
+    """
+    key = (arch.codes, arch.seq_len is not None)
+    if key not in _SPEEDS:
+        _, _, rows = pack_parameters(arch, 1.0)
+        _SPEEDS[key] = _calibrate(arch, rows(0, 1))
+    return _SPEEDS[key]
+
+
+#: Timings by (codes, finite T): the kernel, not the numbers, decides the speed.
+_SPEEDS: dict = {}
+
+
+def _calibrate(arch, row) -> KernelSpeed:
+    import numba
+
+    cells = BATCH * max(1, numba.get_num_threads())
+
+    def timed(params, depth, repeats=1):
+        best = np.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            final_state_rows(arch, params, depth)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    def per_layer(params):
+        """(seconds of a one-block call, seconds per further block) for these rows."""
+        one, depth = timed(params, 1, 3), 16
+        while True:
+            many = timed(params, depth)
+            if many - one >= _CALIBRATION_SECONDS or depth >= 1 << 22:
+                break
+            depth *= 4
+        many = min(many, timed(params, depth, 2))  # the least disturbed of three
+        step = max((many - one) / (depth - 1), 1e-12)
+        return max(one - step, 0.0), step
+
+    timed(row, 1)  # compile or load from the cache
+    call_seconds, round_seconds = per_layer(np.repeat(row, cells, axis=0))
+    _, single_seconds = per_layer(row)
+    return KernelSpeed(call_seconds, round_seconds, cells, min(single_seconds, round_seconds))
+
+
+def kernel_seconds(arch, cells, depth, calls=None) -> float:
+    r"""Estimated wall time of the depth kernels on ``cells`` cells through ``depth`` blocks.
+
+    .. math::
+        t = n_{calls}\, t_{call} + L \lceil n / n_{round} \rceil t_{round}
+
+    with the timings of :func:`kernel_speed` (``n_round`` cells advance together, one batch
+    per thread; fewer cells than a round: :meth:`KernelSpeed.layer_seconds`). ``calls``
+    defaults to one call per :data:`~remprop.theory.propagation.CHUNK_ROWS` cells. An
+    estimate: the machine's load may change after the timing.
+    """
+    cells = check_count("cells", cells, 0)
+    depth = check_count("depth", depth, 0)
+    if cells == 0 or depth == 0:
+        return 0.0
+    speed = kernel_speed(arch)
+    calls = -(-cells // CHUNK_ROWS) if calls is None else check_count("calls", calls, 0)
+    return calls * speed.call_seconds + float(depth) * speed.layer_seconds(cells)
+
+
+def run_seconds(arch, cells, depth, passes=1) -> float:
+    """Estimated seconds of ``passes`` runs of ``cells`` cells through ``depth`` blocks, one call per chunk.
+
+    ``passes x`` :func:`kernel_seconds`; work of at most 2**16 block steps in all is not
+    timed (it takes well under a second with every built-in kernel) and counts as 0.
+    """
+    cells = check_count("cells", cells, 0)
+    depth = check_count("depth", depth, 0)
+    passes = check_count("passes", passes, 0)
+    if cells * depth * passes <= _SMALL_WORK:
+        return 0.0
+    return passes * kernel_seconds(arch, cells, depth)
+
+
+def segment_layers(arch, cells, depth, work=1):
+    """Blocks per kernel call for ``cells`` cells, so that one call takes about :data:`SEGMENT_SECONDS`.
+
+    Returns ``depth`` (a single call) when the whole run -- ``work`` passes of ``cells``
+    cells through ``depth`` blocks -- is estimated at most :data:`SEGMENTED_ABOVE_SECONDS`
+    (without timing anything when it is tiny), otherwise the number of blocks one call
+    advances in :data:`SEGMENT_SECONDS`, at least 1. A segment that keeps every layer
+    (a trajectory) is further bounded by :data:`SEGMENT_BYTES` by its caller.
+    """
+    cells = max(1, check_count("cells", cells, 0))
+    depth = check_count("depth", depth, 1)
+    if run_seconds(arch, cells, depth, work) <= SEGMENTED_ABOVE_SECONDS:
+        return depth
+    return int(min(depth, max(1, SEGMENT_SECONDS // kernel_speed(arch).layer_seconds(cells))))
+
+
+def trajectory_bytes(cells, layers) -> int:
+    """Bytes of whole trajectories of ``cells`` cells over ``layers`` layers, as
+    :func:`~remprop.theory.propagate` keeps them.
+
+    Eight float64 arrays of ``cells x layers``: the kernel's q, p, scale exponent and
+    beta_c, and the rescaled q, p, rho and log2 q made from them (64 bytes per cell and layer).
+    """
+    return 64 * check_count("cells", cells, 0) * check_count("layers", layers, 0)
+
+
+def diagram_bytes(n_betas, n_alphas) -> int:
+    """Bytes a trainability diagram of ``n_betas x n_alphas`` cells holds at its peak, figure included.
+
+    Per cell (bytes): the kernels' final states (5 float64: 40), the rescaled q, p, rho and
+    log2 q (32), the cell's critical beta (8), the phase (1) and the temporaries of its
+    classification (16), the phase codes as Python lists for the JSON summary (8); about
+    105 bytes. The figure is drawn from at most :data:`MAX_DRAWN_PER_AXIS` rows and columns
+    (about 200 bytes per drawn cell: mesh, hatching and contour paths).
+    """
+    n_betas = check_count("n_betas", n_betas, 1)
+    n_alphas = check_count("n_alphas", n_alphas, 1)
+    drawn = min(n_betas, MAX_DRAWN_PER_AXIS) * min(n_alphas, MAX_DRAWN_PER_AXIS)
+    return 105 * n_betas * n_alphas + 200 * drawn
+
+
+def simulation_bytes(width, seq_len, batch, dtype_bytes=4, *, d_ff=None, heads=1) -> int:
+    r"""Bytes of the tensors alive while one block of a simulated stack runs (torch).
+
+    .. math::
+        b \,\big[B T (8 d + 2 d_{ff}) + 3 B H T^2 + 4 d^2 + 2 d\, d_{ff}\big]
+
+    for ``B`` sequences of ``T`` tokens of width ``d`` in a dtype of ``b`` bytes: the
+    stream, its normalised copy, queries, keys, values, the attention output and two
+    temporaries (``8 B T d``), the MLP's hidden layer before and after the activation,
+    scores, probabilities and a temporary of every head (``3 B H T^2``), and one block's
+    weights.
+    """
+    width = check_count("width", width, 1)
+    seq_len = check_count("seq_len", seq_len, 1)
+    batch = check_count("batch", batch, 1)
+    d_ff = width if d_ff is None else check_count("d_ff", d_ff, 1)
+    heads = check_count("heads", heads, 1)
+    dtype_bytes = check_count("dtype_bytes", dtype_bytes, 1)
+    activations = batch * seq_len * (8 * width + 2 * d_ff) + 3 * batch * heads * seq_len ** 2
+    return dtype_bytes * (activations + 4 * width ** 2 + 2 * width * d_ff)
+
+
+def check_work(task, *, seconds=None, nbytes=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES):
+    """Refuse work estimated above the limits: ``ValueError`` naming the limit, with the estimate.
+
+    Parameters
+    ----------
+    task : str
+        What would run, for the message (``"min-alpha at depth 1000000000"``).
+    seconds, nbytes : float, optional
+        The estimates (:func:`kernel_seconds`, :func:`diagram_bytes`, ...); None: not checked.
+    max_seconds, max_memory : float
+        The limits (defaults :data:`MAX_SECONDS`, :data:`MAX_BYTES`), > 0.
+
+    Raises
+    ------
+    ValueError
+        ``"max_seconds: <task> would take about 3.2 h (estimate), more than the limit of
+        10 min; raise the limit to run it anyway"``, and alike for ``max_memory``.
+    """
+    max_seconds = _positive("max_seconds", max_seconds)
+    max_memory = _positive("max_memory", max_memory)
+    if seconds is not None and seconds > max_seconds:
+        raise ValueError(f"max_seconds: {task} would take about {format_seconds(seconds)} (estimated on this "
+                         f"machine), more than the limit of {format_seconds(max_seconds)}; raise the limit "
+                         "to run it anyway")
+    if nbytes is not None and nbytes > max_memory:
+        raise ValueError(f"max_memory: {task} would need about {format_bytes(nbytes)} of memory (estimate), "
+                         f"more than the limit of {format_bytes(max_memory)}; raise the limit to run it anyway")
+
+
+def _positive(name, value):
+    """A limit: a real number > 0 (``inf``: no limit)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def spread_indices(count, at_most):
+    """At most ``at_most`` evenly spread indices of ``range(count)``, both ends included.
+
+    >>> spread_indices(11, 3)
+    [0, 5, 10]
+    """
+    count = check_count("count", count, 0)
+    at_most = check_count("at_most", at_most, 2)
+    if count <= at_most:
+        return list(range(count))
+    return sorted({round(k * (count - 1) / (at_most - 1)) for k in range(at_most)})
+
+
+def format_seconds(seconds) -> str:
+    """``"40 s"``, ``"12 min"``, ``"3.2 h"``, ``"5.1 days"``, ``"2e+03 years"``."""
+    seconds = float(seconds)
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size if unit in ("years", "days") else seconds >= size:
+            return f"{seconds / size:.2g} {unit}"
+    return f"{seconds:.2g} s"
+
+
+def format_bytes(nbytes) -> str:
+    """``"300 MiB"``, ``"7.5 GiB"`` (powers of 1024)."""
+    nbytes = float(nbytes)
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes:.0f} B"
