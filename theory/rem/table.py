@@ -27,19 +27,18 @@ B. Derrida, Phys. Rev. B 24, 2613 (1981); A. Giorlandino & S. Goldt, arXiv 2505.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from .._jit import inline_jitable
 from .checks import check_order, check_seq_len
+from .disk_cache import cached_array
 from .integral import row_moment
 
-__all__ = ["ParticipationTable", "participation_table", "table_lookup", "TABLE_TOLERANCE", "TABLE_X_MAX"]
+__all__ = ["ParticipationTable", "participation_table", "table_lookup", "after_table", "TABLE_TOLERANCE",
+           "TABLE_X_MAX"]
 
 #: x range covered by the tables.
 TABLE_X_MAX = 50.0
@@ -54,6 +53,13 @@ _HEADER = 6
 def _table_scale(seq_len):
     """x_s = min(2, 3 / sqrt(log T)): the annealed-to-frozen crossover sharpens like 1 / log T."""
     return min(2.0, 3.0 / math.sqrt(math.log(seq_len)))
+
+
+@inline_jitable
+def after_table(table):
+    """The part of a flat array packed after a participation table (``ParticipationTable.packed``
+    followed by other tables, as the finite-T depth kernels read them)."""
+    return table[_HEADER + 2 * int(table[3]):]
 
 
 @inline_jitable
@@ -176,50 +182,15 @@ class ParticipationTable:
         return f"ParticipationTable(seq_len={self.seq_len}, order={self.order})"
 
 
-#: Tables are also kept on disk, keyed by the source of this module and of the integral:
-#: a new version of the integrator or of the tabulation never reads an old file.
-_SOURCE_KEY = hashlib.sha256(b"".join(Path(__file__).with_name(name).read_bytes()
-                                      for name in ("table.py", "integral.py"))).hexdigest()[:16]
-
-
-def _disk_path(seq_len, order):
-    """``$REMPROP_CACHE_DIR`` or this package's ``__pycache__`` (where numba caches too)."""
-    directory = os.environ.get("REMPROP_CACHE_DIR") or str(Path(__file__).parent / "__pycache__")
-    return Path(directory) / f"participation-{_SOURCE_KEY}-T{seq_len}-k{order}.npy"
-
-
-def _load_packed(seq_len, order):
-    try:
-        packed = np.load(_disk_path(seq_len, order), allow_pickle=False)
-    except (OSError, ValueError):
-        return None
-    n = int(packed[3]) if packed.ndim == 1 and packed.size > _HEADER else -1
-    if (n < 5 or packed.size != _HEADER + 2 * n or packed[0] != seq_len or packed[1] != order
-            or not np.all(np.isfinite(packed))):
-        return None
-    return packed
-
-
-def _save_packed(seq_len, order, packed):
-    path = _disk_path(seq_len, order)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        with open(temporary, "wb") as handle:
-            np.save(handle, packed)
-        os.replace(temporary, path)
-    except OSError:  # read-only install: keep the table in memory only
-        pass
-
-
 @functools.lru_cache(maxsize=256)
 def _cached_table(seq_len, order):
-    packed = _load_packed(seq_len, order)
-    if packed is not None:
-        return ParticipationTable(seq_len, order, packed=packed)
-    table = ParticipationTable(seq_len, order)
-    _save_packed(seq_len, order, np.asarray(table.packed))
-    return table
+    def valid(packed):
+        n = int(packed[3]) if packed.size > _HEADER else -1
+        return n >= 5 and packed.size == _HEADER + 2 * n and packed[0] == seq_len and packed[1] == order
+
+    packed = cached_array(f"participation-T{seq_len}-k{order}", ("table.py", "integral.py"),
+                          lambda: np.asarray(ParticipationTable(seq_len, order).packed), valid)
+    return ParticipationTable(seq_len, order, packed=packed)
 
 
 def participation_table(seq_len, order=2):

@@ -53,6 +53,14 @@ def participation_function(beta, q, p, seq_len):
     return PARTICIPATION(q, p)
 
 
+CROSS_OVERLAP = sp.Function("C")
+
+
+def cross_overlap_function(beta, q, p, seq_len):
+    """``C(q, p)``: the finite-T cross-overlap of two attention rows, an undefined sympy function."""
+    return CROSS_OVERLAP(q, p)
+
+
 def spread_phase(beta, q, p, seq_len):
     """``Y2 = 0``: attention in its spread phase (``beta < beta_c``, ``T -> infinity``)."""
     return sp.Integer(0)
@@ -87,10 +95,14 @@ class SymbolicContext:
     moments : callable
         ``(activation, q1, p1) -> (E[phi(u)^2], E[phi(u) phi(v)])``; default
         :func:`gaussian_moments`.
+    cross_overlap : callable
+        ``(beta, q, p, seq_len) -> C``, the overlap of two rows of finite-T softmax
+        attention (docs/theory.md section 3); default the undefined function ``C(q, p)``.
     """
 
     participation: Callable = participation_function
     moments: Callable = gaussian_moments
+    cross_overlap: Callable = cross_overlap_function
 
     @staticmethod
     def parameter(value):

@@ -1,0 +1,68 @@
+"""The cross-overlap of two attention rows at finite T (docs/theory.md section 3.4)."""
+import math
+
+import numpy as np
+import pytest
+
+from remprop.theory import cross_overlap, participation_ratio, softmax_attention_map
+from remprop.theory.rem import cross_overlap_table
+from remprop.theory.rem.cross_overlap import cross_moment, cross_ratio
+
+
+def _monte_carlo(x, rho, T, n, seed):
+    """Mean and standard error of sum_k a_ik a_lk for T keys with energies of correlation rho."""
+    rng = np.random.default_rng(seed)
+    sigma = x * math.sqrt(math.log(T))
+    w, h1, h2 = (rng.standard_normal((n, T)) for _ in range(3))
+    rows = []
+    for h in (h1, h2):
+        g = sigma * (math.sqrt(rho) * w + math.sqrt(1.0 - rho) * h)
+        a = np.exp(g - g.max(axis=1, keepdims=True))
+        rows.append(a / a.sum(axis=1, keepdims=True))
+    sample = (rows[0] * rows[1]).sum(axis=1)
+    return sample.mean(), sample.std(ddof=1) / math.sqrt(n)
+
+
+@pytest.mark.parametrize("x, rho, T", [(1.0, 0.5, 16), (1.5, 0.3, 64), (0.85, 0.5, 512), (2.0, 0.8, 128)])
+def test_quadrature_matches_monte_carlo(x, rho, T):
+    exact = cross_moment(x, rho, T)
+    mean, stderr = _monte_carlo(x, rho, T, n=20000, seed=1)
+    # 4 standard errors: a false alarm has probability 6e-5 per case
+    assert abs(exact - mean) < 4 * stderr
+    assert exact > 1.5 / T  # well above the independent-rows value
+
+
+def test_limits_and_convergence():
+    T, x = 128, 1.7
+    y2 = participation_ratio(x, 1.0, 0.0, seq_len=T)
+    assert cross_moment(x, 0.0, T) == 1.0 / T
+    assert cross_moment(x, 1.0 - 1e-12, T) == pytest.approx(y2, rel=1e-5)  # rho -> 1: one row
+    assert T * cross_moment(x, 1e-8, T) == pytest.approx(1.0, rel=1e-6)
+    # small energies: C - 1/T = rho (Y2 - 1/T) + O(sigma^4); at x = 0.05 (sigma^2 = 0.012)
+    # the ratio is C - 1/T ~ 4e-5 over C ~ 8e-3, so the quadrature's 1e-6 relative error
+    # allows ~2e-4, the fourth-order term ~sigma^2 ~ 1e-2 relative
+    assert cross_ratio(0.05, 0.4, T) == pytest.approx(0.4, abs=5e-3)
+    for rho in (0.3, 0.9):
+        value = cross_moment(x, rho, T)
+        assert cross_moment(x, rho, T, refine=2) == pytest.approx(value, rel=1e-6)
+
+
+def test_table_interpolates_the_quadrature():
+    T = 16
+    table = cross_overlap_table(T)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        x, rho = rng.uniform(0.1, 6.0), rng.uniform(0.05, 0.95)
+        y2 = participation_ratio(x, 1.0, 0.0, seq_len=T)
+        assert abs(table(x, rho) - cross_moment(x, rho, T)) <= 2e-3 * (y2 - 1.0 / T)
+
+
+def test_public_function_and_map():
+    T = 64
+    c = cross_overlap(1.2, 1.0, [0.0, 0.5], seq_len=T)
+    assert c[0] == pytest.approx(1.0 / T) and c[1] > 2.0 / T
+    assert cross_overlap(1.2, 1.0, 0.5) == 0.0
+    q_a, p_a = softmax_attention_map(1.0, 0.5, 1.2, sigma_v2=1.0, sigma_b2=0.0, seq_len=T)
+    assert p_a == pytest.approx(0.5 + 0.5 * c[1], rel=1e-4)
+    with pytest.raises(ValueError, match="method"):
+        cross_overlap(1.0, 1.0, 0.5, seq_len=T, method="bad")
