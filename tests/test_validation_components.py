@@ -67,6 +67,8 @@ CASES = [
     ("skip", dict(alpha=1.3, sigma_w2=0.5), 2.0, 0.7),
     ("layer_norm", {}, 1.0, 0.3),
     ("layer_norm", {}, 2.0, 0.7),
+    ("rms_norm", {}, 1.0, 0.3),
+    ("rms_norm", {}, 2.0, 0.7),
     ("mlp", dict(activation="relu"), 1.0, 0.3),
     ("mlp", dict(activation="relu", sigma_w2=1.5), 2.0, 0.7),
     ("mlp", dict(activation="linear"), 1.0, 0.3),
@@ -77,6 +79,9 @@ CASES = [
     # second layer with its own variance over a different fan-in d_ff (W2 ~ N(0, s_out / d_ff))
     ("mlp", dict(activation="gelu", sigma_w2=1.5, sigma_w2_out=0.6, d_ff=192), 1.0, 0.3),
     ("mlp", dict(activation="relu", sigma_w2=0.5, sigma_w2_out=2.0, d_ff=80), 2.0, 0.7),
+    # gated MLPs (SwiGLU / GeGLU): gate and up independent, down over d_ff
+    ("gated_mlp", dict(activation="silu", sigma_w2=1.5), 1.0, 0.3),
+    ("gated_mlp", dict(activation="gelu", sigma_w2=0.8, sigma_w2_out=1.2, d_ff=192), 2.0, 0.7),
     # bias-free output projection: E over W_O of the output Gram is sigma_o2 times the input's
     # exactly, and the input's sample (q, p) is exact (gaussian_tokens): no bias term.
     ("output_projection", dict(sigma_o2=0.5), 1.0, 0.3),
@@ -105,8 +110,8 @@ def test_registry_theory_matches_simulation(name, params, q0, rho0):
         # finite T: q_A gains s_v^2 (q - p) Y2; the row cross-overlap in p_A is at most Y2
         # (Cauchy-Schwarz); centring removes at most Y2 (gain-controlled).
         bias_q = bias_p = 0.2 * (q0 - p0) * _annealed_y2(beta, q0, p0)
-    if name == "layer_norm":
-        # LN output p is the mean pairwise cosine of its inputs, which exceeds p/q through
+    if name in ("layer_norm", "rms_norm"):
+        # LN (and RMSNorm: no centring, the token's feature mean is O(1/sqrt(d))) output p is the mean pairwise cosine of its inputs, which exceeds p/q through
         # the token norm fluctuations Var(eps) = 2 (1 - rho)^2 / d by Var(eps) / (T - 1)
         # + (3/4) rho Var(eps) (derived in test_validation_inputs); factor 2 margin.
         var_eps = 2.0 * (1.0 - rho0) ** 2 / D

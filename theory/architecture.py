@@ -11,14 +11,22 @@ from . import components as C
 from .checks import as_float_array, check_choice, scalar_or_array
 from .activations import ACTIVATIONS, resolve_activation
 from .layernorm import layernorm_core
+from .rmsnorm import rmsnorm_core
 from .rem import QK_SCALINGS, check_heads, check_seq_len, critical_beta_core, effective_beta
 
-__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS", "BETA_CRITICAL_RULES"]
+__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NORM_TYPES", "MLPS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
+           "BETA_CRITICAL_RULES"]
 
 #: Block orders (LayerNorm placement) and their kernel codes.
 NORMS = {"post": 0, "pre": 1, "none": 2}
 #: Attention variants and their kernel codes.
 ATTENTIONS = {"softmax": 0, "gain-controlled": 1}
+#: Which norm sits at the placement ``norm``, and its kernel codes (docs/theory.md section 14).
+NORM_TYPES = {"layer": 0, "rms": 1}
+#: MLP forms and their kernel codes: ``W2 phi(W1 x)`` or ``W_down (phi(W_gate x) * W_up x)``.
+MLPS = {"dense": 0, "gated": 1}
+#: The ``*_core`` map of each norm type (both ``(1, p / q)``, each from its own module).
+NORM_CORES = {"layer": layernorm_core, "rms": rmsnorm_core}
 #: Which layer's critical beta decides entropy collapse, per LayerNorm placement
 #: (see :attr:`Architecture.beta_critical_rule`).
 BETA_CRITICAL_RULES = {
@@ -49,13 +57,14 @@ class Architecture:
     * ``norm="pre"`` (GPT-2): ``x <- alpha_sa x + SA(LN(x)); x <- alpha_mlp x + MLP(LN(x))``
     * ``norm="none"``: ``x <- alpha_sa x + SA(x); x <- alpha_mlp x + MLP(x)``
 
+    ``LN`` is LayerNorm or RMSNorm (``norm_type``); ``MLP`` is dense or gated (``mlp``).
     Defaults are the BERT settings of the reference experiments: ReLU, single head,
     ``sigma_w2 = sigma_v2 = 0.2``, ``sigma_b2 = 4e-4``, ``alpha_mlp = 1``.
 
     Parameters
     ----------
     norm : {"post", "pre", "none"}
-        LayerNorm placement.
+        Norm placement (LayerNorm or RMSNorm, see ``norm_type``).
     attention : {"softmax", "gain-controlled"}
         Softmax attention, or its centred (gain-controlled) version.
     activation : str or callable
@@ -65,9 +74,11 @@ class Architecture:
         ``"user:<function name>"`` (see :func:`~remprop.theory.register_activation`);
         the field then holds that name.
     sigma_w2 : array_like
-        MLP weight variance times fan-in (``W ~ N(0, sigma_w2 / d)``), >= 0.
+        MLP weight variance times fan-in (``W ~ N(0, sigma_w2 / d)``; the gate and the up
+        projection of a gated MLP), >= 0.
     sigma_b2 : array_like
-        Bias variance of every bias (values and MLP), >= 0.
+        Bias variance of every bias (values and MLP), >= 0 (0 for the bias-free
+        LLaMA-style blocks).
     sigma_v2 : array_like
         Value weight variance times fan-in, >= 0.
     sigma_o2 : array_like or None
@@ -94,6 +105,16 @@ class Architecture:
         score variance and so the meaning of ``beta`` the same for every H; ``"head"``
         divides by ``d_H = d / H`` instead, so each head behaves like a single head at
         ``H beta`` (see :func:`~remprop.theory.rem.heads.effective_beta`).
+    norm_type : {"layer", "rms"}
+        The norm at the placement ``norm``: LayerNorm (default) or RMSNorm (no centring;
+        LLaMA, Mistral, Qwen2). Both map ``(q, p) -> (1, p / q)`` at large width when the
+        tokens' per-token feature mean vanishes (docs/theory.md section 14).
+    mlp : {"dense", "gated"}
+        ``"dense"`` (default): ``W2 phi(W1 x + b1) + b2``. ``"gated"``:
+        ``W_down (phi(W_gate x + b) * (W_up x + b)) + b`` (SwiGLU with
+        ``activation="silu"``, GeGLU with ``"gelu"``; the published ones have no biases,
+        ``sigma_b2 = 0``); ``sigma_w2_out`` is then the down projection's variance times
+        ``d_ff`` (:func:`~remprop.theory.gated_mlp_map`, docs/theory.md section 14).
 
     Notes
     -----
@@ -130,10 +151,14 @@ class Architecture:
     qk_scaling: str = "model"
     sigma_o2: Any = None
     sigma_w2_out: Any = None
+    norm_type: str = "layer"
+    mlp: str = "dense"
 
     def __post_init__(self):
         check_choice("norm", self.norm, tuple(NORMS))
         check_choice("attention", self.attention, tuple(ATTENTIONS))
+        check_choice("norm_type", self.norm_type, tuple(NORM_TYPES))
+        check_choice("mlp", self.mlp, tuple(MLPS))
         object.__setattr__(self, "activation", resolve_activation(self.activation))
         object.__setattr__(self, "seq_len", check_seq_len(self.seq_len))
         object.__setattr__(self, "heads", check_heads(self.heads))
@@ -170,8 +195,10 @@ class Architecture:
 
     @property
     def codes(self) -> tuple:
-        """Integer codes (norm, attention, activation) used by the numba kernels."""
-        return NORMS[self.norm], ATTENTIONS[self.attention], ACTIVATIONS[self.activation]
+        """Integer codes (norm, attention, activation, norm_type, mlp) of the numba kernels
+        (:func:`remprop.theory.kernels.kernels_for`)."""
+        return (NORMS[self.norm], ATTENTIONS[self.attention], ACTIVATIONS[self.activation],
+                NORM_TYPES[self.norm_type], MLPS[self.mlp])
 
     def to_dict(self) -> dict:
         """JSON-ready description (arrays become lists)."""
@@ -186,7 +213,8 @@ class Architecture:
         """The architecture of a Hugging Face model at the library's default initialisation.
 
         ``config``: a ``transformers`` config, a dict, a ``config.json`` path or a shipped
-        name (``"bert-base"``, ``"gpt2"``, ...). BERT, RoBERTa, GPT-2 and ViT are supported.
+        name (``"bert-base"``, ``"gpt2"``, ``"llama-3.2-1b"``, ...). BERT, RoBERTa, GPT-2, ViT and
+        the LLaMA-style decoders (llama, mistral, qwen2: pre-RMSNorm, gated SiLU MLP) are supported.
         The query/key scale, depth and input state are not architecture fields: they come
         with the full translation, :func:`remprop.theory.model_spec` (``.beta``,
         ``.depth``, ``.q0``, ``.rho0``, and the assumptions the model breaks).
@@ -231,13 +259,14 @@ class Architecture:
     def attention_input(self, q, p):
         """Order parameters that the attention of a block sees, given the block input ``(q, p)``.
 
-        ``LN(x) -> (1, p / q)`` for pre-LN, the block input itself otherwise (docs/theory.md
-        section 5). Broadcasts; no validation (callers hold validated states).
+        ``LN(x) -> (1, p / q)`` for pre-LN (LayerNorm or RMSNorm, ``norm_type``), the block
+        input itself otherwise (docs/theory.md sections 5 and 14). Broadcasts; no validation
+        (callers hold validated states).
         """
         q = np.asarray(q, dtype=np.float64)
         p = np.asarray(p, dtype=np.float64)
         if self.norm == "pre":
-            return layernorm_core(q, p)
+            return NORM_CORES[self.norm_type](q, p)
         return q, p
 
     def critical_beta(self, per_layer=None, *, first=None, smallest=None):
@@ -304,19 +333,22 @@ class Architecture:
     def compose(self, attention: C.Component) -> C.Component:
         """The block of this architecture around a given attention map.
 
-        Adds the output projection (when ``sigma_o2`` is set), the MLP, the skips and the
-        LayerNorms in the order of ``norm``; :meth:`block` passes the softmax or
-        gain-controlled map, the causal theory its per-position map.
+        Adds the output projection (when ``sigma_o2`` is set), the MLP (dense or gated,
+        ``mlp``), the skips and the norms (LayerNorm or RMSNorm, ``norm_type``) in the order of
+        ``norm``; :meth:`block` passes the softmax or gain-controlled map, the causal theory
+        its per-position map.
         """
         if self.output_projection:
             attention = C.serial(attention, C.output_projection(self.sigma_o2))
-        ff = C.mlp(self.sigma_w2, self.sigma_b2, self.activation, sigma_w2_out=self.sigma_w2_out)
+        make_mlp = C.gated_mlp if self.mlp == "gated" else C.mlp
+        ff = make_mlp(self.sigma_w2, self.sigma_b2, self.activation, sigma_w2_out=self.sigma_w2_out)
+        norm = C.rms_norm if self.norm_type == "rms" else C.layer_norm
         if self.norm == "post":
-            return C.serial(C.residual(self.alpha_sa, attention), C.layer_norm(),
-                            C.residual(self.alpha_mlp, ff), C.layer_norm())
+            return C.serial(C.residual(self.alpha_sa, attention), norm(),
+                            C.residual(self.alpha_mlp, ff), norm())
         if self.norm == "pre":
-            return C.serial(C.residual(self.alpha_sa, C.serial(C.layer_norm(), attention)),
-                            C.residual(self.alpha_mlp, C.serial(C.layer_norm(), ff)))
+            return C.serial(C.residual(self.alpha_sa, C.serial(norm(), attention)),
+                            C.residual(self.alpha_mlp, C.serial(norm(), ff)))
         return C.serial(C.residual(self.alpha_sa, attention), C.residual(self.alpha_mlp, ff))
 
     def __repr__(self):

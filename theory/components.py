@@ -31,13 +31,16 @@ import numpy as np
 from .checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from .activations import activation_spec, dense_core, moments_array
 from .attention import gain_controlled_attention_core, softmax_attention_core, softmax_attention_overlap_core
-from .rem import asymptotic_participation_core, check_seq_len, critical_beta_core, participation_table
+from .rem import (asymptotic_participation_core, check_seq_len, critical_beta_core, cross_overlap_table,
+                  participation_table)
+from .gated_mlp import gated_hidden_core
 from .layernorm import layernorm_core
 from .residual import skip_core
+from .rmsnorm import rmsnorm_core
 
 __all__ = [
-    "Component", "serial", "residual", "layer_norm", "softmax_attention",
-    "gain_controlled_attention", "mlp", "dense", "output_projection",
+    "Component", "serial", "residual", "layer_norm", "rms_norm", "softmax_attention",
+    "gain_controlled_attention", "mlp", "gated_mlp", "dense", "output_projection",
 ]
 
 
@@ -97,8 +100,8 @@ class _Serial(Component):
         return q, p
 
     def check_input(self, q, p):
-        # The first layer sees (q, p); LayerNorm keeps the cosine, so the layer after a
-        # leading LayerNorm sees the same cosine (attention checks only the cosine).
+        # The first layer sees (q, p); a norm (LayerNorm, RMSNorm) keeps the cosine, so the
+        # layer after a leading norm sees the same cosine (attention checks only the cosine).
         for layer in self.layers:
             layer.check_input(q, p)
             if not isinstance(layer, _LayerNorm):
@@ -131,14 +134,23 @@ class _Residual(Component):
 
 class _LayerNorm(Component):
     name = "layer_norm"
+    #: The norm's ``*_core`` map.
+    core = staticmethod(layernorm_core)
 
     def apply(self, q, p):
-        return layernorm_core(q, p)
+        return self.core(q, p)
 
     def symbolic(self, q, p, symbols):
         # layernorm_core's (1, p / q); its 1.0 + 0.0 q (a float broadcast to the shape of q)
         # would put a float 1.0 into exact expressions, q / q is the exact 1
         return q / q, p / q
+
+
+class _RMSNorm(_LayerNorm):
+    """RMSNorm: the map of LayerNorm, ``(1, p / q)``, from its own core (docs/theory.md section 14)."""
+
+    name = "rms_norm"
+    core = staticmethod(rmsnorm_core)
 
 
 @dataclass(repr=False)
@@ -162,23 +174,29 @@ class _Attention(Component):
             y2 = asymptotic_participation_core(self.beta, critical_beta_core(q, p))
         else:
             # the tabulated Y2 that the depth kernels read (relative error <= 1e-6)
-            x = self.beta * np.sqrt(np.maximum(q * (q - p), 0.0))
+            x = self.beta * np.sqrt(q) * np.sqrt(np.maximum(q - p, 0.0))
             y2 = participation_table(self.seq_len)(x)
+            if not self.gain_controlled:  # the cross-overlap C of two rows, tabulated like Y2
+                cross = cross_overlap_table(self.seq_len)(x, p / q)
+                return softmax_attention_overlap_core(q, p, y2, cross, self.sigma_v2, self.sigma_b2)
         return self._attend(q, p, y2, self.sigma_v2, self.sigma_b2)
 
     def symbolic(self, q, p, symbols):
-        y2 = symbols.participation(symbols.parameter(self.beta), q, p, self.seq_len)
-        return self._attend(q, p, y2, symbols.parameter(self.sigma_v2), symbols.parameter(self.sigma_b2))
+        beta = symbols.parameter(self.beta)
+        y2 = symbols.participation(beta, q, p, self.seq_len)
+        sigma_v2, sigma_b2 = symbols.parameter(self.sigma_v2), symbols.parameter(self.sigma_b2)
+        if self.seq_len is not None and not self.gain_controlled:
+            cross = symbols.cross_overlap(beta, q, p, self.seq_len)
+            return softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2)
+        return self._attend(q, p, y2, sigma_v2, sigma_b2)
 
     def _attend(self, q, p, y2, sigma_v2, sigma_b2):
-        """(q_A, p_A) given the participation ratio ``y2`` (numbers or sympy expressions)."""
+        """(q_A, p_A) given the participation ratio ``y2`` (numbers or sympy expressions);
+        finite-T softmax attention is handled in :meth:`apply` (its cross-overlap)."""
         if self.seq_len is None:
             core = gain_controlled_attention_core if self.gain_controlled else softmax_attention_core
             return core(q, p, y2, sigma_v2, sigma_b2)
-        if self.gain_controlled:
-            return gain_controlled_attention_core(q, p, y2 - 1.0 / self.seq_len, sigma_v2, sigma_b2)
-        # cross-overlap of two rows: 1/T
-        return softmax_attention_overlap_core(q, p, y2, 1.0 / self.seq_len, sigma_v2, sigma_b2)
+        return gain_controlled_attention_core(q, p, y2 - 1.0 / self.seq_len, sigma_v2, sigma_b2)
 
 
 @dataclass(repr=False)
@@ -201,9 +219,23 @@ class _MLP(Component):
         """dense -> activation (its Gaussian moments) -> dense, for numbers or sympy alike."""
         sigma_w2, sigma_b2 = parameter(self.sigma_w2), parameter(self.sigma_b2)
         q1, p1 = dense_core(q, p, sigma_w2, sigma_b2)
-        m2, m11 = moments(q1, p1)
+        m2, m11 = self.hidden(q1, p1, *moments(q1, p1))
         out = sigma_w2 if self.sigma_w2_out is None else parameter(self.sigma_w2_out)
         return dense_core(m2, m11, out, sigma_b2)
+
+    def hidden(self, q1, p1, m2, m11):
+        """Second moments of the hidden units from the activation's ``(m2, m11)``: phi's own."""
+        return m2, m11
+
+
+class _GatedMLP(_MLP):
+    """``W_down (phi(W_gate x + b) * (W_up x + b)) + b``: the hidden kernel is
+    ``gated_mlp.gated_hidden_core`` (docs/theory.md section 14)."""
+
+    name = "gated_mlp"
+
+    def hidden(self, q1, p1, m2, m11):
+        return gated_hidden_core(q1, p1, m2, m11)
 
 
 @dataclass(repr=False)
@@ -239,6 +271,11 @@ def layer_norm() -> Component:
     return _LayerNorm()
 
 
+def rms_norm() -> Component:
+    """RMSNorm without a gain: ``(q, p) -> (1, p/q)``; see :func:`~remprop.theory.rmsnorm_map`."""
+    return _RMSNorm()
+
+
 def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Component:
     """Softmax self-attention (REM); see :func:`~remprop.theory.softmax_attention_map`.
 
@@ -261,9 +298,21 @@ def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None) -> Co
     """Two-layer MLP with the given activation (a name in ``ACTIVATIONS`` or a
     numba-jittable function); see :func:`~remprop.theory.mlp_map`. ``sigma_w2_out``: the second layer's
     variance times its fan-in ``d_ff`` (default ``sigma_w2``)."""
+    return _mlp_args(_MLP, sigma_w2, sigma_b2, activation, sigma_w2_out)
+
+
+def gated_mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="silu", sigma_w2_out=None) -> Component:
+    """Gated MLP ``W_down (phi(W_gate x) * W_up x)`` (SwiGLU with ``"silu"``, GeGLU with
+    ``"gelu"``); see :func:`~remprop.theory.gated_mlp_map`. Gate and up share ``sigma_w2``;
+    ``sigma_w2_out``: the down projection's variance times its fan-in ``d_ff`` (default
+    ``sigma_w2``)."""
+    return _mlp_args(_GatedMLP, sigma_w2, sigma_b2, activation, sigma_w2_out)
+
+
+def _mlp_args(kind, sigma_w2, sigma_b2, activation, sigma_w2_out):
     name = activation_spec(activation).name
     out = None if sigma_w2_out is None else _parameter("sigma_w2_out", sigma_w2_out, nonnegative=True)
-    return _MLP(_parameter("sigma_w2", sigma_w2, nonnegative=True),
+    return kind(_parameter("sigma_w2", sigma_w2, nonnegative=True),
                 _parameter("sigma_b2", sigma_b2, nonnegative=True), name, out)
 
 

@@ -15,7 +15,9 @@ Conventions are those of the reference experiments (docs/theory.md section 2):
   (:func:`draw_output_projection`, :func:`output_projection`);
 * MLP ``W1 ~ N(0, s_w^2 / d)``, ``W2 ~ N(0, s_{w,out}^2 / d_ff)`` (``s_{w,out}^2 = s_w^2``
   unless ``Architecture.sigma_w2_out`` is set), biases ``N(0, s_b^2)``;
-* LayerNorm without affine parameters;
+* LayerNorm and RMSNorm without affine parameters;
+* gated MLP ``W_down (phi(W_gate x + b_gate) * (W_up x + b_up)) + b_down``: gate and up
+  ``N(0, s_w^2 / d)``, down ``N(0, s_{w,out}^2 / d_ff)``, biases ``N(0, s_b^2)``;
 * gain-controlled attention: the value-weighted output with its sequence mean removed,
   then the value bias, ``(A - 1 abar^T) X W_V^T + b_V``.
 
@@ -35,10 +37,10 @@ import torch.nn.functional as F
 from remprop.theory.rem import heads as multihead
 
 __all__ = [
-    "ACTIVATION_FUNCTIONS", "AttentionWeights", "MLPWeights", "DenseWeights", "BlockWeights",
-    "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_dense_weights",
-    "draw_output_projection", "softmax_attention", "gain_controlled_attention", "output_projection",
-    "layer_norm", "mlp", "dense", "skip",
+    "ACTIVATION_FUNCTIONS", "AttentionWeights", "MLPWeights", "GatedMLPWeights", "DenseWeights", "BlockWeights",
+    "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_gated_mlp_weights",
+    "draw_dense_weights", "draw_output_projection", "softmax_attention", "gain_controlled_attention",
+    "output_projection", "layer_norm", "rms_norm", "mlp", "gated_mlp", "dense", "skip",
 ]
 
 def _identity(u):
@@ -72,6 +74,18 @@ class MLPWeights:
 
 
 @dataclass(frozen=True)
+class GatedMLPWeights:
+    """``W_gate, W_up (d_ff, d)`` with biases ``(d_ff,)``, ``W_down (d, d_ff)``, ``b_down (d,)``."""
+
+    gate: torch.Tensor
+    gate_bias: torch.Tensor
+    up: torch.Tensor
+    up_bias: torch.Tensor
+    down: torch.Tensor
+    down_bias: torch.Tensor
+
+
+@dataclass(frozen=True)
 class DenseWeights:
     """One dense layer ``W (d_out, d_in)``, ``b (d_out,)``."""
 
@@ -84,11 +98,12 @@ class BlockWeights:
     """The weights of one transformer block.
 
     ``output`` is the attention output projection ``W_O (d, d)`` (no bias), or None for
-    blocks without one (the reference experiments).
+    blocks without one (the reference experiments). ``mlp`` holds :class:`GatedMLPWeights`
+    in blocks with a gated MLP.
     """
 
     attention: AttentionWeights
-    mlp: MLPWeights
+    mlp: MLPWeights | GatedMLPWeights
     output: torch.Tensor | None = None
 
 
@@ -144,6 +159,25 @@ def draw_mlp_weights(gen, width, d_ff, sigma_w2, sigma_b2, *, dtype, device, sig
     )
 
 
+def draw_gated_mlp_weights(gen, width, d_ff, sigma_w2, sigma_b2, *, dtype, device, sigma_w2_out=None):
+    """Draw a gated MLP: ``W_gate``, ``b_gate``, ``W_up``, ``b_up`` (``N(0, sigma_w2/d)``, ``N(0, sigma_b2)``),
+    then ``W_down ~ N(0, sigma_w2_out/d_ff)`` and ``b_down ~ N(0, sigma_b2)``, in this order.
+
+    ``sigma_w2_out`` defaults to ``sigma_w2``. A zero ``sigma_b2`` (the bias-free published
+    models) draws zero biases from the same stream.
+    """
+    if sigma_w2_out is None:
+        sigma_w2_out = sigma_w2
+    return GatedMLPWeights(
+        gate=_normal(gen, (d_ff, width), sigma_w2 / width, dtype, device),
+        gate_bias=_normal(gen, (d_ff,), sigma_b2, dtype, device),
+        up=_normal(gen, (d_ff, width), sigma_w2 / width, dtype, device),
+        up_bias=_normal(gen, (d_ff,), sigma_b2, dtype, device),
+        down=_normal(gen, (width, d_ff), sigma_w2_out / d_ff, dtype, device),
+        down_bias=_normal(gen, (width,), sigma_b2, dtype, device),
+    )
+
+
 def draw_output_projection(gen, width, sigma_o2, *, dtype, device):
     """Draw the attention output projection ``W_O ~ N(0, sigma_o2/d)``, shape ``(d, d)``, no bias."""
     return _normal(gen, (width, width), sigma_o2 / width, dtype, device)
@@ -155,12 +189,18 @@ def draw_dense_weights(gen, width, sigma_w2, sigma_b2, *, dtype, device):
                         bias=_normal(gen, (width,), sigma_b2, dtype, device))
 
 
-def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal):
-    """Softmax attention matrix, shape ``(batch, heads, T, T)``."""
+def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal, rotate=None):
+    """Softmax attention matrix, shape ``(batch, heads, T, T)``.
+
+    ``rotate`` (optional) maps the queries and the keys, shape ``(batch, H, T, d_H)``, before
+    the scores: rotary positions (:mod:`remprop.validation.rope`).
+    """
     batch, seq, width = x.shape
     d_head = width // heads
     q = (x @ weights.query.T).view(batch, seq, heads, d_head).transpose(1, 2)
     k = (x @ weights.key.T).view(batch, seq, heads, d_head).transpose(1, 2)
+    if rotate is not None:
+        q, k = rotate(q), rotate(k)
     scores = q @ k.transpose(-1, -2)
     scores.mul_(1.0 / math.sqrt(d_head))
     blocked = None
@@ -181,7 +221,7 @@ def _weighted_values(x, probs, weights: AttentionWeights, heads):
     return (probs @ v).transpose(1, 2).reshape(batch, seq, width)
 
 
-def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False):
+def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False, rotate=None):
     r"""Softmax self-attention with values and no output projection.
 
     .. math:: \mathrm{SA}(X)_i = \sum_j a_{ij} (W_V x_j) + b_V,\quad
@@ -199,6 +239,9 @@ def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causa
         True for real tokens; padded keys get zero attention.
     causal : bool
         Token i attends to keys j <= i only.
+    rotate : callable, optional
+        Applied to the queries and the keys, shape ``(batch, H, T, d_H)``, before the
+        scores (rotary positions, :func:`remprop.validation.rope.rotary`).
 
     Returns
     -------
@@ -208,7 +251,7 @@ def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causa
     ----------
     Vaswani et al. 2017; Giorlandino & Goldt, arXiv 2505.24333 (initialisation).
     """
-    probs = _attention_probabilities(x, weights, heads, mask, causal)
+    probs = _attention_probabilities(x, weights, heads, mask, causal, rotate)
     out = _weighted_values(x, probs, weights, heads)
     return out.add_(weights.value_bias), probs
 
@@ -270,6 +313,18 @@ def layer_norm(x, eps=1e-12):
     return F.layer_norm(x, (x.shape[-1],), eps=eps)
 
 
+def rms_norm(x, eps=1e-12):
+    r"""RMSNorm over the feature axis without gain: no centring.
+
+    .. math:: \mathrm{RMS}(x) = \frac{x}{\sqrt{\overline{x^2} + \epsilon}}
+
+    References
+    ----------
+    B. Zhang & R. Sennrich, "Root mean square layer normalization", NeurIPS 2019.
+    """
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
 def dense(x, weights: DenseWeights):
     """``x W^T + b``."""
     return torch.addmm(weights.bias, x.reshape(-1, x.shape[-1]), weights.weight.T).view(
@@ -293,6 +348,29 @@ def mlp(x, weights: MLPWeights, activation="relu"):
     else:
         hidden = ACTIVATION_FUNCTIONS[activation](hidden)
     out = torch.addmm(weights.b2, hidden, weights.w2.T)
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def gated_mlp(x, weights: GatedMLPWeights, activation="silu"):
+    r"""Gated MLP ``W_down (phi(W_gate x + b_gate) * (W_up x + b_up)) + b_down``.
+
+    SwiGLU with ``activation="silu"``, GeGLU with ``"gelu"`` (Shazeer 2020).
+
+    Parameters
+    ----------
+    x : Tensor, shape (..., d)
+    weights : GatedMLPWeights
+    activation : str
+        A key of :data:`ACTIVATION_FUNCTIONS`.
+
+    References
+    ----------
+    N. Shazeer, "GLU variants improve Transformer", arXiv 2002.05202.
+    """
+    flat = x.reshape(-1, x.shape[-1])
+    gate = ACTIVATION_FUNCTIONS[activation](torch.addmm(weights.gate_bias, flat, weights.gate.T))
+    hidden = gate * torch.addmm(weights.up_bias, flat, weights.up.T)
+    out = torch.addmm(weights.down_bias, hidden, weights.down.T)
     return out.view(*x.shape[:-1], out.shape[-1])
 
 

@@ -16,7 +16,9 @@ The skip entry needs a branch: it uses a random dense layer, the simplest branch
 weights are independent of its input (``alpha x + W x + b``). The output projection entry
 is the bias-free dense layer ``x W_O^T`` (theory: ``dense_map(q, p, sigma_o2, 0)``). The
 MLP entry takes the second layer's ``sigma_w2_out`` (``W2 ~ N(0, sigma_w2_out / d_ff)``,
-default None = ``sigma_w2``) and the hidden width ``d_ff`` (default d).
+default None = ``sigma_w2``) and the hidden width ``d_ff`` (default d); the gated MLP entry
+the same, for ``W_down (phi(W_gate x) * W_up x)``. LayerNorm and RMSNorm have an entry each
+(the same map ``(1, p / q)``, different torch functions; docs/theory.md section 14).
 
 Reference: Giorlandino & Goldt, arXiv 2505.24333.
 """
@@ -30,8 +32,10 @@ import torch
 from remprop.theory import (
     dense_map,
     gain_controlled_attention_map,
+    gated_mlp_map,
     layernorm_map,
     mlp_map,
+    rmsnorm_map,
     skip_map,
     softmax_attention_map,
 )
@@ -107,6 +111,7 @@ class BlockContext:
     causal : bool
         Causal attention mask.
     layer_norm_eps : float
+        The epsilon of the norm (LayerNorm or RMSNorm).
     probs : Tensor, shape (batch, H, T, T), or None
         Set by the attention component: its probabilities.
     """
@@ -185,33 +190,41 @@ def _skip_forward(torch_function, component, x, context):
     return torch_function(x, simulate_component(component.branch, x, context), float(component.alpha))
 
 
-def _layer_norm_theory(q, p):
-    return layernorm_map(q, p)
+def _norm_pair(name, theory_map, torch_function):
+    def theory(q, p):
+        return theory_map(q, p)
+
+    def simulate(x, gen, mask):
+        return torch_function(x)
+
+    return ComponentPair(name, theory_map, torch_function, {}, theory, simulate, name, _norm_forward)
 
 
-def _layer_norm_simulate(x, gen, mask):
-    return layers.layer_norm(x)
-
-
-def _layer_norm_forward(torch_function, component, x, context):
+def _norm_forward(torch_function, component, x, context):
     return torch_function(x, context.layer_norm_eps)
 
 
-def _mlp_theory(q, p, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
-    # d_ff enters the theory only through sigma_w2_out (W2's variance is over d_ff)
-    return mlp_map(q, p, sigma_w2, sigma_b2, activation, sigma_w2_out=sigma_w2_out)
+def _mlp_pair(name, theory_map, torch_function, draw, weights_type, activation):
+    def theory(q, p, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
+        # d_ff enters the theory only through sigma_w2_out (the last layer's variance is over d_ff)
+        return theory_map(q, p, sigma_w2, sigma_b2, activation, sigma_w2_out=sigma_w2_out)
 
+    def simulate(x, gen, mask, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
+        check_choice("activation", activation, tuple(layers.ACTIVATION_FUNCTIONS))
+        width = x.shape[-1]
+        weights = draw(gen, width, d_ff or width, sigma_w2, sigma_b2, dtype=x.dtype, device=x.device,
+                       sigma_w2_out=sigma_w2_out)
+        return torch_function(x, weights, activation)
 
-def _mlp_simulate(x, gen, mask, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
-    check_choice("activation", activation, tuple(layers.ACTIVATION_FUNCTIONS))
-    width = x.shape[-1]
-    weights = layers.draw_mlp_weights(gen, width, d_ff or width, sigma_w2, sigma_b2, dtype=x.dtype, device=x.device,
-                                      sigma_w2_out=sigma_w2_out)
-    return layers.mlp(x, weights, activation)
+    def forward(torch_function, component, x, context):
+        if not isinstance(context.weights.mlp, weights_type):
+            raise ValueError(f"the block's {component.name} needs {weights_type.__name__}, the block weights "
+                             f"hold {type(context.weights.mlp).__name__}")
+        return torch_function(x, context.weights.mlp, component.activation)
 
-
-def _mlp_forward(torch_function, component, x, context):
-    return torch_function(x, context.weights.mlp, component.activation)
+    return ComponentPair(name, theory_map, torch_function,
+                         dict(sigma_w2=0.2, sigma_b2=4e-4, activation=activation, d_ff=None, sigma_w2_out=None),
+                         theory, simulate, name, forward)
 
 
 def _output_projection_theory(q, p, sigma_o2):
@@ -240,11 +253,11 @@ REGISTRY = {
                                                  layers.gain_controlled_attention),
     "skip": ComponentPair("skip", skip_map, layers.skip, dict(alpha=1.0, sigma_w2=0.2, sigma_b2=4e-4),
                           _skip_theory, _skip_simulate, "residual", _skip_forward),
-    "layer_norm": ComponentPair("layer_norm", layernorm_map, layers.layer_norm, {},
-                                _layer_norm_theory, _layer_norm_simulate, "layer_norm", _layer_norm_forward),
-    "mlp": ComponentPair("mlp", mlp_map, layers.mlp,
-                         dict(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", d_ff=None, sigma_w2_out=None),
-                         _mlp_theory, _mlp_simulate, "mlp", _mlp_forward),
+    "layer_norm": _norm_pair("layer_norm", layernorm_map, layers.layer_norm),
+    "rms_norm": _norm_pair("rms_norm", rmsnorm_map, layers.rms_norm),
+    "mlp": _mlp_pair("mlp", mlp_map, layers.mlp, layers.draw_mlp_weights, layers.MLPWeights, "relu"),
+    "gated_mlp": _mlp_pair("gated_mlp", gated_mlp_map, layers.gated_mlp, layers.draw_gated_mlp_weights,
+                           layers.GatedMLPWeights, "silu"),
     # theory_map dense_map: the projection is a dense layer without bias (sigma_b2 = 0)
     "output_projection": ComponentPair("output_projection", dense_map, layers.output_projection,
                                        dict(sigma_o2=1.0), _output_projection_theory,

@@ -82,7 +82,9 @@ class SimulatedStack:
     ``sqrt(d_H)``). When ``arch.sigma_o2`` is set, SA ends with the bias-free output
     projection ``W_O ~ N(0, sigma_o2 / d)`` of the concatenated heads (before the skip);
     otherwise there is none, as in the reference experiments. The MLP's second layer is
-    ``W2 ~ N(0, sigma_w2_out / d_ff)`` (``arch.sigma_w2_out``, default ``sigma_w2``).
+    ``W2 ~ N(0, sigma_w2_out / d_ff)`` (``arch.sigma_w2_out``, default ``sigma_w2``). LN is
+    LayerNorm or RMSNorm (``arch.norm_type``), the MLP dense or gated (``arch.mlp``:
+    ``W_down (phi(W_gate x) * W_up x)``, gate and up ``N(0, sigma_w2 / d)``).
 
     Parameters
     ----------
@@ -111,7 +113,7 @@ class SimulatedStack:
     seed : int
         Initialisation seed, >= 0.
     layer_norm_eps : float
-        The epsilon of LayerNorm.
+        The epsilon of the norm (LayerNorm or RMSNorm).
 
     References
     ----------
@@ -161,9 +163,10 @@ class SimulatedStack:
     def weights(self, layer: int) -> layers.BlockWeights:
         """The weights of block ``layer`` (0-based), drawn from stream ``(seed, weights, layer)``.
 
-        Drawn in the order attention, MLP, then (only when ``arch.output_projection``) the
-        output projection: an architecture without one gets the same weights as before
-        the projection existed, and adding one leaves the other weights unchanged.
+        Drawn in the order attention, MLP (dense, or gated: gate, up, down), then (only
+        when ``arch.output_projection``) the output projection: an architecture without one
+        gets the same weights as before the projection existed, and adding one leaves the
+        other weights unchanged.
         """
         layer = check_positive_int("layer", layer, 0)
         if layer >= self.depth:
@@ -173,8 +176,9 @@ class SimulatedStack:
         attention = layers.draw_attention_weights(gen, self.width, self.beta, self.seq_len,
                                                   self.params["sigma_v2"], self.params["sigma_b2"], **kw,
                                                   heads=self.heads, qk_scaling=self.qk_scaling)
-        mlp = layers.draw_mlp_weights(gen, self.width, self.d_ff, self.params["sigma_w2"], self.params["sigma_b2"],
-                                      **kw, sigma_w2_out=self.params["sigma_w2_out"])
+        draw_mlp = layers.draw_gated_mlp_weights if self.arch.mlp == "gated" else layers.draw_mlp_weights
+        mlp = draw_mlp(gen, self.width, self.d_ff, self.params["sigma_w2"], self.params["sigma_b2"],
+                       **kw, sigma_w2_out=self.params["sigma_w2_out"])
         output = None
         if self.arch.output_projection:
             output = layers.draw_output_projection(gen, self.width, self.params["sigma_o2"], **kw)

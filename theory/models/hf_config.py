@@ -7,7 +7,10 @@ initialisation is known. ``transformers`` draws every linear and embedding weigh
 from ``N(0, r^2)`` with ``r = initializer_range``, zeroes every bias and sets the
 LayerNorm gains to 1 and shifts to 0 (``PreTrainedModel._init_weights``); GPT-2 draws
 the two residual output projections (``attn.c_proj``, ``mlp.c_proj``) with
-``r / sqrt(2 n_layer)`` instead. In the engine's parameters (``d`` the width, ``d_ff``
+``r / sqrt(2 n_layer)`` instead. LLaMA-style decoders (``model_type`` llama, mistral,
+qwen2) draw the same ``N(0, r^2)`` and set the RMSNorm gains to 1: pre-RMSNorm blocks with a
+gated SiLU MLP (``Architecture(norm="pre", norm_type="rms", mlp="gated")``, docs/theory.md
+section 14). In the engine's parameters (``d`` the width, ``d_ff``
 the MLP width, ``T`` the sequence length):
 
 ==========================  ==================================================
@@ -16,7 +19,8 @@ query/key scale             ``beta = r^2 d / sqrt(log T)`` (``qk_scaling="model"
 values                      ``sigma_v2 = r^2 d``
 output projection ``W_O``   ``sigma_o2 = r^2 d`` (GPT-2: ``r^2 d / (2 L)``)
 MLP                         ``sigma_w2 = r^2 d``, ``sigma_w2_out = r^2 d_ff``
-                            (GPT-2: ``r^2 d_ff / (2 L)``)
+                            (GPT-2: ``r^2 d_ff / (2 L)``; gated: gate and up
+                            ``r^2 d``, down ``r^2 d_ff``)
 biases                      ``sigma_b2 = 0``
 skips                       ``alpha_sa = alpha_mlp = 1``
 ==========================  ==================================================
@@ -25,13 +29,18 @@ The input state is that of the embeddings: BERT-like models add word, position a
 token-type embeddings (each ``N(0, r^2)``) and normalise, so every token carries the
 same token-type vector: ``q0 = 1``, ``rho0 = (1 + 1/V) / 3`` for uniformly drawn ids
 from a vocabulary of ``V``. GPT-2 adds word and position embeddings without
-normalising: ``q0 = 2 r^2``, ``rho0 = 1/(2V)``. ViT embeds i.i.d. pixels of variance
+normalising: ``q0 = 2 r^2``, ``rho0 = 1/(2V)``. LLaMA-style models embed words only
+(rotary positions act on queries and keys): ``q0 = r^2``, ``rho0 = 1/V``. ViT embeds i.i.d. pixels of variance
 ``s^2`` by a ``C P^2 -> d`` patch projection and adds positions:
 ``q0 = r^2 (C P^2 s^2 + 1)``, ``rho0 = 0``.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333 (theory); the initialisation
 facts are those of ``transformers`` (``PreTrainedModel._init_weights`` and the
-``_init_weights`` of ``GPT2PreTrainedModel`` and ``ViTPreTrainedModel``).
+``_init_weights`` of ``GPT2PreTrainedModel``, ``ViTPreTrainedModel`` and
+``LlamaPreTrainedModel``). The shipped LLaMA-style configurations copy the sizes of the
+published ``config.json`` files on the Hugging Face hub (meta-llama/Llama-3.2-1B,
+meta-llama/Meta-Llama-3-8B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-0.5B,
+HuggingFaceTB/SmolLM2-135M).
 """
 from __future__ import annotations
 
@@ -56,10 +65,16 @@ CONFIG_DIR = Path(__file__).with_name("configs")
 #: Names that stand for a shipped configuration.
 ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "bert-large-uncased": "bert-large",
            "gpt2-small": "gpt2", "openai-community/gpt2": "gpt2", "google/vit-base-patch16-224": "vit-base",
-           "FacebookAI/roberta-base": "roberta-base", "openai-community/gpt2-medium": "gpt2-medium"}
+           "FacebookAI/roberta-base": "roberta-base", "openai-community/gpt2-medium": "gpt2-medium",
+           "meta-llama/Llama-3.2-1B": "llama-3.2-1b", "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
+           "mistralai/Mistral-7B-v0.1": "mistral-7b", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b",
+           "HuggingFaceTB/SmolLM2-135M": "smollm2-135m"}
 
 #: Supported ``model_type`` values and their block order.
-FAMILIES = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre"}
+FAMILIES = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre", "llama": "pre", "mistral": "pre",
+            "qwen2": "pre"}
+#: The LLaMA-style families: pre-RMSNorm, gated MLP, rotary positions, no biases.
+LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
 
 #: Hugging Face activation names -> the engine's activations (and whether it is exact).
 _ACTIVATIONS = {"gelu": ("gelu", True), "gelu_new": ("gelu", False), "gelu_pytorch_tanh": ("gelu", False),
@@ -254,7 +269,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     ----------
     config : transformers.PretrainedConfig, dict, str or os.PathLike
         See :func:`load_hf_config`. Supported ``model_type``: ``bert``, ``roberta``,
-        ``gpt2``, ``vit``.
+        ``gpt2``, ``vit``, and the LLaMA-style ``llama``, ``mistral``, ``qwen2``.
     seq_len : int, optional
         Sequence length T (default: the model's maximum, ``max_position_embeddings``
         (RoBERTa: minus its 2 offset positions), ``n_positions``, or ``(image/patch)^2 + 1``).
@@ -283,17 +298,22 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         raise ValueError(f"config.model_type must be one of {', '.join(FAMILIES)}, got {family!r}")
     pixel_std = _positive_real({"pixel_std": pixel_std}, "pixel_std")
     gpt = family == "gpt2"
+    llama = family in LLAMA_FAMILIES
     width = _positive_int(cfg, "n_embd" if gpt else "hidden_size", "hidden_size")
     depth = _positive_int(cfg, "n_layer" if gpt else "num_hidden_layers", "num_hidden_layers")
     heads = _positive_int(cfg, "n_head" if gpt else "num_attention_heads", "num_attention_heads")
     if width % heads:
         raise ValueError(f"config: the number of heads ({heads}) must divide the width ({width})")
+    if llama and cfg.get("head_dim") is not None and _positive_int(cfg, "head_dim") * heads != width:
+        raise ValueError(f"config.head_dim ({cfg['head_dim']}) times num_attention_heads ({heads}) must equal "
+                         f"hidden_size ({width}): the engine's heads split the width")
     d_ff = _positive_int(cfg, "n_inner", "intermediate_size", default=4 * width)
     r = _positive_real(cfg, "initializer_range", default=0.02)
-    eps = _positive_real(cfg, "layer_norm_epsilon" if gpt else "layer_norm_eps", "layer_norm_eps",
-                         default=1e-5 if gpt else 1e-12, allow_zero=True)
+    eps_field = "rms_norm_eps" if llama else "layer_norm_epsilon" if gpt else "layer_norm_eps"
+    eps = _positive_real(cfg, eps_field, "layer_norm_eps", default=1e-6 if llama else 1e-5 if gpt else 1e-12,
+                         allow_zero=True)
     act_name = str(_get(cfg, "activation_function" if gpt else "hidden_act", "hidden_act",
-                        default="gelu_new" if gpt else "gelu"))
+                        default="gelu_new" if gpt else "silu" if llama else "gelu"))
     if act_name not in _ACTIVATIONS:
         raise ValueError(f"config.{'activation_function' if gpt else 'hidden_act'} must be one of "
                          f"{', '.join(_ACTIVATIONS)}, got {act_name!r}")
@@ -305,6 +325,8 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         image, patch = _positive_int(cfg, "image_size", default=224), _positive_int(cfg, "patch_size", default=16)
         channels = _positive_int(cfg, "num_channels", default=3)
         max_len, length_field = (image // patch) ** 2 + 1, "image_size"
+    elif llama:
+        max_len, length_field = _positive_int(cfg, "max_position_embeddings", default=2048), "max_position_embeddings"
     elif gpt:
         max_len = _positive_int(cfg, "n_positions", "max_position_embeddings", default=1024)
         length_field = "n_positions" if cfg.get("n_positions") is not None else "max_position_embeddings"
@@ -319,7 +341,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     if family == "vit" and seq_len != max_len:
         raise ValueError(f"seq_len of a ViT is fixed by its image and patch sizes: {max_len}, got {seq_len}")
 
-    causal = gpt or bool(cfg.get("is_decoder"))
+    causal = gpt or llama or bool(cfg.get("is_decoder"))
     if family in ("bert", "roberta"):
         position = cfg.get("position_embedding_type", "absolute")
         if position != "absolute":
@@ -344,6 +366,9 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         if cfg.get("scale_attn_weights") is False:
             assumptions.append("scale_attn_weights = false: scores are not divided by sqrt(d_H); "
                                "the engine's beta assumes they are")
+    elif llama:
+        q0, rho0, notes = _llama_input_and_notes(cfg, r, eps, heads, seq_len)
+        assumptions.extend(notes)
     else:
         patch_dim = channels * patch * patch
         q0, rho0 = r * r * (patch_dim * pixel_std ** 2 + 1.0), 0.0
@@ -374,7 +399,8 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     # them names that field, never an option of a command line that does not have it
     source = "config.initializer_range" + (" (with pixel_std)" if family == "vit" else "")
     arch = _from_config(source, lambda: Architecture(
-        norm=FAMILIES[family], attention="softmax", activation=activation,
+        norm=FAMILIES[family], norm_type="rms" if llama else "layer", mlp="gated" if llama else "dense",
+        attention="softmax", activation=activation,
         sigma_w2=r * r * width, sigma_b2=0.0, sigma_v2=r * r * width, alpha_sa=1.0, alpha_mlp=1.0,
         seq_len=seq_len, heads=heads, qk_scaling="model",
         sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale))
@@ -384,8 +410,38 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     return ModelSpec(
         name=name, family=family, settings=settings, width=width, d_ff=d_ff,
         causal=causal, init_range=r,
-        embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit"),
+        embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit") or llama,
         layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)
+
+
+def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
+    """Input state ``(q0, rho0)`` and the departures from the theory of a LLaMA-style config.
+
+    Word embeddings ``N(0, r^2)`` only (no position embeddings): ``q0 = r^2``; two tokens
+    share their word with probability ``1/V`` (uniform ids): ``rho0 = 1/V``.
+    """
+    vocab = _positive_int(cfg, "vocab_size")
+    q0, rho0 = r * r, 1.0 / vocab
+    notes = []
+    if eps > 0:
+        notes.append(f"RMSNorm eps = {eps:g} against the embeddings' q0 = r^2 = {q0:.2g}: the first RMSNorm "
+                     f"outputs q = {q0 / (q0 + eps):.4f}, not 1 (the engine's norm has no eps)")
+    theta = cfg.get("rope_theta", 10000.0)
+    scaling = ", rope_scaling" if cfg.get("rope_scaling") else ""
+    notes.append(f"rotary position embeddings (rope_theta = {theta:g}{scaling}) are ignored: the engine's "
+                 "attention has no positions (docs/theory.md section 15 derives RoPE's REM apart)")
+    kv_heads = cfg.get("num_key_value_heads")
+    if kv_heads is not None and kv_heads != heads:
+        notes.append(f"num_key_value_heads = {kv_heads} < {heads} heads (grouped-query attention) is ignored: "
+                     "the engine draws keys and values per head (the same mean maps; heads of one group share "
+                     "their keys and values, so head-to-head fluctuations are larger)")
+    window = cfg.get("sliding_window")
+    if window and cfg.get("use_sliding_window", True) and window < seq_len:
+        notes.append(f"sliding_window = {window} < T = {seq_len}: tokens attend to the last {window} keys only; "
+                     "the engine's attention sees all of them")
+    if cfg.get("model_type") == "qwen2":
+        notes.append("query/key/value biases are zero at initialisation (sigma_b2 = 0)")
+    return q0, rho0, notes
 
 
 CONFIG_READERS["huggingface"] = model_spec

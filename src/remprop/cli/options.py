@@ -5,8 +5,8 @@
 * :func:`add_architecture_arguments` / :func:`architecture_from_args` -- the options
   that mirror :class:`remprop.theory.Architecture`, and the Architecture they describe;
 * :func:`add_run_options`, :func:`add_grid_options`, :func:`add_simulation_options`,
-  :func:`add_output_options`, :func:`add_progress_option` -- the option groups that
-  several commands share, written once.
+  :func:`add_output_options`, :func:`add_progress_option`, :func:`add_work_limit_options` --
+  the option groups that several commands share, written once.
 
 Two sequence lengths, two names: ``--theory-seq-len`` is the ``T`` of the theory's
 finite-T attention maps (``Architecture.seq_len``; default ``T -> infinity``) and
@@ -48,6 +48,8 @@ __all__ = [
     "add_simulation_options",
     "add_output_options",
     "add_progress_option",
+    "add_work_limit_options",
+    "work_limits",
     "point_at_option",
 ]
 
@@ -120,6 +122,8 @@ ARCHITECTURE_OPTIONS = {
     "seq_len": "--theory-seq-len",
     "heads": "--heads",
     "qk_scaling": "--qk-scaling",
+    "norm_type": "--norm-type",
+    "mlp": "--mlp",
 }
 
 #: Parsed-argument name of the fields whose option is not named after them.
@@ -147,20 +151,26 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
     Returns
     -------
     argparse._ArgumentGroup
-        The group, with options ``--norm``, ``--attention``, ``--activation``,
+        The group, with options ``--norm``, ``--norm-type``, ``--mlp``, ``--attention``, ``--activation``,
         ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--sigma-o2``, ``--sigma-w2-out``,
         ``--alpha`` (optional), ``--alpha-mlp``, ``--heads``, ``--qk-scaling`` and
         ``--theory-seq-len`` (optional); defaults are those of the Architecture class
         (post-LN BERT, one head). Choices come from :data:`remprop.theory.NORMS`,
         ``ATTENTIONS``, ``ACTIVATIONS`` and ``QK_SCALINGS``.
     """
-    from remprop.theory import ACTIVATIONS, ATTENTIONS, NORMS, QK_SCALINGS, Architecture
+    from remprop.theory import ACTIVATIONS, ATTENTIONS, MLPS, NORM_TYPES, NORMS, QK_SCALINGS, Architecture
 
     defaults = {f.name: f.default for f in dataclasses.fields(Architecture)}
     group = parser.add_argument_group(
         "architecture", "the transformer block (defaults: post-LN BERT of the reference experiments)")
     group.add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
                        help="LayerNorm placement: post (BERT), pre (GPT-2) or none (default: %(default)s)")
+    group.add_argument("--norm-type", choices=tuple(NORM_TYPES), default=defaults["norm_type"],
+                       help="the norm at --norm: LayerNorm or RMSNorm (no centring, LLaMA) "
+                            "(default: %(default)s)")
+    group.add_argument("--mlp", choices=tuple(MLPS), default=defaults["mlp"],
+                       help="dense MLP W2 act(W1 x), or gated W_down (act(W_gate x) * W_up x): SwiGLU with "
+                            "--activation silu, GeGLU with gelu (default: %(default)s)")
     group.add_argument("--attention", choices=tuple(ATTENTIONS), default=defaults["attention"],
                        help="softmax attention or its centred gain-controlled version (default: %(default)s)")
     group.add_argument("--activation", choices=tuple(ACTIVATIONS), default=defaults["activation"],
@@ -281,3 +291,32 @@ def add_progress_option(parser):
     """--progress / --no-progress; by default a bar only when stderr is a terminal."""
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar on stderr (default: only when stderr is a terminal)")
+
+
+def add_work_limit_options(parser, *, seconds=True, memory=True):
+    """--max-seconds and --max-memory (each unless turned off): the limits on a command's estimated work.
+
+    Defaults: :data:`remprop.theory.work_estimates.MAX_SECONDS` and ``MAX_BYTES``; the
+    estimate is checked before anything runs and a larger one is refused (exit status 2,
+    one line with the estimate). :func:`work_limits` reads them back.
+    """
+    from remprop.theory.work_estimates import MAX_BYTES, MAX_SECONDS
+
+    group = parser.add_argument_group("limits", "estimated before the run; larger work is refused")
+    if seconds:
+        group.add_argument("--max-seconds", type=positive_real, default=MAX_SECONDS, metavar="S",
+                           help="refuse a run estimated to take longer, in seconds (default: %(default)g)")
+    if memory:
+        group.add_argument("--max-memory", type=positive_real, default=MAX_BYTES / 2 ** 30, metavar="GIB",
+                           help="refuse a run estimated to need more memory, in GiB (default: %(default)g)")
+
+
+def work_limits(args) -> dict:
+    """The limits of :func:`add_work_limit_options` as keyword arguments of
+    :func:`remprop.theory.work_estimates.check_work` (``max_seconds``, ``max_memory`` in bytes)."""
+    limits = {}
+    if hasattr(args, "max_memory"):
+        limits["max_memory"] = args.max_memory * 2 ** 30
+    if hasattr(args, "max_seconds"):
+        limits["max_seconds"] = args.max_seconds
+    return limits
