@@ -184,3 +184,16 @@ def test_forward_and_compare_reject_bad_input():
                       (dict(inputs="synthetic", rho0=2.0), "rho0")]:
         with pytest.raises(ValueError, match=name):
             compare(None, 0.5, **{**kw, **bad})
+
+
+def test_theory_calls_keep_the_torch_thread_count():
+    # numba's OpenMP layer sets the process's OpenMP thread count at every parallel launch;
+    # torch reads it. Inside torch_threads(1) a theory call must not put torch on every core.
+    import torch
+
+    from remprop.theory import Architecture, final_state
+    from remprop.validation.backend import torch_threads
+
+    with torch_threads(1):
+        final_state(Architecture(), np.full(64, 0.5), 4)
+        assert torch.get_num_threads() == 1

@@ -121,13 +121,22 @@ def torch_threads(count: int):
     """Run the block with ``count`` torch CPU threads, then restore the previous number.
 
     Simulations fix the thread count so that their numbers do not depend on the machine's
-    core count (a reduction split over other threads rounds differently).
+    core count (a reduction split over other threads rounds differently). The theory's
+    numba kernels run with the same count inside the block: numba's OpenMP layer sets the
+    process's OpenMP thread count at every parallel launch, which torch reads, so a theory
+    call inside the block would otherwise leave torch on every core (12x slower small
+    training steps were measured on two shared cores).
     """
+    import numba
+
     before = torch.get_num_threads()
+    numba_before = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(count, numba.config.NUMBA_NUM_THREADS)))
     if before != count:
         torch.set_num_threads(count)
     try:
         yield
     finally:
+        numba.set_num_threads(numba_before)
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)

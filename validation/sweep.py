@@ -35,9 +35,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c) (trainability 
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +47,7 @@ from remprop.theory.checks import check_choice, check_count, check_grid_axis, ch
 from remprop.theory.rem.checks import check_seq_len
 from remprop.theory.architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS
 
+from .cell_runner import SweepReport, cell_key, grid_record_problem, grid_records, run_cells
 from .cell_store import CellStore, json_sha256
 
 __all__ = ["SweepSpec", "SweepReport", "simulate_cell", "run_sweep", "load_records", "cell_key",
@@ -60,11 +59,6 @@ SWEEP_FORMAT = "remprop.sweep/1"
 INPUT_KINDS = ("synthetic", "text")
 #: Simulation precisions.
 DTYPE_NAMES = ("float32", "float64")
-
-
-def cell_key(alpha_index: int, beta_index: int) -> str:
-    """File stem of a cell: ``a<alpha index>_b<beta index>`` (zero-padded to 4 digits)."""
-    return f"a{int(alpha_index):04d}_b{int(beta_index):04d}"
 
 
 @dataclass(frozen=True)
@@ -271,39 +265,6 @@ def _finite_or_string(result):
 
 
 # -- the sweep ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SweepReport:
-    """What a call of :func:`run_sweep` did.
-
-    Attributes
-    ----------
-    directory : Path
-        The sweep folder.
-    backend : str
-        ``"dask"`` (with the cluster's description), ``"serial"``, or ``"none"`` when
-        every cell was already on disk.
-    cells_total, cells_reused, cells_computed : int
-        Grid size; cells this call did not compute (found on disk, or written meanwhile
-        by another run on the same folder); cells computed by this call.
-    workers : int
-        Worker processes used (0 in this process).
-    elapsed_s : float
-        Wall-clock seconds of this call.
-    """
-
-    directory: Path
-    backend: str
-    cells_total: int
-    cells_reused: int
-    cells_computed: int
-    workers: int
-    elapsed_s: float
-
-    @property
-    def cells_per_minute(self) -> float:
-        return 60.0 * self.cells_computed / self.elapsed_s if self.elapsed_s > 0 else float("nan")
-
-
 def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None, device=None, progress=False,
               on_cell=None, poll_s=0.1) -> SweepReport:
     """Compute every cell of ``spec`` that is not yet in ``out``, writing each as it finishes.
@@ -366,95 +327,10 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
 
     if scheduler is not None and not distributed.dask_installed():
         raise ValueError(f"scheduler: dask.distributed is not installed ({distributed.INSTALL_HINT})")
-    start = time.perf_counter()
     store = _open_store(spec, out)
-    cells = {cell_key(a, b): (a, b) for a, b in spec.cells()}
-    done = store.done()
-    waiting = [key for key in cells if key not in done]
-
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(cells), initial=len(cells) - len(waiting), disable=not progress, desc="sweep",
-               unit="cell", file=sys.stderr, dynamic_ncols=True)
-    computed = []
-
-    def finished(record):
-        problem = store.check(record["key"], record)
-        if problem is not None:
-            raise RuntimeError(f"cell record {record.get('key')!r} does not belong to this sweep ({problem})")
-        store.write(record["key"], record)
-        store.release(record["key"])
-        computed.append(record["key"])
-        bar.update(1)
-        if on_cell is not None:
-            on_cell(record["key"], record)
-
-    on_cluster = client is not None or scheduler is not None or (workers != 0 and distributed.dask_installed())
-    # dask: every free cell at once; in this process: one cell per claim, so that concurrent
-    # runs on the folder share the grid
-    batch = len(cells) if on_cluster else 1
-    backend, n_workers, run = "none", 0, None
-    try:
-        with contextlib.ExitStack() as resources:
-            delay = poll_s
-            while waiting:
-                mine, later = [], []
-                for key in waiting:
-                    if len(mine) >= batch or not store.claim(key):
-                        later.append(key)
-                        continue
-                    record, problem = store.inspect(key)
-                    if record is not None:  # another run finished it meanwhile
-                        store.release(key)
-                        bar.update(1)
-                        continue
-                    if problem is not None:
-                        store.quarantine(key, problem)
-                    mine.append(key)
-                if mine:
-                    if run is None:  # started only once this run holds a cell
-                        backend, n_workers, run = resources.enter_context(
-                            _cell_runner(spec, len(waiting), workers, scheduler, client, device, on_cluster))
-                    run([cells[key] for key in mine], finished)
-                    delay = poll_s
-                elif later:  # every cell left is held by other runs: wait for them
-                    finished_elsewhere = {key for key in later if store.inspect(key)[0] is not None}
-                    bar.update(len(finished_elsewhere))
-                    later = [key for key in later if key not in finished_elsewhere]
-                    if later:
-                        time.sleep(delay)
-                        delay = min(2 * delay, 2.0)
-                waiting = later
-    finally:
-        store.release_all()
-        bar.close()
-    return SweepReport(Path(out), backend, len(cells), len(cells) - len(computed), len(computed), n_workers,
-                       time.perf_counter() - start)
-
-
-@contextlib.contextmanager
-def _cell_runner(spec, missing, workers, scheduler, client, device, on_cluster):
-    """``(backend, workers, run)`` where ``run(cells, finished)`` computes the
-    ``(alpha_index, beta_index)`` cells and hands each record to ``finished``."""
-    from . import distributed
-
-    def cluster_runner(client_):
-        return lambda cells, finished: distributed.map_cells(
-            client_, simulate_cell_on_worker, [(spec, a, b, device) for a, b in cells], finished)
-
-    if client is not None:
-        yield f"dask ({distributed.describe(client)})", distributed.worker_count(client), cluster_runner(client)
-    elif on_cluster:
-        n_workers = 0 if scheduler is not None else min(workers or (os.cpu_count() or 1), missing)
-        with distributed.dask_client(scheduler=scheduler, workers=n_workers) as client:
-            yield (f"dask ({distributed.describe(client, scheduler)})", distributed.worker_count(client),
-                   cluster_runner(client))
-    else:
-        def in_process(cells, finished):
-            for a, b in cells:
-                finished(simulate_cell(spec, a, b, device=device))
-
-        yield "serial" if workers == 0 else "serial (dask.distributed is not installed)", 0, in_process
+    cells = {cell_key(a, b): (spec, a, b, device) for a, b in spec.cells()}
+    return run_cells(store, cells, simulate_cell_on_worker, workers=workers, scheduler=scheduler, client=client,
+                     progress=progress, desc="sweep", on_cell=on_cell, poll_s=poll_s)
 
 
 def simulate_cell_on_worker(spec, alpha_index, beta_index, device=None):
@@ -473,25 +349,13 @@ def record_problem(spec: SweepSpec, key: str, record: dict, manifest_sha256=None
     a ``result`` with ``depth + 1`` layers and ``seeds x sequences`` samples, and the
     SHA-256 of that result (an edited or damaged number fails).
     """
-    if not isinstance(record, dict):
-        return f"not a JSON object but a {type(record).__name__}"
-    if record.get("format") != SWEEP_FORMAT:
-        return f"format {record.get('format')!r} is not {SWEEP_FORMAT!r}"
-    if record.get("key") != key:
-        return f"it is the record of cell {record.get('key')!r}"
-    a, b = record.get("alpha_index"), record.get("beta_index")
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in (a, b)) or cell_key(a, b) != key:
-        return f"alpha_index {a!r} and beta_index {b!r} are not those of cell {key!r}"
-    if a >= len(spec.alphas) or b >= len(spec.betas):
-        return f"cell {key!r} lies outside the {spec.shape} grid"
-    if record.get("alpha") != spec.alphas[a] or record.get("beta") != spec.betas[b]:
-        return (f"alpha {record.get('alpha')!r}, beta {record.get('beta')!r} are not the grid's "
-                f"{spec.alphas[a]!r}, {spec.betas[b]!r}")
-    if record.get("manifest_sha256") != (manifest_sha256 or json_sha256(spec.manifest())):
-        return "it was written for another sweep manifest"
-    result = record.get("result")
-    if not isinstance(result, dict) or record.get("checksum") != json_sha256(result):
-        return "the checksum of its result does not match"
+    problem = grid_record_problem(record, key, format=SWEEP_FORMAT, alphas=spec.alphas, betas=spec.betas,
+                                  manifest_sha256=manifest_sha256 or json_sha256(spec.manifest()), payload="result")
+    if problem is not None:
+        return problem
+    result = record["result"]
+    if not isinstance(result, dict):
+        return "its result is not a JSON object"
     sizes = {"layer_q": spec.depth + 1, "layer_p": spec.depth + 1, "layer_cosine": spec.depth + 1,
              "final_cosine": spec.samples}
     for name, size in sizes.items():
@@ -522,11 +386,5 @@ def load_records(spec: SweepSpec, out, *, require_all=True) -> dict:
         Raise ``ValueError`` when cells are missing (naming the count) or damaged (naming
         the first damaged file); when False, return the valid records only.
     """
-    store = _open_store(spec, out, create=False)
-    if not require_all:
-        return store.scan()[0]
-    records = store.read_all()
-    missing = len(spec.cells()) - len(records)
-    if missing:
-        raise ValueError(f"out: {missing} of {len(spec.cells())} cells are not computed yet in {out}")
-    return records
+    return grid_records(_open_store(spec, out, create=False), len(spec.cells()), require_all=require_all,
+                        verb="computed")

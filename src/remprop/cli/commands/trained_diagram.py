@@ -1,0 +1,124 @@
+"""``remprop trained-diagram``: train a (beta, alpha_SA) grid and set it beside the theory.
+
+Needs the ``validation`` extra (torch, tokenizers); dask (the ``distributed`` extra) runs the
+cells in parallel. The parser is built without them; :mod:`remprop.validation` is imported
+inside the run function, and a missing extra is one line with status 2.
+"""
+from __future__ import annotations
+
+from ..converters import count, layer_count, open_unit_real, positive_real, seed_list
+from ..errors import CommandLineError, one_line, validation_extra
+from ..options import (add_architecture_arguments, add_command, add_grid_options, add_output_options,
+                       add_progress_option, architecture_from_args, point_at_option)
+from ..output import describe, dumps, run_inputs, show_progress, writable_directory
+from .training import TRAIN_OPTIONS
+
+__all__ = ["add_trained_diagram_parser", "run_trained_diagram"]
+
+#: Option of each training or grid parameter, to name it in an error message.
+OPTIONS = {**TRAIN_OPTIONS, "seeds": "--seeds", "betas": "--betas", "alphas": "--alphas", "alpha_sa": "--alphas",
+           "threshold": "--threshold", "threads": "--threads", "workers": "--workers", "scheduler": "--scheduler",
+           "out": "--out", "theory": "--theory"}
+
+
+def add_trained_diagram_parser(commands):
+    parser = add_command(commands, "trained-diagram", run_trained_diagram,
+                         help="trained trainability diagram: train a (beta, alpha_SA) grid of short masked-LM runs "
+                              "(needs the validation extra)")
+    grid = parser.add_argument_group("grid")
+    add_grid_options(grid, betas="0.25,1,4", alphas="0.2,1")
+    grid.add_argument("--depth", type=layer_count, default=4, metavar="L", help="blocks L (default: %(default)s)")
+    grid.add_argument("--seeds", type=seed_list, default=seed_list("1"), metavar="SEEDS",
+                      help="training runs per cell: a count N (seeds 0..N-1) or a list 'a,b,c' (default: 1)")
+    from remprop.theory import DEFAULT_THRESHOLD
+
+    grid.add_argument("--threshold", type=open_unit_real, default=DEFAULT_THRESHOLD, metavar="RHO",
+                      help="rank-collapse threshold in (0, 1) on the token cosine after the last block at init "
+                           "(default: %(default)s, the theory's)")
+    grid.add_argument("--theory", choices=("auto", "finite-T", "asymptotic"), default="auto",
+                      help="prediction to compare with: finite-T attention at the trained T, or T -> infinity "
+                           "(default: auto = finite-T)")
+    train = parser.add_argument_group("training (every cell)")
+    train.add_argument("--width", type=count(2), default=64, metavar="D", help="model width d (default: %(default)s)")
+    train.add_argument("--seq-len", type=count(2), default=64, metavar="T",
+                       help="tokens per training sequence T (default: %(default)s)")
+    train.add_argument("--steps", type=count(1), default=300, metavar="N",
+                       help="optimiser steps (default: %(default)s)")
+    train.add_argument("--lr", type=positive_real, default=1e-3, help="AdamW peak learning rate (default: %(default)s)")
+    train.add_argument("--batch-size", type=count(1), default=32, metavar="N",
+                       help="sequences per step (default: %(default)s)")
+    train.add_argument("--vocab-size", type=count(64), default=4096, metavar="V",
+                       help="BPE vocabulary of the corpus (default: %(default)s)")
+    train.add_argument("--eval-every", type=count(1), default=None, metavar="N",
+                       help="test loss every N steps (default: steps / 10)")
+    train.add_argument("--threads", type=count(1), default=1, metavar="N",
+                       help="torch CPU threads per cell (default: %(default)s, fixed so that results are reproducible)")
+    train.add_argument("--device", default="auto", help="auto (each worker's GPU where there is one), cpu or "
+                                                        "cuda[:n] (default: auto)")
+    add_output_options(parser, out="remprop-trained",
+                       out_help="grid folder, created if needed; an existing one resumes cell by cell")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    where = parser.add_argument_group("where cells run")
+    where.add_argument("--workers", type=count(0), default=None, metavar="N",
+                       help="dask LocalCluster worker processes, one thread each; 0 = in this process "
+                            "(default: one per core, or 0 without dask)")
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="address of a running dask scheduler (tcp://host:8786) instead of a LocalCluster")
+    add_progress_option(parser)
+    add_architecture_arguments(parser, alpha_sa=False, theory_seq_len=False)
+
+
+def run_trained_diagram(args) -> int:
+    """Trained trainability diagram: train every cell of a (beta, alpha_SA) grid and set it beside the theory.
+
+    Each cell is a short masked-LM training run per seed (AdamW, linear warm-up schedule, real
+    text) with that query/key scale and attention skip strength, written to OUT/cells/ as it
+    finishes (an interrupted grid resumes cell by cell; two runs on one folder train each cell
+    once). A cell is trainable when its trained fraction f = (U - L) / (U - R) is at least 1/2
+    (L its final test loss, U the unigram loss, R the best cell's loss); a cell that did not
+    train is called entropy-collapsed when some layer's attention entropy at init is below
+    (1/2) log T, else rank-collapsed when its token cosine after the last block at init is
+    above the threshold. Writes OUT/trained_diagram.png and .json with the agreement against
+    the theory's phases. Needs the validation extra.
+    """
+    import numpy as np
+
+    arch = architecture_from_args(args)
+    directory = writable_directory(args.out)
+    with validation_extra():
+        from remprop.validation.training import TrainConfig
+        from remprop.validation.training.trained_diagram import TrainedDiagram
+        from remprop.validation.training.trained_grid import (TrainedGridSpec, load_trained_records,
+                                                              run_trained_grid)
+
+    try:
+        config = TrainConfig(arch=arch, depth=args.depth, width=args.width, seq_len=args.seq_len,
+                             batch_size=args.batch_size, steps=args.steps, lr=args.lr, vocab_size=args.vocab_size,
+                             eval_every=args.eval_every or max(args.steps // 10, 1), device=args.device)
+        spec = TrainedGridSpec(config, np.asarray(args.betas, dtype=float), np.asarray(args.alphas, dtype=float),
+                               args.seeds, args.threshold, args.threads)
+        report = run_trained_grid(spec, directory, workers=args.workers, scheduler=args.scheduler,
+                                  progress=show_progress(args))
+        diagram = TrainedDiagram.from_records(spec, load_trained_records(spec, directory), theory=args.theory)
+    except ValueError as err:
+        raise CommandLineError(point_at_option(one_line(err), OPTIONS)) from None
+    files = [str(path) for path in diagram.save(directory / "trained_diagram")]
+    if args.json:
+        print(dumps({"files": files, "agreement": diagram.agreement,
+                     "agreement_trainable": diagram.agreement_trainable, "cells": int(diagram.phase.size),
+                     "theory": diagram.theory, "confusion_predicted_vs_trained": diagram.confusion(),
+                     "trained_phase": diagram.phase, "predicted_phase": diagram.predicted.phase,
+                     "final_test_loss": diagram.final_test_loss, "trained_fraction": diagram.fraction,
+                     "unigram_loss": diagram.unigram_loss, "reference_loss": diagram.reference_loss,
+                     "backend": report.backend, "cells_computed": report.cells_computed,
+                     "cells_reused": report.cells_reused, "elapsed_s": report.elapsed_s,
+                     "beta": spec.betas, "alpha": spec.alphas, **run_inputs(args, arch)}))
+        return 0
+    print(f"trained diagram: {describe(arch, args.depth, spec.threshold)}")
+    print(f"grid: {len(spec.betas)} betas x {len(spec.alphas)} alphas, d={config.width}, T={config.seq_len}, "
+          f"{config.steps} steps, {len(spec.seeds)} seed(s) per cell")
+    print(f"cells: {report.cells_computed} trained, {report.cells_reused} already on disk; backend {report.backend}; "
+          f"{report.elapsed_s:.1f} s")
+    print(diagram.summary())
+    print("wrote " + ", ".join(files))
+    return 0

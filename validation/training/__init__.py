@@ -1,0 +1,39 @@
+"""remprop.validation.training: masked-LM training of the simulated stack (does it train?).
+
+* :class:`TrainConfig` -- one run: an Architecture, beta, sizes, the optimiser's settings;
+* :func:`train` -- AdamW with linear warm-up and decay, clipping, seeded, resumable from a folder;
+* :class:`TrainResult` -- loss curves, the unigram baseline, per-layer query/key gradient
+  norms, attention entropy and token cosine at initialisation and at the end; strict JSON;
+* :func:`masked_lm_corpus` -- the pydoc topics split by document, a cached BPE tokenizer,
+  BERT masking.
+
+The model is :class:`~remprop.validation.simulator.SimulatedStack`'s own blocks and weights
+made trainable (:class:`MaskedLMStack`; ``model="bert"``: Hugging Face BERT at the same
+initialisation, :class:`BertMaskedLM`), so every Architecture field and beta mean what
+they mean in the theory (docs/theory.md sections 2-5). torch is imported on first use of
+these names. See docs/training.md for the sizes at which the three phases separate.
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(f) and 3.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "TrainConfig": "config", "TrainResult": "result", "train": "loop", "build_model": "loop",
+    "masked_lm_corpus": "data", "MaskedLMCorpus": "data", "MaskedLMStack": "model", "BertMaskedLM": "hf_model",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,135 @@
+"""The settings of one masked-LM training run, validated once.
+
+Every field of ``TrainConfig.arch`` (a :class:`remprop.theory.Architecture`) and
+``beta`` mean what they mean in the theory and in
+:class:`~remprop.validation.simulator.SimulatedStack` (docs/theory.md sections 2-5);
+the other fields are sizes and the optimiser's settings (the reference experiments:
+AdamW, linear schedule with warm-up ratio 0.05, weight decay 0.01, gradient clipping
+1.0, masking probability 0.15; Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(f), 3).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from remprop.theory import Architecture
+from remprop.theory.checks import check_choice, check_depth
+from remprop.theory.rem.checks import check_seq_len
+
+from ..backend import check_positive_int, check_scalar, check_seed
+
+__all__ = ["TrainConfig", "MODELS"]
+
+#: Models :func:`~remprop.validation.training.train` can train.
+MODELS = ("remprop", "bert")
+
+
+def _unit_interval(name, value, *, closed_low=True):
+    value = check_scalar(name, value, **({"nonnegative": True} if closed_low else {"positive": True}))
+    if value >= 1.0:
+        raise ValueError(f"{name} must be < 1, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run (frozen; every field validated on construction).
+
+    Attributes
+    ----------
+    arch : remprop.theory.Architecture
+        Block order, attention, activation, variances, skip strengths, heads, qk_scaling.
+    beta : float
+        Query/key scale of the initialisation, > 0.
+    depth, width, seq_len : int
+        Blocks L >= 1, width d >= 2 (divisible by ``arch.heads``), tokens per sequence T >= 2.
+    batch_size, steps : int
+        Sequences per step, optimiser steps (>= 1).
+    lr, warmup_ratio, weight_decay, grad_clip : float
+        AdamW peak learning rate (> 0); fraction of the steps of linear warm-up in [0, 1);
+        decoupled weight decay (>= 0) of the matrices (not of biases); gradient-norm clip
+        (> 0; ``inf`` = none).
+    mask_prob : float
+        Probability that a token is selected for the masked-LM loss, in (0, 1).
+    eval_every, eval_batches : int
+        Test loss (and checkpoint) every ``eval_every`` steps, on ``eval_batches`` held-out
+        batches of ``batch_size`` sequences.
+    seed : int
+        Initialisation (the simulator's weight streams) and data order.
+    device : str
+        ``"cpu"``, ``"cuda[:n]"`` or ``"auto"`` (CUDA with bf16 autocast when present).
+    model : {"remprop", "bert"}
+        Our simulated stack with trainable weights, or Hugging Face BERT at the same init.
+    vocab_size : int
+        BPE vocabulary of the corpus (>= 64).
+    d_ff : int, optional
+        MLP hidden width (default ``width``, as the simulator).
+    """
+
+    arch: Architecture = field(default_factory=Architecture)
+    beta: float = 0.5
+    depth: int = 4
+    width: int = 64
+    seq_len: int = 64
+    batch_size: int = 32
+    steps: int = 300
+    lr: float = 1e-3
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    mask_prob: float = 0.15
+    eval_every: int = 25
+    eval_batches: int = 4
+    seed: int = 0
+    device: str = "cpu"
+    model: str = "remprop"
+    vocab_size: int = 4096
+    d_ff: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.arch, Architecture):
+            raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(self.arch).__name__}")
+        put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
+        put("beta", check_scalar("beta", self.beta, positive=True))
+        put("depth", check_depth(self.depth))
+        put("width", check_positive_int("width", self.width, 2))
+        if self.width % self.arch.heads:
+            raise ValueError(f"width must be divisible by arch.heads = {self.arch.heads}, got {self.width}")
+        put("seq_len", check_seq_len(self.seq_len, allow_none=False))
+        for name in ("batch_size", "steps", "eval_every", "eval_batches"):
+            put(name, check_positive_int(name, getattr(self, name)))
+        put("lr", check_scalar("lr", self.lr, positive=True))
+        put("warmup_ratio", _unit_interval("warmup_ratio", self.warmup_ratio))
+        put("weight_decay", check_scalar("weight_decay", self.weight_decay, nonnegative=True))
+        put("grad_clip", check_scalar("grad_clip", self.grad_clip, positive=True, allow_inf=True))
+        put("mask_prob", _unit_interval("mask_prob", self.mask_prob, closed_low=False))
+        put("seed", check_seed(self.seed))
+        if not isinstance(self.device, str):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:n]', got {self.device!r}")
+        put("model", check_choice("model", self.model, MODELS))
+        put("vocab_size", check_positive_int("vocab_size", self.vocab_size, 64))
+        put("d_ff", None if self.d_ff is None else check_positive_int("d_ff", self.d_ff))
+
+    @property
+    def warmup_steps(self) -> int:
+        """Steps of linear warm-up: ``round(warmup_ratio * steps)``."""
+        return int(round(self.warmup_ratio * self.steps))
+
+    def replace(self, **changes) -> "TrainConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields (``arch`` as :meth:`remprop.theory.Architecture.to_dict`)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["arch"] = self.arch.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data) -> "TrainConfig":
+        """The inverse of :meth:`to_dict`."""
+        data = dict(data)
+        data["arch"] = Architecture(**data["arch"])
+        if isinstance(data.get("grad_clip"), str):  # strict JSON writes no clipping as "inf"
+            data["grad_clip"] = float(data["grad_clip"])
+        return cls(**data)

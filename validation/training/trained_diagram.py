@@ -1,0 +1,318 @@
+r"""The trained diagram: trained cells classified and set against the theory.
+
+The theory calls a cell trainable, rank-collapsed or entropy-collapsed from signal
+propagation at initialisation. Here each cell ``(alpha_sa, beta)`` is *trained*
+(``remprop.validation.training.train``, masked-language modelling on real text, one run
+per seed) and classified from what training achieved:
+
+**Trained fraction.** With ``U`` the unigram loss (cross-entropy of the masked tokens under
+the training split's token frequencies: the loss of a model that learned the frequencies
+and nothing about context), ``L`` a cell's final test loss (mean over seeds) and ``R`` the
+smallest ``L`` of the grid (the best-trained cell, the reference),
+
+.. math:: f = \frac{U - L}{U - R},
+
+the share of the best achievable improvement over the unigram baseline that the cell
+achieved (``f = 1`` for the reference, ``f <= 0`` for a cell that learned no more than the
+frequencies). A cell is **trainable** when ``f >= 1/2`` (:data:`TRAINED_FRACTION`).
+
+*Why this rule.* Both failure modes leave a model at the unigram loss: a rank-collapsed
+stack gives every token the same representation, so its masked-token prediction cannot
+depend on the context; an entropy-collapsed stack has attention frozen onto a few keys with
+vanishing query/key gradients. When training cannot undo the collapse within its budget,
+the cell stays near ``f = 0``, while trained cells sit near ``f = 1``; the midpoint
+separates the two clusters with the largest margin on either side and depends neither on
+the grid's size nor on the unit of the loss. ``U`` and ``R`` come from the same data and
+the same training budget as ``L``, so the rule needs no absolute loss scale. When no cell
+beats the unigram loss (``U <= R``), every cell is non-trainable. The reference is the
+best cell of the grid, so a grid must hold at least one trainable cell for the rule to
+mean anything (the theory's trainable region; :class:`TrainedDiagram` reports ``R``).
+
+**Naming the failure.** A non-trainable cell is named by the measurements at
+initialisation (``result.init``, mean over seeds), exactly as the theory names it:
+
+* **entropy collapse** when the mean attention entropy of some layer is below
+  :data:`ENTROPY_FRACTION` ``x log T`` (the entropy of rows spread evenly over ``sqrt(T)``
+  keys; an entropy-collapsed row holds O(1) keys, a spread one O(T)); the smallest over
+  the layers, which for post-LN is the first layer's (the theory's first-layer rule);
+* else **rank collapse** when the mean token cosine after the last block is above the
+  theory's threshold (``remprop.theory.DEFAULT_THRESHOLD`` unless set);
+* else **untrained** (:data:`UNTRAINED`): it did not train and the initialisation shows
+  neither signature (too few steps, a too large learning rate, ...).
+
+Entropy collapse wins when both signatures are there, as in
+:func:`remprop.diagrams.classify_phases`. A trainable cell is trainable whatever its
+initialisation shows: training is the verdict, the initialisation only names failures.
+
+**Against the theory.** :func:`remprop.diagrams.trainability_diagram` on the same grid,
+architecture and depth, with the finite-T participation ratio at the trained sequence
+length (``theory="finite-T"``, the default) or ``T -> infinity`` (``"asymptotic"``),
+started from ``q0 = 1`` (the embeddings are scaled so) and the measured input cosine.
+Two agreements: the fraction of cells whose trained phase is the theory's phase, and the
+fraction on which trained and theory agree about *trainable or not*.
+
+**Running.** The grid is trained by
+:func:`~remprop.validation.training.trained_grid.run_trained_grid` (resumable cell by cell,
+on dask or in this process); this module reads its records (plain JSON).
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c, f) and Fig. 3;
+docs/theory.md section 6; docs/training.md.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from remprop._json import to_jsonable
+from remprop.diagrams import (ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram,
+                              trainability_diagram)
+from remprop.theory import DEFAULT_THRESHOLD
+
+from ..cell_store import MANIFEST_NAME
+from ..measured_diagram import resolve_theory, theory_architecture
+from ..cell_runner import cell_key
+from .trained_grid import TrainedGridSpec, load_trained_records
+
+__all__ = ["TrainedDiagram", "classify_trained", "trained_fraction", "TRAINED_FRACTION", "ENTROPY_FRACTION",
+           "UNTRAINED", "TRAINED_LABELS"]
+
+#: A cell is trainable when its trained fraction is at least this.
+TRAINED_FRACTION = 0.5
+#: Entropy collapse: some layer's mean attention entropy at init below this times log T.
+ENTROPY_FRACTION = 0.5
+#: Code of a cell that did not train and whose initialisation shows neither collapse.
+UNTRAINED = 3
+#: Phase code -> label of the trained diagram (the theory's three, and UNTRAINED).
+TRAINED_LABELS = {**PHASE_LABELS, UNTRAINED: "untrained"}
+_DIAGRAM_FORMAT = "remprop.trained_diagram/1"
+
+
+# -- classification -------------------------------------------------------------------------
+def trained_fraction(final_loss, unigram_loss, reference_loss=None):
+    r"""Share of the best improvement over the unigram loss that each cell achieved.
+
+    .. math:: f = (U - L) / (U - R), \quad R = \min L \text{ unless given}
+
+    ``f`` is 0 everywhere when ``U <= R`` (nothing beat the unigram baseline); a ``nan``
+    loss (a diverged run) gives ``f = 0``. See the module docstring.
+    """
+    loss = np.asarray(final_loss, dtype=float)
+    unigram = np.asarray(unigram_loss, dtype=float)
+    reference = float(np.nanmin(loss)) if reference_loss is None else float(reference_loss)
+    gain = np.broadcast_to(unigram, loss.shape) - reference
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(gain > 0, (unigram - loss) / np.where(gain > 0, gain, 1.0), 0.0)
+    return np.where(np.isfinite(f), f, 0.0)
+
+
+def classify_trained(fraction, init_entropy_min, init_cosine_final, seq_len, threshold=DEFAULT_THRESHOLD):
+    """Trained phase code of each cell (module docstring): TRAINABLE when ``fraction >= 1/2``,
+    else ENTROPY_COLLAPSE when ``init_entropy_min < ENTROPY_FRACTION log T``, else
+    RANK_COLLAPSE when ``not init_cosine_final <= threshold``, else UNTRAINED."""
+    fraction, entropy, cosine = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in
+                                                      (fraction, init_entropy_min, init_cosine_final)))
+    phase = np.full(fraction.shape, UNTRAINED, dtype=np.int8)
+    with np.errstate(invalid="ignore"):
+        phase[~(cosine <= threshold)] = RANK_COLLAPSE
+        phase[entropy < ENTROPY_FRACTION * np.log(seq_len)] = ENTROPY_COLLAPSE
+        phase[fraction >= TRAINED_FRACTION] = TRAINABLE
+    return phase
+
+
+def _cell_arrays(spec, records, name, part, reduce):
+    """``reduce`` over layers of ``result[part][name]``, mean over seeds, per cell (alpha, beta)."""
+    out = np.full(spec.shape, np.nan)
+    for a, b in spec.cells():
+        values = [reduce(np.asarray(r[part][name], dtype=float)) for r in records[cell_key(a, b)]["results"]]
+        out[a, b] = float(np.mean(values))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class TrainedDiagram:
+    """Trained phases of a (beta, alpha_sa) grid beside the theory's.
+
+    Arrays over the grid have axes ``(alpha, beta)`` like
+    :class:`~remprop.diagrams.TrainabilityDiagram`.
+
+    Attributes
+    ----------
+    spec : TrainedGridSpec
+    theory : str
+        ``"finite-T"`` or ``"asymptotic"``: the theory of ``predicted``.
+    final_test_loss, final_test_loss_std : ndarray
+        Mean and standard deviation over seeds (ddof 1; 0 for one seed) of the final test loss.
+    unigram_loss, reference_loss : float
+        The unigram baseline ``U`` (mean over all runs) and the reference ``R`` (best cell).
+    fraction : ndarray
+        Trained fraction ``f`` (:func:`trained_fraction`).
+    init_entropy_min, init_cosine_final : ndarray
+        At initialisation, mean over seeds: the smallest per-layer mean attention entropy, and
+        the mean token cosine after the last block.
+    phase : ndarray of int8
+        Trained phase codes (:data:`TRAINED_LABELS`).
+    predicted : TrainabilityDiagram
+        The theory on the same grid.
+    eval_steps : ndarray
+        Steps of the test-loss curves.
+    test_loss : ndarray, shape (alphas, betas, evals)
+        Test-loss curves, mean over seeds.
+    input_rho : float
+        Measured input cosine where the results carry it (else 0); the theory starts there.
+    devices : tuple of str
+    """
+
+    spec: TrainedGridSpec
+    theory: str
+    final_test_loss: np.ndarray
+    final_test_loss_std: np.ndarray
+    unigram_loss: float
+    reference_loss: float
+    fraction: np.ndarray
+    init_entropy_min: np.ndarray
+    init_cosine_final: np.ndarray
+    phase: np.ndarray
+    predicted: TrainabilityDiagram
+    eval_steps: np.ndarray
+    test_loss: np.ndarray
+    input_rho: float = 0.0
+    devices: tuple = ()
+
+    @classmethod
+    def from_records(cls, spec: TrainedGridSpec, records: dict, theory="auto") -> "TrainedDiagram":
+        """Classify the records of a complete grid (see the module docstring)."""
+        theory = resolve_theory(theory)
+        missing = [cell_key(a, b) for a, b in spec.cells() if cell_key(a, b) not in records]
+        if missing:
+            raise ValueError(f"records: {len(missing)} of {len(spec.cells())} cells are missing (first: {missing[0]})")
+        cfg = spec.config
+        runs = lambda a, b: records[cell_key(a, b)]["results"]  # noqa: E731
+        finals = np.array([[[float(r["final_test_loss"]) for r in runs(a, b)] for b in range(spec.shape[1])]
+                           for a in range(spec.shape[0])])
+        loss = finals.mean(axis=-1)
+        spread = finals.std(axis=-1, ddof=1) if finals.shape[-1] > 1 else np.zeros(spec.shape)
+        unigram = float(np.mean([float(r["unigram_loss"]) for rec in records.values() for r in rec["results"]]))
+        fraction = trained_fraction(loss, unigram)
+        entropy = _cell_arrays(spec, records, "attention_entropy", "init", np.min)
+        cosine = _cell_arrays(spec, records, "token_cosine", "init", lambda v: v[-1])
+        phase = classify_trained(fraction, entropy, cosine, cfg.seq_len, spec.threshold)
+        # the input cosine, where the per-layer cosine includes the input (depth + 1 values)
+        first = [np.asarray(r["init"]["token_cosine"], dtype=float) for rec in records.values()
+                 for r in rec["results"]]
+        input_rho = float(np.clip(np.mean([v[0] for v in first]), -1.0, 1.0)) \
+            if all(v.size == cfg.depth + 1 for v in first) else 0.0
+        predicted = trainability_diagram(theory_architecture(cfg.arch, theory, cfg.seq_len), np.asarray(spec.betas),
+                                         np.asarray(spec.alphas), cfg.depth, spec.threshold, q0=1.0, rho0=input_rho)
+        steps = np.asarray(runs(0, 0)[0]["eval_steps"], dtype=float)
+        curves = np.array([[np.mean([np.asarray(r["test_loss"], dtype=float) for r in runs(a, b)], axis=0)
+                            for b in range(spec.shape[1])] for a in range(spec.shape[0])])
+        devices = tuple(sorted({str(r.get("run", {}).get("device", "?")) for r in records.values()}))
+        return cls(spec, theory, loss, spread, unigram, float(np.nanmin(loss)), fraction, entropy, cosine, phase,
+                   predicted, steps, curves, input_rho, devices)
+
+    @classmethod
+    def from_folder(cls, out, theory="auto") -> "TrainedDiagram":
+        """Read a finished grid folder; a missing or damaged manifest, a missing cell or a
+        damaged record is one ``ValueError`` naming the folder or the file."""
+        path = Path(out) / MANIFEST_NAME
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"out: {out} holds no trained grid (no {MANIFEST_NAME})") from None
+        except (OSError, ValueError):
+            raise ValueError(f"out: {path} is not a readable grid manifest") from None
+        try:
+            spec = TrainedGridSpec.from_manifest(manifest)
+        except (TypeError, ValueError, KeyError) as err:
+            raise ValueError(f"out: {path} is not a valid trained-grid manifest ({err})") from None
+        return cls.from_records(spec, load_trained_records(spec, out), theory)
+
+    # -- comparison -----------------------------------------------------------------------
+    @property
+    def agrees(self) -> np.ndarray:
+        """Per cell: trained phase == predicted phase."""
+        return self.phase == self.predicted.phase
+
+    @property
+    def agreement(self) -> float:
+        """Fraction of cells whose trained phase is the predicted one."""
+        return float(self.agrees.mean())
+
+    @property
+    def agrees_trainable(self) -> np.ndarray:
+        """Per cell: trained and predicted agree about trainable or not."""
+        return (self.phase == TRAINABLE) == (self.predicted.phase == TRAINABLE)
+
+    @property
+    def agreement_trainable(self) -> float:
+        """Fraction of cells on which trained and predicted agree about trainable or not."""
+        return float(self.agrees_trainable.mean())
+
+    def confusion(self) -> dict:
+        """Counts ``{predicted label: {trained label: cells}}``."""
+        return {PHASE_LABELS[p]: {TRAINED_LABELS[m]: int(np.sum((self.predicted.phase == p) & (self.phase == m)))
+                                  for m in TRAINED_LABELS} for p in PHASE_LABELS}
+
+    def summary(self) -> str:
+        """One line: agreements, grid and training sizes."""
+        cfg, n = self.spec.config, self.phase.size
+        return (f"trained vs predicted ({self.theory} theory): phase agrees in {int(self.agrees.sum())}/{n} cells "
+                f"({100 * self.agreement:.1f}%), trainable-or-not in {int(self.agrees_trainable.sum())}/{n} "
+                f"({100 * self.agreement_trainable:.1f}%); {self.spec.shape[1]} betas x {self.spec.shape[0]} alphas, "
+                f"depth {cfg.depth}, d={cfg.width}, T={cfg.seq_len}, {cfg.steps} steps, "
+                f"{len(self.spec.seeds)} seed(s) per cell")
+
+    # -- output ---------------------------------------------------------------------------
+    def figure(self, fine_points=120):
+        """Trained phases over the theory's (see :mod:`remprop.diagrams.trained_figures`)."""
+        from remprop.diagrams.trained_figures import trained_diagram_figure
+
+        return trained_diagram_figure(self, fine_points=fine_points)
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary: settings, phases (rows alphas, columns betas), losses, agreements."""
+        return to_jsonable({
+            "format": _DIAGRAM_FORMAT, "grid": self.spec.manifest(), "theory": self.theory,
+            "phase_labels": {str(code): label for code, label in TRAINED_LABELS.items()},
+            "axes": ["alpha", "beta"], "betas": self.spec.betas, "alphas": self.spec.alphas,
+            "trained_phase": self.phase, "predicted_phase": self.predicted.phase,
+            "agreement": self.agreement, "agreement_trainable": self.agreement_trainable,
+            "cells_agreeing": int(self.agrees.sum()), "cells": int(self.phase.size),
+            "confusion_predicted_vs_trained": self.confusion(),
+            "final_test_loss": self.final_test_loss, "final_test_loss_std": self.final_test_loss_std,
+            "unigram_loss": self.unigram_loss, "reference_loss": self.reference_loss,
+            "trained_fraction": self.fraction, "init_attention_entropy_min": self.init_entropy_min,
+            "init_token_cosine_final": self.init_cosine_final, "input_rho": self.input_rho,
+            "predicted_rho_final": self.predicted.rho_final,
+            "predicted_beta_critical": self.predicted.beta_critical_cells,
+            "eval_steps": self.eval_steps, "test_loss": self.test_loss, "devices": list(self.devices),
+            "rules": {
+                "trained_fraction": "f = (unigram_loss - final_test_loss) / (unigram_loss - reference_loss), "
+                                    "reference = the best cell",
+                "trainable": f"f >= {TRAINED_FRACTION}",
+                "entropy_collapse": f"not trainable and the smallest per-layer attention entropy at init "
+                                    f"< {ENTROPY_FRACTION} log T",
+                "rank_collapse": "not trainable, not entropy-collapsed, token cosine after the last block at "
+                                 "init > threshold",
+                "untrained": "not trainable and neither signature at init",
+            },
+        })
+
+    def save(self, path, *, figure=True) -> list:
+        """Write ``<path>.json`` (everything, strict JSON) and ``<path>.png``; return the paths."""
+        base = Path(path)
+        if base.suffix in (".json", ".png"):
+            base = base.with_suffix("")
+        base.parent.mkdir(parents=True, exist_ok=True)
+        json_path = base.with_name(base.name + ".json")
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump(self.to_dict(), handle, allow_nan=False)
+        written = [json_path]
+        if figure:
+            png = base.with_name(base.name + ".png")
+            self.figure().savefig(png, dpi=150)
+            written.append(png)
+        return written
