@@ -21,6 +21,7 @@ from .depth_recipes import CONVENTIONS, inverse_sqrt_depth, residual_scaling, sc
 from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
 from .trainability import TrainabilityDiagram, trainability_diagram
 from .diagnosis import Change, Diagnosis, diagnose
+from .recipes import RECIPES, Recipe, RecipePrediction, recipe_predictions, recipes_figure
 
 #: Public names defined in modules that import matplotlib, loaded lazily.
 _LAZY = {
@@ -43,7 +44,8 @@ __all__ = [
     "TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases",
     "ALPHA_MAX", "DEFAULT_THRESHOLD",
     "CONVENTIONS", "residual_scaling", "inverse_sqrt_depth", "scale_architecture",
-    "diagnose", "Diagnosis", "Change", *_LAZY,
+    "diagnose", "Diagnosis", "Change",
+    "RECIPES", "Recipe", "RecipePrediction", "recipe_predictions", "recipes_figure", *_LAZY,
 ]
 
 

@@ -13,7 +13,9 @@ together.
 
 :data:`SIZES` holds the two presets of :class:`FigureSizes`: ``"full"`` (the paper's
 sizes: d = 720, T = 512, 10 initialisations x 10 sequences for Fig. 1(d, e)) and
-``"quick"`` (d = T = 128, two seeds; under a minute on two cores).
+``"quick"`` (d = T = 128, two seeds; the training figures 1(f), 3, 6 and 8 at d = T = 32,
+300 steps, three seeds: 1.5 to 3.5 minutes each on one shared core, seconds once their
+runs are cached; docs/training.md).
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 """
@@ -71,6 +73,31 @@ class FigureSizes:
         Fig. 3(c): the (T, d) pairs, seeds per point and number of betas in [0.05, 3].
     causal_width, causal_seq_len, causal_depth, causal_seeds, causal_sequences, causal_last : int
         Fig. 12 (paper: T = 512, 50 layers, last 50 tokens).
+    map_width, map_seq_len : int
+        Fig. 1(a, b): one attention matrix at ``map_betas`` (a small and a large beta).
+    spectrum_width, spectrum_seq_len, spectrum_seeds : int
+        Fig. 7: attention matrices whose eigenvalues are computed, per beta of ``spectrum_betas``.
+    train_width, train_seq_len, train_batch_size, train_steps, train_vocab_size, train_seeds, train_eval_batches : int
+        Every training run of Figs. 1(f), 3, 6 and 8 (:mod:`remprop.validation.training.paper_runs`):
+        width d, tokens T, sequences per step, optimiser steps, BPE vocabulary, seeds per
+        setting, held-out batches of the test loss.
+    train_lr : float
+        AdamW peak learning rate of Figs. 1(f) and 8's reference (paper: 1e-4).
+    depth_1f : tuple
+        Fig. 1(f): ``(deep, shallow)`` blocks (paper: 60 for trainable / rank collapse, 12 for
+        entropy collapse).
+    alphas_1f_trainable, alphas_1f_rank, betas_1f_entropy : tuple
+        Fig. 1(f): the two initialisations of each phase.
+    betas_3 : tuple
+        Fig. 3: ``(start, stop, count)`` of the betas of the one-layer, one-head runs.
+    lr_3, lr_6 : float
+        Learning rates of Figs. 3 and 6 (paper: 5e-4).
+    depth_6, width_6 : int
+        Fig. 6: blocks and width (paper: 30 and 480).
+    alphas_6 : tuple
+        Fig. 6: skip strengths at which softmax and gain-controlled attention are compared.
+    depth_8, beta_8, lrs_8 : int, float, tuple
+        Fig. 8: blocks, the beta above beta_c, the learning rates.
     """
 
     width: int = 720
@@ -110,6 +137,34 @@ class FigureSizes:
     causal_seeds: int = 2
     causal_sequences: int = 2
     causal_last: int = 50
+    map_width: int = 720
+    map_seq_len: int = 512
+    map_betas: tuple = (0.5, 3.0)
+    spectrum_width: int = 720
+    spectrum_seq_len: int = 512
+    spectrum_seeds: int = 4
+    spectrum_betas: tuple = (0.5, 1.0, 2.0, 3.0)
+    train_width: int = 768
+    train_seq_len: int = 128
+    train_batch_size: int = 64
+    train_steps: int = 2000
+    train_vocab_size: int = 4096
+    train_seeds: int = 3
+    train_eval_batches: int = 4
+    train_lr: float = 1e-4
+    depth_1f: tuple = (60, 12)
+    alphas_1f_trainable: tuple = (1.5, 2.0)
+    alphas_1f_rank: tuple = (0.3, 0.6)
+    betas_1f_entropy: tuple = (2.0, 3.0)
+    betas_3: tuple = (0.25, 4.0, 16)
+    lr_3: float = 5e-4
+    depth_6: int = 30
+    width_6: int = 480
+    lr_6: float = 5e-4
+    alphas_6: tuple = (0.5, 1.0)
+    depth_8: int = 12
+    beta_8: float = 3.0
+    lrs_8: tuple = (1e-4, 3e-5, 1e-5)
 
     def replace(self, **changes) -> "FigureSizes":
         return dataclasses.replace(self, **changes)
@@ -129,7 +184,13 @@ SIZES = {
                          sweep_seeds=2, sweep_sequences=2, sweep_betas=(0.2, 2.4, 8), sweep_alphas=(0.8, 1.6, 9),
                          eoc_width=128, eoc_seq_len=32, eoc_seeds=2, gradient_sizes=((128, 64), (256, 64)),
                          gradient_seeds=2, gradient_betas=8, causal_width=128, causal_seq_len=128,
-                         causal_depth=12, causal_seeds=1, causal_sequences=2, causal_last=20),
+                         causal_depth=12, causal_seeds=1, causal_sequences=2, causal_last=20, map_width=128,
+                         map_seq_len=128, spectrum_width=128, spectrum_seq_len=128, spectrum_seeds=2,
+                         train_width=32, train_seq_len=32, train_batch_size=16, train_steps=300,
+                         train_vocab_size=1024, train_seeds=3, train_eval_batches=2, train_lr=3e-3,
+                         depth_1f=(10, 4), alphas_1f_trainable=(1.0, 1.5), alphas_1f_rank=(0.1, 0.3),
+                         betas_1f_entropy=(3.0, 6.0), betas_3=(0.25, 4.0, 8), lr_3=3e-3, depth_6=10, width_6=32,
+                         lr_6=3e-3, alphas_6=(0.2, 1.0), depth_8=4, beta_8=4.0, lrs_8=(3e-3, 1e-3, 3e-4)),
 }
 
 
@@ -214,6 +275,15 @@ def theory_9(out, sizes, progress=False) -> list:
                         {"figure": "figure_9", "theory": data}).paths(out)
 
 
+def theory_7(out, sizes, progress=False) -> list:
+    """Fig. 7, theory: the predicted bulk radius of the attention spectrum against beta (PNG, json)."""
+    from .attention_figures import bulk_radius_data, bulk_radius_figure
+
+    data = bulk_radius_data(seq_lens=sorted({64, 256, 1024, sizes.spectrum_seq_len}))
+    return FigureResult("fig7_theory_spectrum_radius", bulk_radius_figure(data),
+                        {"figure": "figure_7", "theory": data}).paths(out)
+
+
 @dataclass(frozen=True)
 class PaperFigure:
     """One reference figure.
@@ -240,13 +310,19 @@ _PARTS = "remprop.validation.paper_figures"
 #: (id, theory part, description) of each figure; the simulated part of figure ``id`` is
 #: ``remprop.validation.paper_figures.simulate_<id>``.
 _ROWS = (
+    ("1ab", None, "attention maps of one layer at a small and a large beta, Y2 theory vs measured"),
     ("1c", theory_1c, "trainability diagram, 60-layer post-LN BERT: theory, and measured vs predicted"),
     ("1d", None, "per-layer cosine, theory vs simulated BERT, beta = 0.5, 60 layers"),
     ("1e", None, "per-layer cosine, theory vs simulated BERT, beta = 3 (entropy collapse), 12 layers"),
+    ("1f", None, "masked-LM test loss over training, two initialisations per phase (trainable, rank, entropy)"),
     ("2", theory_2, "one attention layer: output cosine over beta and input cosine, theory and simulation"),
+    ("3", None, "one layer, one head trained at several beta: final test loss against beta, beta_c marked"),
     ("3c", None, "query gradient norm against beta, collapsed over (T, d): theory and autograd"),
     ("4", theory_4, "cosine over 100 layers for post-LN, pre-LN and their gain-controlled versions"),
     ("5", None, "participation ratio Y2 against beta, theory and simulation"),
+    ("6", None, "deep post-LN stack trained with softmax and with gain-controlled attention"),
+    ("7", theory_7, "eigenvalues of the attention matrix at init: bulk radius, theory and simulation"),
+    ("8", None, "entropy-collapsed stack against a trainable one at several learning rates"),
     ("9", theory_9, "tanh MLP, infinite-depth ordered/chaotic transition (edge of chaos)"),
     ("12", None, "causal (decoder) stack: cosine of the last 50 tokens over depth, theory and simulation"),
 )
@@ -281,7 +357,8 @@ def make_theory_figures(out_dir, *, quick=False, sizes=None, only=None, progress
     trainability diagram, 200 x 200 grid, 60 x 60 with ``quick``; see
     :meth:`~remprop.diagrams.TrainabilityDiagram.save`), ``fig2_theory_attention_phase.{png,npz}`` (one
     attention layer), ``fig4_theory_layernorm_placement.{png,json}`` (four LayerNorm
-    placements over 100 layers) and ``fig9_theory_edge_of_chaos.{png,json}``.
+    placements over 100 layers), ``fig7_theory_spectrum_radius.{png,json}`` (the bulk radius
+    of the attention spectrum against beta) and ``fig9_theory_edge_of_chaos.{png,json}``.
 
     Parameters
     ----------
@@ -303,7 +380,7 @@ def make_theory_figures(out_dir, *, quick=False, sizes=None, only=None, progress
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333, Figs. 1(c), 2, 4 and 9.
+    Giorlandino & Goldt, arXiv 2505.24333, Figs. 1(c), 2, 4, 7 and 9.
     """
     sizes = SIZES["quick" if quick else "full"] if sizes is None else sizes
     out = Path(out_dir)

@@ -27,7 +27,13 @@ TINY = FigureSizes(width=32, seq_len=32, seeds=1, sequences=2, depth_1d=8, depth
                    sweep_seq_len=32, sweep_seeds=1, sweep_sequences=2, sweep_depth=6, sweep_betas=(0.5, 2.0, 3),
                    sweep_alphas=(0.5, 1.5, 2), eoc_width=32, eoc_seq_len=8, eoc_seeds=2,
                    gradient_sizes=((32, 16),), gradient_seeds=1, gradient_betas=3, causal_width=32,
-                   causal_seq_len=32, causal_depth=3, causal_seeds=1, causal_sequences=1, causal_last=8)
+                   causal_seq_len=32, causal_depth=3, causal_seeds=1, causal_sequences=1, causal_last=8,
+                   map_width=32, map_seq_len=32, spectrum_width=32, spectrum_seq_len=32, spectrum_seeds=2,
+                   spectrum_betas=(0.5, 2.0), train_width=16, train_seq_len=16, train_batch_size=4, train_steps=3,
+                   train_vocab_size=1024, train_seeds=1, train_eval_batches=1, train_lr=3e-3, depth_1f=(2, 2),
+                   alphas_1f_trainable=(1.0,), alphas_1f_rank=(0.1,), betas_1f_entropy=(4.0,), betas_3=(0.5, 3.0, 3),
+                   lr_3=3e-3, depth_6=2, width_6=16, lr_6=3e-3, alphas_6=(0.2,), depth_8=2, beta_8=4.0,
+                   lrs_8=(3e-3, 1e-3))
 
 
 def assert_picture(path):
@@ -90,7 +96,8 @@ def test_index_lists_the_files_of_every_figure(tiny_set):
     assert index["sizes"] == "custom"
     # every reference figure of docs/theory.md section 9 is drawn, nothing is skipped with torch
     assert index["skipped"] == {} and "not_yet_supported" not in index
-    assert set(index["figures"]) == {"1c", "1d", "1e", "2", "3c", "4", "5", "9", "12"}
+    assert set(index["figures"]) == {"1ab", "1c", "1d", "1e", "1f", "2", "3", "3c", "4", "5", "6", "7", "8",
+                                       "9", "12"}
     for figure_id, entry in index["figures"].items():
         assert [Path(p) for p in entry["files"]] == tiny_set.files[figure_id]
         assert entry["elapsed_s"] >= 0
@@ -128,7 +135,7 @@ def test_registry_names_a_simulated_part_that_exists():
             assert module == "remprop.validation.paper_figures" and callable(getattr(paper_figures, name)), figure_id
 
 
-@pytest.mark.parametrize("only, message", [("7", "unknown figure"), (",", "at least one")])
+@pytest.mark.parametrize("only, message", [("99", "unknown figure"), (",", "at least one")])
 def test_only_refuses_figures_that_are_not_drawn(tmp_path, only, message):
     with pytest.raises(ValueError, match=f"^only: .*{message}"):
         make_figures(tmp_path, sizes=TINY, only=only)
@@ -178,7 +185,7 @@ def test_figures_help_lists_every_figure(capsys):
     assert set(supported_figures()) == set(PAPER_FIGURES) and {"3c", "12"} <= set(supported_figures())
 
 
-@pytest.mark.parametrize("argv, option", [(["--only", "7"], "--only"), (["--workers", "-1"], "--workers")])
+@pytest.mark.parametrize("argv, option", [(["--only", "99"], "--only"), (["--workers", "-1"], "--workers")])
 def test_figures_command_bad_input_is_one_line(capsys, tmp_path, argv, option):
     code, out, err = run_cli(capsys, "figures", "--out", tmp_path, *argv)
     assert code == 2 and len(err.strip().splitlines()) == 1 and option in err and out == ""

@@ -180,6 +180,7 @@ def test_make_theory_figures_quick(tmp_path):
         "fig1c_theory_bert_L60.png", "fig1c_theory_bert_L60.npz", "fig1c_theory_bert_L60.json",
         "fig2_theory_attention_phase.png", "fig2_theory_attention_phase.npz",
         "fig4_theory_layernorm_placement.png", "fig4_theory_layernorm_placement.json",
+        "fig7_theory_spectrum_radius.png", "fig7_theory_spectrum_radius.json",
         "fig9_theory_edge_of_chaos.png", "fig9_theory_edge_of_chaos.json",
     }
     for path in written:
@@ -192,8 +193,8 @@ def test_make_theory_figures_quick(tmp_path):
         assert data["output_cosine"].shape == (80, 80)
     ln = json.loads((tmp_path / "figs" / "fig4_theory_layernorm_placement.json").read_text())
     assert len(ln["rho"]["post-LN"]) == 101
-    with pytest.raises(ValueError, match="^only: unknown figure '7'"):
-        make_theory_figures(tmp_path / "figs", quick=True, only="7")
+    with pytest.raises(ValueError, match="^only: unknown figure '99'"):
+        make_theory_figures(tmp_path / "figs", quick=True, only="99")
 
 
 @pytest.mark.parametrize("call, name", [

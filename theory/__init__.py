@@ -18,18 +18,25 @@ from .activations import (
     register_activation,
     relu_kernel,
 )
-from .architecture import ATTENTIONS, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
+from .architecture import ATTENTIONS, MLPS, NORM_TYPES, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .attention import gain_controlled_attention_map, softmax_attention_map
 from .edge_of_chaos import chaos_boundary, chi_1, mlp_block_boundary, mlp_block_chi
+from .gated_mlp import gated_mlp_map
 from .layernorm import layernorm_map
+from .rmsnorm import rmsnorm_map
 from .propagation import Trajectory, final_state, propagate
+from .sampled_trajectory import SampledTrajectory, propagate_at_layers
 from .settings import DEFAULT_THRESHOLD, RunSettings
 from .residual import skip_map
+from .rope_attention import rope_softmax_attention_map
+from .rem.spectrum import attention_bulk_radius, stochastic_bulk_radius
 from .rem import (
     QK_SCALINGS,
     asymptotic_participation_moment,
     causal_participation_ratio,
     critical_beta,
+    cross_overlap,
+    cross_overlap_table,
     effective_beta,
     head_participation_ratio,
     pair_participation_moment,
@@ -48,17 +55,21 @@ from .causal import last_tokens_cosine, propagate_causal
 from .models.hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
-    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
+    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NORM_TYPES", "MLPS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
     "Architecture", "Trajectory", "RunSettings", "DEFAULT_THRESHOLD",
     "critical_beta", "participation_ratio", "participation_moment", "participation_table",
     "softmax_attention_map", "gain_controlled_attention_map",
-    "skip_map", "layernorm_map", "dense_map", "mlp_map", "activation_moments", "relu_kernel",
+    "skip_map", "layernorm_map", "rmsnorm_map", "dense_map", "mlp_map", "gated_mlp_map", "activation_moments", "relu_kernel",
     "register_activation", "derivative_moment",
     "chi_1", "chaos_boundary", "mlp_block_chi", "mlp_block_boundary",
     "propagate", "final_state", "components",
+    "SampledTrajectory", "propagate_at_layers",
     "QK_SCALINGS", "effective_beta", "head_participation_ratio",
     "asymptotic_participation_moment", "pair_participation_moment", "participation_square",
+    "cross_overlap", "cross_overlap_table",
     "query_gradient_norm", "key_gradient_norm", "scaled_query_gradient_norm", "gradient_row_moments",
     "causal_participation_ratio", "propagate_causal", "last_tokens_cosine",
     "ModelSpec", "model_spec", "load_hf_config", "shipped_configs",
+    "attention_bulk_radius", "stochastic_bulk_radius",
+    "rope_softmax_attention_map",
 ]

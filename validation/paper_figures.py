@@ -5,15 +5,21 @@ and writes, into one folder, a PNG and the data behind it (JSON and/or npz) for 
 figure of docs/theory.md section 9, plus an index ``figures.json``:
 
 ====  ==========================================================================
+1ab   attention maps of one layer at a small and a large beta, Y2 theory vs measured
 1c    trainability diagram of the 60-layer post-LN BERT (theory), and a simulated
       sweep classified cell by cell against the prediction (measured vs predicted)
 1d    per-layer cosine, theory vs simulated BERT, beta = 0.5, 60 layers
 1e    the same at beta = 3 (entropy collapse), 12 layers
+1f    masked-LM training: test loss over steps, two initialisations per phase
 2     one attention layer: output cosine over (beta, input cosine), theory map; and
       theory vs simulation against beta
+3     one layer, one head trained at several beta: final test loss, beta_c marked
 3c    query gradient norm against beta, collapsed over (T, d): theory and autograd
 4     mean cosine over 100 layers: post-LN, pre-LN and gain-controlled versions
 5     participation ratio Y2 against beta, theory vs simulation
+6     deep post-LN training, softmax against gain-controlled attention
+7     eigenvalues of the attention matrix at init: bulk radius, theory and simulation
+8     entropy collapse against a trainable reference at several learning rates
 9     tanh stacks: order-to-chaos boundaries and the cosine over depth on both sides
 12    causal (decoder) stack: cosine of the last 50 tokens over depth
 ====  ==========================================================================
@@ -45,8 +51,9 @@ from remprop._json import to_jsonable
 from remprop.diagrams.paper_figures import PAPER_FIGURES, SIZES, FigureSizes, check_figure_ids
 
 __all__ = ["make_figures", "FigureSet", "INDEX_NAME", "VALIDATION_HINT", "supported_figures", "FigureSizes",
-           "SIZES", "simulate_1c", "simulate_1d", "simulate_1e", "simulate_2", "simulate_3c", "simulate_4",
-           "simulate_5", "simulate_9", "simulate_12"]
+           "SIZES", "simulate_1ab", "simulate_1c", "simulate_1d", "simulate_1e", "simulate_1f", "simulate_2",
+           "simulate_3", "simulate_3c", "simulate_4", "simulate_5", "simulate_6", "simulate_7", "simulate_8",
+           "simulate_9", "simulate_12"]
 
 #: File name of the index written beside the figures.
 INDEX_NAME = "figures.json"
@@ -129,7 +136,7 @@ def make_figures(out_dir, *, quick=False, progress=False, only=None, sizes=None,
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333, Figs. 1(c, d, e), 2, 3(c), 4, 5, 9 and 12.
+    Giorlandino & Goldt, arXiv 2505.24333, Figs. 1(a-f), 2, 3, 4, 5, 6, 7, 8, 9 and 12.
     """
     sizes = sizes if sizes is not None else SIZES["quick" if quick else "full"]
     if not isinstance(sizes, FigureSizes):
@@ -203,6 +210,49 @@ def _make_figures(ctx, chosen, simulate):
 
 
 # -- the simulated parts, named by the registry: (context) -> {"files": [...], "notes": {...}} ----
+def simulate_1ab(ctx) -> dict:
+    """Fig. 1(a, b), simulated: attention maps at a small and a large beta, Y2 in the titles."""
+    from remprop.diagrams.attention_figures import attention_maps_figure
+    from remprop.diagrams.paper_figures import FigureResult
+
+    from .attention_maps import attention_map_data
+
+    s = ctx.sizes
+    with ctx.bar(len(s.map_betas), "fig 1ab") as bar:
+        data = attention_map_data(s.map_betas, seq_len=s.map_seq_len, width=s.map_width, device=ctx.device)
+        bar.update(len(s.map_betas))
+    error = np.abs(data["y2_measured"] - data["y2_theory"])
+    record = {k: v for k, v in data.items() if k != "matrices"}
+    result = FigureResult("fig1ab_attention_maps", attention_maps_figure(data),
+                          {**record, "abs_error_y2": error, "max_abs_error_y2": float(error.max())})
+    np.savez_compressed(ctx.out / "fig1ab_attention_maps.npz", betas=data["betas"],
+                        matrices=np.stack(data["matrices"]))
+    files = result.paths(ctx.out) + [ctx.out / "fig1ab_attention_maps.npz"]
+    return {"files": files, "notes": {"max_abs_error_y2": float(error.max())}}
+
+
+def simulate_7(ctx) -> dict:
+    """Fig. 7, simulated: eigenvalues of attention matrices and their bulk radius against the theory."""
+    from remprop.diagrams.attention_figures import attention_spectrum_figure
+    from remprop.diagrams.paper_figures import FigureResult
+
+    from .attention_maps import attention_spectrum_data
+
+    s = ctx.sizes
+    with ctx.bar(len(s.spectrum_betas) * s.spectrum_seeds, "fig 7") as bar:
+        data = attention_spectrum_data(s.spectrum_betas, seq_len=s.spectrum_seq_len, width=s.spectrum_width,
+                                       seeds=s.spectrum_seeds, device=ctx.device, progress=bar.update)
+    relative = data["radius_mean"] / data["radius_theory_width"] - 1.0
+    record = {k: v for k, v in data.items() if k != "eigenvalues"}
+    values = data["eigenvalues"]
+    result = FigureResult("fig7_attention_spectrum", attention_spectrum_figure(data),
+                          {**record, "relative_error_radius": relative})
+    np.savez_compressed(ctx.out / "fig7_attention_spectrum.npz", betas=data["betas"], eigenvalues_real=values.real,
+                        eigenvalues_imag=values.imag)
+    files = result.paths(ctx.out) + [ctx.out / "fig7_attention_spectrum.npz"]
+    return {"files": files, "notes": {"max_relative_error_radius": float(np.max(np.abs(relative)))}}
+
+
 def simulate_1c(ctx) -> dict:
     """Fig. 1(c), simulated: a sweep over (beta, alpha_sa), measured phases against predicted ones."""
     from remprop.diagrams.paper_figures import BERT_DIAGRAM
@@ -342,3 +392,76 @@ def simulate_12(ctx) -> dict:
                   seq_len=s.causal_seq_len, width=s.causal_width, seeds=s.causal_seeds, sequences=s.causal_sequences,
                   last=s.causal_last)
     return {"files": result.paths(ctx.out), "notes": {"max_abs_error_last": result.data["max_abs_error_last"]}}
+
+
+# -- the training figures: runs cached under <out>/training_runs (remprop.validation.training.paper_runs) --
+def _training_part(ctx, figure_id, name, compute, draw, runs, title) -> dict:
+    """``compute(sizes, cache, device)`` over ``runs`` training runs, drawn by ``draw(data, title)``."""
+    from remprop.diagrams.paper_figures import FigureResult
+
+    from .training.paper_runs import RUNS_FOLDER, RunCache
+
+    with ctx.bar(runs, f"fig {figure_id}") as bar:
+        cache = RunCache(ctx.out / RUNS_FOLDER, progress=lambda: bar.update(1))
+        data = compute(ctx.sizes, cache, ctx.device)
+    result = FigureResult(name, draw(data, title), data)
+    notes = {"final_test_loss": {s["label"]: s["final_mean"] for s in data["settings"]},
+             "unigram_loss": data["unigram_loss"], **cache.counts()}
+    for key in ("beta_critical", "gap"):
+        if key in data:
+            notes[key] = data[key]
+    return {"files": result.paths(ctx.out), "notes": notes}
+
+
+def _sizes_text(s, depth, width=None):
+    blocks = "1 block" if depth == 1 else f"{depth} blocks"
+    return f"d = {width or s.train_width}, T = {s.train_seq_len}, {blocks}, {s.train_steps} steps"
+
+
+def simulate_1f(ctx) -> dict:
+    """Fig. 1(f), trained: test-loss curves, two initialisations per phase."""
+    from remprop.diagrams.training_paper_figures import loss_curves_figure
+
+    from .training.paper_runs import loss_curves_1f
+
+    s = ctx.sizes
+    runs = (len(s.alphas_1f_trainable) + len(s.alphas_1f_rank) + len(s.betas_1f_entropy)) * s.train_seeds
+    title = (f"masked-LM training, post-LN: {_sizes_text(s, s.depth_1f[0])} (trainable, rank collapse), "
+             f"{s.depth_1f[1]} blocks (entropy collapse)")
+    return _training_part(ctx, "1f", "fig1f_training_loss", loss_curves_1f, loss_curves_figure, runs, title)
+
+
+def simulate_3(ctx) -> dict:
+    """Fig. 3, trained: one layer, one head, final test loss against beta with beta_c."""
+    from remprop.diagrams.training_paper_figures import beta_sweep_figure
+
+    from .training.paper_runs import beta_sweep_3
+
+    s = ctx.sizes
+    title = f"one layer, one head, post-LN: {_sizes_text(s, 1)}, lr {s.lr_3:g}"
+    return _training_part(ctx, "3", "fig3_beta_sweep", beta_sweep_3, beta_sweep_figure,
+                          int(s.betas_3[2]) * s.train_seeds, title)
+
+
+def simulate_6(ctx) -> dict:
+    """Fig. 6, trained: softmax against gain-controlled attention in a deep post-LN stack."""
+    from remprop.diagrams.training_paper_figures import loss_curves_figure
+
+    from .training.paper_runs import gain_control_6
+
+    s = ctx.sizes
+    title = f"post-LN, beta = 0.5: {_sizes_text(s, s.depth_6, s.width_6)}, lr {s.lr_6:g}"
+    return _training_part(ctx, "6", "fig6_gain_control", gain_control_6, loss_curves_figure,
+                          2 * len(s.alphas_6) * s.train_seeds, title)
+
+
+def simulate_8(ctx) -> dict:
+    """Fig. 8, trained: beta above beta_c against beta = 0.5 at several learning rates."""
+    from remprop.diagrams.training_paper_figures import loss_curves_figure
+
+    from .training.paper_runs import learning_rates_8
+
+    s = ctx.sizes
+    title = f"post-LN, alpha_SA = 1: {_sizes_text(s, s.depth_8)}, beta = {s.beta_8:g} against 0.5"
+    return _training_part(ctx, "8", "fig8_learning_rates", learning_rates_8, loss_curves_figure,
+                          2 * len(s.lrs_8) * s.train_seeds, title)

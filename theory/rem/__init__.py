@@ -9,9 +9,12 @@ i.i.d. Gaussian energies of variance ``x^2 log T``, ``x = beta sqrt(q (q - p))``
 * :mod:`.integral` -- the one quadrature of the finite-T moments (one and two keys);
 * :mod:`.finite_t` -- the participation moments and ratio at any T;
 * :mod:`.pairs` -- two-key moments and the mean square of the participation ratio;
+* :mod:`.cross_overlap` -- the overlap of two rows of correlated queries (exact, tabulated);
 * :mod:`.table` -- the one table type (a moment tabulated in x at one T, packed for numba);
 * :mod:`.causal` -- rows of causal attention (t keys at the score scale of T);
 * :mod:`.heads` -- the effective beta of H heads;
+* :mod:`.rope` -- rotary position embeddings: the score covariance, Y2 and beta_c with RoPE;
+* :mod:`.spectrum` -- the eigenvalue bulk of the attention matrix;
 * :mod:`.checks` -- validators of seq_len, orders, positions.
 """
 from .asymptotic import (
@@ -21,19 +24,27 @@ from .asymptotic import (
     critical_beta_core,
 )
 from .causal import CausalParticipationTable, causal_participation_ratio, causal_participation_table
+from .cross_overlap import CROSS_X_MAX, CrossOverlapTable, cross_overlap, cross_overlap_core, cross_overlap_table
 from .checks import check_heads, check_order, check_orders, check_positions, check_seq_len
 from .finite_t import participation_moment, participation_ratio, reduced_scale
 from .heads import QK_SCALINGS, effective_beta, head_participation_ratio, query_key_variance, score_variance
 from .pairs import pair_participation_moment, participation_square
-from .table import TABLE_TOLERANCE, TABLE_X_MAX, ParticipationTable, participation_table, table_lookup
+from .rope import (ROPE_BASE, rope_correlation, rope_critical_beta, rope_frequencies, rope_mean_correlation,
+                   rope_participation_ratio, rope_score_covariance)
+from .spectrum import attention_bulk_radius, stochastic_bulk_radius
+from .table import TABLE_TOLERANCE, TABLE_X_MAX, ParticipationTable, after_table, participation_table, table_lookup
 
 __all__ = [
     "critical_beta", "asymptotic_participation_moment",
     "participation_ratio", "participation_moment", "reduced_scale",
     "pair_participation_moment", "participation_square",
+    "cross_overlap", "after_table", "cross_overlap_table", "CrossOverlapTable", "cross_overlap_core", "CROSS_X_MAX",
     "ParticipationTable", "participation_table", "table_lookup", "TABLE_TOLERANCE", "TABLE_X_MAX",
     "causal_participation_ratio", "CausalParticipationTable", "causal_participation_table",
     "QK_SCALINGS", "effective_beta", "head_participation_ratio", "query_key_variance", "score_variance",
     "check_seq_len", "check_order", "check_orders", "check_positions", "check_heads",
     "critical_beta_core", "asymptotic_participation_core",
+    "attention_bulk_radius", "stochastic_bulk_radius",
+    "ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation", "rope_score_covariance",
+    "rope_critical_beta", "rope_participation_ratio",
 ]

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from .check import add_check_parser
 from .figures import add_figures_parser
+from .recipes import add_recipes_parser
 from .simulation import add_sweep_parser, add_validate_parser
 from .theory import add_diagram_parser, add_min_alpha_parser, add_propagate_parser
+from .trained_diagram import add_trained_diagram_parser
+from .training import add_train_parser
 
 __all__ = ["PARSERS", "COMMANDS"]
 
@@ -26,6 +29,9 @@ PARSERS = {
     "sweep": add_sweep_parser,
     "validate": add_validate_parser,
     "check": add_check_parser,
+    "recipes": add_recipes_parser,
+    "trained-diagram": add_trained_diagram_parser,
+    "train": add_train_parser,
 }
 
 #: Sub-commands, in the order of ``remprop --help``.
