@@ -293,7 +293,9 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     # 3. LayerNorm placement
     other = "pre" if arch.norm == "post" else "post"
     rho_n, _, phase_n, _ = _verdict(run, source, arch=arch.replace(norm=other))
-    changes.append(Change("LayerNorm placement", f"move LayerNorm to {other}-LN", rho_n, phase_n, {"norm": other}))
+    norm_name = "RMSNorm" if arch.norm_type == "rms" else "LayerNorm"
+    changes.append(Change("LayerNorm placement", f"move {norm_name} to {other}-{'RMS' if arch.norm_type == 'rms' else 'LN'}",
+                          rho_n, phase_n, {"norm": other}))
     # 4. gain-controlled attention
     rho_g, _, phase_g, _ = _verdict(run, source, arch=arch.replace(attention="gain-controlled"))
     changes.append(Change("gain-controlled attention",

@@ -42,8 +42,10 @@ def format_table(headers, rows) -> str:
 
 def describe(arch, depth, threshold=None) -> str:
     """One line naming the stack: block order, attention, MLP, heads, theory T, depth, threshold."""
-    norm = {"post": "post-LN", "pre": "pre-LN", "none": "no-LN"}.get(arch.norm, arch.norm)
-    text = f"{norm}, {arch.attention} attention, {arch.activation} MLP"
+    label = "RMS" if getattr(arch, "norm_type", "layer") == "rms" else "LN"
+    norm = {"post": f"post-{label}", "pre": f"pre-{label}", "none": "no-LN"}.get(arch.norm, arch.norm)
+    mlp = f"gated {arch.activation} MLP" if getattr(arch, "mlp", "dense") == "gated" else f"{arch.activation} MLP"
+    text = f"{norm}, {arch.attention} attention, {mlp}"
     if arch.heads != 1:
         text += f", {arch.heads} heads ({arch.qk_scaling} q/k scaling)"
     if arch.seq_len is not None:
