@@ -6,7 +6,7 @@ import pytest
 
 from remprop.theory import cross_overlap, participation_ratio, softmax_attention_map
 from remprop.theory.rem import cross_overlap_table
-from remprop.theory.rem.cross_overlap import cross_moment, cross_ratio
+from remprop.theory.rem.cross_overlap import _lookup_many, cross_moment, cross_ratio
 
 
 def _monte_carlo(x, rho, T, n, seed):
@@ -66,3 +66,43 @@ def test_public_function_and_map():
     assert p_a == pytest.approx(0.5 + 0.5 * c[1], rel=1e-4)
     with pytest.raises(ValueError, match="method"):
         cross_overlap(1.0, 1.0, 0.5, seq_len=T, method="bad")
+
+
+def _lagrange_reference(table, x, rho):
+    """r of the tensor-product cubic through the 4 nodes around (x, rho), from the nodes."""
+    def weights(t):  # nodes -1, 0, 1, 2
+        return np.array([-t * (t - 1) * (t - 2) / 6, (t + 1) * (t - 1) * (t - 2) / 2,
+                         -(t + 1) * t * (t - 2) / 2, (t + 1) * t * (t - 1) / 6])
+
+    def stencil(position, n):
+        first = min(max(min(int(position), n - 2) - 1, 0), n - 4)
+        return first, position - first - 1.0
+
+    n_x, n_xi = table.ratio.shape
+    x_s = table.packed[4]
+    du = table.x_nodes[-1] / (table.x_nodes[-1] + x_s) / (n_x - 1)
+    ix, tx = stencil(min(x / (x + x_s) / du, n_x - 1.0), n_x)
+    iy, ty = stencil(math.sqrt(1.0 - rho) * (n_xi - 1), n_xi)
+    return weights(tx) @ table.ratio[ix:ix + 4, iy:iy + 4] @ weights(ty)
+
+
+def test_packed_coefficients_are_the_cubic_through_the_nodes():
+    """The kernels' per-cell coefficients give the node values and the 4-point Lagrange cubic."""
+    T = 64
+    table = cross_overlap_table(T)
+    y2 = 0.5  # C = 1/T + r (y2 - 1/T): r back from C
+
+    def ratio(x, rho):
+        x, rho = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(rho, dtype=float))
+        c = _lookup_many(table.packed, x.ravel(), rho.ravel(), np.full(x.size, y2)).reshape(x.shape)
+        return (c - 1.0 / T) / (y2 - 1.0 / T)
+
+    x_nodes, xi_nodes = np.meshgrid(table.x_nodes, table.xi_nodes, indexing="ij")
+    # rounding only: r = O(1), cancellation in 1/T + r(y2 - 1/T) and back costs a few ulps
+    np.testing.assert_allclose(ratio(x_nodes, 1.0 - xi_nodes ** 2), table.ratio, rtol=0, atol=1e-13)
+    rng = np.random.default_rng(3)
+    for x, rho in zip(rng.uniform(0.0, 25.0, 200), rng.uniform(0.0, 1.0, 200)):
+        assert ratio(x, rho) == pytest.approx(_lagrange_reference(table, x, rho), abs=1e-13)
+    # beyond the table: held at CROSS_X_MAX (also for x = inf); rho < 0: r = rho
+    assert ratio(np.inf, 0.3) == pytest.approx(ratio(table.x_nodes[-1], 0.3), abs=1e-13)
+    assert ratio(1.0, -0.01) == pytest.approx(-0.01, abs=1e-13)

@@ -18,7 +18,7 @@ from .activations import (
     register_activation,
     relu_kernel,
 )
-from .architecture import ATTENTIONS, MLPS, NORM_TYPES, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
+from .architecture import ATTENTIONS, MLPS, NORM_TYPES, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, POSITIONS, Architecture
 from .attention import gain_controlled_attention_map, softmax_attention_map
 from .edge_of_chaos import chaos_boundary, chi_1, mlp_block_boundary, mlp_block_chi
 from .gated_mlp import gated_mlp_map
@@ -29,6 +29,7 @@ from .sampled_trajectory import SampledTrajectory, propagate_at_layers
 from .settings import DEFAULT_THRESHOLD, RunSettings
 from .residual import skip_map
 from .rope_attention import rope_softmax_attention_map
+from .rem.qk_norm import qk_norm_beta
 from .rem.spectrum import attention_bulk_radius, stochastic_bulk_radius
 from .rem import (
     QK_SCALINGS,
@@ -55,7 +56,7 @@ from .causal import last_tokens_cosine, propagate_causal
 from .models.hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
-    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NORM_TYPES", "MLPS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
+    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NORM_TYPES", "MLPS", "POSITIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
     "Architecture", "Trajectory", "RunSettings", "DEFAULT_THRESHOLD",
     "critical_beta", "participation_ratio", "participation_moment", "participation_table",
     "softmax_attention_map", "gain_controlled_attention_map",
@@ -72,4 +73,5 @@ __all__ = [
     "ModelSpec", "model_spec", "load_hf_config", "shipped_configs",
     "attention_bulk_radius", "stochastic_bulk_radius",
     "rope_softmax_attention_map",
+    "qk_norm_beta",
 ]

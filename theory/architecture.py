@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 
 from . import components as C
-from .checks import as_float_array, check_choice, scalar_or_array
+from .checks import as_float_array, check_choice, check_count, scalar_or_array
 from .activations import ACTIVATIONS, resolve_activation
 from .layernorm import layernorm_core
 from .rmsnorm import rmsnorm_core
-from .rem import QK_SCALINGS, check_heads, check_seq_len, critical_beta_core, effective_beta
+from .rem import (QK_SCALINGS, ROPE_BASE, check_heads, check_seq_len, critical_beta_core, effective_beta,
+                  rope_mean_correlation)
 
-__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NORM_TYPES", "MLPS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
-           "BETA_CRITICAL_RULES"]
+__all__ = ["Architecture", "NORMS", "ATTENTIONS", "NORM_TYPES", "MLPS", "POSITIONS", "NUMERIC_FIELDS",
+           "OPTIONAL_FIELDS", "BETA_CRITICAL_RULES"]
 
 #: Block orders (LayerNorm placement) and their kernel codes.
 NORMS = {"post": 0, "pre": 1, "none": 2}
@@ -25,6 +26,9 @@ ATTENTIONS = {"softmax": 0, "gain-controlled": 1}
 NORM_TYPES = {"layer": 0, "rms": 1}
 #: MLP forms and their kernel codes: ``W2 phi(W1 x)`` or ``W_down (phi(W_gate x) * W_up x)``.
 MLPS = {"dense": 0, "gated": 1}
+#: How tokens know their positions: added to the embeddings (``"absolute"``, which changes only
+#: the input state) or rotary (``"rope"``: queries and keys rotated, docs/theory.md section 15).
+POSITIONS = ("absolute", "rope")
 #: The ``*_core`` map of each norm type (both ``(1, p / q)``, each from its own module).
 NORM_CORES = {"layer": layernorm_core, "rms": rmsnorm_core}
 #: Which layer's critical beta decides entropy collapse, per LayerNorm placement
@@ -115,6 +119,21 @@ class Architecture:
         ``activation="silu"``, GeGLU with ``"gelu"``; the published ones have no biases,
         ``sigma_b2 = 0``); ``sigma_w2_out`` is then the down projection's variance times
         ``d_ff`` (:func:`~remprop.theory.gated_mlp_map`, docs/theory.md section 14).
+    positions : {"absolute", "rope"}
+        ``"absolute"`` (default): positions added to the embeddings, which enter only
+        through the input state ``(q0, rho0)``. ``"rope"``: rotary position embeddings
+        (queries and keys rotated, values not); the REM of every attention row then sees
+        the overlap ``p cbar_T`` instead of ``p`` (:attr:`mean_rope_correlation`,
+        docs/theory.md section 15). Needs ``seq_len`` and ``head_dim``.
+    rope_base : float
+        RoPE base ``b`` of the frequencies ``theta_i = b^{-2i/d_H}``, > 1 (``inf``
+        allowed); default 10000 (Llama 2; Llama 3 uses 500000). Read only with
+        ``positions="rope"``.
+    head_dim : int or None
+        Width ``d_H`` of one head's queries and keys (even; ``d / heads`` in the usual
+        layout). The theory has no width otherwise: the rotary correlation ``c(k)`` is an
+        average over the ``d_H / 2`` rotation frequencies, so it is required with
+        ``positions="rope"`` (and unused otherwise).
 
     Notes
     -----
@@ -153,6 +172,9 @@ class Architecture:
     sigma_w2_out: Any = None
     norm_type: str = "layer"
     mlp: str = "dense"
+    positions: str = "absolute"
+    rope_base: Any = ROPE_BASE
+    head_dim: Any = None
 
     def __post_init__(self):
         check_choice("norm", self.norm, tuple(NORMS))
@@ -163,11 +185,33 @@ class Architecture:
         object.__setattr__(self, "seq_len", check_seq_len(self.seq_len))
         object.__setattr__(self, "heads", check_heads(self.heads))
         check_choice("qk_scaling", self.qk_scaling, QK_SCALINGS)
+        self._check_positions()
         for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
             if name in OPTIONAL_FIELDS and getattr(self, name) is None:
                 continue
             value = as_float_array(name, getattr(self, name), nonnegative=True)
             object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
+
+    def _check_positions(self):
+        """``positions``, ``rope_base`` (> 1) and ``head_dim`` (even, >= 2); RoPE needs
+        ``seq_len`` and ``head_dim``. The rules are those of :mod:`remprop.theory.rem.rope`,
+        reported with the field names."""
+        check_choice("positions", self.positions, POSITIONS)
+        if self.head_dim is not None:
+            object.__setattr__(self, "head_dim", check_count("head_dim", self.head_dim, 2))
+        if self.positions == "rope":
+            if self.seq_len is None:
+                raise ValueError("seq_len is required with positions='rope' (an integer T >= 2): the mean "
+                                 "rotary correlation cbar_T depends on T (docs/theory.md section 15)")
+            if self.head_dim is None:
+                raise ValueError("head_dim is required with positions='rope' (the width d_H of one head's "
+                                 "queries and keys, usually width / heads): the rotary correlation averages "
+                                 "over its d_H / 2 frequencies")
+        try:
+            rope_mean_correlation(2, 2 if self.head_dim is None else self.head_dim, self.rope_base)
+        except ValueError as err:
+            raise ValueError(str(err).replace("base must", "rope_base must", 1)) from None
+        object.__setattr__(self, "rope_base", float(self.rope_base))
 
     # -- conveniences -------------------------------------------------------------
     def replace(self, **changes) -> "Architecture":
@@ -230,6 +274,23 @@ class Architecture:
 
     # -- query/key scale: the one home of the effective beta and the beta_c rule ---------
     @property
+    def mean_rope_correlation(self) -> float:
+        r"""The factor ``cbar_T`` on ``p`` in the REM of every attention row.
+
+        .. math:: x = \beta\sqrt{q\,(q - p\,\bar c_T)},\qquad
+                  \beta_c = \sqrt{\frac{2}{q\,(q - p\,\bar c_T)}}
+
+        ``cbar_T = rope_mean_correlation(seq_len, head_dim, rope_base)`` with RoPE (the mean
+        rotary correlation over pairs of keys, :func:`~remprop.theory.rem.rope_mean_correlation`),
+        exactly 1 otherwise (the part of the scores shared by all keys cancels). Only the
+        REM's scale and beta_c use it; the output map keeps ``p`` (docs/theory.md section 15).
+        """
+        if self.positions != "rope":
+            return 1.0
+        return rope_mean_correlation(self.seq_len, self.head_dim, self.rope_base)
+
+
+    @property
     def head_factor(self) -> int:
         """``beta_eff / beta`` of every head: ``heads`` with ``qk_scaling="head"``, else 1."""
         return self.heads if self.qk_scaling == "head" else 1
@@ -272,9 +333,10 @@ class Architecture:
     def critical_beta(self, per_layer=None, *, first=None, smallest=None):
         r"""The model-level beta above which this stack is entropy-collapsed.
 
-        From the per-head critical betas :math:`\beta_c^{(l)} = \sqrt{2 / (q_l (q_l - p_l))}`
-        of each layer's attention input, the rule :attr:`beta_critical_rule` picks
-        the first layer (post-LN) or the smallest over layers (pre-LN, no LN), and the
+        From the per-head critical betas :math:`\beta_c^{(l)} = \sqrt{2 / (q_l (q_l - p_l \bar c_T))}`
+        of each layer's attention input (:attr:`mean_rope_correlation`, 1 without RoPE), the
+        rule :attr:`beta_critical_rule` picks the first layer (post-LN) or the smallest over
+        layers (pre-LN, no LN), and the
         head factor puts it on the axis of the model's ``beta``:
         ``beta > critical_beta(...)`` exactly when ``effective_beta(beta) > beta_c``.
 
@@ -302,23 +364,26 @@ class Architecture:
     def block_critical_beta(self, q, p):
         """Per-head critical beta of the attention of a block whose input is ``(q, p)``.
 
-        ``critical_beta`` of :meth:`attention_input`; ``inf`` for collapsed tokens. Feed
+        ``sqrt(2 / (q (q - p cbar_T)))`` of :meth:`attention_input` (``cbar_T``:
+        :attr:`mean_rope_correlation`); ``inf`` for collapsed tokens without RoPE. Feed
         the values of every layer to :meth:`critical_beta` for the stack's verdict.
         """
         q_in, p_in = self.attention_input(q, p)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return critical_beta_core(q_in, np.minimum(p_in, q_in))
+            return critical_beta_core(q_in, np.minimum(p_in, q_in) * self.mean_rope_correlation)
 
     def attention_map(self, beta, *, sigma_bv2=None) -> C.Component:
         """This architecture's attention component at the model's ``beta``.
 
         Softmax or gain-controlled (``attention``), each head at :meth:`effective_beta`,
-        finite T when ``seq_len`` is set. ``sigma_bv2``: a value-bias variance of its own
+        finite T when ``seq_len`` is set, with RoPE when ``positions="rope"``
+        (:attr:`mean_rope_correlation`). ``sigma_bv2``: a value-bias variance of its own
         (default ``sigma_b2``, the one variance of every bias).
         """
         make = C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention
+        rope = self.mean_rope_correlation if self.positions == "rope" else None
         return make(self.effective_beta(beta), self.sigma_v2, self.sigma_b2 if sigma_bv2 is None else sigma_bv2,
-                    seq_len=self.seq_len)
+                    seq_len=self.seq_len, mean_rope_correlation=rope)
 
     def block(self, beta, *, sigma_bv2=None) -> C.Component:
         """This architecture's block as a composition of component maps.

@@ -160,6 +160,8 @@ class _Attention(Component):
     sigma_b2: np.ndarray
     gain_controlled: bool = False
     seq_len: int = None
+    #: ``cbar_T`` of RoPE (the REM sees ``p cbar_T``), None without RoPE.
+    mean_rope_correlation: float = None
 
     @property
     def name(self):
@@ -169,24 +171,39 @@ class _Attention(Component):
         # T tokens: mean cosine >= -1/(T - 1) (>= 0 as T -> infinity)
         check_simplex_cosine("p / q", p / q, self.seq_len)
 
+    def rem_overlap(self, p):
+        """The overlap in the REM's scale: ``p cbar_T`` with RoPE, ``p`` without
+        (docs/theory.md section 15); the output map keeps ``p``."""
+        return p if self.mean_rope_correlation is None else p * self.mean_rope_correlation
+
     def apply(self, q, p):
+        p_rem = self.rem_overlap(p)
         if self.seq_len is None:
-            y2 = asymptotic_participation_core(self.beta, critical_beta_core(q, p))
+            y2 = asymptotic_participation_core(self.beta, critical_beta_core(q, p_rem))
         else:
             # the tabulated Y2 that the depth kernels read (relative error <= 1e-6)
-            x = self.beta * np.sqrt(q) * np.sqrt(np.maximum(q - p, 0.0))
+            x = self.beta * np.sqrt(q) * np.sqrt(np.maximum(q - p_rem, 0.0))
             y2 = participation_table(self.seq_len)(x)
-            if not self.gain_controlled:  # the cross-overlap C of two rows, tabulated like Y2
-                cross = cross_overlap_table(self.seq_len)(x, p / q)
-                return softmax_attention_overlap_core(q, p, y2, cross, self.sigma_v2, self.sigma_b2)
+            if not self.gain_controlled:
+                return softmax_attention_overlap_core(q, p, y2, self._cross_overlap(x, q, p), self.sigma_v2,
+                                                      self.sigma_b2)
         return self._attend(q, p, y2, self.sigma_v2, self.sigma_b2)
+
+    def _cross_overlap(self, x, q, p):
+        """C of two rows at finite T: tabulated like Y2 (section 3.4); ``1/T`` with RoPE, whose
+        rows see differently rotated keys (section 15, as
+        :func:`~remprop.theory.rope_softmax_attention_map`)."""
+        if self.mean_rope_correlation is not None:
+            return 1.0 / self.seq_len
+        return cross_overlap_table(self.seq_len)(x, p / q)
 
     def symbolic(self, q, p, symbols):
         beta = symbols.parameter(self.beta)
-        y2 = symbols.participation(beta, q, p, self.seq_len)
+        y2 = symbols.participation(beta, q, self.rem_overlap(p), self.seq_len)
         sigma_v2, sigma_b2 = symbols.parameter(self.sigma_v2), symbols.parameter(self.sigma_b2)
         if self.seq_len is not None and not self.gain_controlled:
-            cross = symbols.cross_overlap(beta, q, p, self.seq_len)
+            cross = (symbols.cross_overlap(beta, q, p, self.seq_len) if self.mean_rope_correlation is None
+                     else 1 / symbols.parameter(self.seq_len))
             return softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2)
         return self._attend(q, p, y2, sigma_v2, sigma_b2)
 
@@ -276,22 +293,37 @@ def rms_norm() -> Component:
     return _RMSNorm()
 
 
-def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Component:
+def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, mean_rope_correlation=None) -> Component:
     """Softmax self-attention (REM); see :func:`~remprop.theory.softmax_attention_map`.
 
     ``seq_len=None``: T -> infinity; an integer T >= 2: the tabulated exact finite-T
     participation ratio (:func:`~remprop.theory.rem.participation_table`).
+    ``mean_rope_correlation``: ``cbar_T`` of rotary positions
+    (:func:`~remprop.theory.rem.rope_mean_correlation`), in [-1, 1]: the REM's scale is
+    ``beta sqrt(q (q - p cbar_T))`` and the finite-T cross-overlap ``1/T``, the map of
+    :func:`~remprop.theory.rope_softmax_attention_map` (docs/theory.md section 15);
+    None (default): no rotation.
     """
-    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), seq_len=check_seq_len(seq_len))
+    return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), seq_len=check_seq_len(seq_len),
+                      mean_rope_correlation=_rope_argument(mean_rope_correlation))
 
 
-def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None) -> Component:
+def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None,
+                              mean_rope_correlation=None) -> Component:
     """Attention with the sequence mean removed; see :func:`~remprop.theory.gain_controlled_attention_map`.
 
-    ``seq_len``: as in :func:`softmax_attention` (finite T uses ``Y2 - 1/T``).
+    ``seq_len``, ``mean_rope_correlation``: as in :func:`softmax_attention` (finite T uses
+    ``Y2 - 1/T``).
     """
     return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), gain_controlled=True,
-                      seq_len=check_seq_len(seq_len))
+                      seq_len=check_seq_len(seq_len), mean_rope_correlation=_rope_argument(mean_rope_correlation))
+
+
+def _rope_argument(value):
+    """None, or a correlation in [-1, 1] as a float."""
+    if value is None:
+        return None
+    return float(as_float_array("mean_rope_correlation", value, low=-1.0, high=1.0))
 
 
 def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None) -> Component:

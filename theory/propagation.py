@@ -73,9 +73,10 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     """Validate and broadcast beta, the numeric fields and the input state.
 
     Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
-    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 11)``
+    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 12)``
     in the order of :data:`remprop.theory.kernels.PARAMS` (``log2_scale`` = 0: the input
-    state is ``(q0, p0)``). Rows are materialised a
+    state is ``(q0, p0)``; ``mean_rope_correlation``: ``cbar_T`` with RoPE, 1 without,
+    :attr:`~remprop.theory.Architecture.mean_rope_correlation`). Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
 
     ``rho0`` must lie in ``[0, 1]`` when ``arch.seq_len`` is None and in
@@ -87,6 +88,7 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     values = {"beta": np.asarray(arch.effective_beta(as_float_array("beta", beta, positive=True)),
                                  dtype=np.float64)}
     values.update(arch.numeric())
+    values["mean_rope_correlation"] = np.asarray(arch.mean_rope_correlation, dtype=np.float64)
     for name, value in overrides.items():
         values[name] = as_float_array(name, value, nonnegative=True)
     q0 = as_float_array("q0", q0, positive=True)

@@ -114,6 +114,9 @@ class BlockContext:
         The epsilon of the norm (LayerNorm or RMSNorm).
     probs : Tensor, shape (batch, H, T, T), or None
         Set by the attention component: its probabilities.
+    rotate : callable or None
+        Rotary positions: applied to the queries and keys of softmax attention
+        (:func:`remprop.validation.rope.rotary`); None without RoPE.
     """
 
     weights: layers.BlockWeights
@@ -122,6 +125,7 @@ class BlockContext:
     causal: bool = False
     layer_norm_eps: float = 1e-12
     probs: torch.Tensor | None = None
+    rotate: Callable | None = None
 
 
 def pair_for(component: Component) -> ComponentPair:
@@ -171,8 +175,9 @@ def _attention_pair(name, theory_map, torch_function):
 
 
 def _attention_forward(torch_function, component, x, context):
+    rotary = {} if context.rotate is None else {"rotate": context.rotate}  # softmax attention's hook
     out, context.probs = torch_function(x, context.weights.attention, heads=context.heads, mask=context.mask,
-                                        causal=context.causal)
+                                        causal=context.causal, **rotary)
     return out
 
 

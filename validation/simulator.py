@@ -28,6 +28,7 @@ from .backend import (STREAM_WEIGHTS, check_positive_int, check_scalar, check_se
                       resolve_dtype)
 from .measurements import attention_statistics, token_statistics
 from .registry import BlockContext, simulate_component
+from .rope import rotary
 
 __all__ = ["SimulatedStack", "StackTrace", "trace_stack"]
 
@@ -84,7 +85,10 @@ class SimulatedStack:
     otherwise there is none, as in the reference experiments. The MLP's second layer is
     ``W2 ~ N(0, sigma_w2_out / d_ff)`` (``arch.sigma_w2_out``, default ``sigma_w2``). LN is
     LayerNorm or RMSNorm (``arch.norm_type``), the MLP dense or gated (``arch.mlp``:
-    ``W_down (phi(W_gate x) * W_up x)``, gate and up ``N(0, sigma_w2 / d)``).
+    ``W_down (phi(W_gate x) * W_up x)``, gate and up ``N(0, sigma_w2 / d)``). With
+    ``arch.positions == "rope"`` the queries and keys of every softmax attention are rotated
+    (:func:`remprop.validation.rope.rotary`, base ``arch.rope_base``, ``d_H = width / heads``,
+    which must equal ``arch.head_dim``; docs/theory.md section 15).
 
     Parameters
     ----------
@@ -94,7 +98,8 @@ class SimulatedStack:
         ``arch.qk_scaling``: ``s_qk^2 = beta sqrt(log T) / d`` ("model": every head is the
         single-head REM at beta) or ``/ d_H`` ("head": each head behaves as beta H;
         :mod:`remprop.theory.rem.heads`). ``arch.seq_len`` (the theory's T) is not used:
-        the simulated T is ``seq_len``. Default: BERT defaults ``Architecture()``.
+        the simulated T is ``seq_len`` (with RoPE, compare with a theory at the same T: its
+        ``cbar_T`` depends on T). Default: BERT defaults ``Architecture()``.
     beta : float
         Query/key scale, > 0.
     depth : int
@@ -143,6 +148,22 @@ class SimulatedStack:
         self.params = {name: check_scalar(name, value) for name, value in arch.numeric().items()}
         #: The theory's block, whose components every simulated block runs in torch.
         self.theory_block = arch.block(self.beta)
+        #: The rotation of queries and keys (RoPE), or None.
+        self.rotate = self._rotary()
+
+    def _rotary(self):
+        """:func:`~remprop.validation.rope.rotary` for ``arch.positions == "rope"``, else None."""
+        if self.arch.positions != "rope":
+            return None
+        if self.arch.attention != "softmax":
+            raise ValueError(f"positions='rope' is simulated with softmax attention only (the torch "
+                             f"{self.arch.attention} attention has no rotation hook), got "
+                             f"attention={self.arch.attention!r}")
+        d_head = self.width // self.heads
+        if self.arch.head_dim != d_head:
+            raise ValueError(f"head_dim = {self.arch.head_dim} (arch.head_dim) must equal width / heads = "
+                             f"{self.width} / {self.heads} = {d_head}, the simulated heads' width")
+        return rotary(self.seq_len, d_head, self.arch.rope_base, dtype=self.dtype, device=self.device)
 
     @property
     def heads(self) -> int:
@@ -188,7 +209,7 @@ class SimulatedStack:
     def block(self, x, weights: layers.BlockWeights, mask=None):
         """One block: :attr:`theory_block` run in torch; returns ``(x_out, attention_probabilities)``."""
         context = BlockContext(weights, heads=self.heads, mask=mask, causal=self.causal,
-                               layer_norm_eps=self.layer_norm_eps)
+                               layer_norm_eps=self.layer_norm_eps, rotate=self.rotate)
         x = simulate_component(self.theory_block, x, context)
         return x, context.probs
 

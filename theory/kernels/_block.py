@@ -13,7 +13,7 @@ resolved before packing (:meth:`~remprop.theory.Architecture.numeric`).
 tests/test_theory_kernels.py (``test_kernels_follow_the_composed_block``) checks the
 kernels against the tree iterated layer by layer for every norm x attention x projection
 x second-layer variance x (asymptotic, finite T), and every norm placement x norm type x
-MLP form, to 1e-12.
+MLP form, to 1e-12; tests/test_rope_architecture.py does the same with RoPE.
 """
 from __future__ import annotations
 
@@ -61,19 +61,29 @@ def norm_core(norm_type, q, p):
 
 @inline_jitable
 def attention_sublayer(norm, norm_type, attention, finite, q, p, beta, sigma_v2, sigma_b2, alpha_sa, table,
-                       sigma_o2):
+                       sigma_o2, rope, rope_cbar):
     """Attention, output projection (``sigma_o2``; 1 without one), skip and (post-LN)
-    norm. Returns (q', p', beta_c of the attention input)."""
+    norm. Returns (q', p', beta_c of the attention input).
+
+    ``rope`` (compile-time): read ``rope_cbar``, the mean rotary correlation ``cbar_T``
+    (exactly 1 without RoPE,
+    :attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`):
+    the REM's scale and beta_c see ``p cbar_T``, the output map ``p``; with RoPE
+    (``rope_cbar < 1``) the finite-T cross-overlap is ``1/T`` (docs/theory.md section 15)."""
     if norm == PRE:
         q_in, p_in = norm_core(norm_type, q, p)
     else:
         q_in, p_in = q, p
-    beta_c = critical_beta_core(q_in, p_in)
-    y2 = participation_core(finite, beta, q_in, p_in, beta_c, table)
+    p_rem = p_in * rope_cbar if rope else p_in
+    beta_c = critical_beta_core(q_in, p_rem)
+    y2 = participation_core(finite, beta, q_in, p_rem, beta_c, table)
     if attention == SOFTMAX:
         if finite:  # cross-overlap C of two rows: the table packed after the Y2 table
-            x = beta * math.sqrt(max(q_in * (q_in - p_in), 0.0))
-            cross = cross_overlap_core(after_table(table), x, p_in / q_in, y2)
+            if rope and rope_cbar < 1.0:
+                cross = 1.0 / table[0]
+            else:  # x of participation_core (p_rem = p_in here): computed once
+                x = beta * math.sqrt(max(q_in * (q_in - p_rem), 0.0))
+                cross = cross_overlap_core(after_table(table), x, p_in / q_in, y2)
             q_f, p_f = softmax_attention_overlap_core(q_in, p_in, y2, cross, sigma_v2, sigma_b2)
         else:
             q_f, p_f = softmax_attention_core(q_in, p_in, y2, sigma_v2, sigma_b2)
@@ -108,9 +118,9 @@ def mlp_output(norm, norm_type, m2, m11, q, p, sigma_w2_out, sigma_b2, alpha_mlp
     return q, p
 
 
-def make_block_step(norm, attention, moments, finite, tag, norm_type=0, mlp=0):
+def make_block_step(norm, attention, moments, finite, tag, norm_type=0, mlp=0, rope=False):
     """The block update ``step(q, p, beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp,
-    sigma_o2, sigma_w2_out, sigma_b2_out, table) -> (q', p', beta_c)``, inlined into its caller.
+    sigma_o2, sigma_w2_out, sigma_b2_out, rope_cbar, table) -> (q', p', beta_c)``, inlined into its caller.
 
     ``norm``, ``attention``, ``norm_type`` and ``mlp`` are the integer codes of
     :data:`~remprop.theory.NORMS`, :data:`~remprop.theory.ATTENTIONS`,
@@ -120,13 +130,14 @@ def make_block_step(norm, attention, moments, finite, tag, norm_type=0, mlp=0):
     ``beta_c`` is the critical beta of the attention input. ``sigma_b2_out`` is the bias
     variance of the MLP's second layer (``sigma_b2`` in the model; the depth kernels pass it
     apart so that a carried scale can multiply the branch output alone, see
-    :mod:`remprop.theory.kernels`).
+    :mod:`remprop.theory.kernels`); ``rope_cbar`` the mean rotary correlation (1 without RoPE),
+    read only when ``rope`` (:func:`attention_sublayer`).
     """
 
     def step(q, p, beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out,
-             sigma_b2_out, table):
+             sigma_b2_out, rope_cbar, table):
         q, p, beta_c = attention_sublayer(norm, norm_type, attention, finite, q, p, beta, sigma_v2,
-                                          sigma_b2, alpha_sa, table, sigma_o2)
+                                          sigma_b2, alpha_sa, table, sigma_o2, rope, rope_cbar)
         q1, p1 = mlp_input(norm, norm_type, q, p, sigma_w2, sigma_b2)
         m2, m11 = moments(q1, p1)
         if mlp == GATED:

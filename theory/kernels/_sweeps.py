@@ -46,9 +46,11 @@ from ..architecture import MLPS, NORMS
 from ..rem import cross_overlap_table, participation_table
 from ._block import NO_TABLE, make_block_step
 
+#: The columns of a packed row: ``mean_rope_correlation`` is ``cbar_T`` of RoPE, exactly 1
+#: without (:attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`).
 PARAMS = ("beta", "sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp", "sigma_o2", "sigma_w2_out",
-          "q0", "p0", "log2_scale")
-(BETA, SIGMA_W2, SIGMA_B2, SIGMA_V2, ALPHA_SA, ALPHA_MLP, SIGMA_O2, SIGMA_W2_OUT, Q0, P0,
+          "mean_rope_correlation", "q0", "p0", "log2_scale")
+(BETA, SIGMA_W2, SIGMA_B2, SIGMA_V2, ALPHA_SA, ALPHA_MLP, SIGMA_O2, SIGMA_W2_OUT, ROPE_CBAR, Q0, P0,
  LOG2_SCALE) = range(len(PARAMS))
 
 #: Cells advanced together by one thread. Interleaving independent cells hides the
@@ -121,17 +123,55 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
         Compiled sweeps over rows packed as :data:`PARAMS`. The codes and ``finite``
         become compile-time constants of the closures, so the branches of the block
         disappear from the inner loops. Compiled code is cached on disk per combination
-        for built-in activations (numba keys the cache on the closure values).
+        for built-in activations (numba keys the cache on the closure values). Rotary
+        positions are a compile-time choice too, made per call from the rows: rows whose
+        ``mean_rope_correlation`` column is not exactly 1 run a second specialisation that
+        reads it (compiled on first use), the others one that never does.
     """
     spec = activation_spec(int(activation))
     finite = bool(finite)
     jit = dict(cache=spec.builtin, error_model="numpy")
     norm_type, mlp = int(norm_type), int(mlp)
     tag = f"{norm}_{attention}_{spec.code}_{int(finite)}_{norm_type}_{mlp}"
-    step = make_block_step(norm, attention, spec.moments, finite, tag, norm_type, mlp)
-
     mode = scale_mode(norm, activation, mlp)
 
+    @functools.lru_cache(maxsize=None)
+    def compiled(rope):
+        """The sweeps with RoPE's overlap factor read (``rope``) or left out; compiled on first use."""
+        rope_tag = f"{tag}_rope" if rope else tag
+        step = make_block_step(norm, attention, spec.moments, finite, rope_tag, norm_type, mlp, rope)
+        return _compile_sweeps(step, mode, jit, rope_tag)
+
+    def sweeps(params):
+        """Rows without RoPE (every ``mean_rope_correlation`` exactly 1) run the kernels that never
+        read that column: the default costs nothing for RoPE."""
+        return compiled(bool(params.shape[0]) and bool(np.any(params[:, ROPE_CBAR] != 1.0)))
+
+    def _table(table):
+        if table is None:
+            if finite:
+                raise ValueError("table must be given to finite-T kernels "
+                                 "(remprop.theory.kernels.packed_table(T))")
+            return NO_TABLE
+        return np.ascontiguousarray(table, dtype=np.float64)
+
+    def run_trajectories(params, depth, table=None):
+        return sweeps(params)[0](params, depth, _table(table))
+
+    def run_final_states(params, depth, table=None):
+        return sweeps(params)[1](params, depth, _table(table))
+
+    def run_min_alpha_bisection(params, depth, threshold, alpha_max, iterations, table=None):
+        return sweeps(params)[2](params, depth, threshold, alpha_max, iterations, _table(table))
+
+    run_trajectories.__doc__, run_final_states.__doc__, run_min_alpha_bisection.__doc__ = (
+        function.__doc__ for function in compiled(False))
+    return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection)
+
+
+def _compile_sweeps(step, mode, jit, tag):
+    """The compiled ``(trajectories, final_states, min_alpha)`` of one block ``step``
+    (:func:`~remprop.theory.kernels._block.make_block_step`), scaling ``mode`` and tag."""
     def advance(q, p, e, s, beta_c_first, beta_c_min, prm, alpha_sa, count, first_layer, depth, table):
         """Advance ``count`` cells of a batch by ``depth`` blocks, in place (state ``(q, p) 2**e``,
         ``s = 2**-e``)."""
@@ -152,7 +192,7 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
                     sigma_b2_out = sigma_b2
                 q_new, p_new, beta_c = step(
                     q[j], p[j], beta, prm[SIGMA_W2, j], sigma_b2, prm[SIGMA_V2, j], alpha_sa[j],
-                    prm[ALPHA_MLP, j], sigma_o2, sigma_w2_out, sigma_b2_out, table)
+                    prm[ALPHA_MLP, j], sigma_o2, sigma_w2_out, sigma_b2_out, prm[ROPE_CBAR, j], table)
                 if mode == SCALE_INPUTS and beta_c < np.inf:  # inf (collapsed tokens) stays inf
                     beta_c = beta_c * s[j]
                 q[j] = q_new
@@ -288,28 +328,7 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
         return out
 
     min_alpha = njit(parallel=True, **jit)(specialised(min_alpha, tag))
-
-    def _table(table):
-        if table is None:
-            if finite:
-                raise ValueError("table must be given to finite-T kernels "
-                                 "(remprop.theory.kernels.packed_table(T))")
-            return NO_TABLE
-        return np.ascontiguousarray(table, dtype=np.float64)
-
-    def run_trajectories(params, depth, table=None):
-        return trajectories(params, depth, _table(table))
-
-    def run_final_states(params, depth, table=None):
-        return final_states(params, depth, _table(table))
-
-    def run_min_alpha_bisection(params, depth, threshold, alpha_max, iterations, table=None):
-        return min_alpha(params, depth, threshold, alpha_max, iterations, _table(table))
-
-    run_trajectories.__doc__ = trajectories.__doc__
-    run_final_states.__doc__ = final_states.__doc__
-    run_min_alpha_bisection.__doc__ = min_alpha.__doc__
-    return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection)
+    return trajectories, final_states, min_alpha
 
 
 def packed_table(seq_len):

@@ -10,7 +10,8 @@ the two residual output projections (``attn.c_proj``, ``mlp.c_proj``) with
 ``r / sqrt(2 n_layer)`` instead. LLaMA-style decoders (``model_type`` llama, mistral,
 qwen2) draw the same ``N(0, r^2)`` and set the RMSNorm gains to 1: pre-RMSNorm blocks with a
 gated SiLU MLP (``Architecture(norm="pre", norm_type="rms", mlp="gated")``, docs/theory.md
-section 14). In the engine's parameters (``d`` the width, ``d_ff``
+section 14) and rotary positions (``positions="rope"``, ``rope_base = rope_theta``,
+``head_dim = d / H``, docs/theory.md section 15). In the engine's parameters (``d`` the width, ``d_ff``
 the MLP width, ``T`` the sequence length):
 
 ==========================  ==================================================
@@ -54,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from ..architecture import CONFIG_READERS, Architecture
-from ..rem import check_seq_len, query_key_variance
+from ..rem import ROPE_BASE, check_seq_len, query_key_variance
 from ..settings import RunSettings
 
 __all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]
@@ -68,11 +69,11 @@ ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "be
            "FacebookAI/roberta-base": "roberta-base", "openai-community/gpt2-medium": "gpt2-medium",
            "meta-llama/Llama-3.2-1B": "llama-3.2-1b", "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
            "mistralai/Mistral-7B-v0.1": "mistral-7b", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b",
-           "HuggingFaceTB/SmolLM2-135M": "smollm2-135m"}
+           "HuggingFaceTB/SmolLM2-135M": "smollm2-135m", "microsoft/Phi-3-mini-4k-instruct": "phi-3-mini"}
 
 #: Supported ``model_type`` values and their block order.
 FAMILIES = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre", "llama": "pre", "mistral": "pre",
-            "qwen2": "pre"}
+            "qwen2": "pre", "phi3": "pre"}
 #: The LLaMA-style families: pre-RMSNorm, gated MLP, rotary positions, no biases.
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
 
@@ -293,6 +294,8 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     ``1/sqrt(2L)`` residual projections); Devlin et al. 2019 (BERT); Dosovitskiy et al. 2021 (ViT).
     """
     cfg = load_hf_config(config)
+    if cfg.get("model_type") in FAMILY_READERS:  # read through another family, or rejected
+        return FAMILY_READERS[cfg["model_type"]](cfg, seq_len=seq_len, pixel_std=pixel_std)
     family = cfg.get("model_type")
     if family not in FAMILIES:
         raise ValueError(f"config.model_type must be one of {', '.join(FAMILIES)}, got {family!r}")
@@ -403,7 +406,8 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         attention="softmax", activation=activation,
         sigma_w2=r * r * width, sigma_b2=0.0, sigma_v2=r * r * width, alpha_sa=1.0, alpha_mlp=1.0,
         seq_len=seq_len, heads=heads, qk_scaling="model",
-        sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale))
+        sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale,
+        **(dict(positions="rope", rope_base=_rope_base(cfg), head_dim=width // heads) if llama else {})))
     beta = r * r * width / math.sqrt(math.log(seq_len))
     settings = _from_config(source, lambda: RunSettings(arch, beta, depth, q0, rho0))
     name = str(cfg.get("_name_or_path") or family)
@@ -412,6 +416,11 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         causal=causal, init_range=r,
         embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit") or llama,
         layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)
+
+
+def _rope_base(cfg):
+    """The RoPE base of a LLaMA-style config: ``rope_theta`` (default 10000)."""
+    return _positive_real(cfg, "rope_theta", default=ROPE_BASE)
 
 
 def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
@@ -426,10 +435,11 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     if eps > 0:
         notes.append(f"RMSNorm eps = {eps:g} against the embeddings' q0 = r^2 = {q0:.2g}: the first RMSNorm "
                      f"outputs q = {q0 / (q0 + eps):.4f}, not 1 (the engine's norm has no eps)")
-    theta = cfg.get("rope_theta", 10000.0)
-    scaling = ", rope_scaling" if cfg.get("rope_scaling") else ""
-    notes.append(f"rotary position embeddings (rope_theta = {theta:g}{scaling}) are ignored: the engine's "
-                 "attention has no positions (docs/theory.md section 15 derives RoPE's REM apart)")
+    notes.append(f"rotary position embeddings (rope_theta = {_rope_base(cfg):g}) enter each attention row's REM "
+                 "through the mean rotary correlation of the keys (docs/theory.md section 15); that law "
+                 "overestimates Y2 where the tokens' cosine is high (rho >= 0.8)")
+    if cfg.get("rope_scaling"):
+        notes.append("rope_scaling is ignored: the rotation frequencies are those of rope_theta")
     kv_heads = cfg.get("num_key_value_heads")
     if kv_heads is not None and kv_heads != heads:
         notes.append(f"num_key_value_heads = {kv_heads} < {heads} heads (grouped-query attention) is ignored: "
@@ -445,3 +455,47 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
 
 
 CONFIG_READERS["huggingface"] = model_spec
+
+
+# -- families read through another family's reader, or rejected with the feature they need ------------
+def _phi3_spec(cfg, *, seq_len=None, pixel_std=1.0):
+    """Phi-3 (``model_type`` phi3): a LLaMA-style decoder whose projections are fused.
+
+    ``Phi3PreTrainedModel`` draws the fused ``qkv_proj`` (``d -> (H + 2 H_kv) d_H``) and
+    ``gate_up_proj`` (``d -> 2 d_ff``) from the same ``N(0, r^2)`` as separate projections, so
+    every entry has the law of the LLaMA reader's (Abdin et al., "Phi-3 Technical Report",
+    arXiv 2404.14219; the sizes of microsoft/Phi-3-mini-4k-instruct's config.json).
+    """
+    spec = model_spec(dict(cfg, model_type="llama"), seq_len=seq_len, pixel_std=pixel_std)
+    fused = ("fused qkv_proj and gate_up_proj: one N(0, r^2) matrix each, entry by entry the law of separate "
+             "q/k/v and gate/up projections (the same maps)")
+    partial = cfg.get("partial_rotary_factor")
+    notes = (fused,) + ((f"partial_rotary_factor = {partial:g}: rotary positions act on part of each head "
+                         "only",) if partial not in (None, 1, 1.0) else ())
+    return dataclasses.replace(spec, family="phi3", config=cfg, assumptions=notes + spec.assumptions)
+
+
+def _unsupported(feature):
+    """A reader that rejects its family with one error naming the feature the engine lacks."""
+    def reject(cfg, **_):
+        raise ValueError(f"config.model_type = {cfg.get('model_type')!r} is not supported: {feature}")
+    return reject
+
+
+_BLOCK_ORDERS = "the engine's blocks normalise before the branch (pre), after the sum (post) or not at all"
+
+#: model_type -> reader, consulted by :func:`model_spec` before its own families.
+FAMILY_READERS = {
+    "phi3": _phi3_spec,
+    "gemma2": _unsupported(
+        "its sandwich norms (an RMSNorm after each attention and MLP branch as well as before it: "
+        f"post_attention_layernorm, post_feedforward_layernorm) have no block order here; {_BLOCK_ORDERS} "
+        "(its attention-logit soft-capping and sqrt(d)-scaled embeddings are not modelled either)"),
+    "gemma3_text": _unsupported(
+        "its sandwich norms (an RMSNorm after each branch as well as before it) have no block order here; "
+        f"{_BLOCK_ORDERS} (its QK-norm's beta: remprop.theory.rem.qk_norm_beta)"),
+    "olmo2": _unsupported(
+        "its norm inside the residual branch after the branch (x + RMSNorm(attn(x)), no norm before it) has no "
+        f"block order here; {_BLOCK_ORDERS} (its QK-norm's beta: remprop.theory.rem.qk_norm_beta, "
+        "docs/theory.md section 16)"),
+}

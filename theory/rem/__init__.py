@@ -14,6 +14,7 @@ i.i.d. Gaussian energies of variance ``x^2 log T``, ``x = beta sqrt(q (q - p))``
 * :mod:`.causal` -- rows of causal attention (t keys at the score scale of T);
 * :mod:`.heads` -- the effective beta of H heads;
 * :mod:`.rope` -- rotary position embeddings: the score covariance, Y2 and beta_c with RoPE;
+* :mod:`.qk_norm` -- QK-norm: the score moments and the effective beta of normalised queries and keys;
 * :mod:`.spectrum` -- the eigenvalue bulk of the attention matrix;
 * :mod:`.checks` -- validators of seq_len, orders, positions.
 """
@@ -29,6 +30,7 @@ from .checks import check_heads, check_order, check_orders, check_positions, che
 from .finite_t import participation_moment, participation_ratio, reduced_scale
 from .heads import QK_SCALINGS, effective_beta, head_participation_ratio, query_key_variance, score_variance
 from .pairs import pair_participation_moment, participation_square
+from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_score_moments
 from .rope import (ROPE_BASE, rope_correlation, rope_critical_beta, rope_frequencies, rope_mean_correlation,
                    rope_participation_ratio, rope_score_covariance)
 from .spectrum import attention_bulk_radius, stochastic_bulk_radius
@@ -47,4 +49,5 @@ __all__ = [
     "attention_bulk_radius", "stochastic_bulk_radius",
     "ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation", "rope_score_covariance",
     "rope_critical_beta", "rope_participation_ratio",
+    "gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta",
 ]

@@ -44,7 +44,6 @@ import math
 
 import numpy as np
 from numba import njit
-from numba.extending import register_jitable
 
 from .._jit import inline_jitable
 from ..checks import as_float_array, check_choice, check_overlap, scalar_or_array
@@ -219,7 +218,7 @@ CROSS_T_MAX = 10 ** 12
 #: Nodes uniform in u = x / (x + x_s) (x_s of :mod:`.table`) and in xi = sqrt(1 - rho).
 _X_NODES = 21
 _XI_NODES = 11
-#: Header of a packed cross table: (seq_len, n_x, n_xi, du, x_s).
+#: Header of a packed cross table: (T, 1/T, x_s/du, 1/du, x_s); then 16 coefficients per cell.
 _CROSS_HEADER = 5
 #: Steps of the tabulated quadratures relative to :func:`cross_moment` (error ~1e-5, far
 #: below the interpolation error).
@@ -234,21 +233,42 @@ def cross_ratio(x, rho, seq_len, refine=1):
     return (cross_moment(x, rho, seq_len, refine) - 1.0 / seq_len) / (y2 - 1.0 / seq_len)
 
 
-@register_jitable
-def _cubic_weights(t):
-    """Lagrange weights of the nodes -1, 0, 1, 2 at t in [0, 1]."""
-    return (-t * (t - 1.0) * (t - 2.0) / 6.0, (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
-            -(t + 1.0) * t * (t - 2.0) / 2.0, (t + 1.0) * t * (t - 1.0) / 6.0)
+def _cell_polynomials(n):
+    """``P[c, a, m]``: coefficient of ``s^a`` in the weight of node ``first(c) + m`` in cell ``c``.
+
+    The interpolant on nodes ``0..n-1`` is the cubic through the 4 nodes around each cell
+    (``first(c) = min(max(c - 1, 0), n - 4)``: one-sided at the ends), written as a
+    polynomial in the offset ``s in [0, 1]`` from the cell's left node.
+    """
+    polynomials = np.empty((n - 1, 4, 4))
+    stencil = np.arange(4.0)
+    for cell in range(n - 1):
+        first = min(max(cell - 1, 0), n - 4)
+        for m in range(4):
+            others = np.delete(stencil, m)
+            weight = np.polynomial.Polynomial.fromroots(others) / np.prod(stencil[m] - others)
+            shifted = weight(np.polynomial.Polynomial([cell - first, 1.0]))  # node index = first + t
+            polynomials[cell, :, m] = np.pad(shifted.coef, (0, 4 - shifted.coef.size))
+    return polynomials
 
 
-@register_jitable
-def _stencil(position, n):
-    """First node of the 4-point stencil around ``position`` on nodes 0..n-1, and the offset."""
-    i = int(position)
-    if i > n - 2:
-        i = n - 2
-    first = min(max(i - 1, 0), n - 4)
-    return first, position - first - 1.0
+def _first_node(n):
+    """First node of each cell's 4-point stencil (as in :func:`_cell_polynomials`)."""
+    cells = np.arange(n - 1)
+    return np.minimum(np.maximum(cells - 1, 0), n - 4)
+
+
+def _cell_coefficients(ratio):
+    """``c[i, j, k, a]``: coefficient of ``s_xi^k s_x^a`` of the tensor-product cubic in cell ``(i, j)``."""
+    n_x, n_xi = ratio.shape
+    px, py = _cell_polynomials(n_x), _cell_polynomials(n_xi)
+    fx, fy = _first_node(n_x), _first_node(n_xi)
+    coefficients = np.empty((n_x - 1, n_xi - 1, 4, 4))
+    for i in range(n_x - 1):
+        for j in range(n_xi - 1):
+            block = ratio[fx[i]:fx[i] + 4, fy[j]:fy[j] + 4]
+            coefficients[i, j] = (px[i] @ block @ py[j].T).T
+    return coefficients
 
 
 @inline_jitable
@@ -258,31 +278,37 @@ def cross_overlap_core(table, x, rho, y2):
     .. math:: C = \frac1T + r(x, \rho)\,\Big(Y_2 - \frac1T\Big)
 
     ``r`` interpolated by a tensor-product cubic in ``u = x / (x + x_s)`` and
-    ``xi = sqrt(1 - rho)`` (held at ``x = CROSS_X_MAX`` beyond; ``r = rho`` for
-    ``rho < 0``, the small-x law, there ``|rho| <= 1/(T - 1)``). ``table``:
+    ``xi = sqrt(1 - rho)`` (the cubic through the 4 nodes around each cell, stored as its
+    16 polynomial coefficients per cell; held at ``x = CROSS_X_MAX`` beyond; ``r = rho``
+    for ``rho < 0``, the small-x law, there ``|rho| <= 1/(T - 1)``). ``table``:
     ``CrossOverlapTable.packed``; ``y2`` the row's participation ratio at the same ``x``.
+    Called once per softmax layer per cell by the finite-T depth kernels: one division for
+    the x position, no stencil search, the powers of the two offsets computed beside the
+    loads (no serial Horner chain).
     """
-    inv_t = 1.0 / table[0]
+    inv_t = table[1]
     if rho <= 0.0:
         return inv_t + rho * (y2 - inv_t)
-    n_x = int(table[1])
-    n_xi = int(table[2])
-    du = table[3]
-    if not x >= 0.0:
-        x = 0.0
-    position_x = x / ((x + table[4]) * du)
-    if position_x > n_x - 1.0:
-        position_x = n_x - 1.0
-    position_xi = math.sqrt(max(1.0 - rho, 0.0)) * (n_xi - 1.0)
-    ix, tx = _stencil(position_x, n_x)
-    iy, ty = _stencil(position_xi, n_xi)
-    wx = _cubic_weights(tx)
-    wy = _cubic_weights(ty)
-    r = 0.0
-    for a in range(4):
-        row = _CROSS_HEADER + (ix + a) * n_xi + iy
-        r += wx[a] * (wy[0] * table[row] + wy[1] * table[row + 1] + wy[2] * table[row + 2]
-                      + wy[3] * table[row + 3])
+    # u / du = (1 - x_s / (x + x_s)) / du: 0 at x = 0, 1 / du at x = inf
+    position_x = table[3] - table[2] / (x + table[4])
+    if not position_x >= 0.0:  # NaN or negative x
+        position_x = 0.0
+    position_x = min(position_x, _X_NODES - 1.0)
+    position_xi = math.sqrt(max(1.0 - rho, 0.0)) * (_XI_NODES - 1.0)
+    cell_x = min(math.floor(position_x), _X_NODES - 2.0)
+    cell_xi = min(math.floor(position_xi), _XI_NODES - 2.0)
+    sx = position_x - cell_x
+    sy = position_xi - cell_xi
+    sx2 = sx * sx
+    sy2 = sy * sy
+    sx3 = sx2 * sx
+    sy3 = sy2 * sy
+    k = _CROSS_HEADER + 16 * (int(cell_x) * (_XI_NODES - 1) + int(cell_xi))
+    r0 = (table[k] + table[k + 4] * sy) + (table[k + 8] * sy2 + table[k + 12] * sy3)
+    r1 = (table[k + 1] + table[k + 5] * sy) + (table[k + 9] * sy2 + table[k + 13] * sy3)
+    r2 = (table[k + 2] + table[k + 6] * sy) + (table[k + 10] * sy2 + table[k + 14] * sy3)
+    r3 = (table[k + 3] + table[k + 7] * sy) + (table[k + 11] * sy2 + table[k + 15] * sy3)
+    r = (r0 + r1 * sx) + (r2 * sx2 + r3 * sx3)
     return inv_t + r * (y2 - inv_t)
 
 
@@ -297,12 +323,13 @@ def _lookup_many(table, x, rho, y2):
 class CrossOverlapTable:
     r"""Tabulated ratio ``r(x, rho) = (C - 1/T)/(Y_2 - 1/T)`` at one sequence length.
 
-    Built by :func:`cross_overlap_table`; call it with ``(x, rho)`` for ``C``; ``packed``
-    (header ``(T, n_x, n_xi, du, x_s)``, then ``r`` on the ``n_x * n_xi`` nodes, x-major)
-    is what :func:`cross_overlap_core` reads.
+    Built by :func:`cross_overlap_table`; call it with ``(x, rho)`` for ``C``. ``ratio``
+    holds ``r`` on the ``n_x x n_xi`` nodes (``x_nodes``, ``xi_nodes = sqrt(1 - rho)``);
+    ``packed`` (header ``(T, 1/T, x_s/du, 1/du, x_s)``, then per cell, x-major, the 16
+    coefficients ``c[k, a]`` of ``s_xi^k s_x^a``) is what :func:`cross_overlap_core` reads.
     """
 
-    def __init__(self, seq_len, packed=None):
+    def __init__(self, seq_len, ratio=None):
         self.seq_len = seq_len
         x_scale = _table_scale(seq_len)
         du = CROSS_X_MAX / (CROSS_X_MAX + x_scale) / (_X_NODES - 1)
@@ -310,16 +337,16 @@ class CrossOverlapTable:
         self.x_nodes = x_scale * u / (1.0 - u)
         self.x_nodes[-1] = CROSS_X_MAX
         self.xi_nodes = np.linspace(0.0, 1.0, _XI_NODES)
-        if packed is None:
+        if ratio is None:
             ratio = np.empty((_X_NODES, _XI_NODES))
             for i, x in enumerate(self.x_nodes):
                 for j, xi in enumerate(self.xi_nodes):
                     rho = 1.0 - xi * xi
                     ratio[i, j] = (1.0 if j == 0 else 0.0 if j == _XI_NODES - 1
                                    else cross_ratio(x, rho, seq_len, _TABLE_REFINE))
-            packed = np.concatenate([[float(seq_len), _X_NODES, _XI_NODES, du, x_scale], ratio.ravel()])
-        self.packed = np.array(packed, dtype=np.float64)
-        self.ratio = self.packed[_CROSS_HEADER:].reshape(_X_NODES, _XI_NODES)
+        self.ratio = np.array(ratio, dtype=np.float64).reshape(_X_NODES, _XI_NODES)
+        header = [float(seq_len), 1.0 / seq_len, x_scale / du, 1.0 / du, x_scale]
+        self.packed = np.concatenate([header, _cell_coefficients(self.ratio).ravel()])
         for array in (self.x_nodes, self.xi_nodes, self.ratio, self.packed):
             array.setflags(write=False)
 
@@ -335,14 +362,15 @@ class CrossOverlapTable:
 
 @functools.lru_cache(maxsize=64)
 def _cached_table(seq_len):
-    def valid(packed):
-        size = _CROSS_HEADER + _X_NODES * _XI_NODES
-        return (packed.size == size and packed[0] == seq_len and packed[1] == _X_NODES
-                and packed[2] == _XI_NODES)
+    def valid(nodes):  # (T, n_x, n_xi) and r on the nodes
+        return (nodes.size == 3 + _X_NODES * _XI_NODES and nodes[0] == seq_len and nodes[1] == _X_NODES
+                and nodes[2] == _XI_NODES)
 
-    packed = cached_array(f"cross-overlap-T{seq_len}", ("cross_overlap.py", "table.py", "integral.py"),
-                          lambda: np.asarray(CrossOverlapTable(seq_len).packed), valid)
-    return CrossOverlapTable(seq_len, packed=packed)
+    def build():
+        return np.concatenate([[float(seq_len), _X_NODES, _XI_NODES], CrossOverlapTable(seq_len).ratio.ravel()])
+
+    nodes = cached_array(f"cross-overlap-T{seq_len}", ("cross_overlap.py", "table.py", "integral.py"), build, valid)
+    return CrossOverlapTable(seq_len, ratio=nodes[3:])
 
 
 def cross_overlap_table(seq_len):

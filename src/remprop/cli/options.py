@@ -124,6 +124,9 @@ ARCHITECTURE_OPTIONS = {
     "qk_scaling": "--qk-scaling",
     "norm_type": "--norm-type",
     "mlp": "--mlp",
+    "positions": "--positions",
+    "rope_base": "--rope-base",
+    "head_dim": "--head-dim",
 }
 
 #: Parsed-argument name of the fields whose option is not named after them.
@@ -153,12 +156,14 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
     argparse._ArgumentGroup
         The group, with options ``--norm``, ``--norm-type``, ``--mlp``, ``--attention``, ``--activation``,
         ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--sigma-o2``, ``--sigma-w2-out``,
-        ``--alpha`` (optional), ``--alpha-mlp``, ``--heads``, ``--qk-scaling`` and
-        ``--theory-seq-len`` (optional); defaults are those of the Architecture class
-        (post-LN BERT, one head). Choices come from :data:`remprop.theory.NORMS`,
-        ``ATTENTIONS``, ``ACTIVATIONS`` and ``QK_SCALINGS``.
+        ``--alpha`` (optional), ``--alpha-mlp``, ``--heads``, ``--qk-scaling``, ``--positions``,
+        ``--rope-base``, ``--head-dim`` and ``--theory-seq-len`` (optional); defaults are those
+        of the Architecture class (post-LN BERT, one head, absolute positions). Choices come
+        from :data:`remprop.theory.NORMS`, ``ATTENTIONS``, ``ACTIVATIONS``, ``QK_SCALINGS`` and
+        :data:`remprop.theory.architecture.POSITIONS`.
     """
     from remprop.theory import ACTIVATIONS, ATTENTIONS, MLPS, NORM_TYPES, NORMS, QK_SCALINGS, Architecture
+    from remprop.theory.architecture import POSITIONS
 
     defaults = {f.name: f.default for f in dataclasses.fields(Architecture)}
     group = parser.add_argument_group(
@@ -198,6 +203,14 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
                        help="query/key variance of each head over the model width (model: every head runs at "
                             "beta) or over the head width (head: each head runs at H beta) "
                             "(default: %(default)s)")
+    group.add_argument("--positions", choices=POSITIONS, default=defaults["positions"],
+                       help="absolute (added to the embeddings: only the input state) or rope (rotary: queries "
+                            "and keys rotated; needs the theory's finite T and --head-dim) (default: %(default)s)")
+    group.add_argument("--rope-base", type=positive_real, default=defaults["rope_base"], metavar="B",
+                       help="RoPE base b > 1 of the frequencies b^(-2i/d_H) (default: %(default)g)")
+    group.add_argument("--head-dim", type=count(2), default=defaults["head_dim"], metavar="D_H",
+                       help="width of one head's queries and keys, even (usually width / heads); "
+                            "needed with --positions rope (default: none)")
     if theory_seq_len:
         group.add_argument("--theory-seq-len", dest=_dest("seq_len"), type=count(2), default=None, metavar="T",
                            help="sequence length T of the theory's attention maps (exact finite-T "
