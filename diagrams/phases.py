@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases"]
+__all__ = ["TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases", "confusion"]
 
 #: Phase code of a trainable cell.
 TRAINABLE = 0
@@ -62,3 +62,16 @@ def classify_phases(beta, beta_critical, rho_final, threshold):
         phase[~(rho_final <= threshold)] = RANK_COLLAPSE
         phase[beta > beta_critical] = ENTROPY_COLLAPSE
     return phase
+
+
+def confusion(predicted, observed, observed_labels=None) -> dict:
+    """Counts ``{predicted label: {observed label: cells}}`` of two phase arrays of one grid.
+
+    ``predicted`` holds theory phase codes (:data:`PHASE_LABELS`); ``observed`` the phases a
+    measurement or a training run assigned, labelled by ``observed_labels`` (code -> label;
+    default :data:`PHASE_LABELS`). Used by the measured and the trained diagrams alike.
+    """
+    observed_labels = PHASE_LABELS if observed_labels is None else observed_labels
+    predicted, observed = np.asarray(predicted), np.asarray(observed)
+    return {PHASE_LABELS[p]: {observed_labels[m]: int(np.sum((predicted == p) & (observed == m)))
+                              for m in observed_labels} for p in PHASE_LABELS}

@@ -38,6 +38,7 @@ import numpy as np
 
 from remprop._json import to_jsonable
 from remprop.diagrams import PHASE_LABELS, TrainabilityDiagram, classify_phases, trainability_diagram
+from remprop.diagrams.phases import confusion
 from remprop.theory import Architecture
 from remprop.theory.checks import check_choice
 
@@ -202,9 +203,8 @@ class MeasuredDiagram:
         return float(self.agrees.mean())
 
     def confusion(self) -> dict:
-        """Counts ``{predicted label: {measured label: cells}}``."""
-        return {PHASE_LABELS[p]: {PHASE_LABELS[m]: int(np.sum((self.predicted.phase == p) & (self.phase == m)))
-                                  for m in PHASE_LABELS} for p in PHASE_LABELS}
+        """Counts ``{predicted label: {measured label: cells}}`` (:func:`remprop.diagrams.phases.confusion`)."""
+        return confusion(self.predicted.phase, self.phase)
 
     def fractions(self) -> dict:
         """Fraction of cells in each measured phase, keyed by label."""

@@ -69,6 +69,7 @@ import numpy as np
 from remprop._json import to_jsonable
 from remprop.diagrams import (ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram,
                               trainability_diagram)
+from remprop.diagrams.phases import confusion
 from remprop.theory import DEFAULT_THRESHOLD
 
 from ..cell_store import MANIFEST_NAME
@@ -252,9 +253,8 @@ class TrainedDiagram:
         return float(self.agrees_trainable.mean())
 
     def confusion(self) -> dict:
-        """Counts ``{predicted label: {trained label: cells}}``."""
-        return {PHASE_LABELS[p]: {TRAINED_LABELS[m]: int(np.sum((self.predicted.phase == p) & (self.phase == m)))
-                                  for m in TRAINED_LABELS} for p in PHASE_LABELS}
+        """Counts ``{predicted label: {trained label: cells}}`` (:func:`remprop.diagrams.phases.confusion`)."""
+        return confusion(self.predicted.phase, self.phase, TRAINED_LABELS)
 
     def summary(self) -> str:
         """One line: agreements, grid and training sizes."""

@@ -48,6 +48,7 @@ __all__ = [
     "add_simulation_options",
     "add_output_options",
     "add_progress_option",
+    "add_cluster_options",
     "add_work_limit_options",
     "work_limits",
     "point_at_option",
@@ -298,6 +299,16 @@ def add_output_options(parser, *, out="remprop-out", name=None, out_help="output
     parser.add_argument("--out", default=out, metavar="DIR", help=f"{out_help} (default: %(default)s)")
     if name is not None:
         parser.add_argument("--name", type=file_stem, default=name, help="file name stem (default: %(default)s)")
+
+
+def add_cluster_options(parser):
+    """--workers / --scheduler: where the cells of a grid run (dask or this process)."""
+    where = parser.add_argument_group("where cells run")
+    where.add_argument("--workers", type=count(0), default=None, metavar="N",
+                       help="dask LocalCluster worker processes, one thread each; 0 = in this process "
+                            "(default: one per core, or 0 without dask)")
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="address of a running dask scheduler (tcp://host:8786) instead of a LocalCluster")
 
 
 def add_progress_option(parser):

@@ -17,9 +17,9 @@ import sys
 
 from ..converters import count
 from ..errors import validation_extra
-from ..options import (add_architecture_arguments, add_command, add_grid_options, add_output_options,
-                       add_progress_option, add_run_options, add_simulation_options, add_work_limit_options,
-                       architecture_from_args, work_limits)
+from ..options import (add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
+                       add_output_options, add_progress_option, add_run_options, add_simulation_options,
+                       add_work_limit_options, architecture_from_args, work_limits)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
 
 __all__ = ["add_sweep_parser", "add_validate_parser", "run_sweep", "run_validate"]
@@ -39,12 +39,7 @@ def add_sweep_parser(commands):
     add_run_options(sweep, json_help="print a JSON summary (files, agreement, cells) instead of text")
     add_output_options(sweep, out="remprop-sweep",
                        out_help="sweep folder, created if needed; an existing one resumes")
-    where = sweep.add_argument_group("where cells run")
-    where.add_argument("--workers", type=count(0), default=None, metavar="N",
-                       help="dask LocalCluster worker processes, one thread each; 0 = in this process "
-                            "(default: one per core, or 0 without dask)")
-    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                       help="address of a running dask scheduler (tcp://host:8786) instead of a LocalCluster")
+    add_cluster_options(sweep)
     add_progress_option(sweep)
     add_work_limit_options(sweep, seconds=False)
     # the theory's T is --theory's choice (at the simulated T or infinite), not an option of its own

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ..converters import count, layer_count, open_unit_real, positive_real, seed_list
 from ..errors import CommandLineError, one_line, validation_extra
-from ..options import (add_architecture_arguments, add_command, add_grid_options, add_output_options,
-                       add_progress_option, architecture_from_args, point_at_option)
+from ..options import (add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
+                       add_output_options, add_progress_option, architecture_from_args, point_at_option)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
 from .training import TRAIN_OPTIONS
 
@@ -58,12 +58,7 @@ def add_trained_diagram_parser(commands):
     add_output_options(parser, out="remprop-trained",
                        out_help="grid folder, created if needed; an existing one resumes cell by cell")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
-    where = parser.add_argument_group("where cells run")
-    where.add_argument("--workers", type=count(0), default=None, metavar="N",
-                       help="dask LocalCluster worker processes, one thread each; 0 = in this process "
-                            "(default: one per core, or 0 without dask)")
-    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                       help="address of a running dask scheduler (tcp://host:8786) instead of a LocalCluster")
+    add_cluster_options(parser)
     add_progress_option(parser)
     add_architecture_arguments(parser, alpha_sa=False, theory_seq_len=False)
 
