@@ -25,7 +25,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 """
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_attributes
 
 _EXPORTS = {
     "SimulatedStack": "simulator", "StackTrace": "simulator",
@@ -52,13 +52,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)

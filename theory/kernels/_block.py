@@ -45,10 +45,13 @@ NO_TABLE.setflags(write=False)
 
 @inline_jitable
 def participation_core(finite, beta, q, p, beta_c, table):
-    """Y2 of the attention input: the finite-T table, or max(0, 1 - beta_c/beta)."""
+    """``(Y2, x)`` of the attention input: the finite-T table at the reduced scale
+    ``x = beta sqrt(q (q - p))`` (also returned, for the cross-overlap), or
+    ``max(0, 1 - beta_c/beta)`` with ``x = 0`` (unused) as T -> infinity."""
     if finite:
-        return table_lookup(table, beta * math.sqrt(max(q * (q - p), 0.0)))
-    return asymptotic_participation_core(beta, beta_c)
+        x = beta * math.sqrt(max(q * (q - p), 0.0))
+        return table_lookup(table, x), x
+    return asymptotic_participation_core(beta, beta_c), 0.0
 
 
 @register_jitable
@@ -76,13 +79,12 @@ def attention_sublayer(norm, norm_type, attention, finite, q, p, beta, sigma_v2,
         q_in, p_in = q, p
     p_rem = p_in * rope_cbar if rope else p_in
     beta_c = critical_beta_core(q_in, p_rem)
-    y2 = participation_core(finite, beta, q_in, p_rem, beta_c, table)
+    y2, x = participation_core(finite, beta, q_in, p_rem, beta_c, table)
     if attention == SOFTMAX:
         if finite:  # cross-overlap C of two rows: the table packed after the Y2 table
             if rope and rope_cbar < 1.0:
                 cross = 1.0 / table[0]
-            else:  # x of participation_core (p_rem = p_in here): computed once
-                x = beta * math.sqrt(max(q_in * (q_in - p_rem), 0.0))
+            else:  # at the REM's own reduced scale x (p_rem = p_in here)
                 cross = cross_overlap_core(after_table(table), x, p_in / q_in, y2)
             q_f, p_f = softmax_attention_overlap_core(q_in, p_in, y2, cross, sigma_v2, sigma_b2)
         else:

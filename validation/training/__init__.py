@@ -17,7 +17,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(f) and 3.
 """
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_attributes
 
 _EXPORTS = {
     "TrainConfig": "config", "TrainResult": "result", "train": "loop", "build_model": "loop",
@@ -27,13 +27,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)
