@@ -27,6 +27,18 @@ meant for late positions, and its error against position is measured in
 
 Position 1 has no REM (one key): positions must be >= 2.
 
+Rotary positions (``arch.positions == "rope"``, LLaMA family). Row t sees its t keys
+through the rotary correlation ``c(m - l)`` (stationary: the query position drops out), so
+its REM reads the overlap ``p cbar_t`` in place of ``p``, with the mean pair correlation of
+t keys (:func:`~remprop.theory.rem.causal.causal_rope_correlation`, the encoder's
+``Architecture.mean_rope_correlation`` at ``T = t``):
+
+.. math:: x_t = \beta \sqrt{q (q - p\, \bar c_t)} ,
+
+while the values (not rotated) keep ``p`` in the output map and the cross-overlap stays
+``1/t``. ``rope_base -> inf`` and ``d_H -> inf`` give ``cbar_t -> 1``, the theory without
+rotation; ``p = 0`` gives it exactly.
+
 References
 ----------
 A. Giorlandino & S. Goldt, arXiv 2505.24333 (Fig. 12: causal model, last 50 tokens);
@@ -43,6 +55,7 @@ from .architecture import Architecture
 from .attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
+from .rem.causal import causal_rope_correlation
 
 __all__ = [
     "CausalTrajectory",
@@ -63,17 +76,27 @@ class _CausalAttention(C.Component):
     sigma_b2: np.ndarray
     positions: np.ndarray
     table: CausalParticipationTable
+    #: ``cbar_t`` of each position (RoPE), exactly 1 without rotation.
+    rope_correlation: np.ndarray
     name = "causal_softmax_attention"
 
     def apply(self, q, p):
-        x = self.beta * np.sqrt(np.maximum(q * (q - p), 0.0))
+        x = self.beta * np.sqrt(np.maximum(q * (q - p * self.rope_correlation), 0.0))
         y2 = self.table(self.positions, x)
         return softmax_attention_overlap_core(q, p, y2, 1.0 / self.positions, self.sigma_v2, self.sigma_b2)
 
 
-def _causal_block(arch, beta, positions, table):
+def _causal_block(arch, beta, positions, table, rope_correlation):
     return arch.compose(_CausalAttention(beta, np.asarray(arch.sigma_v2, float), np.asarray(arch.sigma_b2, float),
-                                         positions, table))
+                                         positions, table, rope_correlation))
+
+
+def _row_rope_correlation(arch, seq_len, positions):
+    """``cbar_t`` of each causal row: the encoder's factor on ``p``
+    (``Architecture.mean_rope_correlation``, 1 without RoPE) for the t keys of row t."""
+    if arch.positions != "rope":
+        return np.ones(positions.shape)
+    return np.asarray(causal_rope_correlation(positions, seq_len, arch.head_dim, arch.rope_base), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -109,13 +132,18 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     .. math:: q_A = s_v^2 (p + (q - p) Y_2(t)) + s_b^2,\qquad
               p_A = s_v^2 (p + (q - p)/t) + s_b^2,
 
-    ``Y_2(t)`` from :class:`~remprop.theory.rem.CausalParticipationTable` (t states at the score scale of T).
+    ``Y_2(t)`` from :class:`~remprop.theory.rem.CausalParticipationTable` (t states at the score scale of T)
+    at ``x_t = beta sqrt(q (q - p cbar_t))``: ``cbar_t = 1`` without rotary positions, the mean
+    rotary correlation of t keys with ``arch.positions == "rope"``
+    (:func:`~remprop.theory.rem.causal.causal_rope_correlation`, docs/theory.md section 8).
 
     Parameters
     ----------
     arch : Architecture
         Scalar numeric fields; ``attention="softmax"`` (the centring of gain-controlled
-        attention mixes all positions and has no per-position map).
+        attention mixes all positions and has no per-position map). ``arch.seq_len`` is
+        None or ``seq_len`` (a RoPE architecture has it set). With ``positions="rope"`` each row
+        reads ``head_dim`` and ``rope_base``.
     beta : float
         Query/key scale, > 0.
     depth : int
@@ -143,6 +171,9 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
             raise ValueError(f"{name} must be a scalar for the causal theory, got shape {value.shape}")
     depth = check_depth(depth)
     seq_len = check_seq_len(seq_len, allow_none=False)
+    if arch.seq_len is not None and arch.seq_len != seq_len:
+        raise ValueError(f"seq_len must equal arch.seq_len when the architecture sets it, got seq_len={seq_len}, "
+                         f"arch.seq_len={arch.seq_len}")
     positions = check_positions(positions, seq_len)
     beta = as_float_array("beta", beta, positive=True)
     if beta.ndim:
@@ -152,7 +183,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     table = causal_participation_table(seq_len, positions)
     # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
     block = _causal_block(arch, np.asarray(arch.effective_beta(beta), dtype=np.float64),
-                          positions.astype(np.float64), table)
+                          positions.astype(np.float64), table, _row_rope_correlation(arch, seq_len, positions))
     q = np.empty((positions.size, depth + 1))
     p = np.empty((positions.size, depth + 1))
     q[:, 0] = q0

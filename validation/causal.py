@@ -9,7 +9,12 @@
 and sets beside them :func:`remprop.theory.causal.propagate_causal` (position t: a REM
 with t keys at the score scale of T) averaged over the same positions, started from the
 measured input state. Position 1 (one key) has no REM; windows average the theory over
-their positions >= 2.
+their positions >= 2. With ``arch.positions == "rope"`` the stack rotates its queries and
+keys and the theory reads each row's rotary correlation ``cbar_t``.
+
+:func:`causal_row_measurement` measures the participation ratio of every row of one causal
+attention layer (rotated or not) on Gaussian tokens, beside the per-position REM
+(:func:`~remprop.theory.rem.causal_participation_ratio`, with and without RoPE).
 
 Reference: Giorlandino & Goldt, arXiv 2505.24333, Fig. 12 (docs/theory.md section 8).
 """
@@ -24,14 +29,18 @@ import torch
 from remprop.theory import Architecture
 from remprop.theory.checks import check_choice, check_seeds
 from remprop.theory.causal import propagate_causal
+from remprop.theory.rem import ROPE_BASE, causal_participation_table
+from remprop.theory.rem.causal import causal_rope_correlation
 
-from .backend import check_positive_int, resolve_device, resolve_dtype
+from .backend import STREAM_WEIGHTS, check_positive_int, generator, resolve_device, resolve_dtype
 from .comparison import OBSERVABLES
-from .inputs import INPUT_KINDS, input_batches
+from .inputs import INPUT_KINDS, gaussian_tokens, input_batches
+from .layers import draw_attention_weights, softmax_attention
 from .measurements import last_tokens_statistics, token_statistics, window_statistics
+from .rope import rotary
 from .simulator import SimulatedStack
 
-__all__ = ["CausalComparison", "causal_comparison"]
+__all__ = ["CausalComparison", "causal_comparison", "causal_row_measurement"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,9 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
     Parameters
     ----------
     arch : Architecture, optional
-        Default BERT defaults; ``attention="softmax"``.
+        Default BERT defaults; ``attention="softmax"``; ``arch.seq_len`` None or ``seq_len``.
+        With ``positions="rope"`` the stack rotates queries and keys (``head_dim = width / heads``)
+        and the theory reads each row's rotary correlation (docs/theory.md section 8).
     beta, depth, seq_len, width, seeds, sequences, inputs, q0, rho0, d_ff, dtype, device
         As :func:`~remprop.validation.comparison.compare` (``causal=True``).
     last : int
@@ -149,6 +160,9 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
     window = check_positive_int("window", window, 2)
     if last > seq_len - 1 or window > seq_len:
         raise ValueError(f"last must be <= seq_len - 1 and window <= seq_len, got last={last}, window={window}")
+    if arch.seq_len is not None and arch.seq_len != seq_len:   # before simulating (propagate_causal's rule)
+        raise ValueError(f"seq_len must equal arch.seq_len when the architecture sets it, got seq_len={seq_len}, "
+                         f"arch.seq_len={arch.seq_len}")
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     starts = np.arange(0, seq_len - window + 1, window)
     windows = np.stack([starts, starts + window], axis=1)
@@ -193,3 +207,83 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
                 "observable": observable, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
     return CausalComparison(settings, windows, np.concatenate(last_rows), np.concatenate(window_rows),
                             theory_last, theory_windows, np.asarray(encoder), elapsed)
+
+
+def causal_row_measurement(beta, *, seq_len=256, width=128, heads=1, rope=True, base=ROPE_BASE, q0=1.0, rho0=0.5,
+                           seeds=4, dtype="float32", device=None) -> dict:
+    r"""Measured and predicted participation ratio of every row of one causal attention layer.
+
+    Seed s draws Gaussian tokens with the order parameters ``(q0, q0 rho0)`` from stream
+    ``(s, tokens, 0)`` (:func:`~remprop.validation.inputs.gaussian_tokens`) and the weights
+    from ``(s, weights, 0)`` (``s_qk^2 = beta sqrt(log T) / d``, each head at ``beta``), rotates
+    the queries and keys when ``rope`` (:func:`~remprop.validation.rope.rotary`,
+    ``d_H = width / heads``) and measures ``Y2(t) = sum_m a_tm^2`` of each row, averaged over
+    heads. The theory of row t >= 2 (docs/theory.md section 8) at the measured input ``(q, p)``:
+
+    .. math:: Y_2(t) = Y_2^{\rm exact}\Big(\beta\sqrt{q (q - p\,\bar c_t)}\sqrt{\log T/\log t};\ t\Big)
+
+    with ``cbar_t`` of :func:`~remprop.theory.rem.causal.causal_rope_correlation` (``y2_theory``;
+    1 without rotation) and with ``cbar_t = 1`` (``y2_unrotated``: the causal REM without
+    positions). Row 1 has one key: ``Y2 = 1`` exactly, on both sides.
+
+    Parameters
+    ----------
+    beta : float
+        Query/key scale, > 0.
+    seq_len, width, heads : int
+        T >= 3, d and H (``d_H = d / H``, even with ``rope``).
+    rope : bool
+        Rotate queries and keys (default) or not.
+    base : float
+        RoPE base.
+    q0, rho0 : float
+        Token order parameters.
+    seeds : int or sequence of int
+    dtype, device
+        As :class:`~remprop.validation.simulator.SimulatedStack`.
+
+    Returns
+    -------
+    dict of str -> ndarray
+        ``positions`` (1..T), ``y2`` (seeds, T) measured, ``q``, ``p`` (seeds,) measured input,
+        ``y2_theory`` and ``y2_unrotated`` (T,) at the seed-mean input, ``rope_correlation`` (T,)
+        (``cbar_t``; 1 at t = 1 by convention).
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 12; Su et al., arXiv 2104.09864.
+    """
+    if not isinstance(rope, (bool, np.bool_)):
+        raise ValueError(f"rope must be True or False, got {rope!r}")
+    seq_len = check_positive_int("seq_len", seq_len, 3)
+    width, heads = check_positive_int("width", width, 2), check_positive_int("heads", heads)
+    if width % heads:
+        raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
+    head_dim = width // heads
+    torch_dtype, device = resolve_dtype(dtype), resolve_device(device)
+    rotate = rotary(seq_len, head_dim, base, dtype=torch_dtype, device=device) if rope else None
+    rows = {key: [] for key in ("y2", "q", "p")}
+    for seed in check_seeds(seeds):
+        x = gaussian_tokens(q0, rho0, seq_len=seq_len, width=width, seed=seed, dtype=dtype, device=device).tokens
+        weights = draw_attention_weights(generator(seed, STREAM_WEIGHTS, 0, device), width, beta, seq_len,
+                                         0.0, 0.0, dtype=torch_dtype, device=device)
+        _, probs = softmax_attention(x, weights, heads=heads, causal=True, rotate=rotate)
+        rows["y2"].append((probs * probs).sum(dim=-1, dtype=torch.float64).mean(dim=1)[0].cpu().numpy())
+        stats = token_statistics(x)
+        rows["q"].append(float(stats["q"][0]))
+        rows["p"].append(float(stats["p"][0]))
+    result = {key: np.array(values) for key, values in rows.items()}
+    q, p = float(result["q"].mean()), float(result["p"].mean())
+    positions = np.arange(2, seq_len + 1)
+    cbar = (np.asarray(causal_rope_correlation(positions, seq_len, head_dim, base)) if rope
+            else np.ones(positions.size))
+    table = causal_participation_table(seq_len, positions)
+
+    def theory(correlation):
+        x = beta * np.sqrt(np.maximum(q * (q - p * correlation), 0.0))
+        return np.concatenate([[1.0], table(positions, x)])   # row 1: one key, Y2 = 1
+
+    result.update(positions=np.arange(1, seq_len + 1), y2_theory=theory(cbar),
+                  y2_unrotated=theory(np.ones(positions.size)),
+                  rope_correlation=np.concatenate([[1.0], cbar]))
+    return result

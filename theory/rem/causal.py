@@ -13,6 +13,19 @@ The table of causal rows is therefore made of the ordinary finite-T tables
 x) at a few position nodes, with a cubic spline of ``logit Y2`` in ``log t`` between
 them. Position 1 has no REM (one key): positions must be >= 2.
 
+Rotary positions (docs/theory.md section 8). With RoPE the part ``p`` of the scores shared
+by the keys becomes a field with correlation ``c(m - l)`` over the keys
+(:mod:`~remprop.theory.rem.rope`); the query position drops out, so row t is the REM with
+RoPE of its own t keys: ``p`` is replaced by ``p cbar_t`` in its scale, with the mean
+pair correlation of t consecutive keys (:func:`causal_rope_correlation`),
+
+.. math:: \bar c_t = \frac{2}{t (t - 1)}\sum_{k=1}^{t-1} (t - k)\, c(k) ,
+
+:func:`~remprop.theory.rem.rope_mean_correlation` at t: a triangular average of ``c``
+over the distances (not the plain average over ``k = 0..t-1``: a distance k occurs
+between t - k pairs of keys). ``Y2`` of the row is then exact to second order in the
+energies and is the REM itself at ``p = 0``, as for the encoder's rows (section 15).
+
 References
 ----------
 A. Giorlandino & S. Goldt, arXiv 2505.24333 (Fig. 12: causal model, last 50 tokens);
@@ -26,12 +39,14 @@ import math
 import numpy as np
 from scipy.interpolate import CubicSpline
 
-from ..checks import as_float_array
+from ..checks import as_float_array, check_overlap
 from .checks import check_positions, check_seq_len
 from .finite_t import participation_moment
+from .rope import ROPE_BASE, rope_mean_correlation
 from .table import TABLE_X_MAX, participation_table
 
-__all__ = ["causal_participation_ratio", "CausalParticipationTable", "causal_participation_table"]
+__all__ = ["causal_participation_ratio", "causal_rope_correlation", "CausalParticipationTable",
+           "causal_participation_table"]
 
 #: Position nodes of a table: geometric in t, at most this far apart in log t, at least 4
 #: (a cubic), at most 20; every position when there are no more of them.
@@ -45,12 +60,60 @@ def _key_scale(seq_len, t):
     return math.sqrt(math.log(seq_len) / math.log(t))
 
 
-def causal_participation_ratio(beta, q, p, position, seq_len, order=2):
+def causal_rope_correlation(positions, seq_len, head_dim=64, base=ROPE_BASE):
+    r"""Mean rotary correlation ``cbar_t`` of the keys of each causal row t.
+
+    Row t sees the keys ``1..t``; the shared part of its scores has the correlation
+    ``c(m - l)`` (:func:`~remprop.theory.rem.rope_correlation`) and its REM the overlap
+    ``p cbar_t`` (docs/theory.md section 8), with the mean over the ordered pairs of its keys
+
+    .. math:: \bar c_t = \frac{1}{t (t - 1)}\sum_{m \ne l \le t} c(m - l)
+              = \frac{2}{t (t - 1)}\sum_{k=1}^{t-1} (t - k)\, c(k),
+
+    which is :func:`~remprop.theory.rem.rope_mean_correlation` at t (the one formula,
+    Fejer's kernel). It does not depend on T: ``seq_len`` only bounds the positions.
+
+    Parameters
+    ----------
+    positions : array_like of int
+        t in [2, T] (1-based).
+    seq_len : int
+        The model's T.
+    head_dim : int
+        ``d_H``, even.
+    base : float
+        RoPE base, > 1 (``inf`` allowed).
+
+    Returns
+    -------
+    ndarray or float
+        Shape of ``positions``; ``cbar_T`` of :func:`~remprop.theory.rem.rope_mean_correlation`
+        at ``t = T``.
+
+    References
+    ----------
+    docs/theory.md sections 8 and 15; Su et al., arXiv 2104.09864.
+
+    Examples
+    --------
+    >>> round(causal_rope_correlation(512, 512, 128), 3)
+    0.414
+    """
+    seq_len = check_seq_len(seq_len, allow_none=False)
+    shape = np.shape(positions)
+    t = check_positions(positions, seq_len).ravel()
+    unique, inverse = np.unique(t, return_inverse=True)
+    values = np.array([rope_mean_correlation(int(u), head_dim, base) for u in unique])[inverse]
+    return values.reshape(shape) if shape else float(values[0])
+
+
+def causal_participation_ratio(beta, q, p, position, seq_len, order=2, *, rope_head_dim=None, rope_base=ROPE_BASE):
     r"""Exact ``Y_k`` of the attention row of the token at ``position`` in a causal layer.
 
-    .. math:: Y_k(t) = Y_k^{\rm exact}\big(\beta \sqrt{\log T / \log t},\ q,\ p;\ t\big)
+    .. math:: Y_k(t) = Y_k^{\rm exact}\big(\beta \sqrt{\log T / \log t},\ q,\ p\,\bar c_t;\ t\big)
 
-    (t states, energy variance ``beta^2 q (q - p) log T``).
+    (t states, energy variance ``beta^2 q (q - p cbar_t) log T``; ``cbar_t = 1`` without
+    rotary positions, :func:`causal_rope_correlation` with them).
 
     Parameters
     ----------
@@ -62,6 +125,10 @@ def causal_participation_ratio(beta, q, p, position, seq_len, order=2):
         The model's sequence length T (sets the score scale).
     order : int
         k >= 1.
+    rope_head_dim : int or None
+        Head width ``d_H`` of rotary positions (even); None (default): no rotation.
+    rope_base : float
+        RoPE base (read only with ``rope_head_dim``).
 
     Returns
     -------
@@ -74,6 +141,14 @@ def causal_participation_ratio(beta, q, p, position, seq_len, order=2):
     seq_len = check_seq_len(seq_len, allow_none=False)
     (t,) = check_positions([position], seq_len)
     beta = as_float_array("beta", beta, nonnegative=True)
+    if rope_head_dim is not None:
+        q, p = check_overlap(q, p)
+        try:
+            cbar = causal_rope_correlation(int(t), seq_len, rope_head_dim, rope_base)
+        except ValueError as err:   # the rules of rope.py, reported with this function's names
+            raise ValueError(str(err).replace("head_dim", "rope_head_dim", 1).replace("base must", "rope_base must", 1)
+                             ) from None
+        p = p * cbar
     return participation_moment(beta * _key_scale(seq_len, t), q, p, int(t), order=order)
 
 
