@@ -53,6 +53,7 @@ from .gradients import (
     scaled_query_gradient_norm,
 )
 from .causal import last_tokens_cosine, propagate_causal
+from .gram_state import GramTrajectory, propagate_gram, simplex_distance
 from .models.hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
@@ -74,4 +75,5 @@ __all__ = [
     "attention_bulk_radius", "stochastic_bulk_radius",
     "rope_softmax_attention_map",
     "qk_norm_beta",
+    "GramTrajectory", "propagate_gram", "simplex_distance",
 ]

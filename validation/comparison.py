@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture, RunSettings, Trajectory, participation_ratio, propagate
+from remprop.theory.gram_state import gram_support_problem, propagate_gram
 from remprop.theory.checks import as_float_array, check_choice, check_seeds, simplex_cosine_floor
 from remprop.theory.rem.checks import check_seq_len
+from remprop.theory.rem.finite_width import attention_mean_cosine, finite_width_attention_map
 
 from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
@@ -27,26 +29,39 @@ from .measurements import attention_statistics, token_statistics
 from .registry import pair_for
 from .simulator import SimulatedStack, StackTrace
 
-__all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "MEASURED_ROUNDING_EPS", "compare", "attention_sweep",
-           "theory_participation", "measured_cosine_on_floor"]
+__all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "THEORIES", "MEASURED_ROUNDING_EPS", "compare", "attention_sweep",
+           "theory_participation", "measured_cosine_on_floor", "measured_input_theory"]
 
 #: Measured cosines the theory's rho may be compared with.
 OBSERVABLES = ("cosine", "rho")
 
+#: Theories :func:`compare` can set beside the measurements: the mean-cosine maps, the
+#: Gram-matrix state of each input sequence (docs/theory.md section 17), or "auto"
+#: (the Gram state for text inputs, the mean-cosine maps otherwise).
+THEORIES = ("mean", "gram", "auto")
+
 
 def theory_participation(arch: Architecture, beta, trajectory: Trajectory) -> np.ndarray:
-    r"""Asymptotic Y2 of each layer's attention along a theory trajectory.
+    r"""Y2 of each layer's attention along a theory trajectory, as the theory's blocks use it.
 
     The attention of block l sees :meth:`~remprop.theory.Architecture.attention_input` of the block input
-    (its LayerNorm for pre-LN); each head runs at the effective beta, and
-    ``Y2 = max(0, 1 - beta_c(q, p) / beta_eff)`` there.
+    (its LayerNorm for pre-LN); each head runs at the effective beta, and its REM reads the
+    overlap ``p cbar_T`` (:attr:`~remprop.theory.Architecture.mean_rope_correlation`: the rotary
+    correlation with ``positions="rope"``, 1 otherwise):
+
+    .. math:: Y_2 = \max\Big(0,\ 1 - \frac{\beta_c}{\beta_{\rm eff}}\Big),\qquad
+              \beta_c = \sqrt{\frac{2}{q\,(q - p\,\bar c_T)}}
+
+    with ``arch.seq_len`` None, the exact finite-T ``Y2`` at ``T = arch.seq_len``
+    (:func:`~remprop.theory.participation_ratio`) otherwise (docs/theory.md sections 3.3 and 15).
 
     Returns
     -------
     ndarray, shape (..., depth)
     """
     q, p = arch.attention_input(trajectory.q[..., :-1], trajectory.p[..., :-1])
-    return np.asarray(participation_ratio(arch.effective_beta(beta), q, np.minimum(p, q)))
+    p_rem = np.minimum(p, q) * arch.mean_rope_correlation
+    return np.asarray(participation_ratio(arch.effective_beta(beta), q, p_rem, arch.seq_len))
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,8 @@ class Comparison:
     theory : remprop.theory.Trajectory
         The theory started from the mean measured input ``(q0, rho0)``.
     theory_y2 : ndarray, shape (depth,)
-        Asymptotic participation ratio of each layer's attention.
+        Participation ratio of each layer's attention (:func:`theory_participation`: finite T and RoPE as
+        the architecture's blocks).
     observable : {"cosine", "rho"}
         Measured quantity compared with the theory's ``rho`` (mean pairwise cosine,
         or the Gram-matrix ratio p/q).
@@ -188,8 +204,40 @@ def measured_cosine_on_floor(cosine, seq_len, dtype):
     return (floor if floor - tolerance <= cosine < floor else cosine), tolerance
 
 
+def measured_input_theory(arch: Architecture, beta, depth, q0, rho0, dtype):
+    """The theory's trajectory started from a measured mean input state ``(q0, rho0)``.
+
+    :func:`remprop.theory.propagate` at the model's ``beta`` (the heads' effective beta
+    is applied there) from ``q0`` and the measured ``rho0 = p/q`` put on the theory's
+    floor when it lies below by rounding only (:func:`measured_cosine_on_floor`, at
+    ``arch.seq_len``; ``dtype`` is the simulation's precision).
+
+    Returns
+    -------
+    (RunSettings, remprop.theory.Trajectory, float)
+        The run (with the clipped ``rho0``), its trajectory and the clipping tolerance.
+
+    Raises
+    ------
+    ValueError
+        The measured state cannot start the theory (the message names the measured
+        quantities, not an option).
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d, e); docs/theory.md section 2.
+    """
+    rho_in, tolerance = measured_cosine_on_floor(rho0, arch.seq_len, resolve_dtype(dtype))
+    try:
+        run = RunSettings(arch, beta, depth, q0, rho_in)
+    except ValueError as err:  # about measured quantities: name them, not an option never passed
+        raise ValueError(f"the measured input state (q0 = {q0!r}, rho0 = {rho0!r}) cannot start "
+                         f"the theory: {err}") from None
+    return run, propagate(run.arch, run.beta, run.depth, q0=run.q0, rho0=run.rho0), tolerance
+
+
 def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, width=720, seeds=2, sequences=2, *,
-            inputs="text", q0=1.0, rho0=0.0, d_ff=None, causal=False, dtype="float32", device=None, batch_size=None, observable="cosine", progress=None) -> Comparison:
+            inputs="text", q0=1.0, rho0=0.0, d_ff=None, causal=False, dtype="float32", device=None, batch_size=None, observable="cosine", progress=None, theory="auto", gram_draws=8) -> Comparison:
     """Simulate ``seeds x sequences`` sequences through the stack and compare with the theory.
 
     Parameters
@@ -218,6 +266,20 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         Measured quantity set against the theory's rho.
     progress : callable, optional
         Called with the number of sequences finished after each batch.
+    theory : {"auto", "mean", "gram"}
+        "mean": :func:`~remprop.theory.propagate` from the mean measured input state.
+        "gram": one :func:`~remprop.theory.gram_state.propagate_gram` per input sequence,
+        started from its measured Gram matrix ``x x^T / d`` (float64), at finite
+        ``T = seq_len``; ``Comparison.theory`` then holds the mean over sequences of their
+        ``q``, ``p = rho q`` and of the ``observable`` (mean pair cosine, or ``p / q``) as its
+        ``rho``, and the settings record
+        ``theory_cosine_se`` (Monte Carlo standard error of that mean) and the mean
+        ``simplex_distance`` of the inputs (docs/theory.md section 17). "auto" (default):
+        "gram" for text inputs of an encoder (``causal=False``) whose architecture the
+        Gram state supports (:func:`~remprop.theory.gram_state.gram_support_problem`),
+        "mean" otherwise.
+    gram_draws : int
+        Monte Carlo draws per attention layer of the Gram state.
 
     Returns
     -------
@@ -226,9 +288,12 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     Notes
     -----
     The theory starts from the mean measured input state (q0 and rho0 of the embedded
-    text; for synthetic tokens they equal the prescribed values exactly), and uses the
-    asymptotic (T -> infinity) participation ratio. With ``causal=True`` the theory is
-    still the encoder's, which only late tokens follow (``docs/theory.md`` section 8).
+    text; for synthetic tokens they equal the prescribed values exactly), with the
+    architecture's attention maps (finite T where ``arch.seq_len`` is set). With
+    ``theory="gram"`` (the default for text) each sequence's measured input Gram matrix
+    starts :func:`remprop.theory.propagate_gram` instead (docs/theory.md section 17). With
+    ``causal=True`` the theory is still the encoder's, which only late tokens follow
+    (``docs/theory.md`` section 8).
 
     References
     ----------
@@ -237,6 +302,12 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     arch = Architecture() if arch is None else arch
     check_choice("inputs", inputs, INPUT_KINDS)
     check_choice("observable", observable, OBSERVABLES)
+    check_choice("theory", theory, THEORIES)
+    if theory == "auto":
+        theory = "gram" if inputs == "text" and not causal and gram_support_problem(arch) is None else "mean"
+    elif theory == "gram" and gram_support_problem(arch) is not None:
+        raise ValueError(f"theory='gram': {gram_support_problem(arch)}")
+    gram_draws = check_positive_int("gram_draws", gram_draws)
     seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)
     batch_size = min(sequences, 16) if batch_size is None else check_positive_int("batch_size", batch_size)
@@ -245,12 +316,15 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
                              causal=causal, dtype=dtype, device=device, seed=s)
               for s in seed_list]
     start = time.perf_counter()
-    traces = []
+    traces, grams = [], []
     for stack in stacks:
         for batch in input_batches(inputs, seed=stack.seed, sequences=sequences, batch_size=batch_size,
                                    seq_len=stack.seq_len, width=stack.width, q0=q0, rho0=rho0,
                                    dtype=dtype, device=device):
             traces.append(stack.trace(batch.tokens, batch.mask))
+            if theory == "gram":
+                x = batch.tokens.to(torch.float64)
+                grams.extend((x @ x.transpose(1, 2) / stack.width).cpu().numpy())
             if progress is not None:
                 progress(len(batch))
     if device.type == "cuda":
@@ -259,22 +333,45 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     trace = StackTrace.concatenate(traces)
     stack = stacks[0]
     q_in, rho_measured = float(trace.q[:, 0].mean()), float(trace.rho[:, 0].mean())
-    rho_in, tolerance = measured_cosine_on_floor(rho_measured, arch.seq_len, dtype)
     # the theory's run from the measured input state; the model's beta (propagate applies the
     # heads' effective beta: one rule, in Architecture)
-    try:
-        run = RunSettings(arch, stack.beta, stack.depth, q_in, rho_in)
-    except ValueError as err:  # about measured quantities: name them, not an option never passed
-        raise ValueError(f"the measured input state (q0 = {q_in!r}, rho0 = {rho_measured!r}) cannot start "
-                         f"the theory: {err}") from None
-    theory = propagate(run.arch, run.beta, run.depth, q0=run.q0, rho0=run.rho0)
+    run, mean_theory, tolerance = measured_input_theory(arch, stack.beta, stack.depth, q_in, rho_measured, dtype)
+    rho_in = run.rho0
+    theory_kind = theory
+    if theory_kind == "gram":
+        theory, gram_settings = _gram_theory(arch, stack, grams, gram_draws, observable)
+    else:
+        theory, gram_settings = mean_theory, {}
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": stack.seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "causal": stack.causal,
                 "seeds": seed_list, "sequences": sequences, "inputs": inputs,
                 "q0": q_in, "rho0": rho_in, "rho0_measured": rho_measured, "rho0_clip_tolerance": tolerance,
-                "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+                "dtype": str(dtype).replace("torch.", ""), "device": str(device), "theory": theory_kind,
+                **gram_settings}
     return Comparison(settings, trace, theory, theory_participation(arch, stack.beta, theory),
                       observable, elapsed)
+
+
+def _gram_theory(arch, stack, grams, draws, observable):
+    """The Gram-matrix theory of :func:`compare`: one trajectory per input sequence, averaged.
+
+    Returns a :class:`~remprop.theory.Trajectory` (mean ``q``, mean ``p = rho q``, and as its
+    ``rho`` the mean over sequences of the observable: the mean pair cosine, or ``p / q``)
+    and the settings it adds.
+    """
+    if arch.seq_len is not None and arch.seq_len != stack.seq_len:
+        raise ValueError(f"theory='gram' runs at the simulated T = {stack.seq_len}: arch.seq_len must be None "
+                         f"or {stack.seq_len}, got {arch.seq_len}")
+    runs = [propagate_gram(arch, stack.beta, g, stack.depth, draws=draws, seed=k, keep_layers=())
+            for k, g in enumerate(grams)]
+    q = np.mean([r.q for r in runs], axis=0)
+    p = np.mean([r.p for r in runs], axis=0)
+    cosine = np.mean([r.mean_cosine if observable == "cosine" else r.rho for r in runs], axis=0)
+    se = np.sqrt(np.sum([r.mean_cosine_se ** 2 for r in runs], axis=0)) / len(runs)
+    beta_c = np.asarray(arch.block_critical_beta(q[:-1], p[:-1]))
+    settings = {"gram_draws": draws, "theory_cosine_se": se.tolist(),
+                "simplex_distance": float(np.mean([r.settings["simplex_distance"] for r in runs]))}
+    return Trajectory(q, p, beta_c, cosine=cosine), settings
 
 
 @dataclass(frozen=True)
@@ -284,7 +381,13 @@ class AttentionSweep:
     Arrays have shape ``(len(input_cosines), len(betas))``; ``measured`` and ``spread``
     map ``cosine``, ``rho``, ``q``, ``y2``, ``entropy`` to the mean and the standard
     deviation over ``seeds x sequences``; ``theory`` maps ``cosine`` (the theory's
-    ``p_A / q_A``), ``q`` and ``y2`` (asymptotic) to predictions.
+    ``p_A / q_A``), ``q`` and ``y2`` (asymptotic) to predictions. With
+    ``settings["finite_width"]`` (softmax attention, absolute positions, no QK-norm) it also holds the theory at the
+    simulated T and d (docs/theory.md section 18): ``rho_finite_width`` (``p_A / q_A`` of
+    :func:`~remprop.theory.rem.finite_width.finite_width_attention_map`, to compare with the
+    measured ``rho``), ``q_finite_width`` and ``cosine_finite_width`` (the expected mean
+    pairwise cosine, :func:`~remprop.theory.rem.finite_width.attention_mean_cosine`, to
+    compare with the measured ``cosine``).
     """
 
     settings: dict
@@ -296,8 +399,11 @@ class AttentionSweep:
     elapsed: float = 0.0
 
     def theory_curve(self, quantity: str, betas) -> np.ndarray:
-        """Theory of ``quantity`` ("cosine", "q" or "y2") at any ``betas``: shape (input cosines, betas)."""
-        return _attention_theory(self.settings, self.input_cosines, betas)[quantity]
+        """Theory of ``quantity`` ("cosine", "q", "y2", or with ``settings["finite_width"]``
+        "rho_finite_width", "q_finite_width", "cosine_finite_width") at any ``betas``: shape
+        (input cosines, betas)."""
+        finite_width = quantity.endswith("_finite_width")
+        return _attention_theory(self.settings, self.input_cosines, betas, finite_width=finite_width)[quantity]
 
     def to_dict(self) -> dict:
         as_lists = lambda d: {k: np.asarray(v).tolist() for k, v in d.items()}  # noqa: E731
@@ -307,7 +413,9 @@ class AttentionSweep:
                 "elapsed_s": self.elapsed}
 
 
-def _attention_theory(settings, cosines, betas):
+def _attention_theory(settings, cosines, betas, finite_width=None):
+    """Theory of an :class:`AttentionSweep`; ``finite_width`` (default: the sweep's setting) adds
+    the finite-T-and-width entries (softmax attention only)."""
     arch = Architecture(**settings["arch"])
     entry = pair_for(arch.attention_map(1.0))  # the registry entry of this attention component
     q0 = settings["q0"]
@@ -317,13 +425,23 @@ def _attention_theory(settings, cosines, betas):
                             qk_scaling=arch.qk_scaling)
     with np.errstate(invalid="ignore"):  # 0/0 where Y2 = 0 and there is no value bias
         cosine = np.asarray(p_a / q_a)
-    return {"cosine": cosine, "q": np.asarray(q_a),
-            "y2": np.asarray(participation_ratio(arch.effective_beta(betas), q0, p0)) + 0.0 * p0}
+    out = {"cosine": cosine, "q": np.asarray(q_a),
+           "y2": np.asarray(participation_ratio(arch.effective_beta(betas), q0, p0)) + 0.0 * p0}
+    if finite_width is None:
+        finite_width = settings.get("finite_width", False)
+    if finite_width and arch.attention == "softmax" and arch.positions == "absolute" and not arch.qk_norm:
+        sizes = dict(width=settings["width"], seq_len=settings["seq_len"], heads=arch.heads)
+        beta_eff = arch.effective_beta(betas)
+        q_w, p_w = finite_width_attention_map(q0, p0, beta_eff, arch.sigma_v2, arch.sigma_b2, **sizes)
+        out.update(q_finite_width=np.asarray(q_w), rho_finite_width=np.asarray(p_w / q_w),
+                   cosine_finite_width=np.asarray(attention_mean_cosine(q0, p0, beta_eff, arch.sigma_v2,
+                                                                        arch.sigma_b2, **sizes)))
+    return out
 
 
 def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = None, q0=1.0, width=720,
                     seq_len=512, seeds=2, sequences=2, dtype="float32", device=None,
-                    progress=None) -> AttentionSweep:
+                    progress=None, finite_width=False) -> AttentionSweep:
     """Measure one attention layer (no skip, no LayerNorm) against its theory map.
 
     For every seed, input cosine and beta, ``sequences`` synthetic sequences
@@ -342,6 +460,10 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
         Supplies ``attention``, ``sigma_v2``, ``sigma_b2``, ``heads`` and ``qk_scaling``.
     q0, width, seq_len, seeds, sequences, dtype, device, progress
         As :func:`compare` (``progress`` is called once per sequence batch).
+    finite_width : bool
+        Also set the theory at the simulated T and d beside the measurements (softmax
+        attention; :class:`AttentionSweep`, docs/theory.md section 18); recorded in
+        ``settings["finite_width"]``.
 
     Returns
     -------
@@ -388,6 +510,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     elapsed = time.perf_counter() - start
     ddof = 1 if samples["q"].shape[-1] > 1 else 0
     settings = {"arch": arch.to_dict(), "q0": float(q0), "width": width, "seq_len": seq_len,
+                "finite_width": bool(finite_width),
                 "seeds": seed_list, "sequences": sequences, "dtype": str(dtype).replace("torch.", ""),
                 "device": str(device)}
     return AttentionSweep(settings, betas, cosines, _attention_theory(settings, cosines, betas),

@@ -318,6 +318,8 @@ def _attention_part(ctx, figure_id, name, draw, cosines, **settings):
     notes = {"max_abs_error_asymptotic": result.data["max_abs_error"]}
     if "max_abs_error_finite_t" in result.data:
         notes["max_abs_error_finite_t"] = result.data["max_abs_error_finite_t"]
+    if "max_abs_error_finite_width" in result.data:
+        notes["max_abs_error_finite_width"] = result.data["max_abs_error_finite_width"]
     return {"files": result.paths(ctx.out), "notes": notes}
 
 

@@ -22,6 +22,7 @@ simulated T (docs/theory.md section 3). Each function returns a :class:`FigureRe
 from __future__ import annotations
 
 import numpy as np
+from scipy.interpolate import CubicSpline
 
 from remprop.diagrams.comparison_figures import (
     finite_betas,
@@ -120,21 +121,27 @@ def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 
     ``sigma_v2`` and value bias ``sigma_b2`` of ``arch`` (default the paper's:
     ``sigma_v2 = 1``, no value bias) and no skip or LayerNorm. Theory:
     :math:`p_A / q_A` of :func:`remprop.theory.softmax_attention_map`, ``T -> infinity``
-    and (softmax attention) at the simulated T.
+    (solid) and, for softmax attention, the expected mean pairwise cosine at the simulated
+    T and d (dashed; :func:`remprop.theory.rem.finite_width.attention_mean_cosine`, the
+    quantity measured, docs/theory.md section 18), drawn through 60 betas by a cubic spline.
 
     Returns
     -------
     FigureResult
         ``data``: the sweep, ``max_abs_error`` (of the ``T -> infinity`` theory; per input
-        cosine in ``max_abs_error_per_input_cosine``), the finite-T theory and its error.
+        cosine in ``max_abs_error_per_input_cosine``), the finite-T map's ``p_A / q_A`` and its
+        error (``max_abs_error_finite_t``), the finite-T-and-width cosine and its error
+        (``max_abs_error_finite_width``), and both errors in standard errors of the measured
+        mean at each (input cosine, beta) (``gap_se_finite_t``, ``gap_se_finite_width``).
 
     References
     ----------
-    Giorlandino & Goldt, arXiv 2505.24333, Fig. 2; docs/theory.md section 3.
+    Giorlandino & Goldt, arXiv 2505.24333, Fig. 2; docs/theory.md sections 3 and 18.
     """
     arch = Architecture(sigma_v2=1.0, sigma_b2=0.0) if arch is None else arch
+    softmax = arch.attention == "softmax"
     sweep = attention_sweep(betas, input_cosines, arch=arch, width=width, seq_len=seq_len, seeds=seeds,
-                            sequences=sequences, device=device, dtype=dtype, progress=progress)
+                            sequences=sequences, device=device, dtype=dtype, progress=progress, finite_width=softmax)
     q0 = sweep.settings["q0"]
 
     def finite_cosine(at):
@@ -142,17 +149,31 @@ def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 
                                          arch.sigma_v2, arch.sigma_b2, seq_len=seq_len)
         return np.asarray(p_a / q_a)
 
-    softmax = arch.attention == "softmax"
     fine = finite_betas(sweep)
-    finite = finite_cosine(fine) if softmax else None
-    ax = plot_attention_sweep(sweep, "cosine", finite=finite, finite_label=f"theory, finite $T = {seq_len}$",
+    finite, label = (finite_cosine(fine), f"theory, finite $T = {seq_len}$") if softmax else (None, None)
+    with_width = "cosine_finite_width" in sweep.theory
+    if with_width:  # the mean cosine is sampled (ms per point): 60 betas, a cubic spline through them
+        nodes = np.linspace(fine[0], fine[-1], 60)
+        finite = CubicSpline(nodes, sweep.theory_curve("cosine_finite_width", nodes), axis=1)(fine)
+        label = f"theory, finite $T = {seq_len}$, $d = {width}$"
+    ax = plot_attention_sweep(sweep, "cosine", finite=finite, finite_label=label,
                               title=_sweep_title(sweep, arch, f"one {arch.attention} attention layer"))
     err = np.abs(sweep.theory["cosine"] - sweep.measured["cosine"])
     data = {"figure": "figure_2", **sweep.to_dict(), "max_abs_error": float(err.max()),
             "max_abs_error_per_input_cosine": err.max(axis=1).tolist(), "theory_cosine_finite_t": None}
+    se = sweep.spread["cosine"] / np.sqrt(len(sweep.settings["seeds"]) * sweep.settings["sequences"])
     if softmax:
-        data["theory_cosine_finite_t"] = {"betas": fine, "cosine": finite}
-        data["max_abs_error_finite_t"] = float(np.max(np.abs(finite_cosine(sweep.betas) - sweep.measured["cosine"])))
+        gap_t = finite_cosine(sweep.betas) - sweep.measured["cosine"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            data["gap_se_finite_t"] = (gap_t / se).tolist()
+        data["theory_cosine_finite_t"] = {"betas": fine, "cosine": finite_cosine(fine)}
+        data["max_abs_error_finite_t"] = float(np.max(np.abs(gap_t)))
+    if with_width:
+        gap_w = sweep.theory["cosine_finite_width"] - sweep.measured["cosine"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            data["gap_se_finite_width"] = (gap_w / se).tolist()
+        data["theory_cosine_finite_width"] = {"betas": fine, "cosine": finite}
+        data["max_abs_error_finite_width"] = float(np.max(np.abs(gap_w)))
     return FigureResult("figure_2", ax.figure, data)
 
 

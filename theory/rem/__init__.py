@@ -15,6 +15,7 @@ i.i.d. Gaussian energies of variance ``x^2 log T``, ``x = beta sqrt(q (q - p))``
 * :mod:`.heads` -- the effective beta of H heads;
 * :mod:`.rope` -- rotary position embeddings: the score covariance, Y2 and beta_c with RoPE;
 * :mod:`.qk_norm` -- QK-norm: the score moments and the effective beta of normalised queries and keys;
+* :mod:`.finite_width` -- one attention layer at finite width d (keys' geometry, mean of cosines);
 * :mod:`.spectrum` -- the eigenvalue bulk of the attention matrix;
 * :mod:`.checks` -- validators of seq_len, orders, positions.
 """
@@ -24,12 +25,14 @@ from .asymptotic import (
     critical_beta,
     critical_beta_core,
 )
-from .causal import CausalParticipationTable, causal_participation_ratio, causal_participation_table
+from .causal import (CausalParticipationTable, causal_participation_ratio, causal_participation_table,
+                     causal_rope_correlation)
 from .cross_overlap import CROSS_X_MAX, CrossOverlapTable, cross_overlap, cross_overlap_core, cross_overlap_table
 from .checks import check_heads, check_order, check_orders, check_positions, check_seq_len
 from .finite_t import participation_moment, participation_ratio, reduced_scale
 from .heads import QK_SCALINGS, effective_beta, head_participation_ratio, query_key_variance, score_variance
 from .pairs import pair_participation_moment, participation_square
+from .finite_width import attention_mean_cosine, finite_width_attention_map, gibbs_energy_square, query_norm_variance
 from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_score_moments
 from .rope import (ROPE_BASE, rope_correlation, rope_critical_beta, rope_frequencies, rope_mean_correlation,
                    rope_participation_ratio, rope_score_covariance)
@@ -42,7 +45,7 @@ __all__ = [
     "pair_participation_moment", "participation_square",
     "cross_overlap", "after_table", "cross_overlap_table", "CrossOverlapTable", "cross_overlap_core", "CROSS_X_MAX",
     "ParticipationTable", "participation_table", "table_lookup", "TABLE_TOLERANCE", "TABLE_X_MAX",
-    "causal_participation_ratio", "CausalParticipationTable", "causal_participation_table",
+    "causal_participation_ratio", "CausalParticipationTable", "causal_participation_table", "causal_rope_correlation",
     "QK_SCALINGS", "effective_beta", "head_participation_ratio", "query_key_variance", "score_variance",
     "check_seq_len", "check_order", "check_orders", "check_positions", "check_heads",
     "critical_beta_core", "asymptotic_participation_core",
@@ -50,4 +53,5 @@ __all__ = [
     "ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation", "rope_score_covariance",
     "rope_critical_beta", "rope_participation_ratio",
     "gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta",
+    "attention_mean_cosine", "finite_width_attention_map", "gibbs_energy_square", "query_norm_variance",
 ]

@@ -38,6 +38,7 @@ COMMAND_OPTION_OF = {
     "sweep": {"seq_len": "--sim-seq-len", "alpha_sa": "--alphas"},
     "validate": {"seq_len": "--sim-seq-len"},
     "check": {"seq_len": "--seq-len"},
+    "acceptance": {"seq_len": "--sim-seq-len", "theories": "--theory", "draws": "--draws", "store": "--store"},
 }
 
 

@@ -3,13 +3,15 @@
 * :mod:`.theory` -- ``diagram``, ``min-alpha``, ``propagate`` (the theory alone);
 * :mod:`.figures` -- ``figures`` (the paper's reference figures);
 * :mod:`.simulation` -- ``sweep``, ``validate`` (against simulated networks; validation extra);
-* :mod:`.check` -- ``check`` (a real model at its default initialisation).
+* :mod:`.check` -- ``check`` (a real model at its default initialisation);
+* :mod:`.acceptance` -- ``acceptance`` (the acceptance cases of issue 14; validation extra).
 
 Each ``add_*_parser(commands)`` adds one sub-parser whose ``handler`` default is the
 function that runs it: ``handler(args)`` returns the exit status.
 """
 from __future__ import annotations
 
+from .acceptance import add_acceptance_parser
 from .check import add_check_parser
 from .figures import add_figures_parser
 from .recipes import add_recipes_parser
@@ -32,6 +34,7 @@ PARSERS = {
     "recipes": add_recipes_parser,
     "trained-diagram": add_trained_diagram_parser,
     "train": add_train_parser,
+    "acceptance": add_acceptance_parser,
 }
 
 #: Sub-commands, in the order of ``remprop --help``.

@@ -1,0 +1,125 @@
+"""``remprop acceptance``: the acceptance cases of issue 14, measured and set against the theory.
+
+Needs the ``validation`` extra (torch); :mod:`remprop.validation.acceptance` is imported
+inside the run function, and a missing extra is reported as one line with status 2
+(:func:`~remprop.cli.errors.validation_extra`). The parser is built without torch.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..converters import count, seed_list
+from ..errors import CommandLineError, one_line, validation_extra
+from ..options import add_command
+from ..output import dumps, writable_directory
+
+__all__ = ["add_acceptance_parser", "run_acceptance_command"]
+
+#: Sizes of the issue's acceptance (d, T, seeds, sequences per seed).
+FULL_SIZES = {"width": 720, "seq_len": 512, "seeds": 4, "sequences": 2}
+#: Sizes of --quick (a smoke run of the machinery).
+QUICK_SIZES = {"width": 32, "seq_len": 16, "seeds": 2, "sequences": 2}
+
+
+def theory_list(text: str) -> tuple:
+    """Converter of ``--theory``: a comma list among mean, gram, or ``auto``."""
+    import argparse
+
+    names = tuple(part.strip() for part in str(text).split(",") if part.strip())
+    if names == ("auto",):
+        return names
+    if not names or len(set(names)) != len(names) or any(name not in ("mean", "gram") for name in names):
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a comma list of distinct 'mean', 'gram', got {text!r}")
+    return names
+
+
+def add_acceptance_parser(commands):
+    parser = add_command(commands, "acceptance", run_acceptance_command,
+                         help="the acceptance cases of issue 14 (text and Gaussian inputs, post/pre-LN): "
+                              "simulate, set against the theory, write the table (needs the validation extra)")
+    sizes = parser.add_argument_group("simulation (default: the issue's sizes; --quick: tiny ones)")
+    sizes.add_argument("--store", default="remprop-acceptance", metavar="DIR",
+                       help="folder of the measurements, created if needed; an existing one resumes "
+                            "(default: %(default)s)")
+    sizes.add_argument("--quick", action="store_true",
+                       help=f"tiny sizes for a smoke run: d={QUICK_SIZES['width']}, T={QUICK_SIZES['seq_len']}, "
+                            f"{QUICK_SIZES['seeds']} seeds x {QUICK_SIZES['sequences']} sequences")
+    sizes.add_argument("--width", type=count(2), default=None, metavar="D",
+                       help=f"model width d (default: {FULL_SIZES['width']})")
+    sizes.add_argument("--sim-seq-len", dest="seq_len", type=count(2), default=None, metavar="T",
+                       help=f"tokens per simulated sequence T; the theory runs at the same T "
+                            f"(default: {FULL_SIZES['seq_len']})")
+    sizes.add_argument("--seeds", type=seed_list, default=None, metavar="SEEDS",
+                       help=f"initialisations: a count N or a list 'a,b,c' (default: {FULL_SIZES['seeds']})")
+    sizes.add_argument("--sequences", type=count(1), default=None, metavar="N",
+                       help=f"input sequences per seed (default: {FULL_SIZES['sequences']})")
+    sizes.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                       help="simulation precision (default: %(default)s)")
+    sizes.add_argument("--device", default="auto", help="auto (CUDA where available), cpu or cuda[:n] (default: auto)")
+    sizes.add_argument("--threads", type=count(1), default=None, metavar="N",
+                       help="torch CPU threads while simulating (default: torch's)")
+    table = parser.add_argument_group("theory and table")
+    table.add_argument("--theory", type=theory_list, default=("auto",), metavar="NAMES",
+                       help="comma list of 'mean' (propagate from the mean input state) and 'gram' (the Gram "
+                            "state of each sequence); auto: both where the Gram theory exists (default: auto)")
+    table.add_argument("--draws", type=count(1), default=8, metavar="N",
+                       help="Monte Carlo draws per attention layer of the Gram theory (default: %(default)s)")
+    table.add_argument("--workers", type=count(0), default=None, metavar="N",
+                       help="processes computing the theory (default: one per core; 0: this process)")
+    table.add_argument("--measure-only", action="store_true", help="measure the cases, skip the theory and table")
+    table.add_argument("--markdown", default=None, metavar="FILE",
+                       help="write the table in Markdown to FILE (default: STORE/acceptance.md)")
+    table.add_argument("--json", action="store_true", help="print the table as JSON instead of Markdown")
+
+
+def _sizes(args) -> dict:
+    base = QUICK_SIZES if args.quick else FULL_SIZES
+    chosen = {name: getattr(args, name) for name in base}
+    return {name: base[name] if value is None else value for name, value in chosen.items()}
+
+
+def run_acceptance_command(args) -> int:
+    """Measure the acceptance cases of issue 14 and set them against the theory.
+
+    Cases: embedded pydoc text and Gaussian tokens, post-LN and pre-LN, alpha_SA in {1, 1.3},
+    beta in {0.5, 1, 1.4} reported at depths 12, 30, 60 (one 60-layer simulation: the weights
+    of layer l do not depend on the depth) and beta 3 at depth 12; d = 720, T = 512, 4 seeds x
+    2 sequences. Each case is simulated (on CUDA where available) and written to
+    STORE/cells/ as it finishes, so an interrupted run resumes and two runs on one folder share
+    the cases. The theory curves ('mean': propagate from the measured mean input state at the
+    simulated T; 'gram': the Gram state of each sequence, averaged) are computed on the CPU
+    cores and cached under STORE/theory/. The table -- per case and depth: the largest
+    absolute error of the theory's mean cosine over layers 1..L, its layer, 2 standard errors
+    of the measured mean there, and pass (the error is at most max(0.02, 2 s.e.) at every
+    layer) -- is written to --markdown (default STORE/acceptance.md) and printed.
+    """
+    sizes = _sizes(args)
+    directory = writable_directory(args.store, option="--store")
+    markdown = Path(args.markdown) if args.markdown is not None else directory / "acceptance.md"
+    if args.markdown is not None:
+        writable_directory(markdown.parent if str(markdown.parent) else ".", option="--markdown")
+    with validation_extra():
+        from remprop.validation import acceptance as acc
+        from remprop.validation import acceptance_table as tables
+
+    theories = tables.available_theories() if args.theory == ("auto",) else args.theory
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        acc.open_store(directory, **sizes, dtype=args.dtype)
+    except ValueError as err:  # another size's folder: name the option, not the library's "out"
+        message = one_line(err)
+        raise CommandLineError(f"--store: {message.split(': ', 1)[1] if message.startswith('out: ') else message}")
+    report = acc.run_acceptance(directory, **sizes, dtype=args.dtype,
+                                device=None if args.device == "auto" else args.device,
+                                threads=args.threads, progress=say)
+    say(f"measurements: {report.cells_computed} computed, {report.cells_reused} on disk, {report.elapsed_s:.1f} s")
+    if args.measure_only:
+        return 0
+    table = tables.acceptance_table(directory, theories, draws=args.draws, workers=args.workers, progress=say)
+    text = tables.acceptance_markdown(table)
+    markdown.write_text(text, encoding="utf-8")
+    say(f"wrote {markdown}")
+    print(dumps({"table": table, "markdown": str(markdown), "sizes": sizes, "theories": list(theories)})
+          if args.json else text, end="" if not args.json else "\n")
+    return 0
