@@ -53,7 +53,8 @@ def plot_pair_cosines(theory, measured, repeated, *, bins=40, axes=None, title=N
     repeated : array_like of bool
         True for repeated-word pairs (:func:`repeated_pair_mask`), same length.
     bins : int
-        Histogram bins over [-1, 1] (density).
+        Histogram bins per layer (density), over the range of that layer's cosines (theory and
+        simulation together, widened by 5 % on each side and clipped to [-1, 1]).
     axes : sequence of matplotlib.axes.Axes, optional
         One per layer; a new Figure's row of axes when None.
     title : str, optional
@@ -86,11 +87,13 @@ def plot_pair_cosines(theory, measured, repeated, *, bins=40, axes=None, title=N
     axes = list(axes)
     if len(axes) != len(layers):
         raise ValueError(f"axes must have one Axes per layer ({len(layers)}), got {len(axes)}")
-    edges = np.linspace(-1.0, 1.0, int(bins) + 1)
     colours = dict(zip(("rest", "repeated"), curve_colours(2)))
     for ax, layer in zip(axes, layers):
         th = _check_pairs(f"theory[{layer}]", theory[layer], repeated.size)
         me = _check_pairs(f"measured[{layer}]", measured[layer], repeated.size)
+        low, high = min(th.min(), me.min()), max(th.max(), me.max())
+        pad = 0.05 * max(high - low, 1e-3)
+        edges = np.linspace(max(low - pad, -1.0), min(high + pad, 1.0), int(bins) + 1)
         for group, mask in (("rest", ~repeated), ("repeated", repeated)):
             if not mask.any():
                 continue

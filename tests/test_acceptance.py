@@ -164,7 +164,11 @@ def test_gram_theory_rows_and_a_refusing_theory(store, monkeypatch):
     gram_state = pytest.importorskip("remprop.theory.gram_state")
     rows = tables.acceptance_table(store, ("mean", "gram"), draws=2, workers=0)
     gram = [r for r in rows if r["theory"] == "gram"]
-    assert len(gram) == 3 and all(r["error"] is None and np.isfinite(r["max_error"]) for r in gram)
+    # the Gram theory is the theory of real text (GRAM_INPUTS): the text case's two depths only
+    assert tables.GRAM_INPUTS == ("text",)
+    assert len(gram) == 2 and all(r["inputs"] == "text" for r in gram)
+    assert all(r["error"] is None and np.isfinite(r["max_error"]) for r in gram)
+    assert len([r for r in rows if r["theory"] == "mean"]) == 3
     assert all(r["simplex_distance"] is not None and r["simplex_distance"] > 0 for r in rows)
 
     def refuse(*args, **kwargs):

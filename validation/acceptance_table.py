@@ -45,6 +45,9 @@ ACCEPTANCE_TOLERANCE = 0.02
 STANDARD_ERRORS = 2.0
 #: Theories :func:`acceptance_table` can set against the measurements.
 THEORIES = ("mean", "gram")
+#: Inputs the Gram-matrix theory is computed for: real text. Gaussian tokens are a simplex up to
+#: O(1/sqrt(d)) pair fluctuations, and their theory is the mean-cosine maps (docs/theory.md section 17).
+GRAM_INPUTS = ("text",)
 #: Format tag of the theory store's manifest and records.
 THEORY_FORMAT = ACCEPTANCE_FORMAT + "-theory"
 
@@ -180,6 +183,11 @@ def _theory_store(store: CellStore, draws: int, current: dict) -> CellStore:
     return CellStore(store.directory / "theory" / manifest_sha256[:16], manifest, check=problem)
 
 
+def _applies(theory, inputs) -> bool:
+    """Whether ``theory`` is computed for cases of ``inputs`` (the Gram theory: :data:`GRAM_INPUTS`)."""
+    return theory != "gram" or inputs in GRAM_INPUTS
+
+
 def _theory_cells(records: dict, theories, draws, manifest_sha256) -> dict:
     cells = {}
     for case_key, record in records.items():
@@ -187,6 +195,8 @@ def _theory_cells(records: dict, theories, draws, manifest_sha256) -> dict:
         layer0 = {name: [row[0] for row in result["trace"][name]] for name in ("q", "rho", "cosine")}
         samples = len(layer0["q"])
         for theory in theories:
+            if not _applies(theory, result["case"]["inputs"]):
+                continue
             sequences = [None] if theory == "mean" else range(samples)
             for sequence in sequences:
                 key = f"{case_key}__{theory}" + ("" if sequence is None else f"__s{sequence:03d}")
@@ -395,6 +405,8 @@ def acceptance_table(store, theories=("mean", "gram"), *, draws=8, workers=None,
         case = measurement.case
         samples = measurement.cosine.shape[0]
         for theory in theories:
+            if not _applies(theory, case.inputs):
+                continue
             if theory == "mean":
                 parts = [theory_records[f"{key}__mean"]["result"]]
             else:

@@ -62,7 +62,7 @@ def add_acceptance_parser(commands):
     table = parser.add_argument_group("theory and table")
     table.add_argument("--theory", type=theory_list, default=("auto",), metavar="NAMES",
                        help="comma list of 'mean' (propagate from the mean input state) and 'gram' (the Gram "
-                            "state of each sequence); auto: both where the Gram theory exists (default: auto)")
+                            "state of each sequence; text cases only); auto: both where the Gram theory exists (default: auto)")
     table.add_argument("--draws", type=count(1), default=8, metavar="N",
                        help="Monte Carlo draws per attention layer of the Gram theory (default: %(default)s)")
     table.add_argument("--workers", type=count(0), default=None, metavar="N",
@@ -88,7 +88,7 @@ def run_acceptance_command(args) -> int:
     2 sequences. Each case is simulated (on CUDA where available) and written to
     STORE/cells/ as it finishes, so an interrupted run resumes and two runs on one folder share
     the cases. The theory curves ('mean': propagate from the measured mean input state at the
-    simulated T; 'gram': the Gram state of each sequence, averaged) are computed on the CPU
+    simulated T; 'gram', text cases only: the Gram state of each sequence, averaged) are computed on the CPU
     cores and cached under STORE/theory/. The table -- per case and depth: the largest
     absolute error of the theory's mean cosine over layers 1..L, its layer, 2 standard errors
     of the measured mean there, and pass (the error is at most max(0.02, 2 s.e.) at every
