@@ -80,7 +80,7 @@ def pair_cosine_comparison(arch: Architecture | None = None, beta=0.5, depth=4, 
     seed : int
         Initialisation and embedding tables.
     sequence, sequences : int
-        Which of ``sequences`` evenly spread corpus windows (:meth:`TextCorpus.windows`).
+        Which of ``sequences`` evenly spread corpus windows (:meth:`~remprop.validation.text.TextCorpus.windows`).
     draws : int
         Monte Carlo draws per attention layer of the theory.
     dtype, device
