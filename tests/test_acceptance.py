@@ -130,6 +130,21 @@ def test_the_rule_passes_within_the_tolerance_or_two_standard_errors():
         tables.acceptance_error(np.r_[0.0, np.nan, 0, 0, 0, 0], measured)
 
 
+def test_the_standard_error_counts_initialisations_not_sequences():
+    """Two sequences per seed share the weights: rows 0-1 and 2-3 are two seeds. Here the two
+    sequences of a seed agree and the seeds differ (+-0.04): the per-seed means are -0.04 and
+    +0.04, std (ddof 1) 0.0566 over sqrt(2), 2 s.e. = 0.08; counting the 4 rows as independent
+    would give 2 * 0.0462 / 2 = 0.046."""
+    measured = np.zeros((4, 3))
+    measured[:, 1] = [-0.04, -0.04, 0.04, 0.04]
+    theory = np.r_[0.0, 0.06, 0.0]
+    assert not tables.acceptance_error(theory, measured)["passed"]
+    clustered = tables.acceptance_error(theory, measured, sequences_per_seed=2)
+    assert clustered["passed"] and clustered["two_se"] == pytest.approx(0.08)
+    with pytest.raises(ValueError, match="sequences_per_seed must divide"):
+        tables.acceptance_error(theory, measured, sequences_per_seed=3)
+
+
 def test_table_of_the_mean_theory(store):
     rows = tables.acceptance_table(store, ("mean",), workers=0)
     # cases outside ACCEPTANCE_CASES come after those, by key

@@ -292,11 +292,11 @@ def compute_theories(store, theories=("mean", "gram"), *, draws=8, workers=None,
 
 # -- the rule and the table ---------------------------------------------------------------
 def acceptance_error(theory, measured, *, depth=None, tolerance=ACCEPTANCE_TOLERANCE,
-                     standard_errors=STANDARD_ERRORS) -> dict:
+                     standard_errors=STANDARD_ERRORS, sequences_per_seed=1) -> dict:
     r"""The issue's rule on one curve: the largest error over layers 1..L and whether it passes.
 
-    With ``e_l = |theory_l - mean_n measured_{n,l}|`` and
-    ``s_l = std_n(measured_{n,l}) / sqrt(n)`` (ddof 1; 0 for one sequence), the case passes when
+    With ``e_l = |theory_l - mean_n measured_{n,l}|`` and ``s_l`` the standard error of that
+    mean, the case passes when
 
     .. math:: e_l \le \max(\text{tolerance}, k\, s_l) \quad \text{for every } l = 1..L.
 
@@ -312,6 +312,12 @@ def acceptance_error(theory, measured, *, depth=None, tolerance=ACCEPTANCE_TOLER
         Absolute tolerance (0.02).
     standard_errors : float
         k (2).
+    sequences_per_seed : int
+        Rows of ``measured`` that share one initialisation (seed-major, consecutive). The
+        sequences of one seed run through the same weights, so their cosines are correlated
+        and are not independent samples: ``s_l`` is the standard deviation of the per-seed
+        means over the seeds, divided by sqrt(seeds) (ddof 1; 0 for one seed). 1 (default):
+        every row its own initialisation.
 
     Returns
     -------
@@ -336,9 +342,13 @@ def acceptance_error(theory, measured, *, depth=None, tolerance=ACCEPTANCE_TOLER
     standard_errors = float(as_float_array("standard_errors", standard_errors, nonnegative=True))
     if not (np.isfinite(theory[:depth + 1]).all() and np.isfinite(measured[:, :depth + 1]).all()):
         raise ValueError("theory and measured must be finite at layers 0..depth")
-    n = measured.shape[0]
-    mean = measured[:, 1:depth + 1].mean(axis=0)
-    se = measured[:, 1:depth + 1].std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros(depth)
+    per_seed = check_count("sequences_per_seed", sequences_per_seed, 1)
+    if measured.shape[0] % per_seed:
+        raise ValueError(f"sequences_per_seed must divide the {measured.shape[0]} measured rows, got {per_seed}")
+    seeds = measured[:, 1:depth + 1].reshape(-1, per_seed, depth).mean(axis=1)   # (seeds, layers)
+    n = seeds.shape[0]
+    mean = seeds.mean(axis=0)
+    se = seeds.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros(depth)
     error = np.abs(theory[1:depth + 1] - mean)
     allowed = np.maximum(tolerance, standard_errors * se)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -426,7 +436,8 @@ def acceptance_table(store, theories=("mean", "gram"), *, draws=8, workers=None,
             curve_se = np.sqrt(np.sum(np.square([part["se"] for part in parts]), axis=0)) / len(parts)
             for depth in case.depths:
                 result = acceptance_error(curve, measurement.cosine, depth=depth, tolerance=tolerance,
-                                          standard_errors=standard_errors)
+                                          standard_errors=standard_errors,
+                                          sequences_per_seed=int(measurement.settings["sequences"]))
                 rows.append({**common, "depth": depth, **result, "theory_se": float(curve_se[result["layer"]])})
     return rows
 
