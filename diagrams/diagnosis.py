@@ -247,11 +247,13 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     def attention_input(traj, layer):
         return tuple(float(v) for v in arch.attention_input(traj.q[layer], traj.p[layer]))
 
-    head_beta = float(arch.effective_beta(beta))
     q_in, p_in = attention_input(traj, 0)
+    head_beta = float(arch.effective_beta(beta, q=q_in, p=p_in))
     y2_first = float(participation_moment(head_beta, q_in, p_in, spec.seq_len))
     # the recommended query/key scale (see Notes); collapsed tokens (beta_c = inf): keep beta
     target = 0.5 * beta_c if math.isfinite(beta_c) else beta
+    # a soft-capped model: no larger beta than the theory's cap check accepts (docs/theory.md section 19)
+    target = min(target, float(arch.logit_softcap_max_beta(q0)))
     rho_b, _, phase_b, traj_b = _verdict(run, source, beta=target)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
@@ -292,10 +294,15 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
         changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], rho_b, phase_b, factor))
     # 3. LayerNorm placement
     other = "pre" if arch.norm == "post" else "post"
-    rho_n, _, phase_n, _ = _verdict(run, source, arch=arch.replace(norm=other))
     norm_name = "RMSNorm" if arch.norm_type == "rms" else "LayerNorm"
-    changes.append(Change("LayerNorm placement", f"move {norm_name} to {other}-{'RMS' if arch.norm_type == 'rms' else 'LN'}",
-                          rho_n, phase_n, {"norm": other}))
+    if arch.block_form == "parallel":  # a parallel block is defined with pre-norm only
+        changes.append(Change("LayerNorm placement", f"none: a parallel block reads one pre-{norm_name} "
+                              "(no other placement is defined for it)", final_rho, phase, {"norm": arch.norm}))
+    else:
+        rho_n, _, phase_n, _ = _verdict(run, source, arch=arch.replace(norm=other))
+        changes.append(Change("LayerNorm placement",
+                              f"move {norm_name} to {other}-{'RMS' if arch.norm_type == 'rms' else 'LN'}",
+                              rho_n, phase_n, {"norm": other}))
     # 4. gain-controlled attention
     rho_g, _, phase_g, _ = _verdict(run, source, arch=arch.replace(attention="gain-controlled"))
     changes.append(Change("gain-controlled attention",

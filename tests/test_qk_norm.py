@@ -15,7 +15,6 @@ from remprop.theory.models.hf_config import CONFIG_DIR
 from remprop.theory.rem import gaussian_cosine_mean, qk_norm_beta, qk_norm_score_moments
 
 Z = 5.0
-UNSUPPORTED = CONFIG_DIR / "unsupported"
 
 
 def rms_normalise(x, gain):
@@ -144,22 +143,24 @@ def test_phi3_reads_as_a_llama_style_decoder():
     assert (short.family, short.depth) == ("phi3", 2)
 
 
-@pytest.mark.parametrize("name, feature", [("gemma-2-2b", "sandwich norms"), ("olmo-2-1b", "inside the residual")])
-def test_unsupported_families_get_one_clear_error(name, feature):
-    path = UNSUPPORTED / f"{name}.json"
-    cfg = json.loads(path.read_text())
-    assert name not in shipped_configs()
-    with pytest.raises(ValueError, match=f"model_type = '{cfg['model_type']}' is not supported: .*{feature}"):
-        model_spec(path)
+def test_unsupported_families_get_one_clear_error():
+    """Gemma 2 and OLMo 2 are supported (docs/theory.md section 19); Gemma 3's block is not."""
+    assert {"gemma-2-2b", "olmo-2-1b"} <= set(shipped_configs())
+    cfg = dict(json.loads((CONFIG_DIR / "gemma-2-2b.json").read_text()), model_type="gemma3_text")
+    with pytest.raises(ValueError, match="model_type = 'gemma3_text' is not supported: .*per-head QK-norm"):
+        model_spec(cfg)
 
 
-def test_check_runs_for_phi3_and_names_the_feature_for_gemma2(capsys, tmp_path):
+def test_check_runs_for_phi3_and_names_the_feature_for_gemma3(capsys, tmp_path):
     from remprop.cli import main
 
     code = main(["check", "phi-3-mini", "--depth", "2", "--seq-len", "256", "--json", "--no-figure",
                  "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0 and json.loads(out)["model"]["family"] == "phi3"
-    code = main(["check", str(UNSUPPORTED / "gemma-2-2b.json"), "--out", str(tmp_path)])
+    gemma3 = tmp_path / "gemma3.json"
+    gemma3.write_text(json.dumps(dict(json.loads((CONFIG_DIR / "gemma-2-2b.json").read_text()),
+                                      model_type="gemma3_text")))
+    code = main(["check", str(gemma3), "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 2 and "sandwich norms" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "per-head QK-norm" in err and len(err.strip().splitlines()) == 1

@@ -288,6 +288,6 @@ def test_llama_config_checks_head_dim_and_unknown_families():
     with pytest.raises(ValueError, match="head_dim"):
         model_spec(dict(cfg, head_dim=32))
     with pytest.raises(ValueError, match="model_type"):
-        model_spec(dict(cfg, model_type="gemma2"))
+        model_spec(dict(cfg, model_type="falcon"))
     short = model_spec(dict(cfg, max_position_embeddings=128, sliding_window=64, model_type="mistral"))
     assert any("sliding_window" in text for text in short.assumptions)

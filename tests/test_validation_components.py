@@ -65,6 +65,8 @@ CASES = [
     ("gain_controlled_attention", dict(beta=0.5), 2.0, 0.7),
     ("skip", dict(alpha=0.5), 1.0, 0.3),
     ("skip", dict(alpha=1.3, sigma_w2=0.5), 2.0, 0.7),
+    ("parallel", dict(alpha=0.5), 1.0, 0.3),
+    ("parallel", dict(alpha=1.3, sigma_w2=0.5), 2.0, 0.7),
     ("layer_norm", {}, 1.0, 0.3),
     ("layer_norm", {}, 2.0, 0.7),
     ("rms_norm", {}, 1.0, 0.3),

@@ -18,7 +18,8 @@ from .activations import (
     register_activation,
     relu_kernel,
 )
-from .architecture import ATTENTIONS, MLPS, NORM_TYPES, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, POSITIONS, Architecture
+from .architecture import (ATTENTIONS, BLOCK_FORMS, MLPS, NORM_TYPES, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, POSITIONS,
+                           Architecture)
 from .attention import gain_controlled_attention_map, softmax_attention_map
 from .edge_of_chaos import chaos_boundary, chi_1, mlp_block_boundary, mlp_block_chi
 from .gated_mlp import gated_mlp_map
@@ -57,7 +58,7 @@ from .gram_state import GramTrajectory, propagate_gram, simplex_distance
 from .models.hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
-    "ACTIVATIONS", "ATTENTIONS", "NORMS", "NORM_TYPES", "MLPS", "POSITIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
+    "ACTIVATIONS", "ATTENTIONS", "BLOCK_FORMS", "NORMS", "NORM_TYPES", "MLPS", "POSITIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
     "Architecture", "Trajectory", "RunSettings", "DEFAULT_THRESHOLD",
     "critical_beta", "participation_ratio", "participation_moment", "participation_table",
     "softmax_attention_map", "gain_controlled_attention_map",

@@ -2,21 +2,25 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import components as C
+from . import softcap
+from .softcap import SOFTCAP_TOLERANCE
+from .block_forms import BLOCK_FORMS, check_block_forms
 from .checks import as_float_array, check_choice, check_count, scalar_or_array
 from .activations import ACTIVATIONS, resolve_activation
 from .layernorm import layernorm_core
 from .rmsnorm import rmsnorm_core
 from .rem import (QK_SCALINGS, ROPE_BASE, check_heads, check_seq_len, critical_beta_core, effective_beta,
-                  rope_mean_correlation)
+                  gaussian_cosine_mean, qk_norm_energy_core, rope_mean_correlation)
 
 __all__ = ["Architecture", "NORMS", "ATTENTIONS", "NORM_TYPES", "MLPS", "POSITIONS", "NUMERIC_FIELDS",
-           "OPTIONAL_FIELDS", "BETA_CRITICAL_RULES"]
+           "OPTIONAL_FIELDS", "BETA_CRITICAL_RULES", "BLOCK_FORMS", "SOFTCAP_TOLERANCE"]
 
 #: Block orders (LayerNorm placement) and their kernel codes.
 NORMS = {"post": 0, "pre": 1, "none": 2}
@@ -62,6 +66,10 @@ class Architecture:
     * ``norm="none"``: ``x <- alpha_sa x + SA(x); x <- alpha_mlp x + MLP(x)``
 
     ``LN`` is LayerNorm or RMSNorm (``norm_type``); ``MLP`` is dense or gated (``mlp``).
+    ``block_form="parallel"`` (pre-LN only): ``x <- alpha_sa x + SA(LN(x)) + MLP(LN(x))``;
+    ``branch_norm=True`` puts a norm on each branch's output, ``alpha x + LN(F(...))``
+    (Gemma 2/3's sandwich: ``norm="pre"``; OLMo 2: ``norm="none"``); ``final_norm=True``
+    a norm after the last block (docs/theory.md section 19).
     Defaults are the BERT settings of the reference experiments: ReLU, single head,
     ``sigma_w2 = sigma_v2 = 0.2``, ``sigma_b2 = 4e-4``, ``alpha_mlp = 1``.
 
@@ -133,7 +141,42 @@ class Architecture:
         Width ``d_H`` of one head's queries and keys (even; ``d / heads`` in the usual
         layout). The theory has no width otherwise: the rotary correlation ``c(k)`` is an
         average over the ``d_H / 2`` rotation frequencies, so it is required with
-        ``positions="rope"`` (and unused otherwise).
+        ``positions="rope"`` and ``qk_norm=True`` (and unused otherwise).
+    kv_heads : int or None
+        Key/value heads of grouped-query (``1 < kv_heads < heads``) or multi-query
+        (``kv_heads = 1``) attention: the query heads of a group share ``W_K`` and ``W_V``.
+        Must divide ``heads``; None (default): ``heads``. The mean maps are unchanged (the
+        heads' outputs enter the next layer's overlaps linearly, each with the law of an
+        ungrouped head; docs/theory.md section 19): carried and validated, not read by the maps.
+    qk_norm : bool
+        RMS-normalised queries and keys (OLMo 2, Gemma 3). Needs ``seq_len`` and ``head_dim``.
+        The scores then no longer depend on the query/key weights' scale: every head's
+        reduced scale is ``x = beta g^2 sqrt((1 - kappa_n(rho) cbar_T) / log T)`` at the
+        cosine ``rho`` of its input, and ``beta`` is a multiplier on the normalised scores
+        (1 for the model as initialised; ``beta g^2`` acts as the squared gain). See
+        :meth:`effective_beta` and docs/theory.md sections 16 and 19.
+    qk_norm_gain : float
+        The norm gain g of queries and keys (1 at initialisation), > 0.
+    qk_norm_dim : int or None
+        Coordinates normalised together, ``n >= head_dim`` (OLMo 2: all heads, ``heads *
+        head_dim``); None (default): ``head_dim`` (per head, Gemma 3). Scores are divided by
+        ``sqrt(head_dim)``.
+    block_form : {"sequential", "parallel"}
+        ``"parallel"``: attention and MLP read the same normalised input and their outputs add
+        (GPT-J, NeoX, Falcon); only with ``norm="pre"``, one skip ``alpha_sa`` (``alpha_mlp``
+        must be 1).
+    branch_norm : bool
+        A norm (``norm_type``) on each branch's output before the skip add.
+    final_norm : bool
+        A norm after the last block (GPT-2's ``ln_f``, LLaMA's ``norm``): the final state of
+        :func:`~remprop.theory.propagate` and :func:`~remprop.theory.final_state` is its
+        output (``q = 1``, the cosine unchanged).
+    logit_softcap : float or None
+        Attention-logit soft-capping ``c tanh(s / c)`` (Gemma 2: 50). The theory has no capped
+        energies: the maps are those of uncapped attention, accepted when the bound of
+        :meth:`logit_softcap_change` on the relative change of Y2 is below
+        :data:`SOFTCAP_TOLERANCE` (a ValueError naming ``logit_softcap`` otherwise). Needs
+        ``seq_len``; not with ``norm="none"``.
 
     Notes
     -----
@@ -175,6 +218,14 @@ class Architecture:
     positions: str = "absolute"
     rope_base: Any = ROPE_BASE
     head_dim: Any = None
+    kv_heads: Any = None
+    qk_norm: bool = False
+    qk_norm_gain: Any = 1.0
+    qk_norm_dim: Any = None
+    block_form: str = "sequential"
+    branch_norm: bool = False
+    final_norm: bool = False
+    logit_softcap: Any = None
 
     def __post_init__(self):
         check_choice("norm", self.norm, tuple(NORMS))
@@ -191,6 +242,7 @@ class Architecture:
                 continue
             value = as_float_array(name, getattr(self, name), nonnegative=True)
             object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
+        check_block_forms(self)
 
     def _check_positions(self):
         """``positions``, ``rope_base`` (> 1) and ``head_dim`` (even, >= 2); RoPE needs
@@ -236,6 +288,19 @@ class Architecture:
     def output_projection(self) -> bool:
         """Whether attention has an output projection ``W_O`` (``sigma_o2`` is not None)."""
         return self.sigma_o2 is not None
+
+    @property
+    def block_code(self) -> int:
+        """Kernel code of the block's form (docs/theory.md section 19): ``BLOCK_FORMS[block_form]
+        + 2 branch_norm`` (0: sequential branches, no branch norm)."""
+        return BLOCK_FORMS[self.block_form] + 2 * int(self.branch_norm)
+
+    @property
+    def qk_norm_width(self) -> int:
+        """``n`` of QK-norm (``qk_norm_dim``, or ``head_dim``); 0 without QK-norm (a kernel column)."""
+        if not self.qk_norm:
+            return 0
+        return self.head_dim if self.qk_norm_dim is None else self.qk_norm_dim
 
     @property
     def codes(self) -> tuple:
@@ -292,10 +357,20 @@ class Architecture:
 
     @property
     def head_factor(self) -> int:
-        """``beta_eff / beta`` of every head: ``heads`` with ``qk_scaling="head"``, else 1."""
-        return self.heads if self.qk_scaling == "head" else 1
+        """``beta_eff / beta`` of every head: ``heads`` with ``qk_scaling="head"``, else 1
+        (1 with QK-norm, where the weights' scale drops out)."""
+        return self.heads if self.qk_scaling == "head" and not self.qk_norm else 1
 
-    def effective_beta(self, beta):
+    @property
+    def beta_scale(self) -> float:
+        """The factor from the model's ``beta`` to the kernels' column: :attr:`head_factor`, or
+        with QK-norm ``g^2 / sqrt(log T)`` (docs/theory.md section 19). :meth:`critical_beta`
+        divides by it."""
+        if self.qk_norm:
+            return self.qk_norm_gain ** 2 / math.sqrt(math.log(self.seq_len))
+        return float(self.head_factor)
+
+    def effective_beta(self, beta, *, q=None, p=None):
         r"""The single-head beta that each head behaves like.
 
         .. math:: \beta_{\rm eff} = \beta\ (\text{"model"}),\qquad \beta_{\rm eff} = H \beta\ (\text{"head"})
@@ -303,8 +378,30 @@ class Architecture:
         Every map of the theory (propagation, min alpha, the causal theory, gradients)
         runs its attention at this beta; callers pass the model's ``beta`` and never
         apply the factor themselves (docs/theory.md section 3).
+
+        With ``qk_norm`` the head's beta depends on the state ``(q, p)`` of the attention input
+        (docs/theory.md sections 16 and 19): ``beta_eff^2 q (q - p cbar_T) = x^2`` with
+        ``x = beta g^2 sqrt((1 - kappa_n(p/q) cbar_T) / log T)``, i.e.
+        ``beta * qk_norm_beta(p/q, head_dim, T, g, q=q)`` without RoPE. Given ``q`` and ``p``
+        it returns that; without them the value at the reference state ``q = 1, p = 0``,
+        ``beta g^2 / sqrt(log T)`` (:attr:`beta_scale`), which the kernels read as the
+        reduced-scale factor. ``q``, ``p`` are ignored without QK-norm.
         """
-        return effective_beta(beta, self.heads, self.qk_scaling)
+        if not self.qk_norm:
+            return effective_beta(beta, self.heads, self.qk_scaling)
+        beta = as_float_array("beta", beta, positive=True)
+        if q is None and p is None:
+            return scalar_or_array(beta * self.beta_scale)
+        if q is None or p is None:
+            raise ValueError("effective_beta with qk_norm needs both q and p (the attention input's state), "
+                             "or neither")
+        q = as_float_array("q", q, positive=True)
+        p = as_float_array("p", p)
+        cbar = self.mean_rope_correlation
+        energy = 1.0 - np.asarray(gaussian_cosine_mean(np.clip(p / q, -1.0, 1.0), self.qk_norm_width)) * cbar
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return scalar_or_array(beta * self.beta_scale * np.sqrt(np.maximum(energy, 0.0)
+                                                                    / (q * np.maximum(q - p * cbar, 0.0))))
 
     @property
     def beta_critical_rule(self) -> str:
@@ -339,6 +436,10 @@ class Architecture:
         layers (pre-LN, no LN), and the
         head factor puts it on the axis of the model's ``beta``:
         ``beta > critical_beta(...)`` exactly when ``effective_beta(beta) > beta_c``.
+        With ``qk_norm`` the per-layer values are those of the kernels' column
+        (``sqrt(2 / (1 - kappa_n cbar_T))``) and the result is the multiplier on the normalised
+        scores at which the stack freezes (:attr:`beta_scale`, docs/theory.md section 19): the
+        model as initialised has ``beta = 1``.
 
         Parameters
         ----------
@@ -359,7 +460,7 @@ class Architecture:
         elif first is None or smallest is None:
             raise ValueError("critical_beta needs per_layer, or both first and smallest")
         chosen = first if self.norm == "post" else smallest
-        return scalar_or_array(np.asarray(chosen, dtype=np.float64) / self.head_factor)
+        return scalar_or_array(np.asarray(chosen, dtype=np.float64) / self.beta_scale)
 
     def block_critical_beta(self, q, p):
         """Per-head critical beta of the attention of a block whose input is ``(q, p)``.
@@ -370,6 +471,10 @@ class Architecture:
         """
         q_in, p_in = self.attention_input(q, p)
         with np.errstate(divide="ignore", invalid="ignore"):
+            if self.qk_norm:  # in the kernels' units: x = column * sqrt(energy) reaches sqrt(2)
+                energy = (np.vectorize(qk_norm_energy_core, otypes=[np.float64])(
+                    p_in / q_in, self.qk_norm_width, self.mean_rope_correlation))
+                return scalar_or_array(np.sqrt(2.0 / energy))
             return critical_beta_core(q_in, np.minimum(p_in, q_in) * self.mean_rope_correlation)
 
     def attention_map(self, beta, *, sigma_bv2=None) -> C.Component:
@@ -382,8 +487,10 @@ class Architecture:
         """
         make = C.softmax_attention if self.attention == "softmax" else C.gain_controlled_attention
         rope = self.mean_rope_correlation if self.positions == "rope" else None
+        self.check_logit_softcap(beta)
         return make(self.effective_beta(beta), self.sigma_v2, self.sigma_b2 if sigma_bv2 is None else sigma_bv2,
-                    seq_len=self.seq_len, mean_rope_correlation=rope)
+                    seq_len=self.seq_len, mean_rope_correlation=rope,
+                    qk_norm_dim=self.qk_norm_width if self.qk_norm else None)
 
     def block(self, beta, *, sigma_bv2=None) -> C.Component:
         """This architecture's block as a composition of component maps.
@@ -408,13 +515,47 @@ class Architecture:
         make_mlp = C.gated_mlp if self.mlp == "gated" else C.mlp
         ff = make_mlp(self.sigma_w2, self.sigma_b2, self.activation, sigma_w2_out=self.sigma_w2_out)
         norm = C.rms_norm if self.norm_type == "rms" else C.layer_norm
+
+        def branch(f):
+            """A branch: norm before it (pre-LN) and after it (``branch_norm``)."""
+            layers = ((norm(),) if self.norm == "pre" else ()) + (f,) + ((norm(),) if self.branch_norm else ())
+            return layers[0] if len(layers) == 1 else C.serial(*layers)
+
+        if self.block_form == "parallel":  # pre-LN only (checked)
+            return C.parallel(self.alpha_sa, branch(attention), branch(ff))
         if self.norm == "post":
-            return C.serial(C.residual(self.alpha_sa, attention), norm(),
-                            C.residual(self.alpha_mlp, ff), norm())
-        if self.norm == "pre":
-            return C.serial(C.residual(self.alpha_sa, C.serial(norm(), attention)),
-                            C.residual(self.alpha_mlp, C.serial(norm(), ff)))
-        return C.serial(C.residual(self.alpha_sa, attention), C.residual(self.alpha_mlp, ff))
+            return C.serial(C.residual(self.alpha_sa, branch(attention)), norm(),
+                            C.residual(self.alpha_mlp, branch(ff)), norm())
+        return C.serial(C.residual(self.alpha_sa, branch(attention)), C.residual(self.alpha_mlp, branch(ff)))
+
+    def final_layer(self):
+        """The norm after the last block (a component) with ``final_norm``, else None."""
+        if not self.final_norm:
+            return None
+        return C.rms_norm() if self.norm_type == "rms" else C.layer_norm()
+
+    def stack_output(self, q, p):
+        """The stack's output state from the last block's ``(q, p)``: the final norm's
+        ``(1, p / q)`` with ``final_norm`` (the cosine unchanged), ``(q, p)`` otherwise. Broadcasts."""
+        q = np.asarray(q, dtype=np.float64)
+        p = np.asarray(p, dtype=np.float64)
+        if not self.final_norm:
+            return q, p
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return NORM_CORES[self.norm_type](q, p)
+
+    # -- attention-logit soft-capping: theory/softcap.py (docs/theory.md section 19) -------
+    def logit_softcap_change(self, beta, q0=1.0):
+        """:func:`remprop.theory.softcap.logit_softcap_change` of this architecture."""
+        return softcap.logit_softcap_change(self, beta, q0)
+
+    def logit_softcap_max_beta(self, q0=1.0):
+        """:func:`remprop.theory.softcap.logit_softcap_max_beta` of this architecture."""
+        return softcap.logit_softcap_max_beta(self, q0)
+
+    def check_logit_softcap(self, beta, q0=1.0):
+        """:func:`remprop.theory.softcap.check_logit_softcap` of this architecture."""
+        softcap.check_logit_softcap(self, beta, q0)
 
     def __repr__(self):
         fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))

@@ -26,13 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Tuple
 
+
 import numpy as np
 
 from .checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from .activations import activation_spec, dense_core, moments_array
 from .attention import gain_controlled_attention_core, softmax_attention_core, softmax_attention_overlap_core
 from .rem import (asymptotic_participation_core, check_seq_len, critical_beta_core, cross_overlap_table,
-                  participation_table)
+                  participation_table, qk_norm_energy_core)
 from .gated_mlp import gated_hidden_core
 from .layernorm import layernorm_core
 from .residual import skip_core
@@ -40,7 +41,7 @@ from .rmsnorm import rmsnorm_core
 
 __all__ = [
     "Component", "serial", "residual", "layer_norm", "rms_norm", "softmax_attention",
-    "gain_controlled_attention", "mlp", "gated_mlp", "dense", "output_projection",
+    "gain_controlled_attention", "mlp", "gated_mlp", "dense", "output_projection", "parallel",
 ]
 
 
@@ -132,6 +133,35 @@ class _Residual(Component):
         return f"residual(alpha, {self.branch!r})"
 
 
+@dataclass(repr=False)
+class _Parallel(Component):
+    alpha: np.ndarray
+    branches: tuple
+    name = "parallel"
+
+    def apply(self, q, p):
+        return self._sum(q, p, [branch.apply(q, p) for branch in self.branches], self.alpha)
+
+    def symbolic(self, q, p, symbols):
+        return self._sum(q, p, [branch.symbolic(q, p, symbols) for branch in self.branches],
+                         symbols.parameter(self.alpha))
+
+    @staticmethod
+    def _sum(q, p, outputs, alpha):
+        """``alpha x + sum_i F_i(x)``: the branches' (q, p) add (independent weights), then the skip."""
+        q_sum, p_sum = outputs[0]
+        for q_branch, p_branch in outputs[1:]:
+            q_sum, p_sum = q_sum + q_branch, p_sum + p_branch
+        return skip_core(q_sum, p_sum, q, p, alpha)
+
+    def check_input(self, q, p):
+        for branch in self.branches:
+            branch.check_input(q, p)
+
+    def __repr__(self):
+        return "parallel(alpha, " + ", ".join(map(repr, self.branches)) + ")"
+
+
 class _LayerNorm(Component):
     name = "layer_norm"
     #: The norm's ``*_core`` map.
@@ -162,6 +192,9 @@ class _Attention(Component):
     seq_len: int = None
     #: ``cbar_T`` of RoPE (the REM sees ``p cbar_T``), None without RoPE.
     mean_rope_correlation: float = None
+    #: QK-norm: the number n of coordinates normalised together; ``beta`` is then the
+    #: reduced-scale factor, ``x = beta sqrt(1 - kappa_n(p/q) cbar)`` (None: no QK-norm).
+    qk_norm_dim: int = None
 
     @property
     def name(self):
@@ -176,8 +209,24 @@ class _Attention(Component):
         (docs/theory.md section 15); the output map keeps ``p``."""
         return p if self.mean_rope_correlation is None else p * self.mean_rope_correlation
 
+    def reduced_scale(self, q, p):
+        """The REM's reduced scale ``x``: ``beta sqrt(q (q - p cbar))``, or with QK-norm
+        ``beta sqrt(1 - kappa_n(p/q) cbar)`` (:func:`qk_norm_energy_core`, docs/theory.md section 19)."""
+        if self.qk_norm_dim is None:
+            return self.beta * np.sqrt(q) * np.sqrt(np.maximum(q - self.rem_overlap(p), 0.0))
+        cbar = 1.0 if self.mean_rope_correlation is None else self.mean_rope_correlation
+        energy = np.vectorize(qk_norm_energy_core, otypes=[np.float64])(p / q, self.qk_norm_dim, cbar)
+        return self.beta * np.sqrt(energy)
+
     def apply(self, q, p):
         p_rem = self.rem_overlap(p)
+        if self.qk_norm_dim is not None:  # QK-norm needs a finite T (checked by the architecture)
+            x = self.reduced_scale(q, p)
+            y2 = participation_table(self.seq_len)(x)
+            if not self.gain_controlled:
+                return softmax_attention_overlap_core(q, p, y2, self._cross_overlap(x, q, p), self.sigma_v2,
+                                                      self.sigma_b2)
+            return self._attend(q, p, y2, self.sigma_v2, self.sigma_b2)
         if self.seq_len is None:
             y2 = asymptotic_participation_core(self.beta, critical_beta_core(q, p_rem))
         else:
@@ -198,6 +247,9 @@ class _Attention(Component):
         return cross_overlap_table(self.seq_len)(x, p / q)
 
     def symbolic(self, q, p, symbols):
+        if self.qk_norm_dim is not None:
+            raise ValueError("qk_norm: the symbolic walk has no QK-normed attention (its energy variance "
+                             "1 - kappa_n(rho) is not a closed form); use the numeric maps")
         beta = symbols.parameter(self.beta)
         y2 = symbols.participation(beta, q, self.rem_overlap(p), self.seq_len)
         sigma_v2, sigma_b2 = symbols.parameter(self.sigma_v2), symbols.parameter(self.sigma_b2)
@@ -283,6 +335,27 @@ def residual(alpha, branch: Component) -> Component:
     return _Residual(_parameter("alpha", alpha, nonnegative=True), branch)
 
 
+def parallel(alpha, *branches: Component) -> Component:
+    r"""``x -> alpha x + sum_i F_i(x)``: branches that read the same input (GPT-J, NeoX, Falcon).
+
+    .. math:: q' = \alpha^2 q + \sum_i q_{F_i}, \qquad p' = \alpha^2 p + \sum_i p_{F_i}
+
+    At initialisation the branches' weights are independent of each other and of ``x``, so
+    the cross terms ``E[F_i(x_a) . F_j(x_b)]`` (``i != j``) and ``E[x_a . F_i(x_b)]``
+    vanish and the overlaps add (docs/theory.md section 19).
+
+    References
+    ----------
+    B. Wang & A. Komatsuzaki, GPT-J-6B (2021); S. Black et al., arXiv 2204.06745 (GPT-NeoX).
+    """
+    if not branches:
+        raise ValueError("branches: parallel needs at least one branch")
+    for branch in branches:
+        if not isinstance(branch, Component):
+            raise ValueError(f"branches must be components, got {branch!r}")
+    return _Parallel(_parameter("alpha", alpha, nonnegative=True), tuple(branches))
+
+
 def layer_norm() -> Component:
     """LayerNorm without affine parameters: ``(q, p) -> (1, p/q)``."""
     return _LayerNorm()
@@ -293,7 +366,8 @@ def rms_norm() -> Component:
     return _RMSNorm()
 
 
-def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, mean_rope_correlation=None) -> Component:
+def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, mean_rope_correlation=None,
+                      qk_norm_dim=None) -> Component:
     """Softmax self-attention (REM); see :func:`~remprop.theory.softmax_attention_map`.
 
     ``seq_len=None``: T -> infinity; an integer T >= 2: the tabulated exact finite-T
@@ -303,20 +377,39 @@ def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, mean_rope
     ``beta sqrt(q (q - p cbar_T))`` and the finite-T cross-overlap ``1/T``, the map of
     :func:`~remprop.theory.rope_softmax_attention_map` (docs/theory.md section 15);
     None (default): no rotation.
+    ``qk_norm_dim``: QK-norm over n coordinates (an integer >= 1; needs ``seq_len``): ``beta``
+    is then the reduced-scale factor, ``x = beta sqrt(1 - kappa_n(rho) cbar_T)``
+    (:func:`qk_norm_energy_core`; ``beta = beta_model g^2 / sqrt(log T)``, as
+    :meth:`Architecture.effective_beta <remprop.theory.Architecture.effective_beta>` packs it;
+    docs/theory.md sections 16 and 19). None (default): no QK-norm.
     """
     return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), seq_len=check_seq_len(seq_len),
-                      mean_rope_correlation=_rope_argument(mean_rope_correlation))
+                      mean_rope_correlation=_rope_argument(mean_rope_correlation),
+                      qk_norm_dim=_qk_norm_argument(qk_norm_dim, seq_len))
 
 
 def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None,
-                              mean_rope_correlation=None) -> Component:
+                              mean_rope_correlation=None, qk_norm_dim=None) -> Component:
     """Attention with the sequence mean removed; see :func:`~remprop.theory.gain_controlled_attention_map`.
 
-    ``seq_len``, ``mean_rope_correlation``: as in :func:`softmax_attention` (finite T uses
-    ``Y2 - 1/T``).
+    ``seq_len``, ``mean_rope_correlation``, ``qk_norm_dim``: as in :func:`softmax_attention`
+    (finite T uses ``Y2 - 1/T``).
     """
     return _Attention(*_attention_args(beta, sigma_v2, sigma_b2), gain_controlled=True,
-                      seq_len=check_seq_len(seq_len), mean_rope_correlation=_rope_argument(mean_rope_correlation))
+                      seq_len=check_seq_len(seq_len), mean_rope_correlation=_rope_argument(mean_rope_correlation),
+                      qk_norm_dim=_qk_norm_argument(qk_norm_dim, seq_len))
+
+
+def _qk_norm_argument(value, seq_len):
+    """None, or the QK-norm width n (an integer >= 1), which needs a finite ``seq_len``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"qk_norm_dim must be an integer >= 1 or None, got {value!r}")
+    if seq_len is None:
+        raise ValueError("qk_norm_dim needs seq_len (an integer T >= 2): a QK-normed head's reduced scale "
+                         "is g^2 sqrt((1 - kappa_n) / log T) (docs/theory.md section 16)")
+    return int(value)
 
 
 def _rope_argument(value):

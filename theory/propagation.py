@@ -73,10 +73,13 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     """Validate and broadcast beta, the numeric fields and the input state.
 
     Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
-    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 12)``
+    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 14)``
     in the order of :data:`remprop.theory.kernels.PARAMS` (``log2_scale`` = 0: the input
     state is ``(q0, p0)``; ``mean_rope_correlation``: ``cbar_T`` with RoPE, 1 without,
-    :attr:`~remprop.theory.Architecture.mean_rope_correlation`). Rows are materialised a
+    :attr:`~remprop.theory.Architecture.mean_rope_correlation`; ``block_code`` and
+    ``qk_norm_dim``: :attr:`~remprop.theory.Architecture.block_code` and
+    :attr:`~remprop.theory.Architecture.qk_norm_width`, docs/theory.md section 19; ``beta``:
+    :meth:`~remprop.theory.Architecture.effective_beta`, with QK-norm the reduced-scale factor). Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
 
     ``rho0`` must lie in ``[0, 1]`` when ``arch.seq_len`` is None and in
@@ -89,6 +92,8 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
                                  dtype=np.float64)}
     values.update(arch.numeric())
     values["mean_rope_correlation"] = np.asarray(arch.mean_rope_correlation, dtype=np.float64)
+    values["block_code"] = np.asarray(float(arch.block_code))
+    values["qk_norm_dim"] = np.asarray(float(arch.qk_norm_width))
     for name, value in overrides.items():
         values[name] = as_float_array(name, value, nonnegative=True)
     q0 = as_float_array("q0", q0, positive=True)
@@ -98,6 +103,7 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     rho0 = check_simplex_cosine("rho0", rho0, arch.seq_len)
     values["q0"] = q0
     values["rho0"] = rho0
+    arch.check_logit_softcap(beta, q0)
     names = [name for name in PARAMS if name not in ("p0", "log2_scale")] + ["rho0"]
     try:
         shape = np.broadcast_shapes(*(values[n].shape for n in names))
@@ -149,7 +155,10 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     -------
     Trajectory
         ``q``, ``p``, ``rho`` of shape ``broadcast(beta, arch fields, q0, rho0) +
-        (depth + 1,)``; the last axis is depth (0 = input).
+        (depth + 1,)``; the last axis is depth (0 = input). With ``arch.final_norm`` the last
+        entry is the stack's output after its final norm (``q = 1``, ``log2_q = 0``, the
+        cosine unchanged: :meth:`~remprop.theory.Architecture.stack_output`, docs/theory.md
+        section 19); ``beta_critical`` is that of the blocks.
 
     References
     ----------
@@ -175,6 +184,9 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
         q[start:stop], p[start:stop], exponent[start:stop], beta_c[start:stop] = kernels.trajectories(
             rows(start, stop), depth, table)
     q, p, rho, log2_q = scaled_state(q, p, exponent)
+    if arch.final_norm:
+        q[:, -1], p[:, -1] = arch.stack_output(np.ones(size), rho[:, -1])   # (1, rho): the scale drops out
+        log2_q[:, -1] = np.where(np.isnan(rho[:, -1]), log2_q[:, -1], 0.0)
     layers = shape + (depth + 1,)
     return Trajectory(q.reshape(layers), p.reshape(layers), beta_c.reshape(shape + (depth,)),
                       cosine=rho.reshape(layers), log2_q=log2_q.reshape(layers))
@@ -189,7 +201,8 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
     cells finished after each chunk. Inputs as in :func:`propagate` (``rho0 >= 0`` when
     ``arch.seq_len`` is None, ``>= -1/(T - 1)`` otherwise). ``log2_q`` is ``log2`` of the
     final q, finite where a deep pre-LN or no-LN stream leaves float64 (q reads inf there;
-    ``rho`` is exact at any depth, see :class:`Trajectory`).
+    ``rho`` is exact at any depth, see :class:`Trajectory`). With ``arch.final_norm`` the final
+    state is the output of the final norm, as in :func:`propagate`.
     """
     depth = check_depth(depth)
     if progress is not None and not callable(progress):
@@ -204,6 +217,9 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
         if progress is not None:
             progress(stop - start)
     q, p, rho, log2_q = scaled_state(out[:, 0], out[:, 1], out[:, 4])
+    if arch.final_norm:
+        q, p = arch.stack_output(np.ones(size), rho)   # (1, rho): the scale drops out
+        log2_q = np.where(np.isnan(rho), log2_q, 0.0)
     return {"q": q.reshape(shape), "p": p.reshape(shape), "rho": rho.reshape(shape),
             "log2_q": log2_q.reshape(shape),
             "beta_critical_first": out[:, 2].reshape(shape),
@@ -222,7 +238,9 @@ def final_state_rows(arch: Architecture, rows, depth: int):
     state is ``(q, p) * 2**log2_scale`` and its cosine ``p / q``. A run continues from it by
     writing columns 0, 1 and 4 into the rows' ``q0``, ``p0`` and ``log2_scale``. Callers that vary one column
     (e.g. ``alpha_sa`` in a search) edit the rows and call this; keep ``n`` to about
-    :data:`CHUNK_ROWS` per call.
+    :data:`CHUNK_ROWS` per call. ``arch.final_norm`` is not applied here (the rows are the
+    last block's output, from which a run continues; :meth:`~remprop.theory.Architecture.stack_output`
+    gives the stack's output).
     """
     depth = check_depth(depth)
     rows = np.ascontiguousarray(rows, dtype=np.float64)

@@ -34,7 +34,9 @@ class RunSettings:
         The stack (block order, attention, activation, variances, heads, ``seq_len``).
     beta : array_like
         Query/key scale of the model (``s_qk^2 = beta sqrt(log T) / d``), > 0: a scalar, or
-        the 1-d grid of a diagram. Every head runs at ``arch.effective_beta(beta)``.
+        the 1-d grid of a diagram. Every head runs at ``arch.effective_beta(beta)``. With
+        ``arch.qk_norm`` it multiplies the normalised scores instead (1: the model as
+        initialised; docs/theory.md section 19).
     depth : int
         Number of blocks L, >= 1.
     q0 : float

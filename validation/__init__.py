@@ -29,6 +29,9 @@ from ._lazy import lazy_attributes
 
 _EXPORTS = {
     "SimulatedStack": "simulator", "StackTrace": "simulator",
+    "reduced_spec": "hf_models", "first_layer_participation": "hf_models", "simulate_blocks": "hf_models",
+    "pair_cosine_comparison": "pair_cosines", "PairCosines": "pair_cosines",
+    "run_acceptance": "acceptance",
     "HuggingFaceBert": "hf_bert", "bert_config": "hf_bert",
     "REGISTRY": "registry", "ComponentPair": "registry",
     "compare": "comparison", "Comparison": "comparison", "attention_sweep": "comparison",

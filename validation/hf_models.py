@@ -8,8 +8,19 @@ the mean cosine per layer with the prediction of :func:`remprop.diagrams.diagnos
 (causal models: the mean over the last 50 positions, docs/theory.md section 8).
 
 Inputs are what the theory's input state assumes: token ids drawn uniformly from the
-vocabulary (BERT, RoBERTa, GPT-2; one token type), or i.i.d. Gaussian pixels of the
-spec's ``pixel_std`` (ViT).
+vocabulary (BERT, RoBERTa, GPT-2, the LLaMA-style decoders; one token type), or i.i.d.
+Gaussian pixels of the spec's ``pixel_std`` (ViT).
+
+The LLaMA-style decoders (``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``,
+``Gemma2Model``, ``Olmo2Model``: RMSNorm, gated MLPs, rotary positions, grouped keys and
+values, branch norms, QK-norm) are built the same way; :func:`reduced_spec` shrinks any model (depth, width, MLP width, heads, key/value
+heads) by editing its configuration and reading it again with
+:func:`remprop.theory.model_spec`, so the reduced theory and the reduced module come from
+one configuration. :func:`first_layer_participation` is the REM's participation ratio of
+the first attention layer as the probe measures it (the check of the translation
+``beta = r^2 d / sqrt(log T)``), and :func:`simulate_blocks` measures the theory's own blocks
+in torch at a model's sizes, which separates a translation error from an error of the maps
+(docs/real_models.md section 5).
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 """
@@ -29,7 +40,12 @@ from .backend import check_positive_int, resolve_device, resolve_dtype
 from .cell_store import CellStore
 from .probing import probe
 
-__all__ = ["build_model", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS"]
+__all__ = ["build_model", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS", "reduced_spec",
+           "first_layer_participation", "simulate_blocks"]
+
+#: Configuration fields of (depth, width, MLP width, heads) per family (default: the BERT/LLaMA names).
+_SIZE_FIELDS = {"gpt2": ("n_layer", "n_embd", "n_inner", "n_head")}
+_DEFAULT_SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads")
 
 
 
@@ -41,8 +57,157 @@ def _transformers():
     return transformers
 
 
+def _run_arguments(spec, seeds, sequences, theory):
+    """The checked ``(spec, seeds, sequences, theory)`` of :func:`simulate_model` and :func:`simulate_blocks`."""
+    spec = _as_spec(spec)
+    seeds = tuple(check_positive_int("seeds", s, 0) for s in np.atleast_1d(seeds).tolist())
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    return spec, seeds, check_positive_int("sequences", sequences), _theory_of(spec, theory)
+
+
 def _as_spec(spec) -> ModelSpec:
     return spec if isinstance(spec, ModelSpec) else model_spec(spec)
+
+
+def reduced_spec(spec, *, depth=None, width=None, d_ff=None, heads=None, kv_heads=None) -> ModelSpec:
+    """The same model at another size, read again from its edited configuration.
+
+    The configuration's size fields change and nothing else (initializer range, norm eps,
+    RoPE base, vocabulary, ...); :func:`remprop.theory.model_spec` reads the edited
+    configuration, so the theory (``beta = r^2 d / sqrt(log T)``, ``sigma_w2_out = r^2 d_ff``, the
+    input state) and the module that :func:`build_model` instantiates describe the same
+    reduced model. The sequence length and ``pixel_std`` are kept.
+
+    Parameters
+    ----------
+    spec : ModelSpec or config
+        What :func:`remprop.theory.model_spec` returns or accepts.
+    depth : int, optional
+        Number of blocks (default: unchanged).
+    width : int, optional
+        Model width d (default: unchanged).
+    d_ff : int, optional
+        MLP width (default: unchanged if the width is, else scaled with it:
+        ``round(d_ff d_new / d)``).
+    heads : int, optional
+        Attention heads, dividing the width (default: unchanged if the width is, else the
+        number that keeps the head width ``d_H``, which must then divide the new width).
+    kv_heads : int, optional
+        Key/value heads of a grouped-query model (``num_key_value_heads``), dividing
+        ``heads`` (default: the largest divisor of ``heads`` not above
+        ``heads H_kv / H``, at least 1: the group size kept where it divides). Only for
+        models with that field.
+
+    Returns
+    -------
+    ModelSpec
+
+    Raises
+    ------
+    ValueError
+        Naming the parameter whose value cannot be built (``width`` not a multiple of
+        the head width, ``heads`` not dividing ``width``, ...).
+
+    Examples
+    --------
+    >>> from remprop.validation.hf_models import reduced_spec
+    >>> small = reduced_spec("llama-3.2-1b", depth=4, width=256)
+    >>> small.depth, small.width, small.heads, small.d_ff, small.config["num_key_value_heads"]
+    (4, 256, 4, 1024, 1)
+    """
+    spec = _as_spec(spec)
+    cfg = dict(spec.config)
+    depth_field, width_field, ff_field, heads_field = _SIZE_FIELDS.get(spec.family, _DEFAULT_SIZE_FIELDS)
+    grouped = cfg.get("num_key_value_heads") is not None or cfg.get("head_dim") is not None
+    old_width, old_heads = spec.width, spec.heads
+    head_dim = int(cfg.get("head_dim") or old_width // old_heads)
+    new_width = old_width if width is None else check_positive_int("width", width, 2)
+    if heads is None:
+        if new_width == old_width:
+            heads = old_heads
+        elif new_width % head_dim:
+            raise ValueError(f"width ({new_width}) must be a multiple of the head width d_H = {head_dim} of "
+                             f"{spec.name}, or give heads")
+        else:
+            heads = new_width // head_dim
+    heads = check_positive_int("heads", heads)
+    if new_width % heads:
+        raise ValueError(f"heads ({heads}) must divide the width ({new_width})")
+    if d_ff is None:
+        d_ff = spec.d_ff if new_width == old_width else max(1, round(spec.d_ff * new_width / old_width))
+    cfg.update({width_field: new_width, heads_field: heads, ff_field: check_positive_int("d_ff", d_ff)})
+    if depth is not None:
+        from remprop.theory.checks import check_depth
+
+        cfg[depth_field] = check_depth(depth)
+    if grouped:
+        if (new_width, heads) != (old_width, old_heads):  # the heads split the new width (Gemma's need not)
+            cfg["head_dim"] = new_width // heads
+        old_kv = int(cfg.get("num_key_value_heads") or old_heads)
+        if kv_heads is None:
+            target = max(1, heads * old_kv // old_heads)
+            kv_heads = max(k for k in range(1, target + 1) if heads % k == 0)
+        kv_heads = check_positive_int("kv_heads", kv_heads)
+        if heads % kv_heads:
+            raise ValueError(f"kv_heads ({kv_heads}) must divide heads ({heads})")
+        cfg["num_key_value_heads"] = kv_heads
+    elif kv_heads is not None:
+        raise ValueError(f"kv_heads: {spec.name} ({spec.family}) has no key/value heads of its own "
+                         "(num_key_value_heads)")
+    return model_spec(cfg, seq_len=spec.seq_len, pixel_std=spec.pixel_std)
+
+
+def first_layer_participation(spec) -> float:
+    r"""The REM's participation ratio of the first attention layer, as the probe averages it.
+
+    The first attention sees the embeddings' state ``(q0, q0 rho0)`` (post-LN blocks), or
+    its normalisation ``(1, rho0)`` shrunk by the norm's eps to ``q0 / (q0 + eps)``
+    (pre-LN and pre-RMSNorm blocks), at the heads' beta
+    (:meth:`~remprop.theory.Architecture.effective_beta`; with QK-norm at that state). Encoder rows hold T keys:
+    ``Y2 = Y2_exact(beta; q, p; T)``. Causal rows (docs/theory.md section 8): row t holds t
+    keys, row 1 attends to itself, and the probe averages over the T rows,
+
+    .. math:: \bar Y_2 = \frac1T\Big(1 + \sum_{t=2}^{T} Y_2(t)\Big),
+
+    with :func:`~remprop.theory.causal_participation_ratio` (rotary positions: its
+    ``cbar_t``, docs/theory.md section 15).
+
+    Parameters
+    ----------
+    spec : ModelSpec or config
+
+    Returns
+    -------
+    float
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333 (the REM); docs/real_models.md (the check).
+    """
+    from remprop.theory import causal_participation_ratio, participation_moment
+    from remprop.theory.rem import rope_participation_ratio
+
+    spec = _as_spec(spec)
+    arch = spec.architecture
+    q, p = arch.attention_input(spec.q0, spec.q0 * spec.rho0)
+    if arch.norm == "pre":
+        shrink = spec.q0 / (spec.q0 + spec.layer_norm_eps)
+        q, p = q * shrink, p * shrink
+    seq_len = spec.seq_len
+    if arch.qk_norm:  # the head's beta depends on the state it normalises
+        beta = float(arch.effective_beta(spec.beta, q=q, p=p))
+    else:
+        beta = float(arch.effective_beta(spec.beta))
+    rope = arch.positions == "rope"
+    if spec.causal:
+        rope_args = dict(rope_head_dim=arch.head_dim, rope_base=arch.rope_base) if rope else {}
+        rows = [float(causal_participation_ratio(beta, q, p, t, seq_len, **rope_args))
+                for t in range(2, seq_len + 1)]
+        return (1.0 + sum(rows)) / seq_len
+    if rope:
+        return float(rope_participation_ratio(beta, q, p, seq_len, arch.head_dim, arch.rope_base))
+    return float(participation_moment(beta, q, p, seq_len))
 
 
 def build_model(spec, *, seed=0, dtype="float32", device=None):
@@ -62,7 +227,10 @@ def build_model(spec, *, seed=0, dtype="float32", device=None):
     -------
     torch.nn.Module
         ``AutoModel.from_config(config)`` (``BertModel``, ``RobertaModel``, ``GPT2Model``,
-        ``ViTModel``) in eval mode, dropout off.
+        ``ViTModel``, ``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``,
+        ``Gemma2Model``, ``Olmo2Model``: the blocks without a language-model head) in eval mode, dropout off. The weights are
+        drawn on ``device`` (on CUDA the same seed gives other numbers than on the CPU,
+        from the same distribution).
     """
     spec = _as_spec(spec)
     transformers = _transformers()
@@ -72,7 +240,7 @@ def build_model(spec, *, seed=0, dtype="float32", device=None):
     device = resolve_device(device)
     seed = check_positive_int("seed", seed, 0)
     devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=devices), device:  # drawn where it runs (a CUDA seed draws other numbers)
         torch.manual_seed(seed)
         model = transformers.AutoModel.from_config(config)
     return model.to(device=device, dtype=resolve_dtype(dtype)).eval()
@@ -144,12 +312,28 @@ class ModelMeasurement:
         """``|measured mean - theory|`` per layer."""
         return np.abs(self.rho_mean - self.theory)
 
+    @property
+    def z(self) -> np.ndarray:
+        """``(measured mean - theory) / (rho_std / sqrt(seeds))`` per layer: the error in standard errors
+        (NaN with one seed, or where the seeds agree exactly, as the input layer of a fixed state)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = (self.rho_mean - self.theory) / (self.rho_std / np.sqrt(len(self.seeds)))
+        return np.where(self.rho_std > 0, z, np.nan)
+
     def summary(self) -> dict:
-        """Max and mean error over layers, and the per-layer curves (JSON-ready)."""
-        return {"model": self.spec.name, "depth": self.spec.depth, "seq_len": self.spec.seq_len,
+        """Max and mean error over layers, the largest ``|z|``, the first layer's participation
+        ratio against :func:`first_layer_participation`, and the per-layer curves (JSON-ready)."""
+        z = np.abs(self.z)
+        y2_first = self.y2[:, :, 0].mean(axis=1)
+        return {"model": self.spec.name, "depth": self.spec.depth, "width": self.spec.width,
+                "heads": self.spec.heads, "seq_len": self.spec.seq_len,
                 "seeds": list(self.seeds), "sequences": int(self.rho.shape[1]),
                 "compared": "all tokens" if self.rho_last is None else f"last {LAST_TOKENS} tokens",
                 "max_error": float(self.error.max()), "mean_error": float(self.error.mean()),
+                "max_abs_z": float(np.nanmax(z)) if np.isfinite(z).any() else None,
+                "y2_first": float(y2_first.mean()),
+                "y2_first_std": float(y2_first.std(ddof=1)) if len(self.seeds) > 1 else 0.0,
+                "y2_first_theory": first_layer_participation(self.spec),
                 "theory": self.theory.tolist(), "rho_mean": self.rho_mean.tolist(),
                 "rho_std": self.rho_std.tolist(), "y2_mean": self.y2.mean(axis=(0, 1)).tolist()}
 
@@ -185,18 +369,7 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d) (theory against simulated BERT).
     """
-    spec = _as_spec(spec)
-    seeds = tuple(check_positive_int("seeds", s, 0) for s in np.atleast_1d(seeds).tolist())
-    if not seeds:
-        raise ValueError("seeds must name at least one seed")
-    sequences = check_positive_int("sequences", sequences)
-    if theory is None:
-        from remprop.diagrams import diagnose
-
-        theory = diagnose(spec).compared_rho
-    theory = np.asarray(theory, dtype=np.float64)
-    if theory.shape != (spec.depth + 1,):
-        raise ValueError(f"theory must have shape ({spec.depth + 1},), got {theory.shape}")
+    spec, seeds, sequences, theory = _run_arguments(spec, seeds, sequences, theory)
     cells = None
     if store is not None:
         manifest = {"format": "remprop.simulate_model/1", "model": spec.to_dict(), "sequences": sequences,
@@ -219,6 +392,82 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
     return ModelMeasurement(spec=spec, seeds=seeds, rho=stack["rho"], q=stack["q"], p=stack["p"], y2=stack["y2"],
                             rho_last=stack.get("rho_last"), theory=theory)
 
+
+
+def simulate_blocks(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", device=None,
+                    theory=None) -> ModelMeasurement:
+    """The theory's own blocks at a model's sizes, measured like the model (:func:`simulate_model`).
+
+    A :class:`~remprop.validation.SimulatedStack` of ``spec.architecture`` (the block tree
+    of :meth:`~remprop.theory.Architecture.block`, run in torch) at the model's beta,
+    depth, width, MLP width, sequence length, norm eps and causal mask, fed Gaussian tokens
+    with the model's input state ``(q0, q0 rho0)``
+    (:func:`~remprop.validation.inputs.gaussian_tokens`), and measured per layer on all
+    tokens and (causal) on the last :data:`LAST_TOKENS`. Set beside :func:`simulate_model`
+    it separates the two ways a prediction can miss a real model: where the simulated
+    blocks agree with the theory but not with the module, the translation of the
+    configuration misses something of the module; where they agree with the module, the
+    maps miss something of the blocks (finite width, causal rows). The simulated heads split
+    the width: a model whose heads do not (Gemma 2: 8 x 256 against 2304) is simulated in a
+    :func:`reduced_spec` version where they do (a ValueError names ``head_dim`` otherwise).
+
+    Parameters
+    ----------
+    spec : ModelSpec or config
+    seeds, sequences, dtype, device, theory
+        As in :func:`simulate_model`.
+
+    Returns
+    -------
+    ModelMeasurement
+
+    References
+    ----------
+    Giorlandino & Goldt, arXiv 2505.24333 (the simulated blocks of the reference experiments).
+    """
+    from .inputs import gaussian_tokens
+    from .measurements import attention_statistics, last_tokens_statistics, token_statistics
+    from .simulator import SimulatedStack
+
+    spec, seeds, sequences, theory = _run_arguments(spec, seeds, sequences, theory)
+    last = min(LAST_TOKENS, spec.seq_len) if spec.causal else None
+    rows = {"rho": [], "q": [], "p": [], "y2": [], "rho_last": []}
+    for seed in seeds:
+        stack = SimulatedStack(spec.architecture, spec.beta, spec.depth, width=spec.width, d_ff=spec.d_ff,
+                               seq_len=spec.seq_len, causal=spec.causal, dtype=dtype, device=device, seed=seed,
+                               layer_norm_eps=spec.layer_norm_eps)
+        x = gaussian_tokens(spec.q0, spec.rho0, count=sequences, seq_len=spec.seq_len, width=spec.width,
+                            seed=seed, dtype=dtype, device=stack.device).tokens
+        tokens, window, attention = [], [], []
+
+        def observe(layer, hidden, probs):
+            tokens.append({k: v.cpu().numpy() for k, v in token_statistics(hidden).items()})
+            if last is not None:
+                window.append(last_tokens_statistics(hidden, last)["rho"].cpu().numpy())
+            if probs is not None:
+                attention.append(attention_statistics(probs)["y2"].cpu().numpy())
+
+        stack.forward(x, observe=observe)
+        for name in ("rho", "q", "p"):
+            rows[name].append(np.stack([t[name] for t in tokens], axis=1))
+        rows["y2"].append(np.stack(attention, axis=1))
+        if last is not None:
+            rows["rho_last"].append(np.stack(window, axis=1))
+    stack = {name: np.stack(values).astype(np.float64) for name, values in rows.items() if values}
+    return ModelMeasurement(spec=spec, seeds=seeds, rho=stack["rho"], q=stack["q"], p=stack["p"], y2=stack["y2"],
+                            rho_last=stack.get("rho_last"), theory=theory)
+
+
+def _theory_of(spec, theory):
+    """The predicted cosine per layer: ``theory`` checked, or :func:`remprop.diagrams.diagnose`'s."""
+    if theory is None:
+        from remprop.diagrams import diagnose
+
+        theory = diagnose(spec).compared_rho
+    theory = np.asarray(theory, dtype=np.float64)
+    if theory.shape != (spec.depth + 1,):
+        raise ValueError(f"theory must have shape ({spec.depth + 1},), got {theory.shape}")
+    return theory
 
 
 def _measure_seed(spec, seed, sequences, dtype, device) -> dict:

@@ -19,7 +19,15 @@ Conventions are those of the reference experiments (docs/theory.md section 2):
 * gated MLP ``W_down (phi(W_gate x + b_gate) * (W_up x + b_up)) + b_down``: gate and up
   ``N(0, s_w^2 / d)``, down ``N(0, s_{w,out}^2 / d_ff)``, biases ``N(0, s_b^2)``;
 * gain-controlled attention: the value-weighted output with its sequence mean removed,
-  then the value bias, ``(A - 1 abar^T) X W_V^T + b_V``.
+  then the value bias, ``(A - 1 abar^T) X W_V^T + b_V``;
+* grouped-query attention (``kv_heads`` K < H): ``W_K``, ``W_V`` of shape ``(K d_H, d)``, head
+  h reading key/value head ``h // (H / K)`` (the layout of LLaMA's ``repeat_kv``), the value
+  bias ``(K d_H,)`` shared alike;
+* QK-norm (:class:`QKNorm`): queries and keys RMS-normalised over groups of n coordinates
+  (one head, ``n = d_H``: Gemma 3; all heads, ``n = H d_H``: OLMo 2) with a gain g, the
+  scores ``beta (q_hat . k_hat) / sqrt(d_H)``: beta multiplies the normalised scores
+  (docs/theory.md sections 16 and 19);
+* attention-logit soft-capping ``c tanh(s / c)`` of the scaled scores (Gemma 2).
 
 Matrices follow :class:`torch.nn.Linear`: shape ``(out_features, in_features)``, applied
 as ``x @ W.T``, so they load into Hugging Face modules unchanged.
@@ -31,16 +39,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from remprop.theory.rem import heads as multihead
 
 __all__ = [
-    "ACTIVATION_FUNCTIONS", "AttentionWeights", "MLPWeights", "GatedMLPWeights", "DenseWeights", "BlockWeights",
+    "ACTIVATION_FUNCTIONS", "AttentionWeights", "QKNorm", "MLPWeights", "GatedMLPWeights", "DenseWeights", "BlockWeights",
     "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_gated_mlp_weights",
     "draw_dense_weights", "draw_output_projection", "softmax_attention", "gain_controlled_attention",
-    "output_projection", "layer_norm", "rms_norm", "mlp", "gated_mlp", "dense", "skip",
+    "output_projection", "layer_norm", "rms_norm", "mlp", "gated_mlp", "dense", "skip", "parallel",
 ]
 
 def _identity(u):
@@ -55,12 +64,45 @@ ACTIVATION_FUNCTIONS = {"relu": torch.relu, "linear": _identity, "tanh": torch.t
 
 @dataclass(frozen=True)
 class AttentionWeights:
-    """Query, key, value matrices ``(d, d)`` and the value bias ``(d,)``."""
+    """Query ``(d, d)``, key and value ``(K d_H, d)`` matrices and the value bias ``(K d_H,)``
+    (``K = H`` key/value heads: ``(d, d)`` and ``(d,)``; fewer: grouped-query attention)."""
 
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
     value_bias: torch.Tensor
+
+
+@dataclass(frozen=True)
+class QKNorm:
+    r"""QK-norm of an attention layer: RMS-normalised queries and keys with a gain.
+
+    .. math:: \hat u = g\,\frac{u}{\sqrt{|u|^2 / n}},\qquad
+              s_{ij} = \beta\,\frac{\hat u_i \cdot \hat k_j}{\sqrt{d_H}}
+
+    over groups of ``n = dim`` consecutive query coordinates (``d_H``: per head; ``H d_H``: all
+    heads at once) and the matching groups of key coordinates (``n K / H`` for K key heads).
+
+    Attributes
+    ----------
+    gain : float
+        g (1 at initialisation).
+    dim : int or None
+        n; None: the head width ``d_H``.
+    scale : float
+        beta, the multiplier on the normalised scores (1 for a model as initialised).
+    eps : float
+        The norm's epsilon (0: none, as the theory).
+
+    References
+    ----------
+    A. Henry et al., Findings of EMNLP 2020; Team OLMo, arXiv 2501.00656; docs/theory.md section 16.
+    """
+
+    gain: float = 1.0
+    dim: int | None = None
+    scale: float = 1.0
+    eps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -128,19 +170,30 @@ def _normal(gen, shape, variance, dtype, device):
 
 
 def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dtype, device, heads=1,
-                           qk_scaling="model"):
+                           qk_scaling="model", kv_heads=None):
     """Draw ``W_Q, W_K ~ N(0, s_qk^2)``, ``W_V ~ N(0, sigma_v2/d)``, ``b_V ~ N(0, sigma_b2)``.
 
     Drawn in this order from ``gen``; ``s_qk^2`` from :func:`query_key_variance` (``heads``
-    and ``qk_scaling`` matter only for ``qk_scaling="head"``).
+    and ``qk_scaling`` matter only for ``qk_scaling="head"``). ``kv_heads`` (dividing
+    ``heads``; None: ``heads``) key/value heads give ``W_K``, ``W_V`` of shape
+    ``(kv_heads d_H, d)`` and ``b_V`` of ``(kv_heads d_H,)``: the same stream and the same
+    weights as before for ``kv_heads`` None or ``heads``.
     """
     s_qk2 = query_key_variance(beta, width, seq_len, heads, qk_scaling)
+    kv_width = width if kv_heads is None else _kv_width(width, heads, kv_heads)
     return AttentionWeights(
         query=_normal(gen, (width, width), s_qk2, dtype, device),
-        key=_normal(gen, (width, width), s_qk2, dtype, device),
-        value=_normal(gen, (width, width), sigma_v2 / width, dtype, device),
-        value_bias=_normal(gen, (width,), sigma_b2, dtype, device),
+        key=_normal(gen, (kv_width, width), s_qk2, dtype, device),
+        value=_normal(gen, (kv_width, width), sigma_v2 / width, dtype, device),
+        value_bias=_normal(gen, (kv_width,), sigma_b2, dtype, device),
     )
+
+
+def _kv_width(width, heads, kv_heads):
+    """``kv_heads d_H``, with ``kv_heads`` checked (a divisor of ``heads``)."""
+    if isinstance(kv_heads, bool) or not isinstance(kv_heads, (int, np.integer)) or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads must be a positive divisor of heads ({heads}), got {kv_heads!r}")
+    return kv_heads * (width // heads)
 
 
 def draw_mlp_weights(gen, width, d_ff, sigma_w2, sigma_b2, *, dtype, device, sigma_w2_out=None):
@@ -189,20 +242,64 @@ def draw_dense_weights(gen, width, sigma_w2, sigma_b2, *, dtype, device):
                         bias=_normal(gen, (width,), sigma_b2, dtype, device))
 
 
-def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal, rotate=None):
+def _group_rms_norm(u, groups, gain, eps):
+    """``gain u / rms(u)`` over ``groups`` equal groups of the last axis."""
+    shape = u.shape
+    u = u.reshape(*shape[:-1], groups, shape[-1] // groups)
+    u = u * torch.rsqrt(u.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return u.reshape(shape).mul_(gain)
+
+
+def _kv_heads(weights: AttentionWeights, width, heads):
+    """Key/value heads K of ``weights`` (``W_K`` has ``K d_H`` rows)."""
+    d_head = width // heads
+    kv = weights.key.shape[0] // d_head
+    if kv * d_head != weights.key.shape[0] or kv < 1 or heads % kv or weights.value.shape[0] != weights.key.shape[0]:
+        raise ValueError(f"the key and value weights must have K d_H rows with K dividing heads ({heads}) and "
+                         f"d_H = {d_head}, got {tuple(weights.key.shape)}, {tuple(weights.value.shape)}")
+    return kv
+
+
+def _expand_heads(u, heads):
+    """``(batch, K, T, d_H)`` -> ``(batch, H, T, d_H)``: head h reads key/value head ``h // (H / K)``."""
+    groups = heads // u.shape[1]
+    return u if groups == 1 else u.repeat_interleave(groups, dim=1)
+
+
+def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal, rotate=None, qk_norm=None,
+                             logit_softcap=None):
     """Softmax attention matrix, shape ``(batch, heads, T, T)``.
 
     ``rotate`` (optional) maps the queries and the keys, shape ``(batch, H, T, d_H)``, before
-    the scores: rotary positions (:mod:`remprop.validation.rope`).
+    the scores: rotary positions (:mod:`remprop.validation.rope`). ``qk_norm``
+    (:class:`QKNorm`) normalises the queries and keys first and multiplies the scores by its
+    ``scale``; ``logit_softcap`` c maps the scaled scores to ``c tanh(s / c)``. Key heads
+    fewer than ``heads`` (grouped-query attention) are shared by groups of query heads.
     """
     batch, seq, width = x.shape
     d_head = width // heads
-    q = (x @ weights.query.T).view(batch, seq, heads, d_head).transpose(1, 2)
-    k = (x @ weights.key.T).view(batch, seq, heads, d_head).transpose(1, 2)
+    kv = _kv_heads(weights, width, heads)
+    q = x @ weights.query.T
+    k = x @ weights.key.T
+    scale = 1.0 / math.sqrt(d_head)
+    if qk_norm is not None:
+        dim = d_head if qk_norm.dim is None else int(qk_norm.dim)
+        if dim < 1 or width % dim or dim % d_head:
+            raise ValueError(f"qk_norm.dim must be a multiple of the head width {d_head} dividing the width "
+                             f"{width}, got {dim}")
+        groups = width // dim  # the keys' groups hold dim K / H coordinates each
+        q = _group_rms_norm(q, groups, float(qk_norm.gain), float(qk_norm.eps))
+        k = _group_rms_norm(k, max(1, groups * kv // heads), float(qk_norm.gain), float(qk_norm.eps))
+        scale *= float(qk_norm.scale)
+    q = q.view(batch, seq, heads, d_head).transpose(1, 2)
+    k = k.view(batch, seq, kv, d_head).transpose(1, 2)
     if rotate is not None:
         q, k = rotate(q), rotate(k)
-    scores = q @ k.transpose(-1, -2)
-    scores.mul_(1.0 / math.sqrt(d_head))
+    scores = q @ _expand_heads(k, heads).transpose(-1, -2)
+    scores.mul_(scale)
+    if logit_softcap is not None:
+        cap = float(logit_softcap)
+        scores = torch.tanh(scores / cap).mul_(cap)
     blocked = None
     if mask is not None and not bool(mask.all()):
         blocked = ~mask[:, None, None, :]
@@ -215,19 +312,31 @@ def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal, 
 
 
 def _weighted_values(x, probs, weights: AttentionWeights, heads):
-    """``A (X W_V^T)`` per head, concatenated: shape ``(batch, T, d)``, no bias."""
+    """``A (X W_V^T)`` per head, concatenated: shape ``(batch, T, d)``, no bias (grouped
+    value heads shared by their query heads)."""
     batch, seq, width = x.shape
-    v = (x @ weights.value.T).view(batch, seq, heads, width // heads).transpose(1, 2)
-    return (probs @ v).transpose(1, 2).reshape(batch, seq, width)
+    v = (x @ weights.value.T).view(batch, seq, -1, width // heads).transpose(1, 2)
+    return (probs @ _expand_heads(v, heads)).transpose(1, 2).reshape(batch, seq, width)
 
 
-def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False, rotate=None):
+def _value_bias(weights: AttentionWeights, width, heads):
+    """The value bias on the concatenated heads, ``(d,)``: a grouped bias repeated over its query heads."""
+    bias = weights.value_bias
+    if bias.shape[0] == width:
+        return bias
+    d_head = width // heads
+    return _expand_heads(bias.view(1, -1, 1, d_head), heads).reshape(width)
+
+
+def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False, rotate=None, qk_norm=None,
+                      logit_softcap=None):
     r"""Softmax self-attention with values and no output projection.
 
     .. math:: \mathrm{SA}(X)_i = \sum_j a_{ij} (W_V x_j) + b_V,\quad
               a_{ij} = \mathrm{softmax}_j\!\left(\frac{(W_Q x_i)\cdot(W_K x_j)}{\sqrt{d_H}}\right)
 
-    per head (``d_H = d / H``), heads concatenated.
+    per head (``d_H = d / H``), heads concatenated. Key/value weights with fewer rows than
+    ``d`` are grouped-query attention (:class:`AttentionWeights`).
 
     Parameters
     ----------
@@ -242,6 +351,10 @@ def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causa
     rotate : callable, optional
         Applied to the queries and the keys, shape ``(batch, H, T, d_H)``, before the
         scores (rotary positions, :func:`remprop.validation.rope.rotary`).
+    qk_norm : QKNorm, optional
+        Normalised queries and keys, the scores times ``qk_norm.scale``.
+    logit_softcap : float, optional
+        c of the soft-capped scores ``c tanh(s / c)``.
 
     Returns
     -------
@@ -249,27 +362,30 @@ def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causa
 
     References
     ----------
-    Vaswani et al. 2017; Giorlandino & Goldt, arXiv 2505.24333 (initialisation).
+    Vaswani et al. 2017; Giorlandino & Goldt, arXiv 2505.24333 (initialisation); J. Ainslie et al.,
+    arXiv 2305.13245 (grouped-query attention); Gemma Team, arXiv 2408.00118 (soft-capping).
     """
-    probs = _attention_probabilities(x, weights, heads, mask, causal, rotate)
+    probs = _attention_probabilities(x, weights, heads, mask, causal, rotate, qk_norm, logit_softcap)
     out = _weighted_values(x, probs, weights, heads)
-    return out.add_(weights.value_bias), probs
+    return out.add_(_value_bias(weights, x.shape[-1], heads)), probs
 
 
-def gain_controlled_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False):
+def gain_controlled_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False, qk_norm=None,
+                              logit_softcap=None):
     r"""Attention with the sequence mean of its value-weighted output removed.
 
     .. math:: \mathrm{GC}(X)_i = \sum_j \left(a_{ij} - \bar a_j\right) (W_V x_j) + b_V,
               \qquad \bar a_j = \frac1T \sum_i a_{ij}
 
     The mean runs over the real (unpadded) tokens of each sequence (in causal mode too).
+    ``qk_norm``, ``logit_softcap`` and grouped key/value heads as in :func:`softmax_attention`.
     Returns ``(out, probs)`` as :func:`softmax_attention`.
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, gain-controlled attention.
     """
-    probs = _attention_probabilities(x, weights, heads, mask, causal)
+    probs = _attention_probabilities(x, weights, heads, mask, causal, None, qk_norm, logit_softcap)
     out = _weighted_values(x, probs, weights, heads)
     if mask is None:
         out = out - out.mean(dim=1, keepdim=True)
@@ -277,7 +393,7 @@ def gain_controlled_attention(x, weights: AttentionWeights, *, heads=1, mask=Non
         m = mask.to(out.dtype)[..., None]
         mean = (out * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True)
         out = out - mean
-    return out.add_(weights.value_bias), probs
+    return out.add_(_value_bias(weights, x.shape[-1], heads)), probs
 
 
 def output_projection(x, weight):
@@ -384,3 +500,24 @@ def skip(x, branch, alpha=1.0):
     if alpha == 1.0:
         return branch + x
     return torch.add(branch, x, alpha=alpha)
+
+
+def parallel(x, outputs, alpha=1.0):
+    r"""Parallel branches around one skip: ``alpha x + sum_i F_i(x)`` (GPT-J, NeoX, Falcon).
+
+    Parameters
+    ----------
+    x : Tensor, shape (..., d)
+    outputs : sequence of Tensor
+        The branches' outputs ``F_i(x)``, each of the shape of ``x``.
+    alpha : float
+
+    References
+    ----------
+    B. Wang & A. Komatsuzaki, GPT-J-6B (2021); S. Black et al., arXiv 2204.06745 (GPT-NeoX);
+    docs/theory.md section 19.
+    """
+    total = outputs[0]
+    for out in outputs[1:]:
+        total = total + out
+    return skip(x, total, alpha)

@@ -18,7 +18,11 @@ is the bias-free dense layer ``x W_O^T`` (theory: ``dense_map(q, p, sigma_o2, 0)
 MLP entry takes the second layer's ``sigma_w2_out`` (``W2 ~ N(0, sigma_w2_out / d_ff)``,
 default None = ``sigma_w2``) and the hidden width ``d_ff`` (default d); the gated MLP entry
 the same, for ``W_down (phi(W_gate x) * W_up x)``. LayerNorm and RMSNorm have an entry each
-(the same map ``(1, p / q)``, different torch functions; docs/theory.md section 14).
+(the same map ``(1, p / q)``, different torch functions; docs/theory.md section 14). The
+parallel entry runs the branches of ``C.parallel`` on the same input and adds them to the
+skip (its stand-alone sides: two random dense branches). Attention reads the block's
+grouped key/value heads (the weights' shapes), QK-norm and logit soft-capping from the
+:class:`BlockContext` (docs/theory.md section 19).
 
 Reference: Giorlandino & Goldt, arXiv 2505.24333.
 """
@@ -117,6 +121,10 @@ class BlockContext:
     rotate : callable or None
         Rotary positions: applied to the queries and keys of softmax attention
         (:func:`remprop.validation.rope.rotary`); None without RoPE.
+    qk_norm : remprop.validation.layers.QKNorm or None
+        QK-norm of the attention (None: none).
+    logit_softcap : float or None
+        Attention-logit soft-capping c (None: none).
     """
 
     weights: layers.BlockWeights
@@ -126,6 +134,8 @@ class BlockContext:
     layer_norm_eps: float = 1e-12
     probs: torch.Tensor | None = None
     rotate: Callable | None = None
+    qk_norm: layers.QKNorm | None = None
+    logit_softcap: float | None = None
 
 
 def pair_for(component: Component) -> ComponentPair:
@@ -177,7 +187,8 @@ def _attention_pair(name, theory_map, torch_function):
 def _attention_forward(torch_function, component, x, context):
     rotary = {} if context.rotate is None else {"rotate": context.rotate}  # softmax attention's hook
     out, context.probs = torch_function(x, context.weights.attention, heads=context.heads, mask=context.mask,
-                                        causal=context.causal, **rotary)
+                                        causal=context.causal, qk_norm=context.qk_norm,
+                                        logit_softcap=context.logit_softcap, **rotary)
     return out
 
 
@@ -193,6 +204,22 @@ def _skip_simulate(x, gen, mask, alpha, sigma_w2, sigma_b2):
 
 def _skip_forward(torch_function, component, x, context):
     return torch_function(x, simulate_component(component.branch, x, context), float(component.alpha))
+
+
+def _parallel_theory(q, p, alpha, sigma_w2, sigma_b2):
+    q_branch, p_branch = dense_map(q, p, sigma_w2, sigma_b2)  # two independent branches: their overlaps add
+    return skip_map(2.0 * q_branch, 2.0 * p_branch, q, p, alpha)
+
+
+def _parallel_simulate(x, gen, mask, alpha, sigma_w2, sigma_b2):
+    outputs = [layers.dense(x, layers.draw_dense_weights(gen, x.shape[-1], sigma_w2, sigma_b2, dtype=x.dtype,
+                                                         device=x.device)) for _ in range(2)]
+    return layers.parallel(x, outputs, alpha)
+
+
+def _parallel_forward(torch_function, component, x, context):
+    outputs = [simulate_component(branch, x, context) for branch in component.branches]
+    return torch_function(x, outputs, float(component.alpha))
 
 
 def _norm_pair(name, theory_map, torch_function):
@@ -258,6 +285,9 @@ REGISTRY = {
                                                  layers.gain_controlled_attention),
     "skip": ComponentPair("skip", skip_map, layers.skip, dict(alpha=1.0, sigma_w2=0.2, sigma_b2=4e-4),
                           _skip_theory, _skip_simulate, "residual", _skip_forward),
+    # theory_map skip_map: the branches' overlaps add, then the skip (docs/theory.md section 19)
+    "parallel": ComponentPair("parallel", skip_map, layers.parallel, dict(alpha=1.0, sigma_w2=0.2, sigma_b2=4e-4),
+                              _parallel_theory, _parallel_simulate, "parallel", _parallel_forward),
     "layer_norm": _norm_pair("layer_norm", layernorm_map, layers.layer_norm),
     "rms_norm": _norm_pair("rms_norm", rmsnorm_map, layers.rms_norm),
     "mlp": _mlp_pair("mlp", mlp_map, layers.mlp, layers.draw_mlp_weights, layers.MLPWeights, "relu"),

@@ -88,7 +88,14 @@ class SimulatedStack:
     ``W_down (phi(W_gate x) * W_up x)``, gate and up ``N(0, sigma_w2 / d)``). With
     ``arch.positions == "rope"`` the queries and keys of every softmax attention are rotated
     (:func:`remprop.validation.rope.rotary`, base ``arch.rope_base``, ``d_H = width / heads``,
-    which must equal ``arch.head_dim``; docs/theory.md section 15).
+    which must equal ``arch.head_dim``; docs/theory.md section 15). The block forms of
+    docs/theory.md section 19 come with the tree (``block_form="parallel"``: both branches on
+    ``LN(x)``, one skip; ``branch_norm``: a norm on each branch's output); the attention reads
+    ``arch.kv_heads`` (grouped key/value heads, drawn ``(kv_heads d_H, d)``), ``arch.qk_norm``
+    (queries and keys RMS-normalised over ``arch.qk_norm_dim`` coordinates, default ``d_H``,
+    with gain ``arch.qk_norm_gain``; ``beta`` then multiplies the normalised scores) and
+    ``arch.logit_softcap`` (``c tanh(s / c)``); ``arch.final_norm`` normalises the last
+    block's output, which is what layer ``depth`` then reports (as the theory's trajectory).
 
     Parameters
     ----------
@@ -150,6 +157,19 @@ class SimulatedStack:
         self.theory_block = arch.block(self.beta)
         #: The rotation of queries and keys (RoPE), or None.
         self.rotate = self._rotary()
+        #: Grouped key/value heads (``arch.kv_heads``), or None: one per head.
+        self.kv_heads = arch.kv_heads
+        #: QK-norm of every attention (:class:`~remprop.validation.layers.QKNorm`), or None.
+        self.qk_norm = None
+        if arch.qk_norm:
+            self.qk_norm = layers.QKNorm(gain=float(arch.qk_norm_gain), dim=arch.qk_norm_dim,
+                                         scale=self.beta, eps=self.layer_norm_eps)
+        #: Attention-logit soft-capping c, or None.
+        self.logit_softcap = arch.logit_softcap
+        #: The norm after the last block (``arch.final_norm``), or None.
+        self.final_norm = None
+        if arch.final_norm:
+            self.final_norm = layers.rms_norm if arch.norm_type == "rms" else layers.layer_norm
 
     def _rotary(self):
         """:func:`~remprop.validation.rope.rotary` for ``arch.positions == "rope"``, else None."""
@@ -196,7 +216,8 @@ class SimulatedStack:
         kw = dict(dtype=self.dtype, device=self.device)
         attention = layers.draw_attention_weights(gen, self.width, self.beta, self.seq_len,
                                                   self.params["sigma_v2"], self.params["sigma_b2"], **kw,
-                                                  heads=self.heads, qk_scaling=self.qk_scaling)
+                                                  heads=self.heads, qk_scaling=self.qk_scaling,
+                                                  kv_heads=self.kv_heads)
         draw_mlp = layers.draw_gated_mlp_weights if self.arch.mlp == "gated" else layers.draw_mlp_weights
         mlp = draw_mlp(gen, self.width, self.d_ff, self.params["sigma_w2"], self.params["sigma_b2"],
                        **kw, sigma_w2_out=self.params["sigma_w2_out"])
@@ -209,7 +230,8 @@ class SimulatedStack:
     def block(self, x, weights: layers.BlockWeights, mask=None):
         """One block: :attr:`theory_block` run in torch; returns ``(x_out, attention_probabilities)``."""
         context = BlockContext(weights, heads=self.heads, mask=mask, causal=self.causal,
-                               layer_norm_eps=self.layer_norm_eps, rotate=self.rotate)
+                               layer_norm_eps=self.layer_norm_eps, rotate=self.rotate, qk_norm=self.qk_norm,
+                               logit_softcap=self.logit_softcap)
         x = simulate_component(self.theory_block, x, context)
         return x, context.probs
 
@@ -238,11 +260,12 @@ class SimulatedStack:
             True for real tokens (padding is masked out as attention keys).
         observe : callable, optional
             Called as ``observe(layer, hidden, probs)``: layer 0 with the input and
-            ``probs=None``, then after each block l = 1..depth.
+            ``probs=None``, then after each block l = 1..depth (the last one through the
+            final norm when ``arch.final_norm``).
 
         Returns
         -------
-        Tensor, the output of the last block.
+        Tensor, the output of the last block (through the final norm when ``arch.final_norm``).
         """
         x, mask = self.prepare_inputs(x, mask)
         with torch.no_grad():
@@ -257,6 +280,8 @@ class SimulatedStack:
                     raise self.overflow_error(layer + 1) from None
                 if not bool(torch.isfinite(x).all()):
                     raise self.overflow_error(layer + 1)
+                if self.final_norm is not None and layer + 1 == self.depth:
+                    x = self.final_norm(x, self.layer_norm_eps)
                 if observe is not None:
                     observe(layer + 1, x, probs)
         return x

@@ -4,10 +4,12 @@ The public surface for code outside this package (:mod:`remprop.theory.propagati
 the diagrams, the benchmarks):
 
 * :data:`PARAMS` -- the layout of one packed parameter row,
-  ``(beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out, q0, p0,
-  log2_scale)`` (``beta`` is the heads' effective beta, ``sigma_o2 = 1`` without output
-  projection, ``sigma_w2_out`` resolved, the input state ``(q0, p0) 2**log2_scale``;
-  :func:`remprop.theory.propagation.pack_parameters` builds the rows);
+  ``(beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out,
+  mean_rope_correlation, q0, p0, log2_scale, block_code, qk_norm_dim)`` (``beta`` is the heads'
+  effective beta, with QK-norm the reduced-scale factor; ``sigma_o2 = 1`` without output
+  projection, ``sigma_w2_out`` resolved, the input state ``(q0, p0) 2**log2_scale``; the block
+  form and the QK-norm width, docs/theory.md section 19, select compile-time specialisations
+  like RoPE's correlation; :func:`remprop.theory.propagation.pack_parameters` builds the rows);
 * :data:`SCALE_EXPONENT`, :func:`scale_mode` -- the carried scale of deep pre-LN and no-LN
   streams: a cell's q is kept in ``[2**-SCALE_EXPONENT, 2**SCALE_EXPONENT]`` and the rest
   moves into its exponent (docs/theory.md section 5, "The carried scale");

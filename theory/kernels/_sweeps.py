@@ -22,7 +22,12 @@ block update with rescaled parameters, ``s = 2**-e``:
   map is homogeneous of degree one up to the biases and the REM's reduced scale
   ``beta sqrt(q (q - p))``, so ``beta -> beta / s``, ``sigma_b2 -> s sigma_b2`` and the
   critical beta is ``s`` times the scaled state's. A gated MLP is a product of two
-  projections (degree two), so no-LN stacks with one are not rescaled.
+  projections (degree two), so no-LN stacks with one are not rescaled. With QK-norm the
+  REM's reduced scale does not depend on the stream's scale: ``beta`` and the critical
+  beta are not rescaled.
+* branch norms (docs/theory.md section 19): a normalised branch output is scale-free, so a
+  pre-LN stream multiplies it by ``s`` (``branch_scale``); a no-LN stream with branch norms
+  grows only linearly with depth and is not rescaled.
 * post-LN needs none (LayerNorm sets ``q = 1`` twice per block); no LN with any other
   activation is not rescaled (its moments are not homogeneous) and is reported as leaving
   float64 when it does.
@@ -44,14 +49,17 @@ from .._jit import specialised
 from ..activations import activation_spec
 from ..architecture import MLPS, NORMS
 from ..rem import cross_overlap_table, participation_table
-from ._block import NO_TABLE, make_block_step
+from ._block import BRANCH_NORM, NO_TABLE, make_block_step
 
 #: The columns of a packed row: ``mean_rope_correlation`` is ``cbar_T`` of RoPE, exactly 1
-#: without (:attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`).
+#: without (:attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`);
+#: ``block_code`` is :attr:`Architecture.block_code <remprop.theory.Architecture.block_code>`
+#: (the same in every row of a call) and ``qk_norm_dim`` the QK-norm width n, 0 without QK-norm
+#: (docs/theory.md section 19).
 PARAMS = ("beta", "sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp", "sigma_o2", "sigma_w2_out",
-          "mean_rope_correlation", "q0", "p0", "log2_scale")
+          "mean_rope_correlation", "q0", "p0", "log2_scale", "block_code", "qk_norm_dim")
 (BETA, SIGMA_W2, SIGMA_B2, SIGMA_V2, ALPHA_SA, ALPHA_MLP, SIGMA_O2, SIGMA_W2_OUT, ROPE_CBAR, Q0, P0,
- LOG2_SCALE) = range(len(PARAMS))
+ LOG2_SCALE, BLOCK_CODE, QK_NORM_DIM) = range(len(PARAMS))
 
 #: Cells advanced together by one thread. Interleaving independent cells hides the
 #: latency of each cell's serial chain of divisions and square roots (and lets LLVM
@@ -126,7 +134,9 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
         for built-in activations (numba keys the cache on the closure values). Rotary
         positions are a compile-time choice too, made per call from the rows: rows whose
         ``mean_rope_correlation`` column is not exactly 1 run a second specialisation that
-        reads it (compiled on first use), the others one that never does.
+        reads it (compiled on first use), the others one that never does. So are the block
+        form (``block_code``, which must be the same in every row) and QK-norm (``qk_norm_dim``
+        not 0, in every row or in none; finite T only), docs/theory.md section 19.
     """
     spec = activation_spec(int(activation))
     finite = bool(finite)
@@ -136,16 +146,32 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
     mode = scale_mode(norm, activation, mlp)
 
     @functools.lru_cache(maxsize=None)
-    def compiled(rope):
-        """The sweeps with RoPE's overlap factor read (``rope``) or left out; compiled on first use."""
-        rope_tag = f"{tag}_rope" if rope else tag
-        step = make_block_step(norm, attention, spec.moments, finite, rope_tag, norm_type, mlp, rope)
-        return _compile_sweeps(step, mode, jit, rope_tag)
+    def compiled(rope, block=0, qk=False):
+        """The sweeps with RoPE's overlap factor read (``rope``) or left out, of one block form
+        and with or without QK-norm; compiled on first use."""
+        full_tag = tag + ("_rope" if rope else "") + (f"_b{block}" if block else "") + ("_qk" if qk else "")
+        step = make_block_step(norm, attention, spec.moments, finite, full_tag, norm_type, mlp, rope, block, qk)
+        block_mode = NO_SCALE if (block & BRANCH_NORM and mode == SCALE_INPUTS) else mode
+        return _compile_sweeps(step, block_mode, jit, full_tag, qk)
 
     def sweeps(params):
         """Rows without RoPE (every ``mean_rope_correlation`` exactly 1) run the kernels that never
-        read that column: the default costs nothing for RoPE."""
-        return compiled(bool(params.shape[0]) and bool(np.any(params[:, ROPE_CBAR] != 1.0)))
+        read that column: the default costs nothing for RoPE. The block form and QK-norm are
+        read from their columns (module docstring of :mod:`remprop.theory.kernels`)."""
+        if not params.shape[0]:
+            return compiled(False)
+        rope = bool(np.any(params[:, ROPE_CBAR] != 1.0))
+        codes = params[:, BLOCK_CODE]
+        if np.any(codes != codes[0]) or codes[0] not in (0.0, 1.0, 2.0, 3.0):
+            raise ValueError("params: the block_code column must hold one of 0, 1, 2, 3, the same in every row")
+        qk_dims = params[:, QK_NORM_DIM]
+        qk = bool(np.any(qk_dims != 0.0))
+        if qk and (np.any(qk_dims < 1.0) or not finite):
+            raise ValueError("params: QK-norm (qk_norm_dim column) needs a finite sequence length and a width "
+                             ">= 1 in every row")
+        if codes[0] == 0.0 and not qk:
+            return compiled(rope)
+        return compiled(rope, int(codes[0]), qk)
 
     def _table(table):
         if table is None:
@@ -169,9 +195,10 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
     return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection)
 
 
-def _compile_sweeps(step, mode, jit, tag):
+def _compile_sweeps(step, mode, jit, tag, qk=False):
     """The compiled ``(trajectories, final_states, min_alpha)`` of one block ``step``
-    (:func:`~remprop.theory.kernels._block.make_block_step`), scaling ``mode`` and tag."""
+    (:func:`~remprop.theory.kernels._block.make_block_step`), scaling ``mode`` and tag;
+    ``qk``: QK-norm (no rescaling of beta, module docstring)."""
     def advance(q, p, e, s, beta_c_first, beta_c_min, prm, alpha_sa, count, first_layer, depth, table):
         """Advance ``count`` cells of a batch by ``depth`` blocks, in place (state ``(q, p) 2**e``,
         ``s = 2**-e``)."""
@@ -182,18 +209,22 @@ def _compile_sweeps(step, mode, jit, tag):
                 sigma_o2 = prm[SIGMA_O2, j]
                 sigma_w2_out = prm[SIGMA_W2_OUT, j]
                 sigma_b2_out = sigma_b2
+                branch_scale = 1.0
                 if mode == SCALE_BRANCHES:
                     sigma_o2 = sigma_o2 * s[j]
                     sigma_w2_out = sigma_w2_out * s[j]
                     sigma_b2_out = sigma_b2 * s[j]
+                    branch_scale = s[j]
                 elif mode == SCALE_INPUTS:
-                    beta = beta / s[j]
+                    if not qk:
+                        beta = beta / s[j]
                     sigma_b2 = sigma_b2 * s[j]
                     sigma_b2_out = sigma_b2
                 q_new, p_new, beta_c = step(
                     q[j], p[j], beta, prm[SIGMA_W2, j], sigma_b2, prm[SIGMA_V2, j], alpha_sa[j],
-                    prm[ALPHA_MLP, j], sigma_o2, sigma_w2_out, sigma_b2_out, prm[ROPE_CBAR, j], table)
-                if mode == SCALE_INPUTS and beta_c < np.inf:  # inf (collapsed tokens) stays inf
+                    prm[ALPHA_MLP, j], sigma_o2, sigma_w2_out, sigma_b2_out, prm[ROPE_CBAR, j], table,
+                    prm[QK_NORM_DIM, j], branch_scale)
+                if mode == SCALE_INPUTS and not qk and beta_c < np.inf:  # inf (collapsed tokens) stays inf
                     beta_c = beta_c * s[j]
                 q[j] = q_new
                 p[j] = p_new

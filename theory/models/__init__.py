@@ -5,5 +5,6 @@ library's default initialisation; the shipped configurations (sizes and init ran
 in ``configs/``.
 """
 from .hf_config import CONFIG_DIR, FAMILIES, ModelSpec, load_hf_config, model_spec, shipped_configs
+from . import decoder_families  # noqa: F401  (registers the Phi-3, Gemma 2 and OLMo 2 readers)
 
 __all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]

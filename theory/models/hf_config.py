@@ -69,11 +69,12 @@ ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "be
            "FacebookAI/roberta-base": "roberta-base", "openai-community/gpt2-medium": "gpt2-medium",
            "meta-llama/Llama-3.2-1B": "llama-3.2-1b", "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
            "mistralai/Mistral-7B-v0.1": "mistral-7b", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b",
-           "HuggingFaceTB/SmolLM2-135M": "smollm2-135m", "microsoft/Phi-3-mini-4k-instruct": "phi-3-mini"}
+           "HuggingFaceTB/SmolLM2-135M": "smollm2-135m", "microsoft/Phi-3-mini-4k-instruct": "phi-3-mini",
+           "google/gemma-2-2b": "gemma-2-2b", "allenai/OLMo-2-0425-1B": "olmo-2-1b"}
 
 #: Supported ``model_type`` values and their block order.
 FAMILIES = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre", "llama": "pre", "mistral": "pre",
-            "qwen2": "pre", "phi3": "pre"}
+            "qwen2": "pre", "phi3": "pre", "gemma2": "pre", "olmo2": "none"}
 #: The LLaMA-style families: pre-RMSNorm, gated MLP, rotary positions, no biases.
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
 
@@ -407,7 +408,8 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         sigma_w2=r * r * width, sigma_b2=0.0, sigma_v2=r * r * width, alpha_sa=1.0, alpha_mlp=1.0,
         seq_len=seq_len, heads=heads, qk_scaling="model",
         sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale,
-        **(dict(positions="rope", rope_base=_rope_base(cfg), head_dim=width // heads) if llama else {})))
+        **(dict(positions="rope", rope_base=_rope_base(cfg), head_dim=width // heads,
+                kv_heads=_kv_heads(cfg, heads)) if llama else {})))
     beta = r * r * width / math.sqrt(math.log(seq_len))
     settings = _from_config(source, lambda: RunSettings(arch, beta, depth, q0, rho0))
     name = str(cfg.get("_name_or_path") or family)
@@ -416,6 +418,14 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         causal=causal, init_range=r,
         embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit") or llama,
         layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)
+
+
+def _kv_heads(cfg, heads):
+    """``num_key_value_heads`` (default: ``heads``), which must divide the heads."""
+    kv = _positive_int(cfg, "num_key_value_heads", default=heads)
+    if heads % kv:
+        raise ValueError(f"config.num_key_value_heads ({kv}) must divide num_attention_heads ({heads})")
+    return kv
 
 
 def _rope_base(cfg):
@@ -442,9 +452,9 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
         notes.append("rope_scaling is ignored: the rotation frequencies are those of rope_theta")
     kv_heads = cfg.get("num_key_value_heads")
     if kv_heads is not None and kv_heads != heads:
-        notes.append(f"num_key_value_heads = {kv_heads} < {heads} heads (grouped-query attention) is ignored: "
-                     "the engine draws keys and values per head (the same mean maps; heads of one group share "
-                     "their keys and values, so head-to-head fluctuations are larger)")
+        notes.append(f"num_key_value_heads = {kv_heads} < {heads} heads (grouped-query attention): the same mean "
+                     "maps as ungrouped heads (docs/theory.md section 19); heads of one group share their keys and "
+                     "values, so head-to-head fluctuations are larger")
     window = cfg.get("sliding_window")
     if window and cfg.get("use_sliding_window", True) and window < seq_len:
         notes.append(f"sliding_window = {window} < T = {seq_len}: tokens attend to the last {window} keys only; "
@@ -458,44 +468,9 @@ CONFIG_READERS["huggingface"] = model_spec
 
 
 # -- families read through another family's reader, or rejected with the feature they need ------------
-def _phi3_spec(cfg, *, seq_len=None, pixel_std=1.0):
-    """Phi-3 (``model_type`` phi3): a LLaMA-style decoder whose projections are fused.
-
-    ``Phi3PreTrainedModel`` draws the fused ``qkv_proj`` (``d -> (H + 2 H_kv) d_H``) and
-    ``gate_up_proj`` (``d -> 2 d_ff``) from the same ``N(0, r^2)`` as separate projections, so
-    every entry has the law of the LLaMA reader's (Abdin et al., "Phi-3 Technical Report",
-    arXiv 2404.14219; the sizes of microsoft/Phi-3-mini-4k-instruct's config.json).
-    """
-    spec = model_spec(dict(cfg, model_type="llama"), seq_len=seq_len, pixel_std=pixel_std)
-    fused = ("fused qkv_proj and gate_up_proj: one N(0, r^2) matrix each, entry by entry the law of separate "
-             "q/k/v and gate/up projections (the same maps)")
-    partial = cfg.get("partial_rotary_factor")
-    notes = (fused,) + ((f"partial_rotary_factor = {partial:g}: rotary positions act on part of each head "
-                         "only",) if partial not in (None, 1, 1.0) else ())
-    return dataclasses.replace(spec, family="phi3", config=cfg, assumptions=notes + spec.assumptions)
 
 
-def _unsupported(feature):
-    """A reader that rejects its family with one error naming the feature the engine lacks."""
-    def reject(cfg, **_):
-        raise ValueError(f"config.model_type = {cfg.get('model_type')!r} is not supported: {feature}")
-    return reject
-
-
-_BLOCK_ORDERS = "the engine's blocks normalise before the branch (pre), after the sum (post) or not at all"
-
-#: model_type -> reader, consulted by :func:`model_spec` before its own families.
-FAMILY_READERS = {
-    "phi3": _phi3_spec,
-    "gemma2": _unsupported(
-        "its sandwich norms (an RMSNorm after each attention and MLP branch as well as before it: "
-        f"post_attention_layernorm, post_feedforward_layernorm) have no block order here; {_BLOCK_ORDERS} "
-        "(its attention-logit soft-capping and sqrt(d)-scaled embeddings are not modelled either)"),
-    "gemma3_text": _unsupported(
-        "its sandwich norms (an RMSNorm after each branch as well as before it) have no block order here; "
-        f"{_BLOCK_ORDERS} (its QK-norm's beta: remprop.theory.rem.qk_norm_beta)"),
-    "olmo2": _unsupported(
-        "its norm inside the residual branch after the branch (x + RMSNorm(attn(x)), no norm before it) has no "
-        f"block order here; {_BLOCK_ORDERS} (its QK-norm's beta: remprop.theory.rem.qk_norm_beta, "
-        "docs/theory.md section 16)"),
-}
+#: model_type -> reader, consulted by :func:`model_spec` before its own families; the decoder
+#: families (Phi-3, Gemma 2, OLMo 2, the rejected ones) register theirs from
+#: :mod:`remprop.theory.models.decoder_families`.
+FAMILY_READERS = {}

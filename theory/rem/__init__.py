@@ -33,7 +33,7 @@ from .finite_t import participation_moment, participation_ratio, reduced_scale
 from .heads import QK_SCALINGS, effective_beta, head_participation_ratio, query_key_variance, score_variance
 from .pairs import pair_participation_moment, participation_square
 from .finite_width import attention_mean_cosine, finite_width_attention_map, gibbs_energy_square, query_norm_variance
-from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_score_moments
+from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_energy_core, qk_norm_score_moments
 from .rope import (ROPE_BASE, rope_correlation, rope_critical_beta, rope_frequencies, rope_mean_correlation,
                    rope_participation_ratio, rope_score_covariance)
 from .spectrum import attention_bulk_radius, stochastic_bulk_radius
@@ -52,6 +52,6 @@ __all__ = [
     "attention_bulk_radius", "stochastic_bulk_radius",
     "ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation", "rope_score_covariance",
     "rope_critical_beta", "rope_participation_ratio",
-    "gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta",
+    "gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta", "qk_norm_energy_core",
     "attention_mean_cosine", "finite_width_attention_map", "gibbs_energy_square", "query_norm_variance",
 ]

@@ -56,12 +56,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba.extending import register_jitable
 from scipy.special import gammaln, hyp2f1, poch
 
 from ..checks import as_float_array, check_simplex_cosine, scalar_or_array
 from .checks import check_seq_len
 
-__all__ = ["gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta"]
+__all__ = ["gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta", "qk_norm_energy_core"]
 
 #: Below this distance from rho = 1, qk_norm_beta uses the limit (1 - kappa)/(1 - rho) -> kappa'(1).
 _NEAR_ONE = 1e-8
@@ -244,3 +245,40 @@ def qk_norm_beta(rho, head_dim, seq_len, gain=1.0, *, q=1.0, norm_dim=None, scal
     ratio = np.where(near, _cosine_slope_at_one(norm_dim),
                      (1.0 - np.asarray(gaussian_cosine_mean(safe, norm_dim))) / (1.0 - safe))
     return scalar_or_array(gain ** 2 / q * np.sqrt(head_dim / scale * ratio / math.log(seq_len)))
+
+
+@register_jitable
+def qk_norm_energy_core(rho, dim, cbar):
+    r"""``1 - kappa_n(rho) cbar``: the REM energy variance of a QK-normed head over ``g^4 d_H/S``.
+
+    .. math:: \kappa_n(\rho) = \frac{2}{n}\Big(\frac{\Gamma(\frac{n+1}{2})}{\Gamma(\frac n2)}\Big)^2
+              \rho\,{}_2F_1\big(\tfrac12, \tfrac12; \tfrac n2 + 1; \rho^2\big)
+
+    (:func:`~remprop.theory.rem.gaussian_cosine_mean`, summed here as its series so that the
+    numba kernels and the block tree share one scalar function; ``cbar`` is RoPE's mean
+    rotary correlation, 1 without RoPE). Clipped at 0; ``kappa_n(+-1) = +-1``. Scalars only
+    (``register_jitable``: plain Python outside numba).
+
+    References
+    ----------
+    docs/theory.md sections 16 and 19; W. F. Sheppard, Phil. Trans. R. Soc. A 192, 101 (1899).
+    """
+    if rho >= 1.0:
+        kappa = 1.0
+    elif rho <= -1.0:
+        kappa = -1.0
+    else:
+        c = 0.5 * dim + 1.0
+        z = rho * rho
+        total = 1.0
+        term = 1.0
+        k = 1
+        while k < 200000:
+            term = term * (k - 0.5) * (k - 0.5) / ((c + k - 1.0) * k) * z
+            total += term
+            if term < 1e-17 * total:
+                break
+            k += 1
+        constant = 2.0 / dim * math.exp(2.0 * (math.lgamma(0.5 * (dim + 1.0)) - math.lgamma(0.5 * dim)))
+        kappa = constant * rho * total
+    return max(1.0 - kappa * cbar, 0.0)

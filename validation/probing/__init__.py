@@ -1,8 +1,9 @@
 """Probe any torch transformer at initialisation: order parameters layer by layer, from hooks.
 
 :func:`probe` attaches forward hooks to the blocks of a model -- a Hugging Face model
-(``BertModel``, ``RobertaModel``, ``GPT2Model``, ``GPT2LMHeadModel``, ``ViTModel``, ...) or a
-plain ``torch.nn.TransformerEncoder`` -- runs one forward pass under ``torch.no_grad()`` and
+(``BertModel``, ``RobertaModel``, ``GPT2Model``, ``GPT2LMHeadModel``, ``ViTModel``, the decoders
+``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``, ``Gemma2Model``, ``Olmo2Model``,
+...) or a plain ``torch.nn.TransformerEncoder`` -- runs one forward pass under ``torch.no_grad()`` and
 records, for every sequence of the batch,
 
 * the residual stream entering block 1 (layer 0) and leaving each block l = 1..L: with the
@@ -26,7 +27,9 @@ How the attention probabilities are read
   so the block computes exactly what it would have. The weights are the softmax that
   multiplied the values in that very forward pass.
 * Hugging Face models (transformers 5): every attention module returns
-  ``(attn_output, attn_weights)``, but only the ``"eager"`` implementation fills
+  ``(attn_output, attn_weights)`` (rotary positions, grouped key/value heads, QK-norm and
+  soft-capping happen inside it: the weights read are those after all of them), but only the
+  ``"eager"`` implementation fills
   ``attn_weights`` (``"sdpa"``, the default, returns ``None``). The probe switches the model
   to eager with the public ``model.set_attn_implementation("eager")`` and, afterwards, writes
   back the ``_attn_implementation_internal`` value of every config it found (so the restore

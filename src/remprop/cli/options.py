@@ -128,6 +128,14 @@ ARCHITECTURE_OPTIONS = {
     "positions": "--positions",
     "rope_base": "--rope-base",
     "head_dim": "--head-dim",
+    "kv_heads": "--kv-heads",
+    "qk_norm": "--qk-norm",
+    "qk_norm_gain": "--qk-norm-gain",
+    "qk_norm_dim": "--qk-norm-dim",
+    "block_form": "--block-form",
+    "branch_norm": "--branch-norm",
+    "final_norm": "--final-norm",
+    "logit_softcap": "--logit-softcap",
 }
 
 #: Parsed-argument name of the fields whose option is not named after them.
@@ -158,13 +166,15 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
         The group, with options ``--norm``, ``--norm-type``, ``--mlp``, ``--attention``, ``--activation``,
         ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--sigma-o2``, ``--sigma-w2-out``,
         ``--alpha`` (optional), ``--alpha-mlp``, ``--heads``, ``--qk-scaling``, ``--positions``,
-        ``--rope-base``, ``--head-dim`` and ``--theory-seq-len`` (optional); defaults are those
+        ``--rope-base``, ``--head-dim``, the decoder block forms (``--kv-heads``, ``--qk-norm``,
+        ``--qk-norm-gain``, ``--qk-norm-dim``, ``--block-form``, ``--branch-norm``, ``--final-norm``,
+        ``--logit-softcap``: docs/theory.md section 19) and ``--theory-seq-len`` (optional); defaults are those
         of the Architecture class (post-LN BERT, one head, absolute positions). Choices come
         from :data:`remprop.theory.NORMS`, ``ATTENTIONS``, ``ACTIVATIONS``, ``QK_SCALINGS`` and
         :data:`remprop.theory.architecture.POSITIONS`.
     """
     from remprop.theory import ACTIVATIONS, ATTENTIONS, MLPS, NORM_TYPES, NORMS, QK_SCALINGS, Architecture
-    from remprop.theory.architecture import POSITIONS
+    from remprop.theory.architecture import BLOCK_FORMS, POSITIONS
 
     defaults = {f.name: f.default for f in dataclasses.fields(Architecture)}
     group = parser.add_argument_group(
@@ -211,7 +221,29 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
                        help="RoPE base b > 1 of the frequencies b^(-2i/d_H) (default: %(default)g)")
     group.add_argument("--head-dim", type=count(2), default=defaults["head_dim"], metavar="D_H",
                        help="width of one head's queries and keys, even (usually width / heads); "
-                            "needed with --positions rope (default: none)")
+                            "needed with --positions rope and --qk-norm (default: none)")
+    group.add_argument("--kv-heads", type=count(1), default=defaults["kv_heads"], metavar="H_KV",
+                       help="key/value heads of grouped-query attention, dividing --heads; the mean maps are "
+                            "those of ungrouped heads (default: --heads)")
+    group.add_argument("--qk-norm", action="store_true",
+                       help="RMS-normalised queries and keys (OLMo 2, Gemma 3): beta then multiplies the "
+                            "normalised scores; needs --theory-seq-len and --head-dim")
+    group.add_argument("--qk-norm-gain", type=positive_real, default=defaults["qk_norm_gain"], metavar="G",
+                       help="gain of the query/key norm (default: %(default)s)")
+    group.add_argument("--qk-norm-dim", type=count(1), default=defaults["qk_norm_dim"], metavar="N",
+                       help="coordinates normalised together, >= --head-dim (OLMo 2: heads x head dim; "
+                            "default: --head-dim)")
+    group.add_argument("--block-form", choices=tuple(BLOCK_FORMS), default=defaults["block_form"],
+                       help="sequential branches, or parallel: x + SA(LN x) + MLP(LN x) (GPT-J, NeoX; "
+                            "--norm pre only) (default: %(default)s)")
+    group.add_argument("--branch-norm", action="store_true",
+                       help="a norm on each branch's output before the skip add (Gemma 2 sandwich with --norm "
+                            "pre, OLMo 2 with --norm none)")
+    group.add_argument("--final-norm", action="store_true",
+                       help="a norm after the last block: the reported final state is its output (q = 1)")
+    group.add_argument("--logit-softcap", type=positive_real, default=defaults["logit_softcap"], metavar="C",
+                       help="attention-logit soft-cap C tanh(s/C) (Gemma 2: 50), accepted where the theory "
+                            "bounds its effect on Y2 (default: none)")
     if theory_seq_len:
         group.add_argument("--theory-seq-len", dest=_dest("seq_len"), type=count(2), default=None, metavar="T",
                            help="sequence length T of the theory's attention maps (exact finite-T "

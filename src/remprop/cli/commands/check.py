@@ -33,6 +33,11 @@ def add_check_parser(commands):
                             "maps and the tokens of each --simulate sequence (default: the model's maximum)")
     check.add_argument("--depth", type=layer_count, default=None, metavar="L",
                        help="override the number of layers (default: the config's)")
+    check.add_argument("--width", type=count(2), default=None, metavar="D",
+                       help="a reduced (or widened) version: the config's width (hidden size); the MLP width scales "
+                            "with it and the heads keep their width unless --heads is given (default: the config's)")
+    check.add_argument("--heads", type=count(1), default=None, metavar="H",
+                       help="with --width: the number of attention heads (default: the config's head width kept)")
     check.add_argument("--pixel-std", type=positive_real, default=1.0, metavar="S",
                        help="ViT: std of the i.i.d. input pixels (default: %(default)s)")
     check.add_argument("--rho0", type=cosine, default=None,
@@ -75,7 +80,12 @@ def run_check(args) -> int:
     if (args.config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
     spec = model_spec(args.config or args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
-    if args.depth is not None:
+    if args.width is not None or args.heads is not None:
+        with validation_extra(option="--width"):
+            from remprop.validation.hf_models import reduced_spec
+
+            spec = reduced_spec(spec, depth=args.depth, width=args.width, heads=args.heads)
+    elif args.depth is not None:
         spec = spec.with_depth(args.depth)
     if args.rho0 is not None:
         spec = spec.with_settings(rho0=args.rho0)
