@@ -27,6 +27,20 @@ meant for late positions, and its error against position is measured in
 
 Position 1 has no REM (one key): positions must be >= 2.
 
+The late rows' keys are not in the late state. Token s has seen s keys, so after a block the early
+tokens carry large attention outputs that overlap strongly with each other (token 1 its own value,
+token 2 the mean of two, ...), and a late row averages the values of all its keys: the mean pair
+overlap of those keys exceeds the late tokens' own, which the per-position maps use. In a
+pre-RMSNorm SwiGLU decoder (LLaMA, Qwen) this error builds up over the layers (issue 13: the last
+tokens' cosine 0.210 against 0.319 measured after 8 reduced Qwen2.5 blocks at T = 1024).
+:func:`propagate_causal_gram` carries the whole causal Gram matrix instead (docs/theory.md
+sections 8 and 17) and follows those stacks; cost ``O(T^3)`` per layer.
+
+QK-norm (``arch.qk_norm``): each row's head beta is read at the state the attention sees,
+``Architecture.effective_beta(beta, q=q, p=p)``, as the encoder's attention does (docs/theory.md
+sections 16 and 19), not at the reference state ``q = 1``: an un-normalised stream (OLMo 2,
+``q0 = 4e-4``) has its own reduced scale.
+
 Rotary positions (``arch.positions == "rope"``, LLaMA family). Row t sees its t keys
 through the rotary correlation ``c(m - l)`` (stationary: the query position drops out), so
 its REM reads the overlap ``p cbar_t`` in place of ``p``, with the mean pair correlation of
@@ -53,15 +67,20 @@ import numpy as np
 from . import components as C
 from .architecture import Architecture
 from .attention import softmax_attention_overlap_core
-from .checks import as_float_array, check_depth
+from .checks import as_float_array, check_count, check_depth
+from . import gram_state as _gram
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation
+from .rem.rope import rope_frequencies
 
 __all__ = [
     "CausalTrajectory",
     "propagate_causal",
     "last_tokens_cosine",
+    "CausalGramTrajectory",
+    "propagate_causal_gram",
     "LAST_TOKENS",
+    "MAX_GRAM_SEQ_LEN",
 ]
 
 #: Late tokens of a causal model that follow the encoder maps: the reference experiment
@@ -78,17 +97,26 @@ class _CausalAttention(C.Component):
     table: CausalParticipationTable
     #: ``cbar_t`` of each position (RoPE), exactly 1 without rotation.
     rope_correlation: np.ndarray
+    #: With QK-norm: the architecture and the model's beta, whose head beta depends on the
+    #: attention input's state (``Architecture.effective_beta(beta, q=q, p=p)``); else None.
+    qk_norm_arch: Architecture = None
+    model_beta: np.ndarray = None
     name = "causal_softmax_attention"
 
     def apply(self, q, p):
-        x = self.beta * np.sqrt(np.maximum(q * (q - p * self.rope_correlation), 0.0))
+        beta = self.beta
+        if self.qk_norm_arch is not None:
+            # QK-norm: the head's beta at the state the attention sees, as the encoder's component
+            beta = np.asarray(self.qk_norm_arch.effective_beta(self.model_beta, q=q, p=p), dtype=np.float64)
+        x = beta * np.sqrt(np.maximum(q * (q - p * self.rope_correlation), 0.0))
         y2 = self.table(self.positions, x)
         return softmax_attention_overlap_core(q, p, y2, 1.0 / self.positions, self.sigma_v2, self.sigma_b2)
 
 
-def _causal_block(arch, beta, positions, table, rope_correlation):
+def _causal_block(arch, beta, positions, table, rope_correlation, model_beta=None):
+    qk = (arch, model_beta) if arch.qk_norm else (None, None)
     return arch.compose(_CausalAttention(beta, np.asarray(arch.sigma_v2, float), np.asarray(arch.sigma_b2, float),
-                                         positions, table, rope_correlation))
+                                         positions, table, rope_correlation, *qk))
 
 
 def _row_rope_correlation(arch, seq_len, positions):
@@ -143,7 +171,8 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
         Scalar numeric fields; ``attention="softmax"`` (the centring of gain-controlled
         attention mixes all positions and has no per-position map). ``arch.seq_len`` is
         None or ``seq_len`` (a RoPE architecture has it set). With ``positions="rope"`` each row
-        reads ``head_dim`` and ``rope_base``.
+        reads ``head_dim`` and ``rope_base``. With ``qk_norm`` the head beta is
+        ``arch.effective_beta(beta, q=q, p=p)`` at each row's attention input.
     beta : float
         Query/key scale, > 0.
     depth : int
@@ -183,7 +212,8 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     table = causal_participation_table(seq_len, positions)
     # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
     block = _causal_block(arch, np.asarray(arch.effective_beta(beta), dtype=np.float64),
-                          positions.astype(np.float64), table, _row_rope_correlation(arch, seq_len, positions))
+                          positions.astype(np.float64), table, _row_rope_correlation(arch, seq_len, positions),
+                          beta)
     q = np.empty((positions.size, depth + 1))
     p = np.empty((positions.size, depth + 1))
     q[:, 0] = q0
@@ -215,3 +245,199 @@ def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=LAST_TOKEN
         raise ValueError(f"last must be an integer in [1, seq_len - 1], got {last!r}")
     traj = propagate_causal(arch, beta, depth, seq_len, np.arange(seq_len - last + 1, seq_len + 1), q0, rho0)
     return traj.rho.mean(axis=0)
+
+
+@dataclass(frozen=True)
+class CausalGramTrajectory:
+    """Order parameters of the last tokens of a causal stack, from its whole Gram matrix.
+
+    Attributes
+    ----------
+    q, p : ndarray, shape (depth + 1,)
+        Mean squared norm and mean pair overlap of the last ``settings["last"]`` tokens per
+        layer (column 0 the input).
+    cosine : ndarray, shape (depth + 1,)
+        Mean pair cosine ``G_ij / sqrt(G_ii G_jj)`` of the same tokens.
+    gram : ndarray, shape (T, T)
+        The Gram matrix of the sequence after the last block.
+    settings : dict
+    """
+
+    q: np.ndarray
+    p: np.ndarray
+    cosine: np.ndarray
+    gram: np.ndarray
+    settings: dict
+
+    @property
+    def rho(self):
+        """``p / q`` of the last tokens per layer."""
+        return self.p / self.q
+
+    @property
+    def depth(self):
+        return self.q.size - 1
+
+
+class _CausalGramWalker(_gram._GramWalker):
+    """The Gram walker of :mod:`remprop.theory.gram_state` with a causal mask in the attention.
+
+    Scores are drawn as ``S = c L Z L`` (``L = G^{1/2}``, ``Z`` i.i.d. N(0, 1)) without RoPE; with
+    RoPE (``frequencies`` theta_f, f < d_H / 2) as the sum over the frequencies of
+    ``sqrt(2 / F) c Re[D_f^* (L Z_f L) D_f]``, ``Z_f`` i.i.d. standard complex Gaussian and
+    ``D_f = diag(exp(i theta_f m))``, whose covariance is exactly
+    ``c^2 G_ik G_jl c((j - i) - (l - k))`` (section 15: each query rotated by its own position);
+    frequencies with ``theta_f (T - 1) < 0.05`` (cos >= 0.9987 over the sequence) are drawn as one
+    unrotated term of their summed weight. The entries above the diagonal are masked and
+    ``sigma_v^2 E[A G A^T] + sigma_b^2`` averaged over the draws (plain Monte Carlo: a causal Gram
+    matrix is far from a simplex, docs/theory.md section 8).
+    """
+
+    #: Largest ``theta_f (T - 1)`` of a frequency drawn without rotation.
+    SLOW = 0.05
+
+    def __init__(self, draws, rng, activation, frequencies=None):
+        super().__init__(draws, rng, activation)
+        self.frequencies = frequencies
+
+    def _scores(self, root, c, t):
+        if self.frequencies is None:
+            return c * (root @ self.rng.standard_normal((t, t)) @ root)
+        slow = self.frequencies * (t - 1) < self.SLOW
+        count = self.frequencies.size
+        scores = np.zeros((t, t))
+        if slow.any():
+            scores += c * np.sqrt(slow.sum() / count) * (root @ self.rng.standard_normal((t, t)) @ root)
+        position = np.arange(t)
+        for theta in self.frequencies[~slow]:
+            z = (self.rng.standard_normal((t, t)) + 1j * self.rng.standard_normal((t, t))) / np.sqrt(2.0)
+            phase = np.exp(1j * theta * position)
+            scores += c * np.sqrt(2.0 / count) * np.real(np.conj(phase)[:, None] * (root @ z @ root) * phase)
+        return scores
+
+    def attention(self, comp, g):
+        if comp.gain_controlled:
+            raise ValueError("attention='gain-controlled' has no causal Gram map (softmax only)")
+        t = g.shape[0]
+        c = float(comp.beta) * np.sqrt(np.log(t))
+        root = _gram._symmetric_sqrt(g)
+        mask = np.triu(np.ones((t, t), dtype=bool), 1)
+        total = np.zeros_like(g)
+        for _ in range(self.draws):
+            scores = self._scores(root, c, t)
+            scores[mask] = -np.inf
+            attn = _gram._softmax_rows(scores)
+            total += (attn @ g) @ attn.T
+        total /= self.draws
+        self.deviations = None
+        return float(comp.sigma_v2) * 0.5 * (total + total.T) + float(comp.sigma_b2)
+
+
+#: Largest sequence length of :func:`propagate_causal_gram` (cost O(draws T^3) per layer).
+MAX_GRAM_SEQ_LEN = 4096
+
+
+def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=LAST_TOKENS,
+                          draws=4, seed=0) -> CausalGramTrajectory:
+    r"""Causal stack on the Gram matrix of the whole sequence: the late tokens with their true keys.
+
+    The per-position maps of :func:`propagate_causal` give row t keys in the state of row t
+    itself. In a causal stack they are not: token s has seen s keys, so after one block the early
+    tokens carry large, strongly correlated attention outputs (token 1 its own value, token 2 the
+    mean of two, ...), and a late row averages the values of ALL its keys, whose mean pair overlap
+    exceeds the late tokens' own (docs/theory.md section 8). Here the whole ``T x T`` Gram matrix
+    ``G`` is carried through :meth:`Architecture.block <remprop.theory.Architecture.block>` as in
+    docs/theory.md section 17 (norms, dense layers, skips and MLPs pair by pair, exact), with the
+    causal attention
+
+    .. math:: G_A = \sigma_v^2\, E\big[A G A^T\big] + \sigma_b^2,\qquad
+              A = \mathrm{softmax}_{\rm rows}\big(S + \mathrm{mask}\big),
+
+    the scores ``S`` Gaussian with ``Cov(S_ij, S_kl) = c^2 G_ik G_jl c((j - i) - (l - k))``,
+    ``c = beta_eff sqrt(log T)`` and ``c(k)`` the rotary correlation of section 15
+    (:func:`~remprop.theory.rem.rope.rope_correlation`; 1 without RoPE): ``S = c L Z L`` with
+    ``L = G^{1/2}`` and ``Z`` i.i.d. N(0, 1) without RoPE, one complex draw per rotary frequency
+    with it (each query and key rotated by its own position); the expectation is a plain Monte
+    Carlo average of ``draws`` draws. The input is
+    Gaussian tokens, ``G = q0 ((1 - rho0) I + rho0 1 1^T)``. Reported: ``q``, ``p`` of the last
+    ``last`` tokens per layer.
+
+    Parameters
+    ----------
+    arch : Architecture
+        As :func:`~remprop.theory.gram_state.propagate_gram` (softmax attention, scalar fields),
+        plus ``positions="rope"``; no QK-norm. ``arch.seq_len`` None or ``seq_len``.
+    beta : float
+        Query/key scale, > 0.
+    depth : int
+    seq_len : int
+        T, 3 .. :data:`MAX_GRAM_SEQ_LEN`.
+    q0, rho0 : float
+        Input state of every token.
+    last : int
+        Last tokens averaged, 2 .. T.
+    draws : int
+        Monte Carlo draws per attention layer (default 4; at small beta a few suffice).
+    seed : int
+
+    Returns
+    -------
+    CausalGramTrajectory
+
+    Notes
+    -----
+    Cost ``O(draws T^3)`` per layer, times the number of rotary frequencies that turn by more
+    than 0.05 over the sequence with RoPE (up to ``d_H / 2``).
+
+    References
+    ----------
+    docs/theory.md sections 8, 15 and 17; Giorlandino & Goldt, arXiv 2505.24333 (Fig. 12).
+    """
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+    if arch.qk_norm:
+        raise ValueError("qk_norm: propagate_causal_gram has no QK-normed attention (use propagate_causal)")
+    rope = arch.positions == "rope"
+    problem = _gram.gram_support_problem(arch.replace(positions="absolute") if rope else arch)
+    if problem is not None:
+        raise ValueError(problem)
+    depth = check_depth(depth)
+    seq_len = check_seq_len(seq_len, allow_none=False)
+    if not 3 <= seq_len <= MAX_GRAM_SEQ_LEN:
+        raise ValueError(f"seq_len must be in [3, {MAX_GRAM_SEQ_LEN}] for the causal Gram state, got {seq_len}")
+    if arch.seq_len is not None and arch.seq_len != seq_len:
+        raise ValueError(f"seq_len must equal arch.seq_len when the architecture sets it, got seq_len={seq_len}, "
+                         f"arch.seq_len={arch.seq_len}")
+    if isinstance(last, bool) or not isinstance(last, (int, np.integer)) or not 2 <= last <= seq_len:
+        raise ValueError(f"last must be an integer in [2, seq_len], got {last!r}")
+    beta = as_float_array("beta", beta, positive=True)
+    if beta.ndim:
+        raise ValueError(f"beta must be a scalar for the causal theory, got shape {beta.shape}")
+    q0 = float(as_float_array("q0", q0, positive=True))
+    rho0 = float(as_float_array("rho0", rho0, low=-1.0 / (seq_len - 1), high=1.0))
+    draws = check_count("draws", draws, 1)
+    seed = check_count("seed", seed, 0)
+    arch = arch.replace(seq_len=seq_len)
+    frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64) if rope else None
+    walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies)
+    block = arch.block(float(beta))
+    g = q0 * ((1.0 - rho0) * np.eye(seq_len) + rho0)
+    qs, ps, cosines = [], [], []
+    for layer in range(depth + 1):
+        sub = g[-last:, -last:]
+        diag = np.trace(sub)
+        qs.append(diag / last)
+        ps.append((sub.sum() - diag) / (last * (last - 1)))
+        cos = sub / np.sqrt(np.outer(np.diag(sub), np.diag(sub)))
+        cosines.append((cos.sum() - np.trace(cos)) / (last * (last - 1)))
+        if layer == depth:
+            break
+        with np.errstate(divide="ignore", invalid="ignore"):
+            g = walker.apply(block, g)
+        g = 0.5 * (g + g.T)
+        if not np.isfinite(g).all():
+            raise ValueError(f"the causal Gram state is not finite after block {layer + 1} (beta or the variances "
+                             "too large for float64)")
+    settings = {"arch": arch.to_dict(), "beta": float(beta), "depth": depth, "seq_len": seq_len, "q0": q0,
+                "rho0": rho0, "last": last, "draws": draws, "seed": seed}
+    return CausalGramTrajectory(np.array(qs), np.array(ps), np.array(cosines), g, settings)

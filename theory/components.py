@@ -211,7 +211,7 @@ class _Attention(Component):
 
     def reduced_scale(self, q, p):
         """The REM's reduced scale ``x``: ``beta sqrt(q (q - p cbar))``, or with QK-norm
-        ``beta sqrt(1 - kappa_n(p/q) cbar)`` (:func:`qk_norm_energy_core`, docs/theory.md section 19)."""
+        ``beta sqrt(1 - kappa_n(p/q) cbar)`` (:func:`~remprop.theory.rem.qk_norm.qk_norm_energy_core`, docs/theory.md section 19)."""
         if self.qk_norm_dim is None:
             return self.beta * np.sqrt(q) * np.sqrt(np.maximum(q - self.rem_overlap(p), 0.0))
         cbar = 1.0 if self.mean_rope_correlation is None else self.mean_rope_correlation
@@ -379,7 +379,7 @@ def softmax_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, mean_rope
     None (default): no rotation.
     ``qk_norm_dim``: QK-norm over n coordinates (an integer >= 1; needs ``seq_len``): ``beta``
     is then the reduced-scale factor, ``x = beta sqrt(1 - kappa_n(rho) cbar_T)``
-    (:func:`qk_norm_energy_core`; ``beta = beta_model g^2 / sqrt(log T)``, as
+    (:func:`~remprop.theory.rem.qk_norm.qk_norm_energy_core`; ``beta = beta_model g^2 / sqrt(log T)``, as
     :meth:`Architecture.effective_beta <remprop.theory.Architecture.effective_beta>` packs it;
     docs/theory.md sections 16 and 19). None (default): no QK-norm.
     """

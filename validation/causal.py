@@ -28,7 +28,7 @@ import torch
 
 from remprop.theory import Architecture
 from remprop.theory.checks import check_choice, check_seeds
-from remprop.theory.causal import propagate_causal
+from remprop.theory.causal import propagate_causal, propagate_causal_gram
 from remprop.theory.rem import ROPE_BASE, causal_participation_table
 from remprop.theory.rem.causal import causal_rope_correlation
 
@@ -60,6 +60,9 @@ class CausalComparison:
     theory_encoder : ndarray, shape (depth + 1,)
         The encoder's (non-causal) finite-T theory at T, for reference.
     elapsed : float
+    theory_gram : ndarray, shape (depth + 1,) or None
+        The last tokens from the causal Gram state
+        (:func:`~remprop.theory.causal.propagate_causal_gram`), when asked for (``gram=True``).
     """
 
     settings: dict
@@ -70,6 +73,7 @@ class CausalComparison:
     theory_windows: np.ndarray
     theory_encoder: np.ndarray
     elapsed: float = 0.0
+    theory_gram: np.ndarray = None
 
     @property
     def depth(self):
@@ -115,12 +119,14 @@ class CausalComparison:
                 "window_mean_abs_error": self.window_errors.tolist(),
                 "window_max_abs_error": self.window_max_errors.tolist(),
                 "theory_windows": self.theory_windows.tolist(),
-                "measured_windows_mean": self.measured_windows.mean(axis=0).tolist(), "elapsed_s": self.elapsed}
+                "measured_windows_mean": self.measured_windows.mean(axis=0).tolist(), "elapsed_s": self.elapsed,
+                **({} if self.theory_gram is None else {"theory_gram": self.theory_gram.tolist()})}
 
 
 def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_len=512, width=720, seeds=2,
                       sequences=2, *, last=50, window=32, inputs="synthetic", q0=1.0, rho0=0.0, d_ff=None,
-                      observable="cosine", dtype="float32", device=None, progress=None) -> CausalComparison:
+                      observable="cosine", dtype="float32", device=None, progress=None,
+                      gram=False) -> CausalComparison:
     """Simulate a causal stack and compare its late tokens (and every window) with the theory.
 
     Parameters
@@ -139,6 +145,10 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
         Mean pairwise cosine or p/q of the tokens considered.
     progress : callable, optional
         Called with the number of sequences finished after each batch.
+    gram : bool
+        Also predict the last tokens with the causal Gram state (``theory_gram``,
+        :func:`~remprop.theory.causal.propagate_causal_gram`, Gaussian inputs only; cost
+        ``O(T^3)`` per layer), which gives each late row its true keys (docs/theory.md section 8).
 
     Returns
     -------
@@ -152,6 +162,13 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
 
     arch = Architecture() if arch is None else arch
     check_choice("inputs", inputs, INPUT_KINDS)
+    if not isinstance(gram, bool):
+        raise ValueError(f"gram must be True or False, got {gram!r}")
+    if gram and inputs != "synthetic":
+        raise ValueError(f"gram=True needs inputs='synthetic' (the causal Gram state starts from Gaussian tokens), "
+                         f"got inputs={inputs!r}")
+    if gram and arch.qk_norm:
+        raise ValueError("gram=True: the causal Gram state has no QK-normed attention (arch.qk_norm)")
     check_choice("observable", observable, OBSERVABLES)
     seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)
@@ -201,12 +218,16 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
     theory_last = rho_by_position[seq_len - last:].mean(axis=0)
     theory_windows = np.stack([rho_by_position[max(a, 1):b].mean(axis=0) for a, b in windows], axis=-1)
     encoder = propagate(arch.replace(seq_len=seq_len), stack.beta, stack.depth, q0=q_in, rho0=rho_in).rho
+    theory_gram = None
+    if gram:
+        causal_gram = propagate_causal_gram(arch, stack.beta, stack.depth, seq_len, q_in, rho_in, last=last)
+        theory_gram = causal_gram.rho if observable == "rho" else causal_gram.cosine
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "seeds": seed_list, "sequences": sequences,
                 "inputs": inputs, "q0": q_in, "rho0": rho_in, "last": last, "window": window,
                 "observable": observable, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
     return CausalComparison(settings, windows, np.concatenate(last_rows), np.concatenate(window_rows),
-                            theory_last, theory_windows, np.asarray(encoder), elapsed)
+                            theory_last, theory_windows, np.asarray(encoder), elapsed, theory_gram)
 
 
 def causal_row_measurement(beta, *, seq_len=256, width=128, heads=1, rope=True, base=ROPE_BASE, q0=1.0, rho0=0.5,

@@ -4,7 +4,7 @@ Each reader turns a Hugging Face configuration into a :class:`~remprop.theory.Mo
 by reading it as a LLaMA-style decoder (:func:`~remprop.theory.model_spec`) and setting
 what differs: fused projections (Phi-3), sandwich norms and soft-capped logits (Gemma 2),
 norms inside the residual branch and QK-norm (OLMo 2); docs/theory.md section 19. They are
-registered in :data:`remprop.theory.models.hf_config.FAMILY_READERS` when this module is
+registered in ``remprop.theory.models.hf_config.FAMILY_READERS`` when this module is
 imported (by :mod:`remprop.theory.models`).
 """
 from __future__ import annotations
