@@ -18,7 +18,7 @@ import pytest
 
 import remprop
 from remprop.cli import COMMANDS, add_architecture_arguments, architecture_from_args, build_parser, main
-from remprop.theory import (ACTIVATIONS, ATTENTIONS, MLPS, NORM_TYPES, NORMS, POSITIONS, QK_SCALINGS, Architecture,
+from remprop.theory import (ACTIVATIONS, ATTENTIONS, BLOCK_FORMS, MLPS, NORM_TYPES, NORMS, POSITIONS, QK_SCALINGS, Architecture,
                             propagate)
 
 # Small problems keep the suite fast; the CLI adds no numerics of its own.
@@ -86,7 +86,7 @@ def test_architecture_choices_come_from_the_theory_package():
     choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
     assert choices == {"norm": tuple(NORMS), "attention": tuple(ATTENTIONS), "activation": tuple(ACTIVATIONS),
                        "qk_scaling": tuple(QK_SCALINGS), "norm_type": tuple(NORM_TYPES), "mlp": tuple(MLPS),
-                       "positions": tuple(POSITIONS)}
+                       "positions": tuple(POSITIONS), "block_form": tuple(BLOCK_FORMS)}
 
 
 def test_architecture_helpers_round_trip_every_field():

@@ -227,7 +227,7 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
                             "those of ungrouped heads (default: --heads)")
     group.add_argument("--qk-norm", action="store_true",
                        help="RMS-normalised queries and keys (OLMo 2, Gemma 3): beta then multiplies the "
-                            "normalised scores; needs --theory-seq-len and --head-dim")
+                            "normalised scores; needs the theory's finite T and --head-dim")
     group.add_argument("--qk-norm-gain", type=positive_real, default=defaults["qk_norm_gain"], metavar="G",
                        help="gain of the query/key norm (default: %(default)s)")
     group.add_argument("--qk-norm-dim", type=count(1), default=defaults["qk_norm_dim"], metavar="N",
