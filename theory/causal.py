@@ -432,12 +432,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         cosines.append((cos.sum() - np.trace(cos)) / (last * (last - 1)))
         if layer == depth:
             break
-        with np.errstate(divide="ignore", invalid="ignore"):
-            g = walker.apply(block, g)
-        g = 0.5 * (g + g.T)
-        if not np.isfinite(g).all():
-            raise ValueError(f"the causal Gram state is not finite after block {layer + 1} (beta or the variances "
-                             "too large for float64)")
+        g = walker.block_step(block, g, layer, "causal Gram state")
     settings = {"arch": arch.to_dict(), "beta": float(beta), "depth": depth, "seq_len": seq_len, "q0": q0,
                 "rho0": rho0, "last": last, "draws": draws, "seed": seed}
     return CausalGramTrajectory(np.array(qs), np.array(ps), np.array(cosines), g, settings)

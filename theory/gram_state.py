@@ -324,6 +324,17 @@ class _GramWalker:
         #: Attention layers that used the plain Monte Carlo mean instead of the control variate.
         self.plain_layers = 0
 
+    def block_step(self, block: Component, g, layer, what="Gram state"):
+        """Block ``layer + 1`` on ``g``: the walk, symmetrised; a ValueError naming ``what`` if it
+        leaves float64."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            g = self.apply(block, g)
+        g = 0.5 * (g + g.T)
+        if not np.isfinite(g).all():
+            raise ValueError(f"the {what} is not finite after block {layer + 1} (beta or the variances "
+                             "too large for float64)")
+        return g
+
     def apply(self, comp: Component, g):
         name = comp.name
         if name == "serial":
@@ -533,12 +544,7 @@ def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, ke
         if layer == depth:
             break
         walker.variances = []
-        with np.errstate(divide="ignore", invalid="ignore"):
-            g = walker.apply(block, g)
-        g = 0.5 * (g + g.T)
-        if not np.isfinite(g).all():
-            raise ValueError(f"the Gram state is not finite after block {layer + 1} (beta or the variances "
-                             "too large for float64)")
+        g = walker.block_step(block, g, layer)
         total_var += sum(walker.variances)
         cos.append(_mean_cosine(g))
         var.append(total_var)
