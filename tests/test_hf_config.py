@@ -215,3 +215,147 @@ def test_bert_decoder_and_relative_positions_are_flagged():
     assert any("relative_key" in text for text in relative.assumptions)
     d = diagnose(decoder.with_depth(2))
     assert d.rho_last_tokens is not None
+
+
+# -- the shipped decoder configurations against their published config.json ---------------------
+#: The published values of every field the shipped files carry (and the reader reads), copied from
+#: the model's config.json on the Hugging Face hub as quoted in public repositories:
+PUBLISHED = {
+    # meta-llama/Meta-Llama-3-8B: the copy in aijianiula0601/Qwen2-Audio, meta-llama/Meta-Llama-3-8B/config.json
+    # (re-saved by transformers 4.52.4, which adds head_dim 128 and mlp_bias false; the original file,
+    # transformers_version 4.40.0.dev0, is quoted with the same values by fine-tunes' configs on the hub)
+    "llama-3-8b": dict(
+        model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, hidden_act="silu", max_position_embeddings=8192,
+        initializer_range=0.02, rms_norm_eps=1e-05, rope_theta=500000.0, rope_scaling=None, attention_bias=False,
+        tie_word_embeddings=False),
+    # meta-llama/Llama-3.2-1B: MatthewGoldsberry/LLM-Projects, Llama-3.2-1B/config.json
+    # (transformers_version 4.45.0.dev0)
+    "llama-3.2-1b": dict(
+        model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, hidden_act="silu",
+        max_position_embeddings=131072, initializer_range=0.02, rms_norm_eps=1e-05, rope_theta=500000.0,
+        rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        attention_bias=False, mlp_bias=False, tie_word_embeddings=True),
+    # mistralai/Mistral-7B-v0.1: tanganke/fusion_bench, docs/algorithms/depth_upscaling.md, which quotes
+    # https://huggingface.co/mistralai/Mistral-7B-v0.1/resolve/main/config.json (transformers_version 4.34.0.dev0)
+    "mistral-7b": dict(
+        model_type="mistral", vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, hidden_act="silu", max_position_embeddings=32768,
+        initializer_range=0.02, rms_norm_eps=1e-05, rope_theta=10000.0, sliding_window=4096,
+        tie_word_embeddings=False),
+    # Qwen/Qwen2.5-0.5B at hub revision 060db6499f32faf8b98477b0a26969ef7d8b9987: chtho-like/rosellm,
+    # rosellm/models/pretrained_config.py (transformers_version 4.40.1)
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, hidden_act="silu", max_position_embeddings=32768,
+        max_window_layers=24, initializer_range=0.02, rms_norm_eps=1e-06, rope_theta=1000000.0,
+        sliding_window=32768, use_sliding_window=False, tie_word_embeddings=True),
+    # microsoft/Phi-3-mini-4k-instruct: NVIDIA/TensorRT-LLM, tests/unittest/_torch/modeling/test_modeling_phi3.py
+    # (PHI3_MINI_4K_CONFIG, transformers_version 4.40.2)
+    "phi-3-mini": dict(
+        model_type="phi3", vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, hidden_act="silu", max_position_embeddings=4096,
+        original_max_position_embeddings=4096, initializer_range=0.02, rms_norm_eps=1e-05, rope_theta=10000.0,
+        rope_scaling=None, sliding_window=2047, attention_bias=False, tie_word_embeddings=False),
+}
+#: The hub model each shipped file names (``_name_or_path``, and the start of its ``_source``).
+HUB_IDS = {"llama-3-8b": "meta-llama/Meta-Llama-3-8B", "llama-3.2-1b": "meta-llama/Llama-3.2-1B",
+           "mistral-7b": "mistralai/Mistral-7B-v0.1", "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B",
+           "phi-3-mini": "microsoft/Phi-3-mini-4k-instruct"}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_decoder_config_has_the_published_values(name):
+    cfg = load_hf_config(name)
+    published = PUBLISHED[name]
+    for key, value in published.items():
+        assert (key in cfg or value is None) and cfg.get(key) == value, key
+    # every size or init field the shipped file carries is a published one
+    assert {k for k in cfg if not k.startswith("_")} <= set(published)
+    assert cfg["_name_or_path"] == HUB_IDS[name] and cfg["_source"].startswith(HUB_IDS[name] + " config.json")
+    assert model_spec(HUB_IDS[name]).name == HUB_IDS[name]  # the hub id is an alias of the shipped file
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_decoder_config_reads_into_its_architecture(name):
+    """The engine's parameters follow from the published numbers alone (hf_config's table)."""
+    c = PUBLISHED[name]
+    spec = model_spec(name)
+    arch = spec.architecture
+    d, d_ff, heads, r2 = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"], c["initializer_range"] ** 2
+    seq_len = c["max_position_embeddings"]
+    assert spec.family == c["model_type"] and spec.causal and spec.final_layer_norm
+    assert (spec.width, spec.d_ff, spec.depth, spec.seq_len) == (d, d_ff, c["num_hidden_layers"], seq_len)
+    head_dim = c.get("head_dim", d // heads)
+    assert (arch.heads, arch.kv_heads, arch.head_dim) == (heads, c["num_key_value_heads"], head_dim)
+    assert (arch.positions, arch.rope_base) == ("rope", c["rope_theta"])
+    assert (arch.norm, arch.norm_type, arch.mlp, arch.activation) == ("pre", "rms", "gated", c["hidden_act"])
+    assert spec.layer_norm_eps == c["rms_norm_eps"] and spec.init_range == c["initializer_range"]
+    # every weight N(0, r^2): variance times fan-in (gate/up and q/k/v/o fan-in d, down fan-in d_ff)
+    assert arch.sigma_w2 == arch.sigma_v2 == arch.sigma_o2 == pytest.approx(r2 * d, rel=1e-12)
+    assert arch.sigma_w2_out == pytest.approx(r2 * d_ff, rel=1e-12) and arch.sigma_b2 == 0.0
+    assert spec.beta == pytest.approx(r2 * d / math.sqrt(math.log(seq_len)), rel=1e-12)
+    assert spec.query_key_std(spec.beta) == pytest.approx(c["initializer_range"], rel=1e-12)
+    # word embeddings only: q0 = r^2, rho0 = 1/V
+    assert spec.q0 == pytest.approx(r2, rel=1e-12) and spec.rho0 == pytest.approx(1 / c["vocab_size"], rel=1e-12)
+    notes = " | ".join(spec.assumptions)
+    window = c.get("sliding_window")
+    assert (f"sliding_window = {window} <" in notes) == bool(window and c.get("use_sliding_window", True)
+                                                             and window < seq_len)
+    assert ("rope_scaling (llama3) is ignored" in notes) == bool(c.get("rope_scaling"))
+    grouped = c["num_key_value_heads"] < heads
+    assert (f"num_key_value_heads = {c['num_key_value_heads']} < {heads}" in notes) == grouped
+
+
+def _transformers5_form(cfg):
+    """``cfg`` as ``transformers`` >= 5 writes it: ``rope_theta`` and ``rope_scaling`` in ``rope_parameters``."""
+    cfg = dict(cfg)
+    scaling = cfg.pop("rope_scaling", None) or {}
+    cfg["rope_parameters"] = dict(scaling, rope_type=scaling.get("rope_type", "default"),
+                                  rope_theta=cfg.pop("rope_theta"))
+    return cfg
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_rope_parameters_form_reads_the_same(name):
+    """A config saved by transformers >= 5 (no top-level rope_theta) keeps its rotary base and notes."""
+    reference = model_spec(name)
+    spec = model_spec(_transformers5_form(load_hf_config(name)))
+    assert spec.architecture.to_dict() == reference.architecture.to_dict()
+    assert (spec.beta, spec.q0, spec.rho0, spec.depth) == (reference.beta, reference.q0, reference.rho0,
+                                                           reference.depth)
+    assert spec.assumptions == reference.assumptions
+
+
+def test_transformers_config_objects_read_like_the_shipped_files():
+    """The installed transformers' config objects (>= 5: rope_parameters) read like the files."""
+    transformers = pytest.importorskip("transformers")
+    for name in sorted(PUBLISHED) + ["smollm2-135m", "gemma-2-2b", "olmo-2-1b"]:
+        cfg = load_hf_config(name)
+        config = transformers.AutoConfig.for_model(
+            cfg["model_type"], **{k: v for k, v in cfg.items() if k not in ("model_type", "_name_or_path")})
+        spec, reference = model_spec(config), model_spec(name)
+        assert spec.architecture.to_dict() == reference.architecture.to_dict(), name
+        assert (spec.beta, spec.q0, spec.rho0, spec.depth) == (reference.beta, reference.q0, reference.rho0,
+                                                               reference.depth), name
+        assert spec.assumptions == reference.assumptions, name
+
+
+ROPE_BAD = [
+    (dict(load_hf_config("llama-3-8b"), rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+     "rope_theta .500000. disagrees"),
+    (dict(_transformers5_form(load_hf_config("llama-3-8b")),
+          rope_parameters={"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}}),
+     "rope_parameters gives layers different rope_theta"),
+    (dict(_transformers5_form(load_hf_config("llama-3-8b")), rope_parameters=[500000.0]), "rope_parameters"),
+    (dict(_transformers5_form(load_hf_config("llama-3-8b")), rope_parameters={"rope_theta": -1.0}), "rope_theta"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(ROPE_BAD)))
+def test_inconsistent_rope_parameters_are_named(case):
+    cfg, message = ROPE_BAD[case]
+    with pytest.raises(ValueError, match=message):
+        model_spec(cfg)

@@ -31,6 +31,8 @@ def _phi3_spec(cfg, *, seq_len=None, pixel_std=1.0):
     fused = ("fused qkv_proj and gate_up_proj: one N(0, r^2) matrix each, entry by entry the law of separate "
              "q/k/v and gate/up projections (the same maps)")
     partial = cfg.get("partial_rotary_factor")
+    if partial is None and isinstance(cfg.get("rope_parameters"), dict):  # transformers >= 5 keeps it there
+        partial = cfg["rope_parameters"].get("partial_rotary_factor")
     notes = (fused,) + ((f"partial_rotary_factor = {partial:g}: rotary positions act on part of each head "
                          "only",) if partial not in (None, 1, 1.0) else ())
     return dataclasses.replace(spec, family="phi3", config=cfg, assumptions=notes + spec.assumptions)

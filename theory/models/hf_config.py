@@ -10,7 +10,8 @@ the two residual output projections (``attn.c_proj``, ``mlp.c_proj``) with
 ``r / sqrt(2 n_layer)`` instead. LLaMA-style decoders (``model_type`` llama, mistral,
 qwen2) draw the same ``N(0, r^2)`` and set the RMSNorm gains to 1: pre-RMSNorm blocks with a
 gated SiLU MLP (``Architecture(norm="pre", norm_type="rms", mlp="gated")``, docs/theory.md
-section 14) and rotary positions (``positions="rope"``, ``rope_base = rope_theta``,
+section 14) and rotary positions (``positions="rope"``, ``rope_base = rope_theta``, or the
+``rope_theta`` of ``rope_parameters`` where ``transformers`` >= 5 moved it,
 ``head_dim = d / H``, docs/theory.md section 15). In the engine's parameters (``d`` the width, ``d_ff``
 the MLP width, ``T`` the sequence length):
 
@@ -41,7 +42,8 @@ facts are those of ``transformers`` (``PreTrainedModel._init_weights`` and the
 ``LlamaPreTrainedModel``). The shipped LLaMA-style configurations copy the sizes of the
 published ``config.json`` files on the Hugging Face hub (meta-llama/Llama-3.2-1B,
 meta-llama/Meta-Llama-3-8B, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-0.5B,
-HuggingFaceTB/SmolLM2-135M).
+HuggingFaceTB/SmolLM2-135M); a file's ``_source`` names the published file its values were
+checked against (the reader ignores it).
 """
 from __future__ import annotations
 
@@ -428,9 +430,47 @@ def _kv_heads(cfg, heads):
     return kv
 
 
+def _rope_parameters(cfg):
+    """The ``rope_parameters`` dicts of a config (``transformers`` >= 5 moves ``rope_theta`` and
+    ``rope_scaling`` there; Gemma 3 keeps one per layer type): a list, empty without the field."""
+    params = cfg.get("rope_parameters")
+    if params is None:
+        return []
+    if not isinstance(params, dict):
+        raise ValueError(f"config.rope_parameters must be a dict, got {type(params).__name__}")
+    if params and all(isinstance(value, dict) for value in params.values()):  # one per layer type
+        return list(params.values())
+    return [params]
+
+
 def _rope_base(cfg):
-    """The RoPE base of a LLaMA-style config: ``rope_theta`` (default 10000)."""
-    return _positive_real(cfg, "rope_theta", default=ROPE_BASE)
+    """The RoPE base of a LLaMA-style config: ``rope_theta``, or the ``rope_theta`` of its
+    ``rope_parameters`` (``transformers`` >= 5 configs), default 10000.
+
+    A config whose two fields disagree, or whose layer types rotate with different bases,
+    is refused: the engine has one base for every layer.
+    """
+    thetas = {_positive_real(p, "rope_theta") for p in _rope_parameters(cfg) if p.get("rope_theta") is not None}
+    if cfg.get("rope_theta") is not None:
+        theta = _positive_real(cfg, "rope_theta")
+        if thetas - {theta}:
+            raise ValueError(f"config.rope_theta ({theta:g}) disagrees with config.rope_parameters "
+                             f"(rope_theta {', '.join(f'{t:g}' for t in sorted(thetas))})")
+        return theta
+    if len(thetas) > 1:
+        raise ValueError(f"config.rope_parameters gives layers different rope_theta "
+                         f"({', '.join(f'{t:g}' for t in sorted(thetas))}): the engine has one rotary base")
+    return thetas.pop() if thetas else ROPE_BASE
+
+
+def _rope_scaling(cfg):
+    """The RoPE scaling type of a config (``rope_scaling``, or a ``rope_parameters`` whose
+    ``rope_type`` is not ``"default"``), or None."""
+    scaling = cfg.get("rope_scaling")
+    if scaling:
+        return str(scaling.get("rope_type", scaling.get("type", "?"))) if isinstance(scaling, dict) else str(scaling)
+    kinds = {str(p.get("rope_type", "default")) for p in _rope_parameters(cfg)} - {"default"}
+    return ", ".join(sorted(kinds)) or None
 
 
 def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
@@ -448,8 +488,9 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     notes.append(f"rotary position embeddings (rope_theta = {_rope_base(cfg):g}) enter each attention row's REM "
                  "through the mean rotary correlation of the keys (docs/theory.md section 15); that law "
                  "overestimates Y2 where the tokens' cosine is high (rho >= 0.8)")
-    if cfg.get("rope_scaling"):
-        notes.append("rope_scaling is ignored: the rotation frequencies are those of rope_theta")
+    if _rope_scaling(cfg):
+        notes.append(f"rope_scaling ({_rope_scaling(cfg)}) is ignored: the rotation frequencies are those of "
+                     "rope_theta")
     kv_heads = cfg.get("num_key_value_heads")
     if kv_heads is not None and kv_heads != heads:
         notes.append(f"num_key_value_heads = {kv_heads} < {heads} heads (grouped-query attention): the same mean "
