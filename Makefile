@@ -39,8 +39,13 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(VENV)/bin/remprop diagram --out $(OUT)
 
+# The suite runs on every core (at most 4 worker processes; one test file per worker, so
+# a file's module fixtures are built once): on a fresh clone most of its time is numba
+# compiling the kernels' specialisations, which the workers share through the disk cache.
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile
+
 test: install-test
-	$(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/python -m pytest tests $(PYTEST_WORKERS)
 
 # The API reference from the docstrings (docs/api): nitpicky, warnings are errors, so a
 # broken cross-reference or a stale parameter list fails (tests/test_api_docs.py too).
