@@ -259,3 +259,93 @@ def test_frozen_attention_keeps_a_gram_matrix():
     for layer in tr.grams:
         check_gram(tr.grams[layer])
     assert 0 <= tr.settings["plain_monte_carlo_layers"] <= 3
+
+
+# -- sampled chains (docs/theory.md section 17.1) ------------------------------------------
+def test_sampled_chains_tend_to_the_mean_maps_as_beta_vanishes():
+    # at c = beta sqrt(log T) -> 0 every row is uniform plus c (S - row means); on a simplex the
+    # term linear in c cancels (rows of S - row means sum to 0 against G 1 = const), so one draw
+    # differs from the mean maps by O(c^2): bounded by c^2 and shrinking ~100x for beta / 10
+    arch = Architecture(norm="pre")
+    diffs = []
+    for beta in (1e-3, 1e-4):
+        tr = propagate_gram(arch, beta, _simplex(T, 1.0, 0.2), 4, draws=3, sampled=True)
+        q_ref, rho_ref = _block_tree_trajectory(arch.replace(seq_len=T), beta, 4, 1.0, 0.2)
+        diff = max(np.abs(tr.mean_cosine - rho_ref).max(), np.abs(tr.q - q_ref).max())
+        assert diff <= beta ** 2 * math.log(T), (beta, diff)
+        diffs.append(diff)
+    assert diffs[0] / diffs[1] > 30, diffs
+    assert tr.settings["sampled"] is True and tr.settings["plain_monte_carlo_layers"] == 0
+
+
+def test_sampled_attention_is_an_unbiased_draw_of_the_mean_gram():
+    # the average of single-draw outputs sigma_v2 A G A^T + sigma_b2 is the finite-T closed
+    # form of section 3.4 on a simplex (2000 draws, T = 32; within 4 standard errors)
+    from remprop.theory import components, softmax_attention_map
+    from remprop.theory.gram_state import _SampledGramWalker
+    comp, g = components.softmax_attention(1.5, 0.2, 4e-4, seq_len=T), _simplex(T, 1.0, 0.3)
+    walker = _SampledGramWalker(np.random.default_rng(1), "relu", 1)
+    out = np.array([walker.attention(comp, g) for _ in range(2000)])
+    q = np.trace(out, axis1=1, axis2=2) / T
+    p = (out.sum(axis=(1, 2)) - q * T) / (T * (T - 1))
+    q_a, p_a = softmax_attention_map(1.0, 0.3, 1.5, 0.2, 4e-4, seq_len=T)
+    for sample, exact in ((q, q_a), (p, p_a)):
+        assert abs(sample.mean() - exact) < 4 * sample.std(ddof=1) / math.sqrt(len(sample)), (sample.mean(), exact)
+    # one draw is not the mean: the rows' participation ratios scatter the output norms
+    assert np.mean(out[:, np.arange(T), np.arange(T)].std(axis=1) / q) > 0.05
+
+
+def test_sampled_chain_keeps_the_row_fluctuations_of_a_simulated_layer():
+    # beta = 2 (frozen), T = 32, a simplex input: the spread (coefficient of variation) of the
+    # output token norms |a_i|^2 of one torch attention layer at d = 2048 (40 initialisations)
+    # against 200 single draws; the mean Gram state has none. Tolerance: 4 combined standard
+    # errors plus the finite-width spread sqrt(2/d) of |W_V v|^2, added in quadrature
+    from remprop.theory import components
+    from remprop.theory.gram_state import _SampledGramWalker
+    from remprop.validation import layers
+    beta, d = 2.0, 2048
+    g = _simplex(T, 1.0, 0.3)
+    comp = components.softmax_attention(beta, 0.2, 4e-4, seq_len=T)
+    walker = _SampledGramWalker(np.random.default_rng(2), "relu", 1)
+
+    def spread(gram):
+        diag = np.diag(gram)
+        return diag.std() / diag.mean()
+
+    theory = np.array([spread(walker.attention(comp, g)) for _ in range(200)])
+    rng = np.random.default_rng(5)
+    simulated = []
+    for seed in range(40):
+        frame = np.linalg.qr(rng.standard_normal((d, T)))[0].T * math.sqrt(d)     # x x^T / d = g exactly
+        x = torch.tensor(np.linalg.cholesky(g) @ frame)
+        weights = layers.draw_attention_weights(torch.Generator().manual_seed(seed), d, beta, T, 0.2, 4e-4,
+                                                dtype=torch.float64, device="cpu")
+        a = layers.softmax_attention(x[None], weights)[0][0]
+        simulated.append(spread((a @ a.T / d).numpy()))
+    simulated = np.array(simulated)
+    se = math.hypot(theory.std(ddof=1) / math.sqrt(len(theory)), simulated.std(ddof=1) / math.sqrt(len(simulated)))
+    width_term = math.sqrt(theory.mean() ** 2 + 2 / d) - theory.mean()
+    assert abs(simulated.mean() - theory.mean()) < 4 * se + width_term, (simulated.mean(), theory.mean(), se)
+    assert theory.mean() > 0.15
+    mean_state = propagate_gram(Architecture(norm="pre"), beta, g, 1, draws=4)
+    assert spread(mean_state.grams[0]) == 0.0
+
+
+def test_sampled_heads_average_their_draws():
+    # H heads at the same effective beta average H independent draws: the spread over chains of
+    # the layer-1 mean cosine falls by sqrt(H) = 2 at H = 4 (200 chains: the ratio of two sample
+    # standard deviations has a relative error of about sqrt(2 / 199) * sqrt(2) = 0.14; 4 sigma)
+    spread = {}
+    for heads in (1, 4):
+        tr = propagate_gram(Architecture(norm="pre", heads=heads), 1.5, _simplex(T, 1.0, 0.2), 1, draws=200,
+                            sampled=True, keep_layers=())
+        spread[heads] = tr.mean_cosine_se[1] * math.sqrt(200)
+    assert abs(spread[1] / spread[4] - 2.0) < 4 * 0.14 * 2.0, spread
+
+
+def test_sampled_bad_input():
+    g = _simplex(T, 1.0, 0.2)
+    with pytest.raises(ValueError, match="sampled"):
+        propagate_gram(Architecture(norm="pre"), 0.5, g, 2, sampled="yes")
+    tr = propagate_gram(Architecture(norm="pre"), 0.5, g, 2, draws=1, sampled=True)
+    assert np.all(tr.mean_cosine_se == 0) and sorted(tr.grams) == [0, 1, 2]

@@ -15,7 +15,9 @@ the whole Gram matrix ``G_ij = x_i . x_j / d`` of one sequence through the block
   closed form on the simplex projection ``G_s`` of ``G`` plus a Monte Carlo estimate of
   ``E[A G A^T] - E[A_s G_s A_s^T]`` with both attention matrices drawn from the same
   Gaussian matrix (a control variate): identically zero for a simplex, so the Gram
-  state then reproduces the mean-cosine maps to rounding.
+  state then reproduces the mean-cosine maps to rounding;
+* ``sampled=True``: chains of one initialisation each, one score field per head and
+  attention layer (docs/theory.md section 17.1).
 
 Reference: docs/theory.md section 17; Giorlandino & Goldt, arXiv 2505.24333.
 """
@@ -33,8 +35,7 @@ from .components import Component
 from .residual import skip_core
 
 __all__ = ["GramTrajectory", "propagate_gram", "simplex_distance", "check_gram", "mean_pair_cosine",
-           "gram_support_problem",
-           "pair_cosines", "structured_attention_gram"]
+           "gram_support_problem", "pair_cosines", "structured_attention_gram"]
 
 #: Relative tolerance of the symmetry and positive-semidefiniteness checks of a Gram matrix
 #: (a float32 simulation's x x^T / d carries relative rounding of about 1e-7 per entry).
@@ -217,10 +218,9 @@ def structured_attention_gram(gram, beta_eff, draws=8, rng=None, *, full=False):
     Returns
     -------
     (mean, samples) : (ndarray (T, T), ndarray (draws, T, T))
-        The mean correction over the draws (symmetrised) and the per-draw corrections.
-        Identically zero when ``G`` is a simplex (``G == G_s``). With ``full=True`` a third
-        item, the per-draw ``A G A^T`` (draws, T, T) (None for a simplex, where they are
-        not drawn).
+        The mean correction over the draws (symmetrised) and the per-draw corrections,
+        identically zero for a simplex (``G == G_s``); ``full=True`` adds the per-draw
+        ``A G A^T`` (draws, T, T) (None for a simplex: not drawn).
 
     References
     ----------
@@ -269,7 +269,8 @@ class GramTrajectory:
         Mean over pairs ``i < j`` of ``G_ij / sqrt(G_ii G_jj)`` (the measured "cosine").
     mean_cosine_se : ndarray, shape (depth + 1,)
         Monte Carlo standard error of ``mean_cosine`` (0 at the input; the root sum of
-        squares of each attention layer's own standard error, docs/theory.md section 17).
+        squares of each attention layer's own standard error, docs/theory.md section 17;
+        sampled chains: their spread over ``sqrt(draws)``).
     q : ndarray, shape (depth + 1,)
         Mean diagonal ``(1/T) sum_i G_ii``.
     rho : ndarray, shape (depth + 1,)
@@ -279,8 +280,9 @@ class GramTrajectory:
     settings : dict
         ``beta``, ``depth``, ``seq_len``, ``draws``, ``seed``, ``simplex_distance`` (of the input),
         ``plain_monte_carlo_layers`` (attention layers where the plain Monte Carlo mean
-        replaced the control variate, docs/theory.md section 17) and the architecture
-        (``arch``, as ``Architecture.to_dict``).
+        replaced the control variate, docs/theory.md section 17), ``sampled`` (True: the
+        averages over sampled chains of :func:`propagate_gram`, section 17.1) and the
+        architecture (``arch``, as ``Architecture.to_dict``).
     """
 
     mean_cosine: np.ndarray
@@ -390,10 +392,7 @@ class _GramWalker:
         return g_out
 
     def attention(self, comp, g):
-        if comp.gain_controlled:
-            raise ValueError("attention='gain-controlled' is not supported by the Gram state (softmax only)")
-        if comp.mean_rope_correlation is not None:
-            raise ValueError("positions='rope' is not supported by the Gram state")
+        _check_attention(comp)
         beta = float(comp.beta)
         q_s, p_s = _simplex_pair(g)
         q_a, p_a = comp.apply(np.float64(q_s), np.float64(p_s))
@@ -407,10 +406,8 @@ class _GramWalker:
             return out
         controlled = out + sigma_v2 * mean
         deviations = [sigma_v2 * (s - mean) for s in samples]
-        # Far from a simplex or in the frozen phase (the REM is chaotic in its energies, so A
-        # and A_s decorrelate) the control variate can cost variance or leave a matrix that is
-        # no Gram matrix; then the plain Monte Carlo mean of the same draws (PSD by
-        # construction, unbiased) is used (docs/theory.md section 17).
+        # far from a simplex or frozen (A, A_s decorrelate) the plain mean of the same draws (PSD,
+        # unbiased) replaces a costlier or non-PSD control variate (docs/theory.md section 17)
         plain_mean = plain.mean(axis=0)
         plain_out = sigma_v2 * 0.5 * (plain_mean + plain_mean.T) + float(comp.sigma_b2)
         plain_devs = [sigma_v2 * (s - plain_mean) for s in plain]
@@ -421,6 +418,33 @@ class _GramWalker:
             return plain_out
         self.deviations = deviations
         return controlled
+
+
+class _SampledGramWalker(_GramWalker):
+    """One sampled chain: ``G_A = (sigma_v^2/H) sum_h A_h G A_h^T + sigma_b^2``, ``A_h = softmax(c L Z_h L)``
+    with one ``Z_h`` per head (docs/theory.md section 17.1); other components as :class:`_GramWalker`."""
+
+    def __init__(self, rng, activation, heads):
+        super().__init__(1, rng, activation)
+        self.heads = heads
+
+    def attention(self, comp, g):
+        _check_attention(comp)
+        if getattr(comp, "qk_norm_dim", None) is not None:
+            raise ValueError("qk_norm=True is not supported by the sampled Gram chains")
+        t = g.shape[0]
+        c = float(comp.beta) * math.sqrt(math.log(t))
+        root, self.deviations = _symmetric_sqrt(g), None
+        attns = (_softmax_rows(c * (root @ self.rng.standard_normal((t, t)) @ root)) for _ in range(self.heads))
+        out = float(comp.sigma_v2) / self.heads * sum((a @ g) @ a.T for a in attns) + float(comp.sigma_b2)
+        return 0.5 * (out + out.T)
+
+
+def _check_attention(comp):
+    if comp.gain_controlled:
+        raise ValueError("attention='gain-controlled' is not supported by the Gram state (softmax only)")
+    if comp.mean_rope_correlation is not None:
+        raise ValueError("positions='rope' is not supported by the Gram state")
 
 
 def _skip(comp, branch, g):
@@ -459,7 +483,8 @@ def gram_support_problem(arch: Architecture):
     return None
 
 
-def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, keep_layers=None) -> GramTrajectory:
+def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, keep_layers=None,
+                   sampled=False) -> GramTrajectory:
     r"""Propagate the Gram matrix of one sequence through ``depth`` blocks.
 
     Every block is :meth:`Architecture.block <remprop.theory.Architecture.block>` walked
@@ -492,11 +517,17 @@ def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, ke
     depth : int
         Blocks, >= 1.
     draws : int
-        Monte Carlo draws per attention layer (default 8).
+        Monte Carlo draws per attention layer (default 8); with ``sampled=True`` the number
+        of chains.
     seed : int
-        Seed of the ``numpy.random.Generator`` of the draws.
+        Seed of the draws' ``numpy.random.Generator`` (sampled: of the chains' ``SeedSequence``).
     keep_layers : iterable of int, optional
         Layers whose Gram matrix is kept (default input, 1, 2 and ``depth``).
+    sampled : bool
+        False (default): the mean Gram matrix over initialisations (above). True: ``draws``
+        chains of one initialisation each, one score field per head and attention layer; their
+        average ``mean_cosine``, ``q``, ``rho``, its standard error, the first chain's ``grams``
+        (docs/theory.md section 17.1).
 
     Returns
     -------
@@ -530,24 +561,40 @@ def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, ke
     seed = check_count("seed", seed, 0)
     kept = set(DEFAULT_KEPT) | {depth} if keep_layers is None else {check_count("keep_layers", k, 0)
                                                                     for k in keep_layers}
-    distance = _simplex_distance(g)
+    if not isinstance(sampled, (bool, np.bool_)):
+        raise ValueError(f"sampled must be True or False, got {sampled!r}")
     block = arch.block(beta)
+    settings = {"arch": arch.to_dict(), "beta": beta, "depth": depth, "seq_len": t, "draws": draws, "seed": seed,
+                "simplex_distance": _simplex_distance(g), "plain_monte_carlo_layers": 0, "sampled": bool(sampled)}
+    if sampled:
+        return _sampled_chains(arch, block, g, depth, draws, seed, kept, settings)
     walker = _GramWalker(draws, np.random.default_rng(seed), arch.activation)
     cos, var, qs, rhos, grams = [_mean_cosine(g)], [0.0], [], [], {}
-    total_var = 0.0
     for layer in range(depth + 1):
         q, p = _simplex_pair(g)
-        qs.append(q)
-        rhos.append(p / q)
+        qs.append(q), rhos.append(p / q)
         if layer in kept:
             grams[layer] = g.copy()
         if layer == depth:
             break
         walker.variances = []
         g = walker.block_step(block, g, layer)
-        total_var += sum(walker.variances)
-        cos.append(_mean_cosine(g))
-        var.append(total_var)
-    settings = {"arch": arch.to_dict(), "beta": beta, "depth": depth, "seq_len": t, "draws": draws, "seed": seed,
-                "simplex_distance": distance, "plain_monte_carlo_layers": walker.plain_layers}
+        cos.append(_mean_cosine(g)), var.append(var[-1] + sum(walker.variances))
+    settings["plain_monte_carlo_layers"] = walker.plain_layers
     return GramTrajectory(np.array(cos), np.sqrt(np.array(var)), np.array(qs), np.array(rhos), grams, settings)
+
+
+def _sampled_chains(arch, block, g0, depth, draws, seed, kept, settings) -> GramTrajectory:
+    """``draws`` sampled chains (:class:`_SampledGramWalker`) from ``g0``, their statistics averaged."""
+    stats, grams = np.empty((3, draws, depth + 1)), {}     # mean cosine, q, p of every chain and layer
+    for chain, child in enumerate(np.random.SeedSequence(seed).spawn(draws)):
+        walker, g = _SampledGramWalker(np.random.default_rng(child), arch.activation, arch.heads), g0
+        for layer in range(depth + 1):
+            stats[:, chain, layer] = (_mean_cosine(g), *_simplex_pair(g))
+            if chain == 0 and layer in kept:
+                grams[layer] = g.copy()
+            if layer < depth:
+                g = walker.block_step(block, g, layer)
+    cos, q, p = stats.mean(axis=1)
+    se = stats[0].std(axis=0, ddof=1) / math.sqrt(draws) if draws > 1 else np.zeros(depth + 1)
+    return GramTrajectory(cos, se, q, p / q, grams, settings)
