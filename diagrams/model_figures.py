@@ -57,7 +57,9 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
     measured : dict, optional
         Measured cosines: ``{"rho_mean": (depth + 1,), "rho_std": (depth + 1,)}`` (causal
         models: of the last tokens), e.g. from
-        :func:`remprop.validation.simulate_model`.
+        :func:`remprop.validation.simulate_model`; with ``"theory"`` (and ``"theory_label"``) the
+        curve drawn is that compared theory (``remprop check --causal-theory``) instead of the
+        diagnosis' own.
     diagram : TrainabilityDiagram, optional
         Precomputed :func:`model_diagram`.
     resolution : int
@@ -84,8 +86,12 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
     layers = np.arange(spec.depth + 1)
     causal = diagnosis.rho_last_tokens is not None
     theory = diagnosis.compared_rho
-    right.plot(layers, theory, color="#1f4e79", linewidth=2.0,
-               label="theory" + (" (last 50 tokens)" if causal else ""))
+    label = "theory" + (" (last 50 tokens)" if causal else "")
+    if measured is not None and "theory" in measured:  # the theory the measurement was compared with
+        theory = np.asarray(measured["theory"], dtype=float)
+        if measured.get("theory_label"):
+            label = f"theory: {measured['theory_label']}" + (" (last 50 tokens)" if causal else "")
+    right.plot(layers, theory, color="#1f4e79", linewidth=2.0, label=label)
     if measured is not None:
         mean = np.asarray(measured["rho_mean"], dtype=float)
         std = np.asarray(measured.get("rho_std", np.zeros_like(mean)), dtype=float)

@@ -117,3 +117,51 @@ def test_check_with_collapsed_input_tokens(capsys, tmp_path):
     assert code == 0, err
     assert "beta_c = inf" in out and "none helps" in out and "rank collapse sets in at layer 1" in out
     assert (tmp_path / "check-bert-base-uncased.png").exists()
+
+
+def test_check_simulate_compares_a_decoder_with_the_causal_gram_state(capsys, tmp_path):
+    """--causal-theory gram / maps on a tiny reduced decoder (2 blocks, d = 64, one head, T = 64):
+    the JSON names the theory and holds exactly the theory's numbers; a second run with the other
+    theory resumes the stored simulation (no seed recomputed) and compares the same measurements."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from remprop.theory.causal import propagate_causal_gram
+    from remprop.validation.hf_models import reduced_spec
+
+    base = ["check", "smollm2-135m", "--seq-len", "64", "--depth", "2", "--width", "64", "--simulate", "--seeds",
+            "2", "--sequences", "1", "--device", "cpu", "--json", "--out", tmp_path, "--name", "tiny"]
+    code, out, err = run_cli(capsys, *base, "--causal-theory", "gram", "--gram-draws", "3")
+    assert code == 0, err
+    gram = json.loads(out)["simulation"]
+    spec = reduced_spec(model_spec("smollm2-135m", seq_len=64), depth=2, width=64)
+    expected = propagate_causal_gram(spec.architecture, spec.beta, 2, 64, spec.q0, spec.rho0, last=50, draws=3,
+                                     norm_eps=spec.layer_norm_eps).rho
+    assert gram["causal_theory"] == "gram" and gram["gram_draws"] == 3 and gram["theory_label"] == "causal Gram state"
+    np.testing.assert_allclose(gram["theory"], expected, rtol=1e-12)
+    cells = tmp_path / "tiny.simulation" / "cells"
+    stamps = {p.name: p.stat().st_mtime_ns for p in cells.iterdir()}
+    code, out, err = run_cli(capsys, *base, "--causal-theory", "maps", "--no-figure")
+    assert code == 0, err
+    maps = json.loads(out)["simulation"]
+    assert maps["causal_theory"] == "maps" and maps["rho_mean"] == gram["rho_mean"]
+    np.testing.assert_allclose(maps["theory"], json.loads(out)["rho_last_tokens"])
+    assert {p.name: p.stat().st_mtime_ns for p in cells.iterdir()} == stamps
+    # auto: the Gram state at this size (far below the work bound); the text report names it
+    code, out, err = run_cli(capsys, *[a for a in base if a != "--json"], "--no-figure")
+    assert code == 0, err
+    assert "theory compared: causal Gram state" in out and "max |z|" in out
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["smollm2-135m", "--depth", "2", "--causal-theory", "gram"], ["--causal-theory", "--simulate"]),
+    (["smollm2-135m", "--depth", "2", "--gram-draws", "4"], ["--gram-draws", "--simulate"]),
+    (["bert-base", "--depth", "2", "--simulate", "--causal-theory", "gram"], ["--causal-theory", "not a causal"]),
+    (["smollm2-135m", "--depth", "2", "--simulate", "--causal-theory", "gram"], ["--causal-theory", "seq_len"]),
+    (["smollm2-135m", "--depth", "2", "--simulate", "--causal-theory", "exact"], ["--causal-theory"]),
+    (["smollm2-135m", "--depth", "2", "--simulate", "--gram-draws", "0"], ["--gram-draws"]),
+])
+def test_check_causal_theory_bad_combinations_are_one_line(capsys, tmp_path, argv, names):
+    # refused before any simulation starts (smollm2's default T = 8192 is above the Gram state's 4096)
+    code, _, err = run_cli(capsys, "check", *argv, "--out", tmp_path, "--no-figure")
+    one_line_error(code, err, *names)
+    assert not list(tmp_path.glob("*.simulation"))

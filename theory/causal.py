@@ -34,7 +34,12 @@ overlap of those keys exceeds the late tokens' own, which the per-position maps 
 pre-RMSNorm SwiGLU decoder (LLaMA, Qwen) this error builds up over the layers (issue 13: the last
 tokens' cosine 0.210 against 0.319 measured after 8 reduced Qwen2.5 blocks at T = 1024).
 :func:`propagate_causal_gram` carries the whole causal Gram matrix instead (docs/theory.md
-sections 8 and 17) and follows those stacks; cost ``O(T^3)`` per layer.
+sections 8 and 17) and follows those stacks; cost ``O(T^3)`` per layer
+(:func:`causal_gram_flops`). It draws rotary scores exactly, QK-normed scores from the kernel
+``kappa_n(C)`` of the attention input's cosines, caps the drawn scores with ``logit_softcap``,
+adds parallel branches, reads the norms' eps (``norm_eps``) and, where token norms differ, takes
+the MLP moments by the quadrature of :func:`pair_moment`. :func:`choose_causal_theory` is the rule
+of ``remprop check --simulate --causal-theory`` between the maps and the Gram state.
 
 QK-norm (``arch.qk_norm``): each row's head beta is read at the state the attention sees,
 ``Architecture.effective_beta(beta, q=q, p=p)``, as the encoder's attention does (docs/theory.md
@@ -64,11 +69,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _causal_gram
 from . import components as C
+from . import gram_state as _gram
+from ._causal_gram import _CausalGramWalker
+from .activations import activation_spec
 from .architecture import Architecture
 from .attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_count, check_depth
-from . import gram_state as _gram
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation
 from .rem.rope import rope_frequencies
@@ -79,6 +87,13 @@ __all__ = [
     "last_tokens_cosine",
     "CausalGramTrajectory",
     "propagate_causal_gram",
+    "causal_gram_support_problem",
+    "causal_gram_flops",
+    "pair_moment",
+    "PAIR_HALF_NODES",
+    "choose_causal_theory",
+    "AUTO_GRAM_FLOPS",
+    "CAUSAL_THEORIES",
     "LAST_TOKENS",
     "MAX_GRAM_SEQ_LEN",
 ]
@@ -279,66 +294,174 @@ class CausalGramTrajectory:
         return self.q.size - 1
 
 
-class _CausalGramWalker(_gram._GramWalker):
-    """The Gram walker of :mod:`remprop.theory.gram_state` with a causal mask in the attention.
+#: Trapezoid nodes per side of :func:`pair_moment` (65 nodes on [-8, 8] per axis, step 1/4: the error
+#: bound exp(-2 pi d / (s h)) of :mod:`remprop.theory.quadrature` is 3e-9 for SiLU (strip d = pi) at variance 16).
+PAIR_HALF_NODES = _causal_gram.PAIR_HALF_NODES
 
-    Scores are drawn as ``S = c L Z L`` (``L = G^{1/2}``, ``Z`` i.i.d. N(0, 1)) without RoPE; with
-    RoPE (``frequencies`` theta_f, f < d_H / 2) as the sum over the frequencies of
-    ``sqrt(2 / F) c Re[D_f^* (L Z_f L) D_f]``, ``Z_f`` i.i.d. standard complex Gaussian and
-    ``D_f = diag(exp(i theta_f m))``, whose covariance is exactly
-    ``c^2 G_ik G_jl c((j - i) - (l - k))`` (section 15: each query rotated by its own position);
-    frequencies with ``theta_f (T - 1) < 0.05`` (cos >= 0.9987 over the sequence) are drawn as one
-    unrotated term of their summed weight. The entries above the diagonal are masked and
-    ``sigma_v^2 E[A G A^T] + sigma_b^2`` averaged over the draws (plain Monte Carlo: a causal Gram
-    matrix is far from a simplex, docs/theory.md section 8).
+
+def pair_moment(activation, var_a, var_b, cov):
+    r"""``E[phi(u) phi(v)]`` of a centred Gaussian pair of unequal variances.
+
+    .. math:: E[\phi(u)\phi(v)] = \sum_{k,l} w_k w_l\,\phi(\sqrt a\,z_k)\,
+              \phi\big(\sqrt b\,(r z_k + \sqrt{1 - r^2}\,z_l)\big),\qquad r = \frac{c}{\sqrt{ab}}
+
+    (``Var u = a``, ``Var v = b``, ``Cov = c``) with the trapezoid rule of
+    :func:`~remprop.theory.quadrature.gaussian_trapezoid` (:data:`PAIR_HALF_NODES` per side). With
+    ``a = b`` it is the activation's own ``m11`` (:func:`~remprop.theory.activation_moments`).
+    Used by the causal Gram state for an MLP whose input tokens have unequal norms
+    (docs/theory.md section 8).
+
+    Parameters
+    ----------
+    activation : str
+        A registered activation.
+    var_a, var_b : array_like
+        Variances, > 0; broadcast with ``cov``.
+    cov : array_like
+        Covariance, ``|cov| <= sqrt(var_a var_b)`` (clipped there: rounding).
+
+    Returns
+    -------
+    ndarray
+
+    References
+    ----------
+    Trefethen & Weideman, SIAM Review 56, 385 (2014); docs/theory.md section 8.
     """
-
-    #: Largest ``theta_f (T - 1)`` of a frequency drawn without rotation.
-    SLOW = 0.05
-
-    def __init__(self, draws, rng, activation, frequencies=None):
-        super().__init__(draws, rng, activation)
-        self.frequencies = frequencies
-
-    def _scores(self, root, c, t):
-        if self.frequencies is None:
-            return c * (root @ self.rng.standard_normal((t, t)) @ root)
-        slow = self.frequencies * (t - 1) < self.SLOW
-        count = self.frequencies.size
-        scores = np.zeros((t, t))
-        if slow.any():
-            scores += c * np.sqrt(slow.sum() / count) * (root @ self.rng.standard_normal((t, t)) @ root)
-        position = np.arange(t)
-        for theta in self.frequencies[~slow]:
-            z = (self.rng.standard_normal((t, t)) + 1j * self.rng.standard_normal((t, t))) / np.sqrt(2.0)
-            phase = np.exp(1j * theta * position)
-            scores += c * np.sqrt(2.0 / count) * np.real(np.conj(phase)[:, None] * (root @ z @ root) * phase)
-        return scores
-
-    def attention(self, comp, g):
-        if comp.gain_controlled:
-            raise ValueError("attention='gain-controlled' has no causal Gram map (softmax only)")
-        t = g.shape[0]
-        c = float(comp.beta) * np.sqrt(np.log(t))
-        root = _gram._symmetric_sqrt(g)
-        mask = np.triu(np.ones((t, t), dtype=bool), 1)
-        total = np.zeros_like(g)
-        for _ in range(self.draws):
-            scores = self._scores(root, c, t)
-            scores[mask] = -np.inf
-            attn = _gram._softmax_rows(scores)
-            total += (attn @ g) @ attn.T
-        total /= self.draws
-        self.deviations = None
-        return float(comp.sigma_v2) * 0.5 * (total + total.T) + float(comp.sigma_b2)
+    return _causal_gram.pair_moment(activation, var_a, var_b, cov)
 
 
 #: Largest sequence length of :func:`propagate_causal_gram` (cost O(draws T^3) per layer).
 MAX_GRAM_SEQ_LEN = 4096
 
 
+#: Most floating-point work (:func:`causal_gram_flops`) for which ``choose_causal_theory(...,
+#: "auto")`` takes the causal Gram state: about a minute on one CPU core (10-20 GFLOP/s
+#: measured on the matrix products of the walker at T = 128-256).
+AUTO_GRAM_FLOPS = 1e12
+
+#: The causal theories a measurement can be compared with.
+CAUSAL_THEORIES = ("auto", "maps", "gram")
+
+
+def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
+    r"""Floating-point operations of :func:`propagate_causal_gram`, counted before it runs.
+
+    Per layer: the square root of the score kernel (an eigendecomposition, about ``10 T^3``),
+    per draw the scores (``4 T^3``: ``L Z L``; with RoPE ``16 T^3`` for each rotating frequency,
+    a complex ``L Z_f L``, plus ``4 T^3`` for the slow ones together) and ``E[A G A^T]``
+    (``4 T^3``), and with ``norm="none"`` and an activation that is not positively homogeneous
+    the quadrature of :func:`pair_moment` over the ``T (T + 1) / 2`` pairs (``N`` nodes per axis,
+    about 30 operations a node for two activations):
+
+    .. math:: W = L \big(10 T^3 + n_{\rm draws} T^3 (4 + 4 + 16 F_{\rm rot})
+              + 15\,T (T + 1)\,N^2\big)
+
+    with ``F_rot`` the rotary frequencies with ``theta_f (T - 1) >= 0.05`` (0 without RoPE).
+    The other pair-by-pair maps (norms, dense layers) are ``O(T^2)`` and left out.
+
+    Parameters
+    ----------
+    arch : Architecture
+    depth, seq_len, draws : int
+
+    Returns
+    -------
+    float
+
+    References
+    ----------
+    docs/theory.md section 8 (the causal Gram state).
+    """
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+    depth = check_depth(depth)
+    seq_len = check_seq_len(seq_len, allow_none=False)
+    draws = check_count("draws", draws, 1)
+    rotating = 0
+    if arch.positions == "rope":
+        frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64)
+        rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
+    cube = float(seq_len) ** 3
+    quadrature = 0.0
+    if arch.norm == "none" and not activation_spec(arch.activation).homogeneous:
+        quadrature = 15.0 * seq_len * (seq_len + 1.0) * (2 * PAIR_HALF_NODES + 1) ** 2
+    return depth * (10.0 * cube + draws * cube * (8.0 + 16.0 * rotating) + quadrature)
+
+
+def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice="auto"):
+    """Which causal theory a measurement of the last tokens is compared with, and why.
+
+    ``"maps"``: the per-position maps (:func:`last_tokens_cosine`); ``"gram"``: the causal Gram
+    state (:func:`propagate_causal_gram`), which gives each late row its true keys (docs/theory.md
+    section 8). ``"auto"`` takes the Gram state when :func:`causal_gram_support_problem` has no
+    objection, ``3 <= seq_len <=`` :data:`MAX_GRAM_SEQ_LEN` and :func:`causal_gram_flops` is at most
+    :data:`AUTO_GRAM_FLOPS`; the maps otherwise. An explicit ``"gram"`` that cannot run is a
+    ValueError naming ``causal_theory`` and the reason (an explicit ``"gram"`` over the
+    work bound runs: the bound only steers ``"auto"``).
+
+    Parameters
+    ----------
+    arch : Architecture
+    depth, seq_len : int
+    draws : int
+        Monte Carlo draws per attention layer of the Gram state.
+    choice : {"auto", "maps", "gram"}
+
+    Returns
+    -------
+    (str, str)
+        ``"maps"`` or ``"gram"``, and a one-line reason.
+    """
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+    if choice not in CAUSAL_THEORIES:
+        raise ValueError(f"causal_theory must be one of {', '.join(CAUSAL_THEORIES)}, got {choice!r}")
+    depth = check_depth(depth)
+    seq_len = check_seq_len(seq_len, allow_none=False)
+    draws = check_count("draws", draws, 1)
+    if choice == "maps":
+        return "maps", "asked for"
+    problem = causal_gram_support_problem(arch)
+    if problem is None and not 3 <= seq_len <= MAX_GRAM_SEQ_LEN:
+        problem = f"seq_len must be in [3, {MAX_GRAM_SEQ_LEN}] for the causal Gram state, got {seq_len}"
+    if problem is not None:
+        if choice == "gram":
+            raise ValueError(f"causal_theory='gram' cannot run this model: {problem}")
+        return "maps", f"the causal Gram state cannot run it ({problem})"
+    flops = causal_gram_flops(arch, depth, seq_len, draws)
+    if choice == "gram":
+        return "gram", "asked for"
+    if flops > AUTO_GRAM_FLOPS:
+        return "maps", (f"the causal Gram state would take {flops:.2g} floating-point operations "
+                        f"(auto takes it up to {AUTO_GRAM_FLOPS:.0e})")
+    return "gram", f"{flops:.2g} floating-point operations (auto takes it up to {AUTO_GRAM_FLOPS:.0e})"
+
+
+def causal_gram_support_problem(arch: Architecture):
+    """Why :func:`propagate_causal_gram` cannot run ``arch``, or None when it can.
+
+    :func:`~remprop.theory.gram_state.gram_support_problem` (softmax attention, scalar fields;
+    ``norm="none"`` only with a positively homogeneous activation), extended by the causal walker:
+    rotary positions (drawn exactly), QK-norm, logit soft-capping, parallel blocks, and
+    ``norm="none"`` with any activation (an MLP whose input tokens have unequal norms takes the
+    two-dimensional quadrature of :func:`pair_moment`; docs/theory.md sections 8 and 19).
+
+    Returns
+    -------
+    str or None
+        A message naming the field.
+    """
+    if not isinstance(arch, Architecture):
+        return f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}"
+    probe = arch.replace(positions="absolute", qk_norm=False, logit_softcap=None)
+    if arch.norm == "none":
+        probe = probe.replace(activation="relu")   # an MLP at unequal norms: pair_moment's quadrature
+    return _gram.gram_support_problem(probe)
+
+
 def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=LAST_TOKENS,
-                          draws=4, seed=0) -> CausalGramTrajectory:
+                          draws=4, seed=0, norm_eps=0.0) -> CausalGramTrajectory:
     r"""Causal stack on the Gram matrix of the whole sequence: the late tokens with their true keys.
 
     The per-position maps of :func:`propagate_causal` give row t keys in the state of row t
@@ -357,8 +480,14 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     ``c = beta_eff sqrt(log T)`` and ``c(k)`` the rotary correlation of section 15
     (:func:`~remprop.theory.rem.rope.rope_correlation`; 1 without RoPE): ``S = c L Z L`` with
     ``L = G^{1/2}`` and ``Z`` i.i.d. N(0, 1) without RoPE, one complex draw per rotary frequency
-    with it (each query and key rotated by its own position); the expectation is a plain Monte
-    Carlo average of ``draws`` draws. The input is
+    with it (each query and key rotated by its own position). With QK-norm (OLMo 2, docs/theory.md
+    section 16) the queries and keys are normalised before the rotation, so the scores have
+    ``Cov(S_ij, S_kl) = c^2 K_ik K_jl c((j - i) - (l - k))`` with ``K = kappa_n(C)`` elementwise
+    (``C`` the cosine matrix of the attention input,
+    :func:`~remprop.theory.rem.qk_norm.gaussian_cosine_mean`, ``kappa_n(1) = 1``) and ``c = beta g^2``:
+    the score of two normalised vectors does not depend on the tokens' norms. With
+    ``logit_softcap`` each drawn score is capped, ``cap tanh(s / cap)`` (exact: no tolerance as in
+    the uncapped maps). The expectation is a plain Monte Carlo average of ``draws`` draws. The input is
     Gaussian tokens, ``G = q0 ((1 - rho0) I + rho0 1 1^T)``. Reported: ``q``, ``p`` of the last
     ``last`` tokens per layer.
 
@@ -366,7 +495,10 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     ----------
     arch : Architecture
         As :func:`~remprop.theory.gram_state.propagate_gram` (softmax attention, scalar fields),
-        plus ``positions="rope"``; no QK-norm. ``arch.seq_len`` None or ``seq_len``.
+        plus ``positions="rope"``, ``qk_norm``, ``logit_softcap``, ``block_form="parallel"`` and
+        ``norm="none"`` with ``branch_norm`` (:func:`causal_gram_support_problem`). The last
+        block's output is reported, before any ``final_norm`` (as the probe of a real model
+        reads it). ``arch.seq_len`` None or ``seq_len``.
     beta : float
         Query/key scale, > 0.
     depth : int
@@ -379,6 +511,12 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     draws : int
         Monte Carlo draws per attention layer (default 4; at small beta a few suffice).
     seed : int
+    norm_eps : float
+        The epsilon of every LayerNorm / RMSNorm of the blocks (QK-norm excepted), >= 0 (default
+        0: the theory's norms): ``G_ij / sqrt((G_ii + eps)(G_jj + eps))``, exact as the width grows
+        (each token's mean square concentrates at ``G_ii``). It matters where a normalised
+        signal is as small as eps: OLMo 2's branch norms after its first attention, whose
+        output has mean square ``~ sigma_v^2 sigma_o^2 q0 / t`` (``1e-6``-``1e-7`` at init).
 
     Returns
     -------
@@ -395,12 +533,10 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     """
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-    if arch.qk_norm:
-        raise ValueError("qk_norm: propagate_causal_gram has no QK-normed attention (use propagate_causal)")
-    rope = arch.positions == "rope"
-    problem = _gram.gram_support_problem(arch.replace(positions="absolute") if rope else arch)
+    problem = causal_gram_support_problem(arch)
     if problem is not None:
         raise ValueError(problem)
+    rope = arch.positions == "rope"
     depth = check_depth(depth)
     seq_len = check_seq_len(seq_len, allow_none=False)
     if not 3 <= seq_len <= MAX_GRAM_SEQ_LEN:
@@ -417,10 +553,13 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     rho0 = float(as_float_array("rho0", rho0, low=-1.0 / (seq_len - 1), high=1.0))
     draws = check_count("draws", draws, 1)
     seed = check_count("seed", seed, 0)
+    norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
     arch = arch.replace(seq_len=seq_len)
     frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64) if rope else None
-    walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies)
-    block = arch.block(float(beta))
+    walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies, arch.logit_softcap,
+                               norm_eps)
+    # the cap is applied to the drawn scores (exact), so the uncapped maps' tolerance check does not apply
+    block = arch.replace(logit_softcap=None).block(float(beta))
     g = q0 * ((1.0 - rho0) * np.eye(seq_len) + rho0)
     qs, ps, cosines = [], [], []
     for layer in range(depth + 1):
@@ -434,5 +573,5 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
             break
         g = walker.block_step(block, g, layer, "causal Gram state")
     settings = {"arch": arch.to_dict(), "beta": float(beta), "depth": depth, "seq_len": seq_len, "q0": q0,
-                "rho0": rho0, "last": last, "draws": draws, "seed": seed}
+                "rho0": rho0, "last": last, "draws": draws, "seed": seed, "norm_eps": norm_eps}
     return CausalGramTrajectory(np.array(qs), np.array(ps), np.array(cosines), g, settings)

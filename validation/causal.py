@@ -167,8 +167,6 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
     if gram and inputs != "synthetic":
         raise ValueError(f"gram=True needs inputs='synthetic' (the causal Gram state starts from Gaussian tokens), "
                          f"got inputs={inputs!r}")
-    if gram and arch.qk_norm:
-        raise ValueError("gram=True: the causal Gram state has no QK-normed attention (arch.qk_norm)")
     check_choice("observable", observable, OBSERVABLES)
     seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)

@@ -55,6 +55,13 @@ def add_check_parser(commands):
     check.add_argument("--sequences", type=count(1), default=2, metavar="N",
                        help="random input sequences per initialisation (default: %(default)s)")
     check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
+    check.add_argument("--causal-theory", choices=("auto", "maps", "gram"), default=None,
+                       help="with --simulate on a causal model: the theory the last tokens are compared with, "
+                            "'maps' (per-position maps, fast) or 'gram' (the causal Gram state: each late row "
+                            "with its true keys, O(draws T^3) per layer); 'auto' (default) takes 'gram' when it "
+                            "runs the model at T <= 4096 within 1e12 floating-point operations, else 'maps'")
+    check.add_argument("--gram-draws", type=count(1), default=None, metavar="N",
+                       help="Monte Carlo draws per attention layer of the causal Gram state (default: 8)")
     add_output_options(check)
     check.add_argument("--name", type=file_stem, default=None, help="file name stem (default: check-<model>)")
     check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
@@ -71,6 +78,9 @@ def run_check(args) -> int:
     trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
     (no weights are downloaded; needs the validation extra) and overlays the measured cosines;
     each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes.
+    Causal models are compared with the per-position maps or the causal Gram state
+    (--causal-theory, see :func:`remprop.theory.causal.choose_causal_theory`); the report, the
+    JSON (``simulation.causal_theory``, ``theory_label``, ``theory_reason``) and the figure name it.
     """
     import re
 
@@ -91,17 +101,22 @@ def run_check(args) -> int:
         spec = spec.with_settings(rho0=args.rho0)
     directory = writable_directory(args.out)
     stem = directory / (args.name or "check-" + re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("_"))
+    for option, value in (("--causal-theory", args.causal_theory), ("--gram-draws", args.gram_draws)):
+        if value is not None and not args.simulate:
+            raise CommandLineError(f"{option} chooses the theory compared with --simulate: give --simulate too")
     diagnosis = diagnose(spec, args.threshold, max_depth=args.max_depth)
     measured = None
     if args.simulate:
+        theory = _compared_theory(spec, diagnosis, args.causal_theory, args.gram_draws)
         progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if sys.stderr.isatty() else None
         with validation_extra(option="--simulate"):
             from remprop.validation import simulate_model
 
             measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
-                                         theory=diagnosis.compared_rho, progress=progress,
+                                         theory=theory["rho"], progress=progress,
                                          store=Path(f"{stem}.simulation"))
         measured = measurement.summary()
+        measured.update({key: value for key, value in theory.items() if key != "rho"})
     result = diagnosis.to_dict()
     if measured is not None:
         result["simulation"] = measured
@@ -124,9 +139,56 @@ def run_check(args) -> int:
     if measured is not None:
         print(f"\nsimulated at random init ({len(measured['seeds'])} seeds x {measured['sequences']} "
               f"sequences, {measured['compared']}): |theory - measured| max {measured['max_error']:.4f}, "
-              f"mean {measured['mean_error']:.4f}")
+              f"mean {measured['mean_error']:.4f}" + _z_text(measured["max_abs_z"]))
+        print(f"theory compared: {measured['theory_label']}" + (
+            f" ({measured['theory_reason']})" if measured.get("theory_reason") else ""))
         rows = [(str(layer), format_number(t, 4), format_number(m, 4), format_number(e, 3))
                 for layer, (t, m, e) in enumerate(zip(measured["theory"], measured["rho_mean"], measured["rho_std"]))]
         print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
     print("wrote " + ", ".join(files))
     return 0
+
+
+#: What each compared theory is called in the report, the JSON and the figure.
+_THEORY_LABELS = {"maps": "per-position maps", "gram": "causal Gram state",
+                 "encoder": "layer maps"}
+
+
+def _compared_theory(spec, diagnosis, choice, draws) -> dict:
+    """The predicted cosine per layer that ``--simulate`` compares with, and which theory it is.
+
+    Encoders: the diagnosis' maps (``--causal-theory gram`` is an error). Causal models:
+    :func:`remprop.theory.causal.choose_causal_theory` picks the per-position maps of the
+    diagnosis or :func:`remprop.theory.causal.propagate_causal_gram` at the spec's architecture,
+    beta, depth, T, input state and norm eps (seed 0, ``draws`` draws per attention layer,
+    default 8), ``p / q`` of the last tokens as the probe measures them (before any final norm).
+    Returns ``{"rho", "causal_theory", "theory_label", "theory_reason"[, "gram_draws"]}``.
+    """
+    from remprop.theory.causal import LAST_TOKENS, choose_causal_theory, propagate_causal_gram
+
+    draws = 8 if draws is None else draws
+    if not spec.causal:
+        if choice == "gram":
+            raise CommandLineError(f"--causal-theory gram: {spec.name} is not a causal model (its tokens are "
+                                   "compared with the layer maps)")
+        return {"rho": diagnosis.compared_rho, "causal_theory": None, "theory_label": _THEORY_LABELS["encoder"],
+                "theory_reason": None}
+    try:
+        name, reason = choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws,
+                                            choice=choice or "auto")
+    except ValueError as err:
+        raise CommandLineError(f"--causal-theory: {err}") from None
+    out = {"causal_theory": name, "theory_label": _THEORY_LABELS[name], "theory_reason": reason}
+    if name == "maps":
+        return {"rho": diagnosis.compared_rho, **out}
+    try:
+        trajectory = propagate_causal_gram(spec.architecture, spec.beta, spec.depth, spec.seq_len, spec.q0,
+                                           spec.rho0, last=min(LAST_TOKENS, spec.seq_len), draws=draws, seed=0,
+                                           norm_eps=spec.layer_norm_eps)
+    except ValueError as err:
+        raise CommandLineError(f"--causal-theory gram: {err}") from None
+    return {"rho": trajectory.rho, **out, "gram_draws": draws}
+
+
+def _z_text(z) -> str:
+    return "" if z is None else f", max |z| {z:.2f}"

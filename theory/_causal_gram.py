@@ -1,0 +1,164 @@
+"""The causal Gram walker and the pair moments of an MLP at unequal token norms (private).
+
+Their public side is :mod:`remprop.theory.causal` (``propagate_causal_gram``, ``pair_moment``,
+docs/theory.md section 8); this module holds the walk itself, apart only for the length of one
+module, and imports nothing of :mod:`remprop.theory.causal`.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import gram_state as _gram
+from .activations import activation_spec, moments_array
+from .checks import as_float_array
+from .quadrature import gaussian_trapezoid
+from .rem.qk_norm import gaussian_cosine_mean
+
+#: Trapezoid nodes per side of :func:`pair_moment` (``remprop.theory.causal.PAIR_HALF_NODES``).
+PAIR_HALF_NODES = 32
+_UFUNCS = {}
+
+
+def pair_moment(activation, var_a, var_b, cov):
+    """``E[phi(u) phi(v)]``, ``Var u = var_a``, ``Var v = var_b``, ``Cov = cov``: the trapezoid rule of
+    :func:`remprop.theory.causal.pair_moment` (documented there, docs/theory.md section 8)."""
+    spec = activation_spec(activation)
+    a, b, c = np.broadcast_arrays(as_float_array("var_a", var_a, positive=True),
+                                  as_float_array("var_b", var_b, positive=True), as_float_array("cov", cov))
+    if spec.name not in _UFUNCS:
+        _UFUNCS[spec.name] = numba.vectorize(["float64(float64)"])(spec.function)
+    phi = _UFUNCS[spec.name]
+    z, w = gaussian_trapezoid(PAIR_HALF_NODES)
+    scale = np.sqrt(a * b)
+    r = np.clip(np.divide(c, scale, out=np.zeros(a.shape), where=scale > 0), -1.0, 1.0)
+    s = np.sqrt(1.0 - r * r)
+    out = np.empty(a.shape)
+    flat_a, flat_b, flat_r, flat_s, flat_out = a.ravel(), b.ravel(), r.ravel(), s.ravel(), out.reshape(-1)
+    chunk = max(1, 2 ** 22 // (z.size * z.size))
+    for start in range(0, flat_a.size, chunk):
+        part = slice(start, start + chunk)
+        first = phi(np.sqrt(flat_a[part])[:, None] * z) * w                                  # (n, K)
+        inner = (flat_r[part][:, None, None] * z[None, :, None] + flat_s[part][:, None, None] * z[None, None, :])
+        second = phi(np.sqrt(flat_b[part])[:, None, None] * inner) @ w                        # (n, K)
+        flat_out[part] = (first * second).sum(axis=1)
+    return out
+
+
+class _CausalGramWalker(_gram._GramWalker):
+    """The Gram walker of :mod:`remprop.theory.gram_state` with a causal mask in the attention.
+
+    Scores are drawn as ``S = c L Z L`` (``L = K^{1/2}``, ``Z`` i.i.d. N(0, 1)) without RoPE; with
+    RoPE (``frequencies`` theta_f, f < d_H / 2) as the sum over the frequencies of
+    ``sqrt(2 / F) c Re[D_f^* (L Z_f L) D_f]``, ``Z_f`` i.i.d. standard complex Gaussian and
+    ``D_f = diag(exp(i theta_f m))``, whose covariance is exactly
+    ``c^2 K_ik K_jl c((j - i) - (l - k))`` (section 15: each query rotated by its own position);
+    frequencies with ``theta_f (T - 1) < 0.05`` (cos >= 0.9987 over the sequence) are drawn as one
+    unrotated term of their summed weight. ``K = G`` and ``c = beta_eff sqrt(log T)`` without
+    QK-norm; with QK-norm (``comp.qk_norm_dim = n``) ``K = kappa_n(C)`` elementwise on the cosine
+    matrix ``C`` of the attention input and ``c = beta g^2`` (docs/theory.md sections 8 and 16:
+    normalised first, then rotated, as OLMo 2). With ``logit_softcap`` each drawn score becomes
+    ``cap tanh(s / cap)`` (exact inside the Monte Carlo). The entries above the diagonal are masked
+    and ``sigma_v^2 E[A G A^T] + sigma_b^2`` averaged over the draws (plain Monte Carlo: a causal Gram
+    matrix is far from a simplex, docs/theory.md section 8). Parallel blocks (GPT-J form) add their
+    branches' Gram matrices to ``alpha^2 G``.
+    """
+
+    #: Largest ``theta_f (T - 1)`` of a frequency drawn without rotation.
+    SLOW = 0.05
+    #: Relative spread of the token norms below which an MLP's input counts as equal-norm (rounding).
+    EQUAL_NORMS = 1e-12
+
+    def __init__(self, draws, rng, activation, frequencies=None, logit_softcap=None, norm_eps=0.0):
+        super().__init__(draws, rng, activation)
+        self.frequencies = frequencies
+        self.logit_softcap = None if logit_softcap is None else float(logit_softcap)
+        self.norm_eps = float(norm_eps)
+
+    def apply(self, comp, g):
+        if comp.name in ("layer_norm", "rms_norm") and self.norm_eps > 0:
+            # x / sqrt(|x|^2 / d + eps), the token's mean square concentrating at G_ii (large d):
+            # G_ij / sqrt((G_ii + eps)(G_jj + eps)); eps = 0 is the norms' own core (1, p / q)
+            shifted = np.diag(g) + self.norm_eps
+            return g / np.sqrt(np.outer(shifted, shifted))
+        if comp.name == "parallel":
+            # x -> alpha x + sum_i F_i(x): independent branches, their Gram matrices add (section 19)
+            total = sum(self.apply(branch, g) for branch in comp.branches)
+            self.deviations = None
+            return _gram._skip(comp, total, g)
+        return super().apply(comp, g)
+
+    def mlp(self, comp, g):
+        diag = np.diag(g)
+        if 0 < np.ptp(diag) <= self.EQUAL_NORMS * diag.max():
+            # equal norms up to rounding (norm="none" with branch norms: every token q0 + k)
+            g = g.copy()
+            np.fill_diagonal(g, diag.mean())
+            diag = np.diag(g)
+        if np.ptp(diag) == 0 or self.homogeneous:
+            return super().mlp(comp, g)
+        # unequal norms, any activation: E[phi(u_i) phi(u_j)] at Var u_i = q1_i, Var u_j = q1_j by
+        # a two-dimensional quadrature per pair (norm="none" with branch-norm eps)
+        spec = activation_spec(comp.activation)
+        rows = np.broadcast_to(diag[:, None], g.shape)
+
+        def moments(q1, p1):
+            m2 = np.broadcast_to(moments_array(spec.code, np.diag(q1), np.diag(q1))[0][:, None], q1.shape)
+            upper = np.triu_indices(q1.shape[0])
+            m11 = np.empty(q1.shape)
+            m11[upper] = pair_moment(comp.activation, q1[upper], q1.T[upper], p1[upper])
+            m11.T[upper] = m11[upper]
+            return m2, m11
+
+        q_out, g_out = comp._two_layers(rows, g, moments, lambda value: value)
+        g_out = np.array(g_out)
+        np.fill_diagonal(g_out, np.diag(q_out))
+        return g_out
+
+    def _scores(self, root, c, t):
+        if self.frequencies is None:
+            return c * (root @ self.rng.standard_normal((t, t)) @ root)
+        slow = self.frequencies * (t - 1) < self.SLOW
+        count = self.frequencies.size
+        scores = np.zeros((t, t))
+        if slow.any():
+            scores += c * np.sqrt(slow.sum() / count) * (root @ self.rng.standard_normal((t, t)) @ root)
+        position = np.arange(t)
+        for theta in self.frequencies[~slow]:
+            z = (self.rng.standard_normal((t, t)) + 1j * self.rng.standard_normal((t, t))) / np.sqrt(2.0)
+            phase = np.exp(1j * theta * position)
+            scores += c * np.sqrt(2.0 / count) * np.real(np.conj(phase)[:, None] * (root @ z @ root) * phase)
+        return scores
+
+    @staticmethod
+    def score_kernel(comp, g):
+        """``K`` of the scores' covariance ``c^2 K_ik K_jl``: ``G``, or with QK-norm ``kappa_n(C)``
+        (``C`` the cosine matrix of ``g``, :func:`~remprop.theory.rem.qk_norm.gaussian_cosine_mean`;
+        positive semidefinite: ``kappa_n`` is a power series in ``rho`` with nonnegative
+        coefficients, Schur's product theorem)."""
+        if getattr(comp, "qk_norm_dim", None) is None:
+            return g
+        norms = np.sqrt(np.diag(g))
+        cosine = np.clip(g / np.outer(norms, norms), -1.0, 1.0)
+        np.fill_diagonal(cosine, 1.0)
+        return np.asarray(gaussian_cosine_mean(cosine, int(comp.qk_norm_dim)), dtype=np.float64)
+
+    def attention(self, comp, g):
+        if comp.gain_controlled:
+            raise ValueError("attention='gain-controlled' has no causal Gram map (softmax only)")
+        t = g.shape[0]
+        # comp.beta * sqrt(log T): beta_eff sqrt(log T), or with QK-norm beta g^2 (beta_scale)
+        c = float(comp.beta) * np.sqrt(np.log(t))
+        root = _gram._symmetric_sqrt(self.score_kernel(comp, g))
+        mask = np.triu(np.ones((t, t), dtype=bool), 1)
+        total = np.zeros_like(g)
+        for _ in range(self.draws):
+            scores = self._scores(root, c, t)
+            if self.logit_softcap is not None:
+                scores = self.logit_softcap * np.tanh(scores / self.logit_softcap)
+            scores[mask] = -np.inf
+            attn = _gram._softmax_rows(scores)
+            total += (attn @ g) @ attn.T
+        total /= self.draws
+        self.deviations = None
+        return float(comp.sigma_v2) * 0.5 * (total + total.T) + float(comp.sigma_b2)
