@@ -5,6 +5,7 @@ from (seed, sequence), the pass rule, the table, the Markdown and the command li
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -193,6 +194,27 @@ def test_gram_theory_rows_and_a_refusing_theory(store, monkeypatch):
     refused = tables.acceptance_table(store, ("gram",), draws=3, workers=0)  # other draws: other records
     assert all(not r["passed"] and "not finite after block 1" in r["error"] for r in refused)
     assert "theory failed" in tables.acceptance_markdown(refused)
+
+
+def test_sampled_theory_rows_resume_and_unknown_theory(store):
+    pytest.importorskip("remprop.theory.gram_state")
+    rows = tables.acceptance_table(store, ("mean", "sampled"), draws=2, workers=0)
+    sampled = [r for r in rows if r["theory"] == "sampled"]
+    # text cases only (GRAM_INPUTS), like "gram": the text case's two depths
+    assert len(sampled) == 2 and all(r["inputs"] == "text" for r in sampled)
+    assert all(r["error"] is None and np.isfinite(r["max_error"]) and np.isfinite(r["theory_se"]) for r in sampled)
+    assert "| sampled |" in tables.acceptance_markdown(rows)
+    # resumes: every cell is in the theory store, a second call computes nothing
+    lines = []
+    again = tables.acceptance_table(store, ("mean", "sampled"), draws=2, workers=0, progress=lines.append)
+    assert again == rows
+    counts = re.search(r"(\d+) cells, (\d+) already in", lines[0])
+    assert counts and int(counts[1]) > 0 and counts[1] == counts[2]
+    from remprop.cli.commands.acceptance import theory_list
+
+    assert theory_list("mean, sampled") == ("mean", "sampled")  # the CLI's --theory accepts it
+    with pytest.raises(ValueError, match="'mean', 'gram', 'sampled'"):
+        tables.acceptance_table(store, ("mean", "sampler"), draws=2, workers=0)
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -7,7 +7,9 @@ For each case measured by :func:`remprop.validation.acceptance.run_acceptance`:
   (:func:`~remprop.validation.comparison.measured_input_theory`);
 * ``"gram"`` -- :func:`remprop.theory.gram_state.propagate_gram` from each sequence's own
   input Gram matrix ``x x^T / d`` (rebuilt from (seed, sequence):
-  :func:`~remprop.validation.acceptance.input_grams`), the curves averaged over the sequences.
+  :func:`~remprop.validation.acceptance.input_grams`), the curves averaged over the sequences;
+* ``"sampled"`` -- the same with ``sampled=True``: ``draws`` single-initialisation chains
+  instead of the mean Gram (docs/theory.md section 17.1); text cases only, opt-in.
 
 The curves are cached, one record per cell, under ``<store>/theory/<hash>``
 (:func:`compute_theories`). The rule of the issue: a case passes when at every layer
@@ -44,7 +46,7 @@ ACCEPTANCE_TOLERANCE = 0.02
 #: Standard errors of the measured mean that count as agreement where they exceed the tolerance.
 STANDARD_ERRORS = 2.0
 #: Theories :func:`acceptance_table` can set against the measurements.
-THEORIES = ("mean", "gram")
+THEORIES = ("mean", "gram", "sampled")
 #: Inputs the Gram-matrix theory is computed for: real text. Gaussian tokens are a simplex up to
 #: O(1/sqrt(d)) pair fluctuations, and their theory is the mean-cosine maps (docs/theory.md section 17).
 GRAM_INPUTS = ("text",)
@@ -65,18 +67,18 @@ def _gram_module():
 
 
 def available_theories() -> tuple:
-    """The theories of :data:`THEORIES` that exist here ("gram" needs :mod:`remprop.theory.gram_state`)."""
-    return THEORIES if _gram_module() is not None else ("mean",)
+    """The default theories that exist here ("gram" needs :mod:`remprop.theory.gram_state`; "sampled" is opt-in)."""
+    return ("mean", "gram") if _gram_module() is not None else ("mean",)  # "sampled": only when asked for
 
 
 def _check_theories(theories) -> tuple:
     theories = (theories,) if isinstance(theories, str) else tuple(theories)
     if not theories or len(set(theories)) != len(theories):
-        raise ValueError(f"theories must name distinct theories among 'mean', 'gram', got {theories!r}")
+        raise ValueError(f"theories must name distinct theories among 'mean', 'gram', 'sampled', got {theories!r}")
     for theory in theories:
         check_choice("theories", theory, THEORIES)
-    if "gram" in theories and _gram_module() is None:
-        raise ValueError("theories: 'gram' needs remprop.theory.gram_state, which is not installed here")
+    if ("gram" in theories or "sampled" in theories) and _gram_module() is None:
+        raise ValueError("theories: 'gram' and 'sampled' need remprop.theory.gram_state, which is not installed here")
     return theories
 
 
@@ -118,7 +120,7 @@ def _theory_record(key, theory, case_dict, settings, layer0, sequence, draws, me
     gram_state = _gram_module()
     distance = getattr(gram_state, "simplex_distance", None) if gram_state is not None else None
     grams = None
-    if theory == "gram" or distance is not None:
+    if theory in ("gram", "sampled") or distance is not None:
         grams = _sequence_grams(case, settings, layer0, sequence)
     curve = se = error = None
     try:  # a theory that refuses the case (a ValueError) is a result: the table shows its message
@@ -127,7 +129,8 @@ def _theory_record(key, theory, case_dict, settings, layer0, sequence, draws, me
                                                      float(np.mean(layer0["rho"])), settings["dtype"])
             curve, se = np.asarray(trajectory.rho, dtype=float), np.zeros(case.depth + 1)
         else:
-            trajectory = gram_state.propagate_gram(arch, case.beta, grams[0], case.depth, draws=draws, seed=0)
+            trajectory = gram_state.propagate_gram(arch, case.beta, grams[0], case.depth, draws=draws, seed=0,
+                                                   **({"sampled": True} if theory == "sampled" else {}))
             curve = np.asarray(trajectory.mean_cosine, dtype=float)
             se = np.asarray(trajectory.mean_cosine_se, dtype=float)
         if not (np.isfinite(curve).all() and np.isfinite(se).all()):
@@ -185,7 +188,7 @@ def _theory_store(store: CellStore, draws: int, current: dict) -> CellStore:
 
 def _applies(theory, inputs) -> bool:
     """Whether ``theory`` is computed for cases of ``inputs`` (the Gram theory: :data:`GRAM_INPUTS`)."""
-    return theory != "gram" or inputs in GRAM_INPUTS
+    return theory == "mean" or inputs in GRAM_INPUTS
 
 
 def _theory_cells(records: dict, theories, draws, manifest_sha256) -> dict:
@@ -232,7 +235,7 @@ def compute_theories(store, theories=("mean", "gram"), *, draws=8, workers=None,
     ----------
     store : CellStore, str or Path
         The acceptance folder.
-    theories : sequence of {"mean", "gram"}
+    theories : sequence of {"mean", "gram", "sampled"}
     draws : int
         Monte Carlo draws per attention layer of the Gram theory.
     workers : int, optional
@@ -366,12 +369,13 @@ def acceptance_table(store, theories=("mean", "gram"), *, draws=8, workers=None,
     ----------
     store : CellStore, str or Path
         The acceptance folder (:func:`~remprop.validation.acceptance.run_acceptance`), or its store.
-    theories : sequence of {"mean", "gram"}
+    theories : sequence of {"mean", "gram", "sampled"}
         ``"mean"``: :func:`remprop.theory.propagate` at the simulated T from the measured
         mean input state (:func:`~remprop.validation.comparison.measured_input_theory`);
         ``"gram"``: ``remprop.theory.gram_state.propagate_gram`` from each sequence's input
         Gram (:func:`~remprop.validation.acceptance.input_grams`), the curves averaged over the sequences (needs that
-        module). Computed by :func:`compute_theories` (reused when on disk).
+        module); ``"sampled"``: the same with ``sampled=True`` (docs/theory.md section 17.1).
+        Computed by :func:`compute_theories` (reused when on disk).
     draws : int
         Monte Carlo draws per attention layer of the Gram theory.
     workers : int, optional
@@ -420,7 +424,7 @@ def acceptance_table(store, theories=("mean", "gram"), *, draws=8, workers=None,
             if theory == "mean":
                 parts = [theory_records[f"{key}__mean"]["result"]]
             else:
-                parts = [theory_records[f"{key}__gram__s{n:03d}"]["result"] for n in range(samples)]
+                parts = [theory_records[f"{key}__{theory}__s{n:03d}"]["result"] for n in range(samples)]
             errors = [part["error"] for part in parts if part.get("error")]
             distances = [part["simplex_distance"] for part in parts if part["simplex_distance"] is not None]
             common = {"key": key, "inputs": case.inputs, "norm": case.norm, "beta": case.beta, "alpha": case.alpha,

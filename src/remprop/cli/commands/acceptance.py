@@ -23,14 +23,15 @@ QUICK_SIZES = {"width": 32, "seq_len": 16, "seeds": 2, "sequences": 2}
 
 
 def theory_list(text: str) -> tuple:
-    """Converter of ``--theory``: a comma list among mean, gram, or ``auto``."""
+    """Converter of ``--theory``: a comma list among mean, gram, sampled, or ``auto``."""
     import argparse
 
     names = tuple(part.strip() for part in str(text).split(",") if part.strip())
     if names == ("auto",):
         return names
-    if not names or len(set(names)) != len(names) or any(name not in ("mean", "gram") for name in names):
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a comma list of distinct 'mean', 'gram', got {text!r}")
+    if not names or len(set(names)) != len(names) or any(name not in ("mean", "gram", "sampled") for name in names):
+        raise argparse.ArgumentTypeError("expected 'auto' or a comma list of distinct 'mean', 'gram', 'sampled', "
+                                         f"got {text!r}")
     return names
 
 
@@ -62,7 +63,9 @@ def add_acceptance_parser(commands):
     table = parser.add_argument_group("theory and table")
     table.add_argument("--theory", type=theory_list, default=("auto",), metavar="NAMES",
                        help="comma list of 'mean' (propagate from the mean input state) and 'gram' (the Gram "
-                            "state of each sequence; text cases only); auto: both where the Gram theory exists (default: auto)")
+                            "state of each sequence; text cases only) and 'sampled' (its single-initialisation chains, "
+                            "sampled=True; text cases only); auto: mean and gram where the Gram theory exists "
+                            "(default: auto)")
     table.add_argument("--draws", type=count(1), default=8, metavar="N",
                        help="Monte Carlo draws per attention layer of the Gram theory (default: %(default)s)")
     table.add_argument("--workers", type=count(0), default=None, metavar="N",
