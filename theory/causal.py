@@ -429,9 +429,9 @@ def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice=
         if choice == "gram":
             raise ValueError(f"causal_theory='gram' cannot run this model: {problem}")
         return "maps", f"the causal Gram state cannot run it ({problem})"
-    flops = causal_gram_flops(arch, depth, seq_len, draws)
     if choice == "gram":
         return "gram", "asked for"
+    flops = causal_gram_flops(arch, depth, seq_len, draws)
     if flops > AUTO_GRAM_FLOPS:
         return "maps", (f"the causal Gram state would take {flops:.2g} floating-point operations "
                         f"(auto takes it up to {AUTO_GRAM_FLOPS:.0e})")

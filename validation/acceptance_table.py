@@ -74,7 +74,8 @@ def available_theories() -> tuple:
 def _check_theories(theories) -> tuple:
     theories = (theories,) if isinstance(theories, str) else tuple(theories)
     if not theories or len(set(theories)) != len(theories):
-        raise ValueError(f"theories must name distinct theories among 'mean', 'gram', 'sampled', got {theories!r}")
+        raise ValueError(f"theories must name distinct theories among {', '.join(map(repr, THEORIES))}, "
+                         f"got {theories!r}")
     for theory in theories:
         check_choice("theories", theory, THEORIES)
     if ("gram" in theories or "sampled" in theories) and _gram_module() is None:
@@ -130,7 +131,7 @@ def _theory_record(key, theory, case_dict, settings, layer0, sequence, draws, me
             curve, se = np.asarray(trajectory.rho, dtype=float), np.zeros(case.depth + 1)
         else:
             trajectory = gram_state.propagate_gram(arch, case.beta, grams[0], case.depth, draws=draws, seed=0,
-                                                   **({"sampled": True} if theory == "sampled" else {}))
+                                                   sampled=theory == "sampled")
             curve = np.asarray(trajectory.mean_cosine, dtype=float)
             se = np.asarray(trajectory.mean_cosine_se, dtype=float)
         if not (np.isfinite(curve).all() and np.isfinite(se).all()):

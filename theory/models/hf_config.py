@@ -488,8 +488,9 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     notes.append(f"rotary position embeddings (rope_theta = {_rope_base(cfg):g}) enter each attention row's REM "
                  "through the mean rotary correlation of the keys (docs/theory.md section 15); that law "
                  "overestimates Y2 where the tokens' cosine is high (rho >= 0.8)")
-    if _rope_scaling(cfg):
-        notes.append(f"rope_scaling ({_rope_scaling(cfg)}) is ignored: the rotation frequencies are those of "
+    scaling = _rope_scaling(cfg)
+    if scaling:
+        notes.append(f"rope_scaling ({scaling}) is ignored: the rotation frequencies are those of "
                      "rope_theta")
     kv_heads = cfg.get("num_key_value_heads")
     if kv_heads is not None and kv_heads != heads:

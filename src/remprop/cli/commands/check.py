@@ -21,6 +21,7 @@ __all__ = ["add_check_parser", "run_check"]
 def add_check_parser(commands):
     from remprop.diagrams import DEFAULT_THRESHOLD
     from remprop.theory import shipped_configs
+    from remprop.theory.causal import CAUSAL_THEORIES
 
     check = add_command(commands, "check", run_check,
                         help="diagnose a real model (Hugging Face config) at its default initialisation")
@@ -55,7 +56,7 @@ def add_check_parser(commands):
     check.add_argument("--sequences", type=count(1), default=2, metavar="N",
                        help="random input sequences per initialisation (default: %(default)s)")
     check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
-    check.add_argument("--causal-theory", choices=("auto", "maps", "gram"), default=None,
+    check.add_argument("--causal-theory", choices=CAUSAL_THEORIES, default=None,
                        help="with --simulate on a causal model: the theory the last tokens are compared with, "
                             "'maps' (per-position maps, fast) or 'gram' (the causal Gram state: each late row "
                             "with its true keys, O(draws T^3) per layer); 'auto' (default) takes 'gram' when it "
