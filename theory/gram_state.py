@@ -31,6 +31,8 @@ import numpy as np
 from .activations import activation_spec, moments_array
 from .architecture import Architecture
 from .checks import check_count, check_depth, check_real_scalar
+from ._gram_matrix import (_cosine_matrix, _mean_cosine, _shift_variance, _simplex_distance, _simplex_pair,
+                           _softmax_rows, _symmetric_sqrt)
 from .components import Component
 from .residual import skip_core
 
@@ -124,70 +126,12 @@ def simplex_distance(gram) -> float:
     return _simplex_distance(check_gram(gram))
 
 
-def _simplex_distance(g):
-    c = _cosine_matrix(g)[np.triu_indices(g.shape[0], 1)]
-    return float(np.sqrt(np.mean((c - c.mean()) ** 2)))
-
-
-def _cosine_matrix(g):
-    d = np.sqrt(np.diag(g))
-    return g / np.outer(d, d)
-
-
-def _mean_cosine(g):
-    c = _cosine_matrix(g)
-    t = g.shape[0]
-    return float((c.sum() - np.trace(c)) / (t * (t - 1)))
-
-
-def _mean_cosine_shift(g, delta):
-    """First-order change of the mean pair cosine of ``g`` under a symmetric perturbation ``delta``.
-
-    ``c_ij = G_ij / sqrt(G_ii G_jj)``: ``d cbar = (1/(T(T-1))) [sum_{i!=j} delta_ij / (s_i s_j)
-    - sum_i delta_ii (sum_{j!=i} c_ij) / G_ii]`` with ``s_i = sqrt(G_ii)`` (the delta method
-    of the Monte Carlo standard error, docs/theory.md section 17).
-    """
-    t = g.shape[0]
-    diag = np.diag(g)
-    s = np.sqrt(diag)
-    scaled = delta / np.outer(s, s)
-    c = g / np.outer(s, s)
-    off = scaled.sum() - np.trace(scaled)
-    return float((off - np.sum(np.diag(delta) * (c.sum(axis=1) - 1.0) / diag)) / (t * (t - 1)))
-
-
-def _shift_variance(g, deviations):
-    """Variance over the draws of the first-order mean-cosine shift of ``g`` (0 for one draw)."""
-    shifts = np.array([_mean_cosine_shift(g, dev) for dev in deviations])
-    return float(shifts.var(ddof=1)) if len(shifts) > 1 else 0.0
-
-
 def _is_gram(g):
     """Positive diagonal and no eigenvalue below ``-GRAM_RTOL`` times the largest."""
     if not np.isfinite(g).all() or (np.diag(g) <= 0).any():
         return False
     eig = np.linalg.eigvalsh(g)
     return bool(eig[0] >= -GRAM_RTOL * eig[-1])
-
-
-def _simplex_pair(g):
-    """(q, p): mean diagonal and mean off-diagonal of ``g``."""
-    t = g.shape[0]
-    tr = np.trace(g)
-    return tr / t, (g.sum() - tr) / (t * (t - 1))
-
-
-def _softmax_rows(s):
-    s = s - s.max(axis=-1, keepdims=True)
-    np.exp(s, out=s)
-    s /= s.sum(axis=-1, keepdims=True)
-    return s
-
-
-def _symmetric_sqrt(g):
-    """The symmetric square root ``U sqrt(max(lambda, 0)) U^T`` (G may be singular)."""
-    lam, u = np.linalg.eigh(g)
-    return (u * np.sqrt(np.maximum(lam, 0.0))) @ u.T
 
 
 def structured_attention_gram(gram, beta_eff, draws=8, rng=None, *, full=False):
@@ -406,8 +350,10 @@ class _GramWalker:
             return out
         controlled = out + sigma_v2 * mean
         deviations = [sigma_v2 * (s - mean) for s in samples]
-        # far from a simplex or frozen (A, A_s decorrelate) the plain mean of the same draws (PSD,
-        # unbiased) replaces a costlier or non-PSD control variate (docs/theory.md section 17)
+        # Far from a simplex or in the frozen phase (the REM is chaotic in its energies, so A
+        # and A_s decorrelate) the control variate can cost variance or leave a matrix that is
+        # no Gram matrix; then the plain Monte Carlo mean of the same draws (PSD by
+        # construction, unbiased) is used (docs/theory.md section 17).
         plain_mean = plain.mean(axis=0)
         plain_out = sigma_v2 * 0.5 * (plain_mean + plain_mean.T) + float(comp.sigma_b2)
         plain_devs = [sigma_v2 * (s - plain_mean) for s in plain]
@@ -572,14 +518,16 @@ def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, ke
     cos, var, qs, rhos, grams = [_mean_cosine(g)], [0.0], [], [], {}
     for layer in range(depth + 1):
         q, p = _simplex_pair(g)
-        qs.append(q), rhos.append(p / q)
+        qs.append(q)
+        rhos.append(p / q)
         if layer in kept:
             grams[layer] = g.copy()
         if layer == depth:
             break
         walker.variances = []
         g = walker.block_step(block, g, layer)
-        cos.append(_mean_cosine(g)), var.append(var[-1] + sum(walker.variances))
+        cos.append(_mean_cosine(g))
+        var.append(var[-1] + sum(walker.variances))
     settings["plain_monte_carlo_layers"] = walker.plain_layers
     return GramTrajectory(np.array(cos), np.sqrt(np.array(var)), np.array(qs), np.array(rhos), grams, settings)
 
