@@ -50,27 +50,6 @@ NO_TABLE = np.zeros(8)
 NO_TABLE.setflags(write=False)
 
 
-@inline_jitable
-def participation_core(finite, qk, beta, q, p, rope, rope_cbar, qk_dim, table):
-    """``(Y2, x, beta_c)`` of the attention input ``(q, p)``: the finite-T table at the reduced
-    scale ``x = beta sqrt(q (q - p'))`` (also returned, for the cross-overlap; ``p' = p cbar_T``
-    with ``rope``), or ``max(0, 1 - beta_c/beta)`` with ``x = 0`` (unused) as T -> infinity.
-    With ``qk`` (QK-norm, finite T): ``x = beta sqrt(1 - kappa_n(p/q) cbar_T)`` and ``beta_c``
-    the factor's critical value ``sqrt(2 / (1 - kappa_n cbar_T))`` (docs/theory.md section 19).
-    One table lookup in the code (two would trip numba's inlining checks)."""
-    if qk:
-        energy = qk_norm_energy_core(p / q, qk_dim, rope_cbar if rope else 1.0)
-        beta_c = math.sqrt(2.0 / energy) if energy > 0.0 else np.inf
-        x = beta * math.sqrt(energy)
-    else:
-        p_rem = p * rope_cbar if rope else p
-        beta_c = critical_beta_core(q, p_rem)
-        x = beta * math.sqrt(max(q * (q - p_rem), 0.0)) if finite else 0.0
-    if finite:
-        return table_lookup(table, x), x, beta_c
-    return asymptotic_participation_core(beta, beta_c), x, beta_c
-
-
 @register_jitable
 def norm_core(norm_type, q, p):
     """The norm of ``norm_type`` (a code of :data:`~remprop.theory.architecture.NORM_TYPES`)."""
@@ -79,39 +58,64 @@ def norm_core(norm_type, q, p):
     return layernorm_core(q, p)
 
 
-@inline_jitable
-def attention_branch(norm, norm_type, attention, finite, q, p, beta, sigma_v2, sigma_b2, table, sigma_o2, rope,
-                     rope_cbar, qk, qk_dim):
-    """The attention branch: (pre-LN) norm, attention, output projection (``sigma_o2``; 1
-    without one). Returns (q_F, p_F, beta_c of the attention input).
+@register_jitable
+def attention_scale(norm, norm_type, finite, qk, q, p, beta, rope, rope_cbar, qk_dim):
+    """The attention input ``(q_in, p_in)`` ((pre-LN) norm of ``(q, p)``), the REM's reduced scale
+    ``x`` and ``beta_c`` of that input.
 
-    ``rope`` (compile-time): read ``rope_cbar``, the mean rotary correlation ``cbar_T``
-    (exactly 1 without RoPE,
-    :attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`):
-    the REM's scale and beta_c see ``p cbar_T``, the output map ``p``; with RoPE
-    (``rope_cbar < 1``) the finite-T cross-overlap is ``1/T`` (docs/theory.md section 15).
-    ``qk`` (compile-time, finite T only): QK-norm over ``qk_dim`` coordinates; ``beta`` is the
-    reduced-scale factor, ``x = beta sqrt(1 - kappa_n(p/q) cbar_T)`` and ``beta_c`` the
-    factor's critical value ``sqrt(2 / (1 - kappa_n cbar_T))`` (docs/theory.md section 19)."""
+    ``x = beta sqrt(q_in (q_in - p'))`` with ``p' = p_in cbar_T`` (``rope``: read ``rope_cbar``, the
+    mean rotary correlation, exactly 1 without RoPE,
+    :attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`;
+    docs/theory.md section 15), ``x = 0`` (unused) as T -> infinity. With ``qk`` (QK-norm over
+    ``qk_dim`` coordinates, finite T): ``x = beta sqrt(1 - kappa_n(p/q) cbar_T)`` and ``beta_c``
+    the factor's critical value ``sqrt(2 / (1 - kappa_n cbar_T))`` (docs/theory.md section 19)."""
     if norm == PRE:
         q_in, p_in = norm_core(norm_type, q, p)
     else:
         q_in, p_in = q, p
-    y2, x, beta_c = participation_core(finite, qk, beta, q_in, p_in, rope, rope_cbar, qk_dim, table)
+    if qk:
+        energy = qk_norm_energy_core(p_in / q_in, qk_dim, rope_cbar if rope else 1.0)
+        beta_c = math.sqrt(2.0 / energy) if energy > 0.0 else np.inf
+        x = beta * math.sqrt(energy)
+    else:
+        p_rem = p_in * rope_cbar if rope else p_in
+        beta_c = critical_beta_core(q_in, p_rem)
+        x = beta * math.sqrt(max(q_in * (q_in - p_rem), 0.0)) if finite else 0.0
+    return q_in, p_in, x, beta_c
+
+
+@inline_jitable
+def attention_weights(attention, rope, rope_cbar, x, rho, table):
+    """``(Y2, C)`` at finite T: the participation ratio of a row and the cross-overlap of two rows
+    at the reduced scale ``x`` (``rho = p_in / q_in``), from the packed table (:func:`packed_table
+    <remprop.theory.kernels.packed_table>`): ``Y2`` at ``x``, ``C`` from the cross table after it,
+    or ``1/T`` with RoPE (``rope_cbar < 1``, docs/theory.md section 15). Gain-controlled attention
+    takes ``Y2 - 1/T`` (its shared part removed) and no ``C``.
+
+    The only part of the block that reads the table: inlined into the sweeps (a compiled call
+    with the table as an argument costs reference counts per cell and layer); the rest of the
+    block is plain scalar functions compiled once. As T -> infinity the step takes
+    ``Y2 = max(0, 1 - beta_c / beta)`` instead and never sees the table."""
+    y2 = table_lookup(table, x)
+    if attention != SOFTMAX:
+        return y2 - 1.0 / table[0], 0.0
+    if rope and rope_cbar < 1.0:
+        return y2, 1.0 / table[0]
+    return y2, cross_overlap_core(after_table(table), x, rho, y2)
+
+
+@register_jitable
+def attention_output(attention, finite, q_in, p_in, y2, cross, sigma_v2, sigma_b2, sigma_o2):
+    """The attention map on ``(q_in, p_in)`` from a row's ``Y2`` (and the cross-overlap ``C`` of
+    two rows at finite T), then the output projection (``sigma_o2``; 1 without one)."""
     if attention == SOFTMAX:
-        if finite:  # cross-overlap C of two rows: the table packed after the Y2 table
-            if rope and rope_cbar < 1.0:
-                cross = 1.0 / table[0]
-            else:  # at the REM's own reduced scale x (p_rem = p_in here)
-                cross = cross_overlap_core(after_table(table), x, p_in / q_in, y2)
+        if finite:
             q_f, p_f = softmax_attention_overlap_core(q_in, p_in, y2, cross, sigma_v2, sigma_b2)
         else:
             q_f, p_f = softmax_attention_core(q_in, p_in, y2, sigma_v2, sigma_b2)
     else:
-        if finite:
-            y2 = y2 - 1.0 / table[0]
         q_f, p_f = gain_controlled_attention_core(q_in, p_in, y2, sigma_v2, sigma_b2)
-    return sigma_o2 * q_f, sigma_o2 * p_f, beta_c
+    return sigma_o2 * q_f, sigma_o2 * p_f
 
 
 @register_jitable
@@ -125,18 +129,15 @@ def branch_output(block, norm_type, q_f, p_f, branch_scale):
     return q_f, p_f
 
 
-@inline_jitable
-def attention_sublayer(norm, norm_type, attention, finite, q, p, beta, sigma_v2, sigma_b2, alpha_sa, table,
-                       sigma_o2, rope, rope_cbar, qk, qk_dim, block, branch_scale):
-    """Attention branch (:func:`attention_branch`), branch norm, skip and (post-LN) norm.
-    Returns (q', p', beta_c of the attention input)."""
-    q_f, p_f, beta_c = attention_branch(norm, norm_type, attention, finite, q, p, beta, sigma_v2, sigma_b2, table,
-                                        sigma_o2, rope, rope_cbar, qk, qk_dim)
+@register_jitable
+def attention_residual(norm, norm_type, q, p, q_f, p_f, alpha_sa, block, branch_scale):
+    """The attention branch's output ``(q_f, p_f)`` through the branch norm, the skip and the
+    (post-LN) norm."""
     q_f, p_f = branch_output(block, norm_type, q_f, p_f, branch_scale)
     q, p = skip_core(q_f, p_f, q, p, alpha_sa)
     if norm == POST:
         q, p = norm_core(norm_type, q, p)
-    return q, p, beta_c
+    return q, p
 
 
 @register_jitable
@@ -163,8 +164,14 @@ def mlp_output(norm, norm_type, m2, m11, q, p, sigma_w2_out, sigma_b2, alpha_mlp
 
 def make_block_step(norm, attention, moments, finite, tag, norm_type=0, mlp=0, rope=False, block=0, qk=False):
     """The block update ``step(q, p, beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp,
-    sigma_o2, sigma_w2_out, sigma_b2_out, rope_cbar, table, qk_dim, branch_scale) -> (q', p', beta_c)``,
-    inlined into its caller.
+    sigma_o2, sigma_w2_out, sigma_b2_out, rope_cbar, table, qk_dim, branch_scale) -> (q', p', beta_c)``.
+
+    At finite T the step reads the packed table and is inlined into its caller, with
+    :func:`attention_weights`, the one part that reads the table; as T -> infinity it never reads
+    the table and is a plain compiled function. Everything else is scalar functions compiled once
+    and shared by the three sweeps: numba inlining the whole chain of sublayers into each sweep
+    took about twice as long to compile (10 s against 5.5 s at finite T, 3-4 s as T -> infinity,
+    per architecture) and ran no faster.
 
     ``norm``, ``attention``, ``norm_type`` and ``mlp`` are the integer codes of
     :data:`~remprop.theory.NORMS`, :data:`~remprop.theory.ATTENTIONS`,
@@ -175,19 +182,23 @@ def make_block_step(norm, attention, moments, finite, tag, norm_type=0, mlp=0, r
     variance of the MLP's second layer (``sigma_b2`` in the model; the depth kernels pass it
     apart so that a carried scale can multiply the branch output alone, see
     :mod:`remprop.theory.kernels`); ``rope_cbar`` the mean rotary correlation (1 without RoPE),
-    read only when ``rope`` (:func:`attention_sublayer`). ``block`` (compile-time) is
+    read only when ``rope`` (:func:`attention_scale`). ``block`` (compile-time) is
     :attr:`Architecture.block_code <remprop.theory.Architecture.block_code>`: parallel branches
     (``x <- alpha_sa x + F_SA(x) + F_MLP(x)``, pre-LN) and/or a norm on each branch's output,
     whose result is multiplied by ``branch_scale`` (the carried scale ``2**-e`` of a pre-LN
     stream, 1 otherwise); ``qk`` (compile-time) QK-norm over ``qk_dim`` coordinates
-    (:func:`attention_branch`). Neither is read by the default block (``block = 0``, no ``qk``).
+    (:func:`attention_scale`). Neither is read by the default block (``block = 0``, no ``qk``).
     """
 
     def step(q, p, beta, sigma_w2, sigma_b2, sigma_v2, alpha_sa, alpha_mlp, sigma_o2, sigma_w2_out,
              sigma_b2_out, rope_cbar, table, qk_dim, branch_scale):
+        q_in, p_in, x, beta_c = attention_scale(norm, norm_type, finite, qk, q, p, beta, rope, rope_cbar, qk_dim)
+        if finite:
+            y2, cross = attention_weights(attention, rope, rope_cbar, x, p_in / q_in, table)
+        else:
+            y2, cross = asymptotic_participation_core(beta, beta_c), 0.0
+        q_a, p_a = attention_output(attention, finite, q_in, p_in, y2, cross, sigma_v2, sigma_b2, sigma_o2)
         if block & PARALLEL:  # both branches read the block input; their outputs add (pre-LN)
-            q_a, p_a, beta_c = attention_branch(norm, norm_type, attention, finite, q, p, beta, sigma_v2, sigma_b2,
-                                                table, sigma_o2, rope, rope_cbar, qk, qk_dim)
             q_a, p_a = branch_output(block, norm_type, q_a, p_a, branch_scale)
             q1, p1 = mlp_input(norm, norm_type, q, p, sigma_w2, sigma_b2)
             m2, m11 = moments(q1, p1)
@@ -197,9 +208,7 @@ def make_block_step(norm, attention, moments, finite, tag, norm_type=0, mlp=0, r
             q_m, p_m = branch_output(block, norm_type, q_m, p_m, branch_scale)
             q, p = skip_core(q_a + q_m, p_a + p_m, q, p, alpha_sa)
             return q, p, beta_c
-        q, p, beta_c = attention_sublayer(norm, norm_type, attention, finite, q, p, beta, sigma_v2,
-                                          sigma_b2, alpha_sa, table, sigma_o2, rope, rope_cbar, qk, qk_dim, block,
-                                          branch_scale)
+        q, p = attention_residual(norm, norm_type, q, p, q_a, p_a, alpha_sa, block, branch_scale)
         q1, p1 = mlp_input(norm, norm_type, q, p, sigma_w2, sigma_b2)
         m2, m11 = moments(q1, p1)
         if mlp == GATED:
@@ -207,4 +216,4 @@ def make_block_step(norm, attention, moments, finite, tag, norm_type=0, mlp=0, r
         q, p = mlp_output(norm, norm_type, m2, m11, q, p, sigma_w2_out, sigma_b2_out, alpha_mlp, block, branch_scale)
         return q, p, beta_c
 
-    return inline_jitable(specialised(step, tag))
+    return (inline_jitable if finite else register_jitable)(specialised(step, tag))
