@@ -40,7 +40,7 @@ from .backend import check_positive_int, resolve_device, resolve_dtype
 from .cell_store import CellStore
 from .probing import probe
 
-__all__ = ["build_model", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS", "reduced_spec",
+__all__ = ["build_model", "model_config", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS", "reduced_spec",
            "first_layer_participation", "simulate_blocks"]
 
 #: Configuration fields of (depth, width, MLP width, heads) per family (default: the BERT/LLaMA names).
@@ -234,9 +234,7 @@ def build_model(spec, *, seed=0, dtype="float32", device=None):
     """
     spec = _as_spec(spec)
     transformers = _transformers()
-    cfg = {k: v for k, v in spec.config.items() if k not in ("model_type", "_name_or_path", "architectures",
-                                                               "transformers_version", "torch_dtype", "dtype")}
-    config = transformers.AutoConfig.for_model(spec.family, **cfg)
+    config = model_config(spec)
     device = resolve_device(device)
     seed = check_positive_int("seed", seed, 0)
     devices = [device] if device.type == "cuda" else []
@@ -244,6 +242,15 @@ def build_model(spec, *, seed=0, dtype="float32", device=None):
         torch.manual_seed(seed)
         model = transformers.AutoModel.from_config(config)
     return model.to(device=device, dtype=resolve_dtype(dtype)).eval()
+
+
+def model_config(spec):
+    """The ``transformers`` configuration of ``spec`` (``AutoConfig.for_model`` of its family and
+    fields, without the hub's bookkeeping fields)."""
+    spec = _as_spec(spec)
+    cfg = {k: v for k, v in spec.config.items() if k not in ("model_type", "_name_or_path", "architectures",
+                                                               "transformers_version", "torch_dtype", "dtype")}
+    return _transformers().AutoConfig.for_model(spec.family, **cfg)
 
 
 def model_inputs(spec, count, *, seed=0, device=None, pixel_std=None):
@@ -280,6 +287,9 @@ class ModelMeasurement:
         Causal models: the last :data:`~remprop.theory.causal.LAST_TOKENS` tokens.
     theory : ndarray, shape (depth + 1,)
         The predicted mean cosine compared against (causal: of the last tokens).
+    streamed : bool
+        Measured one block at a time, the block redrawn per layer
+        (:func:`~remprop.validation.streamed_layers.streamed_model`).
     """
 
     spec: ModelSpec
@@ -290,6 +300,7 @@ class ModelMeasurement:
     y2: np.ndarray
     rho_last: np.ndarray | None
     theory: np.ndarray = field(repr=False)
+    streamed: bool = False
 
     @property
     def compared(self) -> np.ndarray:
@@ -327,7 +338,7 @@ class ModelMeasurement:
         y2_first = self.y2[:, :, 0].mean(axis=1)
         return {"model": self.spec.name, "depth": self.spec.depth, "width": self.spec.width,
                 "heads": self.spec.heads, "seq_len": self.spec.seq_len,
-                "seeds": list(self.seeds), "sequences": int(self.rho.shape[1]),
+                "seeds": list(self.seeds), "sequences": int(self.rho.shape[1]), "streamed": self.streamed,
                 "compared": "all tokens" if self.rho_last is None else f"last {LAST_TOKENS} tokens",
                 "max_error": float(self.error.max()), "mean_error": float(self.error.mean()),
                 "max_abs_z": float(np.nanmax(z)) if np.isfinite(z).any() else None,
@@ -339,7 +350,7 @@ class ModelMeasurement:
 
 
 def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", device=None, theory=None,
-                   progress=None, store=None) -> ModelMeasurement:
+                   progress=None, store=None, streamed=None) -> ModelMeasurement:
     """Measure a model's per-layer cosine at random initialisation over several seeds.
 
     Parameters
@@ -360,6 +371,12 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
         :class:`~remprop.validation.cell_store.CellStore`): an interrupted run resumes there,
         computing only the seeds it lacks; a folder of a different model, ``sequences`` or
         ``dtype`` is refused with a ``ValueError``.
+    streamed : bool, optional
+        Hold one block and redraw it for every layer
+        (:func:`~remprop.validation.streamed_layers.streamed_model`): the same random model layer by
+        layer, in the memory of the embedding and one block. Default: only where the full model's
+        parameters would take more than half the memory available on the device
+        (:func:`~remprop.validation.streamed_layers.needs_streaming`).
 
     Returns
     -------
@@ -369,11 +386,19 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d) (theory against simulated BERT).
     """
+    from .streamed_layers import needs_streaming
+
     spec, seeds, sequences, theory = _run_arguments(spec, seeds, sequences, theory)
+    if streamed is None:
+        streamed = needs_streaming(spec, dtype, device)
+    elif not isinstance(streamed, bool):
+        raise ValueError(f"streamed must be None, True or False, got {streamed!r}")
     cells = None
     if store is not None:
         manifest = {"format": "remprop.simulate_model/1", "model": spec.to_dict(), "sequences": sequences,
                     "dtype": str(dtype), "last_tokens": LAST_TOKENS if spec.causal else None}
+        if streamed:  # a store of the full model stays readable: the key is there only when streamed
+            manifest["streamed"] = True
         cells = CellStore(store, to_jsonable(manifest))
     rows = {"rho": [], "q": [], "p": [], "y2": [], "rho_last": []}
     for seed in seeds:
@@ -381,7 +406,7 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
         if cells is not None and key in cells.done():
             record = cells.read(key)
         else:
-            record = _measure_seed(spec, seed, sequences, dtype, device)
+            record = _measure_seed(spec, seed, sequences, dtype, device, streamed)
             if cells is not None:
                 cells.write(key, record)
         for name, value in record.items():
@@ -390,7 +415,7 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
             progress(seed)
     stack = {name: np.stack(values) for name, values in rows.items() if values}
     return ModelMeasurement(spec=spec, seeds=seeds, rho=stack["rho"], q=stack["q"], p=stack["p"], y2=stack["y2"],
-                            rho_last=stack.get("rho_last"), theory=theory)
+                            rho_last=stack.get("rho_last"), theory=theory, streamed=streamed)
 
 
 
@@ -470,9 +495,14 @@ def _theory_of(spec, theory):
     return theory
 
 
-def _measure_seed(spec, seed, sequences, dtype, device) -> dict:
+def _measure_seed(spec, seed, sequences, dtype, device, streamed=False) -> dict:
     """Per-layer statistics of one initialisation, as JSON-ready lists."""
-    model = build_model(spec, seed=seed, dtype=dtype, device=device)
+    if streamed:
+        from .streamed_layers import streamed_model
+
+        model = streamed_model(spec, seed=seed, dtype=dtype, device=device)
+    else:
+        model = build_model(spec, seed=seed, dtype=dtype, device=device)
     inputs = model_inputs(spec, sequences, seed=seed, device=next(model.parameters()).device)
     trace = probe(model, inputs)
     record = {name: getattr(trace, name).tolist() for name in ("rho", "q", "p", "y2")}

@@ -79,6 +79,8 @@ def run_check(args) -> int:
     trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
     (no weights are downloaded; needs the validation extra) and overlays the measured cosines;
     each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes.
+    A model whose parameters would take more than half the available memory is measured one block
+    at a time, the block redrawn for each layer (:mod:`remprop.validation.streamed_layers`).
     Causal models are compared with the per-position maps or the causal Gram state
     (--causal-theory, see :func:`remprop.theory.causal.choose_causal_theory`); the report, the
     JSON (``simulation.causal_theory``, ``theory_label``, ``theory_reason``) and the figure name it.
@@ -138,8 +140,9 @@ def run_check(args) -> int:
         return 0
     print(diagnosis.report())
     if measured is not None:
+        streamed = ", one block redrawn per layer (the model does not fit)" if measured.get("streamed") else ""
         print(f"\nsimulated at random init ({len(measured['seeds'])} seeds x {measured['sequences']} "
-              f"sequences, {measured['compared']}): |theory - measured| max {measured['max_error']:.4f}, "
+              f"sequences, {measured['compared']}{streamed}): |theory - measured| max {measured['max_error']:.4f}, "
               f"mean {measured['mean_error']:.4f}" + _z_text(measured["max_abs_z"]))
         print(f"theory compared: {measured['theory_label']}" + (
             f" ({measured['theory_reason']})" if measured.get("theory_reason") else ""))
