@@ -108,6 +108,10 @@ def test_streamed_store_is_kept_apart(tmp_path):
         simulate_model(spec, seeds=(0,), streamed=False, store=tmp_path / "store")
     with pytest.raises(ValueError, match="streamed"):
         simulate_model(spec, seeds=(0,), streamed="yes")
+    # by default a resumed run measures as its store was measured, whatever memory is free today
+    resumed = simulate_model(spec, seeds=(0, 1), store=tmp_path / "store")
+    assert resumed.streamed and resumed.rho.shape[0] == 2
+    assert not simulate_model(spec, seeds=(0,), store=tmp_path / "other").streamed  # 13 MB of weights: fits
 
 
 def test_model_bytes_and_the_streaming_choice(monkeypatch):

@@ -376,7 +376,8 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
         (:func:`~remprop.validation.streamed_layers.streamed_model`): the same random model layer by
         layer, in the memory of the embedding and one block. Default: only where the full model's
         parameters would take more than half the memory available on the device
-        (:func:`~remprop.validation.streamed_layers.needs_streaming`).
+        (:func:`~remprop.validation.streamed_layers.needs_streaming`), or as the existing
+        ``store`` was measured (a resumed run does not depend on the memory free today).
 
     Returns
     -------
@@ -390,7 +391,9 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
 
     spec, seeds, sequences, theory = _run_arguments(spec, seeds, sequences, theory)
     if streamed is None:
-        streamed = needs_streaming(spec, dtype, device)
+        streamed = _stored_streaming(store)
+        if streamed is None:
+            streamed = needs_streaming(spec, dtype, device)
     elif not isinstance(streamed, bool):
         raise ValueError(f"streamed must be None, True or False, got {streamed!r}")
     cells = None
@@ -481,6 +484,22 @@ def simulate_blocks(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", d
     stack = {name: np.stack(values).astype(np.float64) for name, values in rows.items() if values}
     return ModelMeasurement(spec=spec, seeds=seeds, rho=stack["rho"], q=stack["q"], p=stack["p"], y2=stack["y2"],
                             rho_last=stack.get("rho_last"), theory=theory)
+
+
+def _stored_streaming(store):
+    """Whether the seeds in ``store`` were measured streamed (None: no readable store there)."""
+    import json
+    from pathlib import Path
+
+    from .cell_store import MANIFEST_NAME
+
+    if store is None:
+        return None
+    try:
+        manifest = json.loads((Path(store) / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return bool(manifest.get("streamed", False)) if isinstance(manifest, dict) else None
 
 
 def _theory_of(spec, theory):

@@ -58,9 +58,9 @@ class RedrawnLayer(nn.Module):
 
     Parameters
     ----------
-    stream : _BlockStream
-        The owner of the shared block (not registered here: the block's parameters belong to
-        the model once, not once per layer).
+    stream : object
+        The owner of the shared block, which redraws it (not registered here: the block's
+        parameters belong to the model once, not once per layer).
     index : int
         The layer, 0-based.
     """
