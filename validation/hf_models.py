@@ -40,8 +40,8 @@ from .backend import check_positive_int, resolve_device, resolve_dtype
 from .cell_store import CellStore
 from .probing import probe
 
-__all__ = ["build_model", "model_config", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS", "reduced_spec",
-           "first_layer_participation", "simulate_blocks"]
+__all__ = ["build_model", "model_config", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS",
+           "reduced_spec", "first_layer_participation", "simulate_blocks"]
 
 #: Configuration fields of (depth, width, MLP width, heads) per family (default: the BERT/LLaMA names).
 _SIZE_FIELDS = {"gpt2": ("n_layer", "n_embd", "n_inner", "n_head")}

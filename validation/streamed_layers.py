@@ -169,7 +169,8 @@ def streamed_model(spec, *, seed=0, dtype="float32", device=None):
     window = getattr(config, "sliding_window", None)
     if layer_types and len(set(layer_types)) > 1 and window is not None and window < spec.seq_len:
         raise ValueError(f"cannot stream {spec.name} one block at a time: its layers alternate "
-                         f"{sorted(set(layer_types))} and the sliding window {window} is shorter than T = {spec.seq_len}")
+                         f"{sorted(set(layer_types))} and the sliding window {window} is shorter than "
+                         f"T = {spec.seq_len}")
     one = spec.with_depth(1)
     model = build_model(one, seed=seed, dtype=dtype, device=device)
     blocks = getattr(model, "layers", None)
