@@ -224,6 +224,12 @@ def test_compare_uses_the_gram_state_for_text():
     assert synthetic.settings["theory"] == "mean"
     with pytest.raises(ValueError, match="theory"):
         compare(Architecture(norm="pre"), inputs="text", theory="exact", **kw)
+    # the single-initialisation chains: the same measurement, the same measured start, another theory
+    sampled = compare(Architecture(norm="pre"), inputs="text", theory="sampled", **kw)
+    assert sampled.settings["theory"] == "sampled" and sampled.settings["simplex_distance"] > 0.05
+    np.testing.assert_array_equal(sampled.trace.cosine, gram.trace.cosine)
+    assert sampled.theory.rho[0] == pytest.approx(gram.theory.rho[0], abs=1e-9)
+    assert np.all(np.isfinite(sampled.theory.rho)) and not np.allclose(sampled.theory.rho[1:], gram.theory.rho[1:])
 
 
 def test_pair_cosine_figure(tmp_path):

@@ -38,7 +38,7 @@ OBSERVABLES = ("cosine", "rho")
 #: Theories :func:`compare` can set beside the measurements: the mean-cosine maps, the
 #: Gram-matrix state of each input sequence (docs/theory.md section 17), or "auto"
 #: (the Gram state for text inputs, the mean-cosine maps otherwise).
-THEORIES = ("mean", "gram", "auto")
+THEORIES = ("mean", "gram", "sampled", "auto")
 
 
 def theory_participation(arch: Architecture, beta, trajectory: Trajectory) -> np.ndarray:
@@ -266,7 +266,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         Measured quantity set against the theory's rho.
     progress : callable, optional
         Called with the number of sequences finished after each batch.
-    theory : {"auto", "mean", "gram"}
+    theory : {"auto", "mean", "gram", "sampled"}
         "mean": :func:`~remprop.theory.propagate` from the mean measured input state.
         "gram": one :func:`~remprop.theory.gram_state.propagate_gram` per input sequence,
         started from its measured Gram matrix ``x x^T / d`` (float64), at finite
@@ -277,7 +277,10 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         ``simplex_distance`` of the inputs (docs/theory.md section 17). "auto" (default):
         "gram" for text inputs of an encoder (``causal=False``) whose architecture the
         Gram state supports (:func:`~remprop.theory.gram_state.gram_support_problem`),
-        "mean" otherwise.
+        "mean" otherwise. "sampled": as "gram" with ``sampled=True``, single-initialisation
+        chains whose token norms scatter as one initialisation's do (docs/theory.md section
+        17.1; opt-in: on the text cases of the acceptance table that the mean Gram state misses,
+        it meets them at 12 initialisations, docs/validation.md).
     gram_draws : int
         Monte Carlo draws per attention layer of the Gram state.
 
@@ -305,8 +308,8 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     check_choice("theory", theory, THEORIES)
     if theory == "auto":
         theory = "gram" if inputs == "text" and not causal and gram_support_problem(arch) is None else "mean"
-    elif theory == "gram" and gram_support_problem(arch) is not None:
-        raise ValueError(f"theory='gram': {gram_support_problem(arch)}")
+    elif theory in ("gram", "sampled") and gram_support_problem(arch) is not None:
+        raise ValueError(f"theory={theory!r}: {gram_support_problem(arch)}")
     gram_draws = check_positive_int("gram_draws", gram_draws)
     seed_list = list(check_seeds(seeds))
     sequences = check_positive_int("sequences", sequences)
@@ -322,7 +325,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
                                    seq_len=stack.seq_len, width=stack.width, q0=q0, rho0=rho0,
                                    dtype=dtype, device=device):
             traces.append(stack.trace(batch.tokens, batch.mask))
-            if theory == "gram":
+            if theory in ("gram", "sampled"):
                 x = batch.tokens.to(torch.float64)
                 grams.extend((x @ x.transpose(1, 2) / stack.width).cpu().numpy())
             if progress is not None:
@@ -338,8 +341,8 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     run, mean_theory, tolerance = measured_input_theory(arch, stack.beta, stack.depth, q_in, rho_measured, dtype)
     rho_in = run.rho0
     theory_kind = theory
-    if theory_kind == "gram":
-        theory, gram_settings = _gram_theory(arch, stack, grams, gram_draws, observable)
+    if theory_kind in ("gram", "sampled"):
+        theory, gram_settings = _gram_theory(arch, stack, grams, gram_draws, observable, theory_kind == "sampled")
     else:
         theory, gram_settings = mean_theory, {}
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": stack.seq_len,
@@ -352,17 +355,18 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
                       observable, elapsed)
 
 
-def _gram_theory(arch, stack, grams, draws, observable):
-    """The Gram-matrix theory of :func:`compare`: one trajectory per input sequence, averaged.
+def _gram_theory(arch, stack, grams, draws, observable, sampled=False):
+    """The Gram-matrix theory of :func:`compare`: one trajectory per input sequence, averaged
+    (``sampled``: its single-initialisation chains).
 
     Returns a :class:`~remprop.theory.Trajectory` (mean ``q``, mean ``p = rho q``, and as its
     ``rho`` the mean over sequences of the observable: the mean pair cosine, or ``p / q``)
     and the settings it adds.
     """
     if arch.seq_len is not None and arch.seq_len != stack.seq_len:
-        raise ValueError(f"theory='gram' runs at the simulated T = {stack.seq_len}: arch.seq_len must be None "
+        raise ValueError(f"the Gram theory runs at the simulated T = {stack.seq_len}: arch.seq_len must be None "
                          f"or {stack.seq_len}, got {arch.seq_len}")
-    runs = [propagate_gram(arch, stack.beta, g, stack.depth, draws=draws, seed=k, keep_layers=())
+    runs = [propagate_gram(arch, stack.beta, g, stack.depth, draws=draws, seed=k, keep_layers=(), sampled=sampled)
             for k, g in enumerate(grams)]
     q = np.mean([r.q for r in runs], axis=0)
     p = np.mean([r.p for r in runs], axis=0)
