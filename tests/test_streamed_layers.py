@@ -12,9 +12,9 @@ pytest.importorskip("transformers")
 from remprop.theory import model_spec  # noqa: E402
 from remprop.validation import probe  # noqa: E402
 from remprop.validation import hf_models, streamed_layers  # noqa: E402
-from remprop.validation.hf_models import build_model, model_inputs, reduced_spec, simulate_model  # noqa: E402
-from remprop.validation.streamed_layers import (available_memory, model_bytes, needs_streaming,  # noqa: E402
-                                                streamed_model)
+from remprop.validation.hf_models import (build_model, model_bytes, model_inputs, needs_streaming,  # noqa: E402
+                                         reduced_spec, simulate_model, streamed_model)
+from remprop.validation.streamed_layers import available_memory  # noqa: E402
 
 FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "phi-3-mini", "gemma-2-2b", "olmo-2-1b", "mistral-7b"]
 

@@ -39,9 +39,11 @@ from remprop._json import to_jsonable
 from .backend import check_positive_int, resolve_device, resolve_dtype
 from .cell_store import CellStore
 from .probing import probe
+from . import streamed_layers
 
 __all__ = ["build_model", "model_config", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS",
-           "reduced_spec", "first_layer_participation", "simulate_blocks"]
+           "reduced_spec", "first_layer_participation", "simulate_blocks", "streamed_model", "model_bytes",
+           "needs_streaming"]
 
 #: Configuration fields of (depth, width, MLP width, heads) per family (default: the BERT/LLaMA names).
 _SIZE_FIELDS = {"gpt2": ("n_layer", "n_embd", "n_inner", "n_head")}
@@ -253,6 +255,64 @@ def model_config(spec):
     return _transformers().AutoConfig.for_model(spec.family, **cfg)
 
 
+def streamed_model(spec, *, seed=0, dtype="float32", device=None):
+    """A model of ``spec`` that holds one block, redrawn for each of its ``spec.depth`` layers.
+
+    The same random model as :func:`build_model`'s, layer by layer, in the memory of the embedding
+    and one block (:mod:`remprop.validation.streamed_layers`).
+
+    Parameters
+    ----------
+    spec : ModelSpec or config
+        A LLaMA-style decoder whose blocks the library draws with every linear weight
+        ``N(0, r^2)`` and every other tensor constant.
+    seed : int
+        Initialisation seed: the embedding comes from it (:func:`build_model` with one block, whose
+        draw is checked), layer l's weights from ``seed`` and l.
+    dtype, device
+        As in :func:`build_model`.
+
+    Returns
+    -------
+    torch.nn.Module
+        The ``transformers`` model, its blocks replaced by ``spec.depth``
+        :class:`~remprop.validation.streamed_layers.RedrawnLayer` entries
+        (:func:`~remprop.validation.streamed_layers.stream_blocks`).
+
+    Raises
+    ------
+    ValueError
+        The layers differ (alternating sliding-window layers with a window shorter than T), or
+        the block is drawn otherwise or not found (:func:`~remprop.validation.streamed_layers.stream_blocks`).
+    """
+    spec = _as_spec(spec)
+    config = model_config(spec)  # the full depth's per-layer attention types, read by some forwards
+    layer_types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if layer_types and len(set(layer_types)) > 1 and window is not None and window < spec.seq_len:
+        raise ValueError(f"cannot stream {spec.name} one block at a time: its layers alternate "
+                         f"{sorted(set(layer_types))} and the sliding window {window} is shorter than "
+                         f"T = {spec.seq_len}")
+    seed = check_positive_int("seed", seed, 0)
+    model = build_model(spec.with_depth(1), seed=seed, dtype=dtype, device=device)
+    return streamed_layers.stream_blocks(model, spec.depth, init_range=spec.init_range, seed=seed,
+                                         layer_types=layer_types)
+
+
+def model_bytes(spec, dtype="float32") -> int:
+    """Bytes of the parameters of ``spec``'s full model in ``dtype``, counted on the ``meta`` device
+    (:func:`~remprop.validation.streamed_layers.parameter_bytes`; nothing is allocated)."""
+    return streamed_layers.parameter_bytes(model_config(spec), dtype)
+
+
+def needs_streaming(spec, dtype="float32", device=None) -> bool:
+    """Whether ``spec``'s full model takes more than
+    :data:`~remprop.validation.streamed_layers.MEMORY_FRACTION` of the memory available on ``device``
+    (:func:`~remprop.validation.streamed_layers.available_memory`); :func:`simulate_model` then
+    streams its blocks (:func:`streamed_model`)."""
+    return model_bytes(spec, dtype) > streamed_layers.MEMORY_FRACTION * streamed_layers.available_memory(device)
+
+
 def model_inputs(spec, count, *, seed=0, device=None, pixel_std=None):
     """Random inputs of the kind the theory's input state assumes.
 
@@ -289,7 +349,7 @@ class ModelMeasurement:
         The predicted mean cosine compared against (causal: of the last tokens).
     streamed : bool
         Measured one block at a time, the block redrawn per layer
-        (:func:`~remprop.validation.streamed_layers.streamed_model`).
+        (:func:`streamed_model`).
     """
 
     spec: ModelSpec
@@ -373,10 +433,10 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
         ``dtype`` is refused with a ``ValueError``.
     streamed : bool, optional
         Hold one block and redraw it for every layer
-        (:func:`~remprop.validation.streamed_layers.streamed_model`): the same random model layer by
+        (:func:`streamed_model`): the same random model layer by
         layer, in the memory of the embedding and one block. Default: only where the full model's
         parameters would take more than half the memory available on the device
-        (:func:`~remprop.validation.streamed_layers.needs_streaming`), or as the existing
+        (:func:`needs_streaming`), or as the existing
         ``store`` was measured (a resumed run does not depend on the memory free today).
 
     Returns
@@ -387,8 +447,6 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d) (theory against simulated BERT).
     """
-    from .streamed_layers import needs_streaming
-
     spec, seeds, sequences, theory = _run_arguments(spec, seeds, sequences, theory)
     if streamed is None:
         streamed = _stored_streaming(store)
@@ -517,8 +575,6 @@ def _theory_of(spec, theory):
 def _measure_seed(spec, seed, sequences, dtype, device, streamed=False) -> dict:
     """Per-layer statistics of one initialisation, as JSON-ready lists."""
     if streamed:
-        from .streamed_layers import streamed_model
-
         model = streamed_model(spec, seed=seed, dtype=dtype, device=device)
     else:
         model = build_model(spec, seed=seed, dtype=dtype, device=device)

@@ -8,7 +8,8 @@ therefore the same random model, layer by layer, as the full one, while it holds
 embedding and one block in memory: Llama 3 8B in float32 needs 2.1 GB (embedding) +
 0.9 GB (one block) instead of 32 GB.
 
-:func:`streamed_model` builds that stack as a real ``transformers`` model: the model's
+:func:`stream_blocks` makes that stack of a real ``transformers`` model built with one block
+(:func:`remprop.validation.hf_models.streamed_model` builds it from a spec): the model's
 own forward (embedding, rotary positions, causal mask) runs over a list of
 :class:`RedrawnLayer` entries that each redraw the one block from a seed of their own and
 run it, so :func:`~remprop.validation.probe` reads it like any model (every entry runs
@@ -17,12 +18,14 @@ once; the block's attention probabilities reach the probe through the entry's
 model's seed and l), so two passes over the stack see the same weights.
 
 It is only correct where the library's initialisation is exactly that: before it returns,
-:func:`streamed_model` checks the block the library drew (every linear weight of mean
+:func:`stream_blocks` checks the block the library drew (every linear weight of mean
 about 0 and standard deviation about r, every other tensor constant) and refuses a family
-whose block is drawn otherwise, or one whose layers differ (alternating sliding-window
-layers at a sequence longer than the window). :func:`model_bytes` counts a model's
-parameters without allocating them (``meta`` device) and :func:`needs_streaming` decides
-whether the full model would fit (:func:`~remprop.validation.simulate_model`'s default).
+whose block is drawn otherwise (``streamed_model`` also refuses layers that differ:
+alternating sliding-window layers at a sequence longer than the window).
+:func:`parameter_bytes` counts a model's parameters without allocating them (``meta``
+device) and :func:`available_memory` reads the memory free on a device, from which
+:func:`remprop.validation.hf_models.needs_streaming` decides whether the full model would fit
+(:func:`~remprop.validation.simulate_model`'s default).
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333 (the measured models).
 """
@@ -36,8 +39,7 @@ from torch import nn
 
 from .backend import check_positive_int, resolve_device, resolve_dtype
 
-__all__ = ["RedrawnLayer", "streamed_model", "model_bytes", "available_memory", "needs_streaming",
-           "MEMORY_FRACTION"]
+__all__ = ["RedrawnLayer", "stream_blocks", "parameter_bytes", "available_memory", "MEMORY_FRACTION"]
 
 #: The full model is built only if its parameters take at most this fraction of the memory
 #: available on the device (the rest: activations, the attention probabilities, the probe).
@@ -132,52 +134,45 @@ def _check_library_draw(block, std) -> None:
                              "(only linear weights are redrawn per layer)")
 
 
-def streamed_model(spec, *, seed=0, dtype="float32", device=None):
-    """A model of ``spec`` that holds one block, redrawn for each of its ``spec.depth`` layers.
+def stream_blocks(model, depth, *, init_range, seed, layer_types=None):
+    """Turn a ``transformers`` model with one block into a stack of ``depth`` redrawn layers.
 
     Parameters
     ----------
-    spec : ModelSpec or config
-        What :func:`remprop.theory.model_spec` returns or accepts: a decoder whose blocks the
-        library draws as described in the module docstring.
+    model : torch.nn.Module
+        A model built with one block, in a ``ModuleList`` named ``layers`` (the LLaMA-style
+        decoders: ``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``, ``Gemma2Model``,
+        ``Olmo2Model``), as the library initialised it.
+    depth : int
+        Layers of the stack.
+    init_range : float
+        The library's standard deviation r of every linear weight (``initializer_range``).
     seed : int
-        Initialisation seed: the embedding comes from it (:func:`~remprop.validation.build_model`
-        with one block, whose draw is checked), layer l's weights from ``seed`` and l.
-    dtype, device
-        As in :func:`~remprop.validation.build_model`.
+        Layer l draws its weights from ``seed`` and l.
+    layer_types : sequence of str, optional
+        The full depth's per-layer attention types (``config.layer_types``), read by some models'
+        forward.
 
     Returns
     -------
     torch.nn.Module
-        The ``transformers`` model with its list of blocks replaced by ``spec.depth``
-        :class:`RedrawnLayer` entries over one shared block (registered as ``streamed_block``).
+        ``model``, its blocks replaced by ``depth`` :class:`RedrawnLayer` entries over the one block
+        (registered as ``streamed_block``), its configuration set to ``depth`` layers and no
+        key/value cache.
 
     Raises
     ------
     ValueError
-        The library draws the model's blocks otherwise (a tensor other than a linear weight at
-        random, a linear weight not ``N(0, r^2)``), the layers differ (sliding-window layers
-        that the sequence outgrows), or the model has no list of blocks.
+        No one-block list named ``layers``, or a block drawn otherwise than the redraw draws it
+        (a tensor other than a linear weight at random, a linear weight not ``N(0, r^2)``).
     """
-    from .hf_models import _as_spec, build_model, model_config
-
-    spec = _as_spec(spec)
+    depth = check_positive_int("depth", depth)
     seed = check_positive_int("seed", seed, 0)
-    depth = spec.depth
-    config = model_config(spec)  # the full depth's per-layer attention types, read by some forwards
-    layer_types = getattr(config, "layer_types", None)
-    window = getattr(config, "sliding_window", None)
-    if layer_types and len(set(layer_types)) > 1 and window is not None and window < spec.seq_len:
-        raise ValueError(f"cannot stream {spec.name} one block at a time: its layers alternate "
-                         f"{sorted(set(layer_types))} and the sliding window {window} is shorter than "
-                         f"T = {spec.seq_len}")
-    one = spec.with_depth(1)
-    model = build_model(one, seed=seed, dtype=dtype, device=device)
     blocks = getattr(model, "layers", None)
     if not isinstance(blocks, nn.ModuleList) or len(blocks) != 1:
-        raise ValueError(f"cannot stream {spec.name}: its model has no list of blocks named 'layers'")
+        raise ValueError(f"cannot stream {type(model).__name__}: it has no one-block list named 'layers'")
     block = blocks[0]
-    std = float(spec.init_range)
+    std = float(init_range)
     _check_library_draw(block, std)
     stream = _BlockStream(block, std, seed)
     model.streamed_block = stream
@@ -189,14 +184,13 @@ def streamed_model(spec, *, seed=0, dtype="float32", device=None):
     return model
 
 
-def model_bytes(spec, dtype="float32") -> int:
-    """Bytes of the parameters of ``spec``'s full model in ``dtype``, counted on the ``meta``
-    device (nothing is allocated)."""
-    from .hf_models import _as_spec, _transformers, model_config
+def parameter_bytes(config, dtype="float32") -> int:
+    """Bytes of the parameters of ``AutoModel.from_config(config)`` in ``dtype``, counted on the
+    ``meta`` device (nothing is allocated)."""
+    import transformers
 
-    spec = _as_spec(spec)
     with torch.device("meta"):
-        model = _transformers().AutoModel.from_config(model_config(spec))
+        model = transformers.AutoModel.from_config(config)
     count = sum(tensor.numel() for tensor in model.parameters())
     return count * torch.empty((), dtype=resolve_dtype(dtype)).element_size()
 
@@ -215,9 +209,3 @@ def available_memory(device=None) -> int:
     except OSError:
         pass
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-def needs_streaming(spec, dtype="float32", device=None) -> bool:
-    """Whether ``spec``'s full model takes more than :data:`MEMORY_FRACTION` of the memory
-    available on ``device`` (then :func:`~remprop.validation.simulate_model` streams its blocks)."""
-    return model_bytes(spec, dtype) > MEMORY_FRACTION * available_memory(device)
