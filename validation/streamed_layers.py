@@ -6,7 +6,7 @@ from one distribution: the library draws every linear weight ``N(0, r^2)``
 whose layer l is a single block *redrawn* from that distribution before it runs is
 therefore the same random model, layer by layer, as the full one, while it holds only the
 embedding and one block in memory: Llama 3 8B in float32 needs 2.1 GB (embedding) +
-0.9 GB (one block) instead of 32 GB.
+0.9 GB (one block) instead of 30 GB.
 
 :func:`stream_blocks` makes that stack of a real ``transformers`` model built with one block
 (:func:`remprop.validation.hf_models.streamed_model` builds it from a spec): the model's
