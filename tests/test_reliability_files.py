@@ -230,6 +230,20 @@ def test_damaged_manifest_is_named(tmp_path, tiny_sweep):
         MeasuredDiagram.from_folder(tmp_path / "sweep")
 
 
+
+def test_stored_manifest_reads_a_store_or_says_none(tmp_path, tiny_sweep):
+    from remprop.validation.cell_store import stored_manifest
+    _, reference_folder, _ = tiny_sweep
+    shutil.copytree(reference_folder, tmp_path / "sweep")
+    manifest = tmp_path / "sweep" / "sweep.json"
+    assert stored_manifest(tmp_path / "sweep") == json.loads(manifest.read_text())
+    assert stored_manifest(tmp_path / "nothing") is None
+    manifest.write_text(manifest.read_text()[:40])
+    assert stored_manifest(tmp_path / "sweep") is None
+    manifest.write_text("[1, 2]")
+    assert stored_manifest(tmp_path / "sweep") is None
+
+
 # -- (d) damaged saved diagrams ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def saved_diagram(tmp_path_factory):

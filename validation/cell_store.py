@@ -53,8 +53,8 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["CellStore", "DamagedRecordWarning", "atomic_write_json", "json_sha256", "pid_alive", "MANIFEST_NAME",
-           "CELLS_FOLDER", "CLAIM_SUFFIX", "CORRUPT_SUFFIX", "TEMP_STALE_AFTER_S", "CLAIM_STALE_AFTER_S"]
+__all__ = ["CellStore", "DamagedRecordWarning", "atomic_write_json", "json_sha256", "pid_alive", "stored_manifest",
+           "MANIFEST_NAME", "CELLS_FOLDER", "CLAIM_SUFFIX", "CORRUPT_SUFFIX", "TEMP_STALE_AFTER_S", "CLAIM_STALE_AFTER_S"]
 
 #: File name of the manifest in the sweep folder.
 MANIFEST_NAME = "sweep.json"
@@ -172,6 +172,13 @@ def _read_json(path: Path):
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def stored_manifest(directory):
+    """The manifest a store folder holds (a dict), or None where it has no readable one
+    (no folder, no manifest, damaged JSON, or JSON that is not an object)."""
+    manifest = _read_json(Path(directory) / MANIFEST_NAME)
+    return manifest if isinstance(manifest, dict) else None
 
 
 def pid_alive(pid: int) -> bool:

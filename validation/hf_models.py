@@ -37,7 +37,7 @@ from remprop.theory.causal import LAST_TOKENS
 from remprop._json import to_jsonable
 
 from .backend import check_positive_int, resolve_device, resolve_dtype
-from .cell_store import CellStore
+from .cell_store import CellStore, stored_manifest
 from .probing import probe
 from . import streamed_layers
 
@@ -546,18 +546,8 @@ def simulate_blocks(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", d
 
 def _stored_streaming(store):
     """Whether the seeds in ``store`` were measured streamed (None: no readable store there)."""
-    import json
-    from pathlib import Path
-
-    from .cell_store import MANIFEST_NAME
-
-    if store is None:
-        return None
-    try:
-        manifest = json.loads((Path(store) / MANIFEST_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return bool(manifest.get("streamed", False)) if isinstance(manifest, dict) else None
+    manifest = None if store is None else stored_manifest(store)
+    return None if manifest is None else bool(manifest.get("streamed", False))
 
 
 def _theory_of(spec, theory):
