@@ -107,6 +107,6 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
     right.set_ylim(min(0.0, float(np.nanmin(theory)) - 0.05), 1.02)
     right.set_xlim(-0.5, spec.depth + 0.5)
     right.grid(alpha=0.3)
-    right.legend(loc="lower right", fontsize=8)
+    right.legend(loc="best", fontsize=8)  # where it hides the fewest points (a curve near 0 or near 1)
     right.set_title(f"per-layer cosine ({spec.architecture.norm}-LN, beta = {spec.beta:.3f})", fontsize=10)
     return figure
