@@ -218,10 +218,16 @@ def test_compare_uses_the_gram_state_for_text():
     assert gram.theory.rho[0] == pytest.approx(gram.mean("cosine")[0], abs=1e-9)
     assert len(gram.settings["theory_cosine_se"]) == 3
     mean = compare(Architecture(norm="pre"), inputs="text", theory="mean", **kw)
-    assert mean.settings["theory"] == "mean" and "simplex_distance" not in mean.settings
+    assert mean.settings["theory"] == "mean"
+    # every theory reports how far the inputs are from a simplex: the same inputs, the same distance
+    assert mean.settings["simplex_distance"] == gram.settings["simplex_distance"]
+    assert "from a simplex" in mean.summary() and "mean-cosine maps" in mean.summary()
     np.testing.assert_array_equal(mean.trace.cosine, gram.trace.cosine)
     synthetic = compare(Architecture(norm="pre"), inputs="synthetic", **kw)
     assert synthetic.settings["theory"] == "mean"
+    # independent Gaussian tokens: pair cosines of variance exactly 1/d, so the distance is about
+    # 1/sqrt(d); ~990 pairs give an rms good to ~2.5 % (1/sqrt(2 N)): 15 % is six of those
+    assert synthetic.settings["simplex_distance"] * np.sqrt(64) == pytest.approx(1.0, abs=0.15)
     with pytest.raises(ValueError, match="theory"):
         compare(Architecture(norm="pre"), inputs="text", theory="exact", **kw)
     # the single-initialisation chains: the same measurement, the same measured start, another theory

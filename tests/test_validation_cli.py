@@ -61,7 +61,20 @@ def test_validate_simulates_the_heads_of_the_architecture(tmp_path, capsys):
     assert settings["arch"]["heads"] == 4 and settings["arch"]["qk_scaling"] == "head"
 
 
+def test_validate_theory_option_and_the_simplex_distance(tmp_path, capsys):
+    """--theory picks the compared theory; the report says it and how far the inputs are from a simplex."""
+    status = main(["validate", *TINY, "--out", str(tmp_path), "--theory", "mean", "--no-progress"])
+    out = capsys.readouterr().out
+    assert status == 0 and "theory: mean-cosine maps" in out and "from a simplex" in out
+    assert json.loads((tmp_path / "validate.json").read_text())["settings"]["theory"] == "mean"
+    status = main(["validate", *TINY, "--out", str(tmp_path), "--theory", "sampled", "--gram-draws", "2", "--json"])
+    settings = json.loads(capsys.readouterr().out)["settings"]
+    assert status == 0 and settings["theory"] == "sampled" and settings["gram_draws"] == 2
+    assert settings["simplex_distance"] > 0  # text inputs (the default) are not a simplex
+
+
 @pytest.mark.parametrize("argv, name", [
+    (["--theory", "gram", "--attention", "gain-controlled"], "--theory"), (["--gram-draws", "0"], "--gram-draws"),
     (["--seeds", "0"], "seeds"), (["--beta", "-1"], "beta"), (["--heads", "5"], "--heads"),
     (["--inputs", "synthetic", "--rho0", "3"], "rho0"), (["--device", "tpu"], "device"),
     (["--threads", "0"], "threads"), (["--name", "a/b"], "name"),

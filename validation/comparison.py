@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture, RunSettings, Trajectory, participation_ratio, propagate
-from remprop.theory.gram_state import gram_support_problem, propagate_gram
+from remprop.theory.gram_state import gram_support_problem, propagate_gram, simplex_distance
 from remprop.theory.checks import as_float_array, check_choice, check_seeds, simplex_cosine_floor
 from remprop.theory.rem.checks import check_seq_len
 from remprop.theory.rem.finite_width import attention_mean_cosine, finite_width_attention_map
@@ -39,6 +39,10 @@ OBSERVABLES = ("cosine", "rho")
 #: Gram-matrix state of each input sequence (docs/theory.md section 17), or "auto"
 #: (the Gram state for text inputs, the mean-cosine maps otherwise).
 THEORIES = ("mean", "gram", "sampled", "auto")
+
+#: How :meth:`Comparison.summary` names each theory.
+_THEORY_NAMES = {"mean": "mean-cosine maps", "gram": "Gram state of each input (mean over initialisations)",
+                 "sampled": "Gram state of each input, single-initialisation chains"}
 
 
 def theory_participation(arch: Architecture, beta, trajectory: Trajectory) -> np.ndarray:
@@ -174,7 +178,18 @@ class Comparison:
         return (f"norm={s['arch']['norm']} attention={s['arch']['attention']} alpha_sa={s['arch']['alpha_sa']} "
                 f"beta={s['beta']} depth={s['depth']} d={s['width']} T={s['seq_len']} "
                 f"samples={self.samples}: max |theory - measured {self.observable}| = {self.max_abs_error:.4f}, "
-                f"mean = {self.mean_abs_error:.4f} ({self.elapsed:.1f} s)")
+                f"mean = {self.mean_abs_error:.4f} ({self.elapsed:.1f} s){self._theory_text()}")
+
+    def _theory_text(self) -> str:
+        """Which theory was compared and how far the inputs are from a simplex (older results: nothing)."""
+        s = self.settings
+        kind = s.get("theory")
+        distance = s.get("simplex_distance")
+        text = "" if kind is None else f"; theory: {_THEORY_NAMES.get(kind, kind)}"
+        if distance is not None:
+            text += (f"; inputs {distance:.3f} from a simplex (rms spread of their token-pair cosines; "
+                     f"Gaussian tokens: about 1/sqrt(d) = {1 / np.sqrt(s['width']):.3f})")
+        return text
 
 
 #: Measured cosines within this many machine epsilons of the simulation's dtype below the
@@ -273,8 +288,11 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         ``T = seq_len``; ``Comparison.theory`` then holds the mean over sequences of their
         ``q``, ``p = rho q`` and of the ``observable`` (mean pair cosine, or ``p / q``) as its
         ``rho``, and the settings record
-        ``theory_cosine_se`` (Monte Carlo standard error of that mean) and the mean
-        ``simplex_distance`` of the inputs (docs/theory.md section 17). "auto" (default):
+        ``theory_cosine_se`` (Monte Carlo standard error of that mean). Whatever the
+        theory, the settings record the mean
+        :func:`~remprop.theory.gram_state.simplex_distance` of the input sequences as
+        ``simplex_distance`` (docs/theory.md section 17), and :meth:`Comparison.summary`
+        says it. "auto" (default):
         "gram" for text inputs of an encoder (``causal=False``) whose architecture the
         Gram state supports (:func:`~remprop.theory.gram_state.gram_support_problem`),
         "mean" otherwise. "sampled": as "gram" with ``sampled=True``, single-initialisation
@@ -319,15 +337,17 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
                              causal=causal, dtype=dtype, device=device, seed=s)
               for s in seed_list]
     start = time.perf_counter()
-    traces, grams = [], []
+    traces, grams, distances = [], [], []
     for stack in stacks:
         for batch in input_batches(inputs, seed=stack.seed, sequences=sequences, batch_size=batch_size,
                                    seq_len=stack.seq_len, width=stack.width, q0=q0, rho0=rho0,
                                    dtype=dtype, device=device):
             traces.append(stack.trace(batch.tokens, batch.mask))
+            x = batch.tokens.to(torch.float64)
+            batch_grams = (x @ x.transpose(1, 2) / stack.width).cpu().numpy()
+            distances.extend(simplex_distance(g) for g in batch_grams)  # what the report says of the input
             if theory in ("gram", "sampled"):
-                x = batch.tokens.to(torch.float64)
-                grams.extend((x @ x.transpose(1, 2) / stack.width).cpu().numpy())
+                grams.extend(batch_grams)
             if progress is not None:
                 progress(len(batch))
     if device.type == "cuda":
@@ -350,7 +370,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
                 "seeds": seed_list, "sequences": sequences, "inputs": inputs,
                 "q0": q_in, "rho0": rho_in, "rho0_measured": rho_measured, "rho0_clip_tolerance": tolerance,
                 "dtype": str(dtype).replace("torch.", ""), "device": str(device), "theory": theory_kind,
-                **gram_settings}
+                "simplex_distance": float(np.mean(distances)), **gram_settings}
     return Comparison(settings, trace, theory, theory_participation(arch, stack.beta, theory),
                       observable, elapsed)
 
@@ -373,8 +393,7 @@ def _gram_theory(arch, stack, grams, draws, observable, sampled=False):
     cosine = np.mean([r.mean_cosine if observable == "cosine" else r.rho for r in runs], axis=0)
     se = np.sqrt(np.sum([r.mean_cosine_se ** 2 for r in runs], axis=0)) / len(runs)
     beta_c = np.asarray(arch.block_critical_beta(q[:-1], p[:-1]))
-    settings = {"gram_draws": draws, "theory_cosine_se": se.tolist(),
-                "simplex_distance": float(np.mean([r.settings["simplex_distance"] for r in runs]))}
+    settings = {"gram_draws": draws, "theory_cosine_se": se.tolist()}
     return Trajectory(q, p, beta_c, cosine=cosine), settings
 
 

@@ -16,7 +16,7 @@ import contextlib
 import sys
 
 from ..converters import count
-from ..errors import validation_extra
+from ..errors import CommandLineError, validation_extra
 from ..options import (add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
                        add_output_options, add_progress_option, add_run_options, add_simulation_options,
                        add_work_limit_options, architecture_from_args, work_limits)
@@ -112,6 +112,13 @@ def add_validate_parser(commands):
     sim.add_argument("--batch-size", type=count(1), default=None, metavar="N", help="sequences per forward pass")
     sim.add_argument("--observable", choices=("cosine", "rho"), default="cosine",
                      help="measured mean pairwise cosine or Gram ratio p/q (default: %(default)s)")
+    sim.add_argument("--theory", choices=("auto", "mean", "gram", "sampled"), default="auto",
+                     help="theory set beside the measurements: 'mean' the mean-cosine maps from the mean input "
+                          "state; 'gram' the Gram state of each input sequence (docs/theory.md section 17); "
+                          "'sampled' its single-initialisation chains (section 17.1); 'auto' (default) the Gram "
+                          "state for text inputs of an encoder, the mean-cosine maps otherwise")
+    sim.add_argument("--gram-draws", type=count(1), default=8, metavar="N",
+                     help="Monte Carlo draws (or chains) per attention layer of the Gram state (default: 8)")
     add_output_options(validate, name="validate")
     add_progress_option(validate)
     add_work_limit_options(validate, seconds=False)
@@ -128,6 +135,12 @@ def run_validate(args) -> int:
     --max-memory the run is refused.
     """
     arch = architecture_from_args(args)
+    if args.theory in ("gram", "sampled"):
+        from remprop.theory.gram_state import gram_support_problem
+
+        problem = gram_support_problem(arch)
+        if problem is not None:
+            raise CommandLineError(f"--theory {args.theory}: {problem}")
     # compare() simulates min(sequences, 16) sequences at a time unless --batch-size says otherwise
     _check_simulation_memory(args, arch, batch=args.batch_size or min(args.sequences, 16), d_ff=args.d_ff)
     directory = writable_directory(args.out)
@@ -145,7 +158,8 @@ def run_validate(args) -> int:
             comparison = compare(arch, args.beta, args.depth, args.sim_seq_len, args.width, args.seeds,
                                  args.sequences, inputs=args.inputs, q0=args.q0, rho0=args.rho0, d_ff=args.d_ff,
                                  causal=args.causal, dtype=args.dtype, device=args.device,
-                                 batch_size=args.batch_size, observable=args.observable, progress=bar.update)
+                                 batch_size=args.batch_size, observable=args.observable, progress=bar.update,
+                                 theory=args.theory, gram_draws=args.gram_draws)
     settings = comparison.settings
     ax = plot_layer_comparisons([comparison], title=(
         f"{arch.norm}-LN, {arch.attention}, beta={settings['beta']:g}, d={settings['width']}, "
