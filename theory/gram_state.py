@@ -32,7 +32,7 @@ from .activations import activation_spec, moments_array
 from .architecture import Architecture
 from .checks import check_count, check_depth, check_real_scalar
 from ._gram_matrix import (_cosine_matrix, _mean_cosine, _shift_variance, _simplex_distance, _simplex_pair,
-                           _softmax_rows, _symmetric_sqrt)
+                           _softmax_rows, _symmetric_sqrt, _gram_factor)
 from .components import Component
 from .residual import skip_core
 
@@ -367,8 +367,9 @@ class _GramWalker:
 
 
 class _SampledGramWalker(_GramWalker):
-    """One sampled chain: ``G_A = (sigma_v^2/H) sum_h A_h G A_h^T + sigma_b^2``, ``A_h = softmax(c L Z_h L)``
-    with one ``Z_h`` per head (docs/theory.md section 17.1); other components as :class:`_GramWalker`."""
+    """One sampled chain: ``G_A = (sigma_v^2/H) sum_h A_h G A_h^T + sigma_b^2``, ``A_h = softmax(c L Z_h L^T)``
+    with one ``Z_h`` per head and ``L L^T = G`` (the Cholesky factor; docs/theory.md section 17.1); other
+    components as :class:`_GramWalker`."""
 
     def __init__(self, rng, activation, heads):
         super().__init__(1, rng, activation)
@@ -380,8 +381,8 @@ class _SampledGramWalker(_GramWalker):
             raise ValueError("qk_norm=True is not supported by the sampled Gram chains")
         t = g.shape[0]
         c = float(comp.beta) * math.sqrt(math.log(t))
-        root, self.deviations = _symmetric_sqrt(g), None
-        attns = (_softmax_rows(c * (root @ self.rng.standard_normal((t, t)) @ root)) for _ in range(self.heads))
+        factor, self.deviations = _gram_factor(g), None  # no control variate: any L with L L^T = G
+        attns = (_softmax_rows(c * (factor @ self.rng.standard_normal((t, t)) @ factor.T)) for _ in range(self.heads))
         out = float(comp.sigma_v2) / self.heads * sum((a @ g) @ a.T for a in attns) + float(comp.sigma_b2)
         return 0.5 * (out + out.T)
 
