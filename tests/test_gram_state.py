@@ -212,7 +212,7 @@ def test_bad_inputs():
 def test_compare_uses_the_gram_state_for_text():
     from remprop.validation.comparison import compare
     kw = dict(beta=0.5, depth=2, seq_len=32, width=64, seeds=1, sequences=2, device="cpu")
-    gram = compare(Architecture(norm="pre"), inputs="text", **kw)
+    gram = compare(Architecture(norm="pre"), inputs="text", theory="gram", **kw)
     assert gram.settings["theory"] == "gram" and gram.settings["simplex_distance"] > 0.05
     # the theory starts from each sequence's measured Gram matrix: layer 0 is the measured cosine
     assert gram.theory.rho[0] == pytest.approx(gram.mean("cosine")[0], abs=1e-9)
@@ -230,8 +230,9 @@ def test_compare_uses_the_gram_state_for_text():
     assert synthetic.settings["simplex_distance"] * np.sqrt(64) == pytest.approx(1.0, abs=0.15)
     with pytest.raises(ValueError, match="theory"):
         compare(Architecture(norm="pre"), inputs="text", theory="exact", **kw)
-    # the single-initialisation chains: the same measurement, the same measured start, another theory
-    sampled = compare(Architecture(norm="pre"), inputs="text", theory="sampled", **kw)
+    # the single-initialisation chains, the default for text: the same measurement, the same
+    # measured start, another theory
+    sampled = compare(Architecture(norm="pre"), inputs="text", **kw)
     assert sampled.settings["theory"] == "sampled" and sampled.settings["simplex_distance"] > 0.05
     np.testing.assert_array_equal(sampled.trace.cosine, gram.trace.cosine)
     assert sampled.theory.rho[0] == pytest.approx(gram.theory.rho[0], abs=1e-9)

@@ -9,12 +9,14 @@ For each case measured by :func:`remprop.validation.acceptance.run_acceptance`:
   input Gram matrix ``x x^T / d`` (rebuilt from (seed, sequence):
   :func:`~remprop.validation.acceptance.input_grams`), the curves averaged over the sequences;
 * ``"sampled"`` -- the same with ``sampled=True``: ``draws`` single-initialisation chains
-  instead of the mean Gram (docs/theory.md section 17.1); text cases only, opt-in.
+  instead of the mean Gram (docs/theory.md section 17.1); text cases only. The default
+  theories are "mean" (before) and "sampled" (after).
 
 The curves are cached, one record per cell, under ``<store>/theory/<hash>``
 (:func:`compute_theories`). The rule of the issue: a case passes when at every layer
 ``1..L`` ``|theory - measured mean cosine| <= max(0.02, 2 s.e.)``, the standard error being
-the spread of the ``seeds x sequences`` measurements over ``sqrt(n)`` (:func:`acceptance_error`).
+that of the mean over the initialisations (each seed's sequences averaged first: they share
+its weights; :func:`acceptance_error`).
 :func:`acceptance_table` gives one row per (case, depth, theory), :func:`acceptance_markdown`
 the table of docs/validation.md.
 
@@ -67,8 +69,8 @@ def _gram_module():
 
 
 def available_theories() -> tuple:
-    """The default theories that exist here ("gram" needs :mod:`remprop.theory.gram_state`; "sampled" is opt-in)."""
-    return ("mean", "gram") if _gram_module() is not None else ("mean",)  # "sampled": only when asked for
+    """The default theories that exist here: "mean" and "sampled" ("sampled" needs :mod:`remprop.theory.gram_state`)."""
+    return ("mean", "sampled") if _gram_module() is not None else ("mean",)
 
 
 def _check_theories(theories) -> tuple:
@@ -224,10 +226,10 @@ SINGLE_THREAD_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"
                              "NUMBA_NUM_THREADS": "1"}
 
 
-def compute_theories(store, theories=("mean", "gram"), *, draws=8, workers=None, progress=None):
+def compute_theories(store, theories=("mean", "sampled"), *, draws=8, workers=None, progress=None):
     """Compute (or reuse) the theory curves of every measured case; one record per cell.
 
-    Cells: one per case for "mean", one per (case, sequence) for "gram", stored under
+    Cells: one per case for "mean", one per (case, sequence) for "gram" and "sampled", stored under
     ``<store>/theory/<hash>`` (the hash of the measurements' manifest, ``draws`` and the
     source of :mod:`remprop.theory`: other code gets a fresh folder), so an interrupted
     table resumes and concurrent runs share the cells.
@@ -362,7 +364,7 @@ def acceptance_error(theory, measured, *, depth=None, tolerance=ACCEPTANCE_TOLER
             "passed": bool((error <= allowed).all()), "worst_layer": w + 1, "worst_ratio": float(ratio[w])}
 
 
-def acceptance_table(store, theories=("mean", "gram"), *, draws=8, workers=None, tolerance=ACCEPTANCE_TOLERANCE,
+def acceptance_table(store, theories=("mean", "sampled"), *, draws=8, workers=None, tolerance=ACCEPTANCE_TOLERANCE,
                      standard_errors=STANDARD_ERRORS, require_all=False, progress=None) -> list:
     """Theory against the measurements of every case in a store, at each reported depth.
 
@@ -376,7 +378,8 @@ def acceptance_table(store, theories=("mean", "gram"), *, draws=8, workers=None,
         ``"gram"``: ``remprop.theory.gram_state.propagate_gram`` from each sequence's input
         Gram (:func:`~remprop.validation.acceptance.input_grams`), the curves averaged over the sequences (needs that
         module); ``"sampled"``: the same with ``sampled=True`` (docs/theory.md section 17.1).
-        Computed by :func:`compute_theories` (reused when on disk).
+        Default: "mean" (before) and "sampled" (after). Computed by :func:`compute_theories`
+        (reused when on disk).
     draws : int
         Monte Carlo draws per attention layer of the Gram theory.
     workers : int, optional

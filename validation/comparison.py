@@ -36,8 +36,9 @@ __all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "THEORIES", "MEASURED_
 OBSERVABLES = ("cosine", "rho")
 
 #: Theories :func:`compare` can set beside the measurements: the mean-cosine maps, the
-#: Gram-matrix state of each input sequence (docs/theory.md section 17), or "auto"
-#: (the Gram state for text inputs, the mean-cosine maps otherwise).
+#: Gram-matrix state of each input sequence (docs/theory.md section 17), its
+#: single-initialisation chains (section 17.1), or "auto" (the chains for text inputs,
+#: the mean-cosine maps otherwise).
 THEORIES = ("mean", "gram", "sampled", "auto")
 
 #: How :meth:`Comparison.summary` names each theory.
@@ -292,15 +293,14 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         theory, the settings record the mean
         :func:`~remprop.theory.gram_state.simplex_distance` of the input sequences as
         ``simplex_distance`` (docs/theory.md section 17), and :meth:`Comparison.summary`
-        says it. "auto" (default):
-        "gram" for text inputs of an encoder (``causal=False``) whose architecture the
-        Gram state supports (:func:`~remprop.theory.gram_state.gram_support_problem`),
-        "mean" otherwise. "sampled": as "gram" with ``sampled=True``, single-initialisation
-        chains whose token norms scatter as one initialisation's do (docs/theory.md section
-        17.1; opt-in: on the text cases of the acceptance table that the mean Gram state misses,
-        it meets them at 12 initialisations, docs/validation.md).
+        says it. "sampled": as "gram" with ``sampled=True``, ``gram_draws``
+        single-initialisation chains whose token norms scatter as one initialisation's do
+        (docs/theory.md section 17.1). "auto" (default): "sampled" for text inputs of an
+        encoder (``causal=False``) whose architecture the Gram state supports
+        (:func:`~remprop.theory.gram_state.gram_support_problem`), "mean" otherwise (the
+        acceptance table of docs/validation.md at 12 initialisations chose the chains).
     gram_draws : int
-        Monte Carlo draws per attention layer of the Gram state.
+        Monte Carlo draws per attention layer of the Gram state (chains of "sampled").
 
     Returns
     -------
@@ -311,8 +311,8 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     The theory starts from the mean measured input state (q0 and rho0 of the embedded
     text; for synthetic tokens they equal the prescribed values exactly), with the
     architecture's attention maps (finite T where ``arch.seq_len`` is set). With
-    ``theory="gram"`` (the default for text) each sequence's measured input Gram matrix
-    starts :func:`remprop.theory.propagate_gram` instead (docs/theory.md section 17). With
+    ``theory="gram"`` or ``"sampled"`` (the default for text) each sequence's measured input
+    Gram matrix starts :func:`remprop.theory.propagate_gram` instead (docs/theory.md section 17). With
     ``causal=True`` the theory is still the encoder's, which only late tokens follow
     (``docs/theory.md`` section 8).
 
@@ -325,7 +325,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     check_choice("observable", observable, OBSERVABLES)
     check_choice("theory", theory, THEORIES)
     if theory == "auto":
-        theory = "gram" if inputs == "text" and not causal and gram_support_problem(arch) is None else "mean"
+        theory = "sampled" if inputs == "text" and not causal and gram_support_problem(arch) is None else "mean"
     elif theory in ("gram", "sampled") and gram_support_problem(arch) is not None:
         raise ValueError(f"theory={theory!r}: {gram_support_problem(arch)}")
     gram_draws = check_positive_int("gram_draws", gram_draws)

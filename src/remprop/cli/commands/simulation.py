@@ -115,8 +115,8 @@ def add_validate_parser(commands):
     sim.add_argument("--theory", choices=("auto", "mean", "gram", "sampled"), default="auto",
                      help="theory set beside the measurements: 'mean' the mean-cosine maps from the mean input "
                           "state; 'gram' the Gram state of each input sequence (docs/theory.md section 17); "
-                          "'sampled' its single-initialisation chains (section 17.1); 'auto' (default) the Gram "
-                          "state for text inputs of an encoder, the mean-cosine maps otherwise")
+                          "'sampled' its single-initialisation chains (section 17.1); 'auto' (default) the chains "
+                          "for text inputs of an encoder, the mean-cosine maps otherwise")
     sim.add_argument("--gram-draws", type=count(1), default=8, metavar="N",
                      help="Monte Carlo draws (or chains) per attention layer of the Gram state (default: 8)")
     add_output_options(validate, name="validate")
