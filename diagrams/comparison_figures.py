@@ -25,13 +25,13 @@ from remprop.theory.gradients import scaled_query_gradient_norm
 
 from .style import CURVE_MARKERS, VARIANT_MARKERS, VARIANT_STYLE, curve_colours, new_figure
 
-__all__ = ["theory_and_simulation", "plot_layer_comparisons", "plot_attention_sweep", "plot_layernorm_comparison",
+__all__ = ["theory_and_simulation", "comparison_theory_label", "plot_layer_comparisons", "plot_attention_sweep", "plot_layernorm_comparison",
            "plot_gradient_collapse", "plot_causal"]
 
 _SIMULATION_LABEL = r"simulation (mean $\pm$ std)"
 
 
-def theory_and_simulation(ax, x_fine, curves, x_points, finite_label=None, every=1) -> list:
+def theory_and_simulation(ax, x_fine, curves, x_points, finite_label=None, every=1, theory_label=None) -> list:
     """Draw, per curve, the theory line, the finite-T theory (dashed) and the simulated points.
 
     Parameters
@@ -48,6 +48,8 @@ def theory_and_simulation(ax, x_fine, curves, x_points, finite_label=None, every
         Legend entry of the dashed finite-T lines (shown when a curve has one).
     every : int
         Draw every ``every``-th simulated point (deep stacks stay readable).
+    theory_label : str, optional
+        Legend entry of the solid theory lines (default ``theory, T -> infinity``).
 
     Returns
     -------
@@ -66,7 +68,7 @@ def theory_and_simulation(ax, x_fine, curves, x_points, finite_label=None, every
                     markerfacecolor="white", markeredgewidth=1.1, elinewidth=0.8, capsize=1.5)
         handles.append(Line2D([], [], color=colour, marker=marker, markerfacecolor="white", linewidth=1.8,
                               label=curve["label"]))
-    handles.append(Line2D([], [], color="0.2", linewidth=1.8, label=r"theory, $T \to \infty$"))
+    handles.append(Line2D([], [], color="0.2", linewidth=1.8, label=theory_label or r"theory, $T \to \infty$"))
     if any(curve.get("finite") is not None for curve in curves):
         handles.append(Line2D([], [], color="0.2", linestyle="--", linewidth=1.1,
                               label=finite_label or "theory, finite $T$"))
@@ -83,6 +85,22 @@ def _legend_right(ax, handles):
     ax.legend(handles=handles, fontsize=7.5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
 
 
+def comparison_theory_label(settings) -> str:
+    """Legend entry of a comparison's theory line, from its settings: which theory, at which T.
+
+    ``settings["theory"]`` "gram" / "sampled": the Gram state (docs/theory.md sections 17,
+    17.1) at the simulated T; "mean" (or absent): the mean-cosine maps at the architecture's
+    T (``arch["seq_len"]``; None: T -> infinity).
+    """
+    kind = settings.get("theory", "mean")
+    if kind == "sampled":
+        return f"theory: Gram chains, $T = {settings['seq_len']}$"
+    if kind == "gram":
+        return f"theory: mean Gram state, $T = {settings['seq_len']}$"
+    seq_len = settings.get("arch", {}).get("seq_len")
+    return r"theory, $T \to \infty$" if seq_len is None else f"theory, $T = {seq_len}$"
+
+
 def plot_layer_comparisons(comparisons, labels=None, *, finite=None, finite_label=None, every=None, ax=None,
                            title=None):
     r"""Mean token cosine per layer: theory lines and simulated points of ``Comparison`` objects.
@@ -91,7 +109,8 @@ def plot_layer_comparisons(comparisons, labels=None, *, finite=None, finite_labe
     ----------
     comparisons : sequence of Comparison
         From :func:`remprop.validation.compare`; each gives ``theory.rho`` and the measured
-        mean and std of its observable per layer.
+        mean and std of its observable per layer. The theory lines' legend entry says which
+        theory they are (:func:`comparison_theory_label`; "theory" where they differ).
     labels : sequence of str, optional
         One per comparison (default ``alpha_SA = ...``).
     finite : sequence of array_like or None, optional
@@ -120,8 +139,9 @@ def plot_layer_comparisons(comparisons, labels=None, *, finite=None, finite_labe
                "std": c.std(c.observable)} for c, label, f in zip(comparisons, labels, finite)]
     layers = comparisons[0].layers
     depth = int(layers[-1])
-    handles = theory_and_simulation(ax, layers, curves, layers, finite_label,
-                                    every=every or max(1, depth // 30))
+    kinds = {comparison_theory_label(c.settings) for c in comparisons}
+    handles = theory_and_simulation(ax, layers, curves, layers, finite_label, every=every or max(1, depth // 30),
+                                    theory_label=kinds.pop() if len(kinds) == 1 else "theory")
     ax.set_xlim(-0.02 * depth, 1.02 * depth)  # whole markers at both ends
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(r"layer $\ell$")

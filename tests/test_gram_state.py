@@ -237,6 +237,17 @@ def test_compare_uses_the_gram_state_for_text():
     np.testing.assert_array_equal(sampled.trace.cosine, gram.trace.cosine)
     assert sampled.theory.rho[0] == pytest.approx(gram.theory.rho[0], abs=1e-9)
     assert np.all(np.isfinite(sampled.theory.rho)) and not np.allclose(sampled.theory.rho[1:], gram.theory.rho[1:])
+    # the figure's legend names the theory it draws (the mean maps here run at T -> infinity)
+    import matplotlib.pyplot as plt
+    from remprop.diagrams.comparison_figures import plot_layer_comparisons
+    legends = {}
+    for name, comparison in (("sampled", sampled), ("gram", gram), ("mean", mean)):
+        ax = plot_layer_comparisons([comparison])
+        legends[name] = [t.get_text() for t in ax.get_legend().get_texts()]
+        plt.close(ax.figure)
+    assert "theory: Gram chains, $T = 32$" in legends["sampled"]
+    assert "theory: mean Gram state, $T = 32$" in legends["gram"]
+    assert r"theory, $T \to \infty$" in legends["mean"]
 
 
 def test_pair_cosine_figure(tmp_path):

@@ -56,7 +56,7 @@ def _layer_figure(name, alphas, beta, depth, width, seq_len, seeds, sequences, a
                         rho0=c.settings["rho0"]).rho for a, c in zip(alphas, comparisons)]
     title = (f"{NORM_TITLES[arch.norm]} BERT, " rf"$\beta = {beta:g}$, $d = {width}$, $T = {seq_len}$, "
              f"{comparisons[0].samples} {inputs} sequences")
-    ax = plot_layer_comparisons(comparisons, finite=finite, finite_label=f"theory, finite $T = {seq_len}$",
+    ax = plot_layer_comparisons(comparisons, finite=finite, finite_label=f"mean-cosine maps, $T = {seq_len}$",
                                 title=title)
     data = {"figure": name, "comparisons": [c.to_dict(per_sequence=False) for c in comparisons],
             "max_abs_error": {f"{a:g}": c.max_abs_error for a, c in zip(alphas, comparisons)},
