@@ -107,6 +107,12 @@ def point_at_option(message: str, options: dict) -> str:
     return f"{message} (option {option})" if option else message
 
 
+#: What each theory compared with a simulation is (``validate --theory``, ``acceptance --theory``).
+COMPARED_THEORIES_HELP = ("'mean' the mean-cosine maps from the mean input state; 'gram' the Gram state of each "
+                          "input sequence (docs/theory.md section 17); 'sampled' its single-initialisation chains "
+                          "(section 17.1)")
+
+
 # -- architecture ------------------------------------------------------------------------
 #: Command-line option of every Architecture field (field name -> option).
 ARCHITECTURE_OPTIONS = {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..converters import count, seed_list
 from ..errors import CommandLineError, one_line, validation_extra
-from ..options import add_command
+from ..options import COMPARED_THEORIES_HELP, add_command
 from ..output import dumps, writable_directory
 
 __all__ = ["add_acceptance_parser", "run_acceptance_command"]
@@ -64,10 +64,8 @@ def add_acceptance_parser(commands):
                        help="torch CPU threads while simulating (default: torch's)")
     table = parser.add_argument_group("theory and table")
     table.add_argument("--theory", type=theory_list, default=("auto",), metavar="NAMES",
-                       help="comma list of 'mean' (propagate from the mean input state) and 'gram' (the Gram "
-                            "state of each sequence; text cases only) and 'sampled' (its single-initialisation chains, "
-                            "sampled=True; text cases only); auto: mean and sampled where the Gram theory exists "
-                            "(default: auto)")
+                       help=f"comma list of theories: {COMPARED_THEORIES_HELP} (the last two: text cases only); "
+                            "auto: mean and sampled where the Gram theory exists (default: auto)")
     table.add_argument("--draws", type=count(1), default=8, metavar="N",
                        help="Monte Carlo draws per attention layer of the Gram theory (default: %(default)s)")
     table.add_argument("--workers", type=count(0), default=None, metavar="N",

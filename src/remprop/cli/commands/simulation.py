@@ -17,7 +17,7 @@ import sys
 
 from ..converters import count
 from ..errors import CommandLineError, validation_extra
-from ..options import (add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
+from ..options import (COMPARED_THEORIES_HELP, add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
                        add_output_options, add_progress_option, add_run_options, add_simulation_options,
                        add_work_limit_options, architecture_from_args, work_limits)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
@@ -113,10 +113,8 @@ def add_validate_parser(commands):
     sim.add_argument("--observable", choices=("cosine", "rho"), default="cosine",
                      help="measured mean pairwise cosine or Gram ratio p/q (default: %(default)s)")
     sim.add_argument("--theory", choices=("auto", "mean", "gram", "sampled"), default="auto",
-                     help="theory set beside the measurements: 'mean' the mean-cosine maps from the mean input "
-                          "state; 'gram' the Gram state of each input sequence (docs/theory.md section 17); "
-                          "'sampled' its single-initialisation chains (section 17.1); 'auto' (default) the chains "
-                          "for text inputs of an encoder, the mean-cosine maps otherwise")
+                     help=f"theory set beside the measurements: {COMPARED_THEORIES_HELP}; 'auto' (default) the "
+                          "chains for text inputs of an encoder, the mean-cosine maps otherwise")
     sim.add_argument("--gram-draws", type=count(1), default=8, metavar="N",
                      help="Monte Carlo draws (or chains) per attention layer of the Gram state (default: 8)")
     add_output_options(validate, name="validate")
