@@ -67,8 +67,9 @@ def _symmetric_sqrt(g):
 
 
 def _gram_factor(g):
-    """A factor ``L`` with ``L L^T = G``: the Cholesky factor (about ten times cheaper than the
-    eigendecomposition at T = 512), the symmetric square root where G is singular.
+    """A factor ``L`` with ``L L^T = G``: the Cholesky factor (6-20 times cheaper than the symmetric
+    root by eigendecomposition at T = 512, benchmarks/bench_gram_state.py), the symmetric square
+    root where G is singular (exactly repeated tokens).
 
     For score fields ``S = c L Z L^T`` that need only their law, ``Cov(S_ij, S_kl) =
     c^2 G_ik G_jl`` for any such factor (the sampled chains); a control variate that draws
