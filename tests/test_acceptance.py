@@ -196,9 +196,18 @@ def test_gram_theory_rows_and_a_refusing_theory(store, monkeypatch):
     assert "theory failed" in tables.acceptance_markdown(refused)
 
 
-def test_sampled_theory_rows_resume_and_unknown_theory(store):
-    pytest.importorskip("remprop.theory.gram_state")
+def test_sampled_theory_rows_resume_and_unknown_theory(store, monkeypatch):
+    gram_state = pytest.importorskip("remprop.theory.gram_state")
+    seeds, propagate = [], gram_state.propagate_gram
+
+    def recording(*args, **kwargs):
+        seeds.append(kwargs["seed"])
+        return propagate(*args, **kwargs)
+
+    monkeypatch.setattr(gram_state, "propagate_gram", recording)
     rows = tables.acceptance_table(store, ("mean", "sampled"), draws=2, workers=0)
+    # each sequence's chains draw from their own seed: the Monte Carlo errors average out
+    assert sorted(seeds) == list(range(len(seeds))) and len(seeds) > 1
     sampled = [r for r in rows if r["theory"] == "sampled"]
     # text cases only (GRAM_INPUTS), like "gram": the text case's two depths
     assert len(sampled) == 2 and all(r["inputs"] == "text" for r in sampled)

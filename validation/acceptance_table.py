@@ -52,8 +52,10 @@ THEORIES = ("mean", "gram", "sampled")
 #: Inputs the Gram-matrix theory is computed for: real text. Gaussian tokens are a simplex up to
 #: O(1/sqrt(d)) pair fluctuations, and their theory is the mean-cosine maps (docs/theory.md section 17).
 GRAM_INPUTS = ("text",)
-#: Format tag of the theory store's manifest and records.
-THEORY_FORMAT = ACCEPTANCE_FORMAT + "-theory"
+#: Format tag of the theory store's manifest and records ("-2": the Gram theories of sequence n
+#: draw from seed n; before, every sequence drew from seed 0, so their Monte Carlo errors did not
+#: average out over the sequences; other records are computed afresh).
+THEORY_FORMAT = ACCEPTANCE_FORMAT + "-theory-2"
 
 
 # -- the theories -------------------------------------------------------------------------
@@ -132,7 +134,9 @@ def _theory_record(key, theory, case_dict, settings, layer0, sequence, draws, me
                                                      float(np.mean(layer0["rho"])), settings["dtype"])
             curve, se = np.asarray(trajectory.rho, dtype=float), np.zeros(case.depth + 1)
         else:
-            trajectory = gram_state.propagate_gram(arch, case.beta, grams[0], case.depth, draws=draws, seed=0,
+            # seed: the sequence's index, so the sequences' Monte Carlo errors are independent and
+            # the mean curve's standard error is sqrt(sum se^2) / n (theory_se)
+            trajectory = gram_state.propagate_gram(arch, case.beta, grams[0], case.depth, draws=draws, seed=sequence,
                                                    sampled=theory == "sampled")
             curve = np.asarray(trajectory.mean_cosine, dtype=float)
             se = np.asarray(trajectory.mean_cosine_se, dtype=float)
