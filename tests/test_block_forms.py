@@ -18,7 +18,7 @@ from remprop.theory import Architecture, final_state, model_spec, propagate
 from remprop.theory import components as C
 from remprop.theory.rem import qk_norm_energy_core
 from remprop.theory.architecture import SOFTCAP_TOLERANCE
-from remprop.theory.attention import softmax_attention_map
+from remprop.theory.components.attention import softmax_attention_map
 from remprop.theory.propagation import final_state_rows, pack_parameters
 from remprop.theory.rem import gaussian_cosine_mean, participation_ratio, qk_norm_beta
 

@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
 
 from remprop.theory import Architecture, critical_beta, layernorm_map, mlp_map, skip_map  # noqa: E402
-from remprop.theory.attention import gain_controlled_attention_core, softmax_attention_core  # noqa: E402
+from remprop.theory.components.attention import gain_controlled_attention_core, softmax_attention_core  # noqa: E402
 from remprop.validation import compare  # noqa: E402
 from remprop.validation.simulator import SimulatedStack  # noqa: E402
 

@@ -20,15 +20,15 @@ from .activations import (
 )
 from .architecture import (ATTENTIONS, BLOCK_FORMS, MLPS, NORM_TYPES, NORMS, NUMERIC_FIELDS, OPTIONAL_FIELDS, POSITIONS,
                            Architecture)
-from .attention import gain_controlled_attention_map, softmax_attention_map
+from .components.attention import gain_controlled_attention_map, softmax_attention_map
 from .edge_of_chaos import chaos_boundary, chi_1, mlp_block_boundary, mlp_block_chi
-from .gated_mlp import gated_mlp_map
-from .layernorm import layernorm_map
-from .rmsnorm import rmsnorm_map
+from .components.gated_mlp import gated_mlp_map
+from .components.layer_norm import layernorm_map
+from .components.rms_norm import rmsnorm_map
 from .propagation import Trajectory, final_state, propagate
 from .sampled_trajectory import SampledTrajectory, propagate_at_layers
 from .settings import DEFAULT_THRESHOLD, RunSettings
-from .residual import skip_map
+from .components.residual import skip_map
 from .rope_attention import rope_softmax_attention_map
 from .rem.qk_norm import qk_norm_beta
 from .rem.spectrum import attention_bulk_radius, stochastic_bulk_radius

@@ -14,8 +14,8 @@ from .softcap import SOFTCAP_TOLERANCE
 from .block_forms import BLOCK_FORMS, check_block_forms
 from .checks import as_float_array, check_choice, check_count, scalar_or_array
 from .activations import ACTIVATIONS, resolve_activation
-from .layernorm import layernorm_core
-from .rmsnorm import rmsnorm_core
+from .components.layer_norm import layernorm_core
+from .components.rms_norm import rmsnorm_core
 from .rem import (QK_SCALINGS, ROPE_BASE, check_heads, check_seq_len, critical_beta_core, effective_beta,
                   gaussian_cosine_mean, qk_norm_energy_core, rope_mean_correlation)
 

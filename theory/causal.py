@@ -75,7 +75,7 @@ from . import gram_state as _gram
 from ._causal_gram import _CausalGramWalker
 from .activations import activation_spec
 from .architecture import Architecture
-from .attention import softmax_attention_overlap_core
+from .components.attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_count, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation

@@ -34,7 +34,7 @@ from .checks import check_count, check_depth, check_real_scalar
 from ._gram_matrix import (_cosine_matrix, _mean_cosine, _shift_variance, _simplex_distance, _simplex_pair,
                            _softmax_rows, _symmetric_sqrt, _gram_factor)
 from .components import Component
-from .residual import skip_core
+from .components.residual import skip_core
 
 __all__ = ["GramTrajectory", "propagate_gram", "simplex_distance", "check_gram", "mean_pair_cosine",
            "gram_support_problem", "pair_cosines", "structured_attention_gram"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import softmax_attention_overlap_core
+from .components.attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from .rem import check_seq_len
 from .rem.rope import ROPE_BASE, rope_participation_ratio

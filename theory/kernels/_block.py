@@ -6,7 +6,7 @@ The description of a block is the composed tree of :meth:`Architecture.block
 output projection, the skip ``alpha_sa``, a LayerNorm in post-LN blocks; then the MLP in
 the same frame with ``alpha_mlp``. The norm is LayerNorm or RMSNorm (``norm_type``), the
 MLP dense or gated (``mlp``; its hidden moments from
-:func:`~remprop.theory.gated_mlp.gated_hidden_core`). :func:`make_block_step` evaluates
+:func:`~remprop.theory.components.gated_mlp.gated_hidden_core`). :func:`make_block_step` evaluates
 the same ``*_core`` maps in that order on scalars, with the categorical choices as
 compile-time constants; ``sigma_o2 = 1`` stands for "no output projection" and ``sigma_w2_out`` is
 resolved before packing (:meth:`~remprop.theory.Architecture.numeric`).
@@ -29,13 +29,13 @@ from .._jit import inline_jitable, specialised
 from ..activations import dense_core
 from ..architecture import ATTENTIONS, BLOCK_FORMS, MLPS, NORM_TYPES, NORMS
 from ..rem.qk_norm import qk_norm_energy_core
-from ..attention import gain_controlled_attention_core, softmax_attention_core, softmax_attention_overlap_core
-from ..gated_mlp import gated_hidden_core
-from ..layernorm import layernorm_core
+from ..components.attention import gain_controlled_attention_core, softmax_attention_core, softmax_attention_overlap_core
+from ..components.gated_mlp import gated_hidden_core
+from ..components.layer_norm import layernorm_core
 from ..rem import (after_table, asymptotic_participation_core, critical_beta_core, cross_overlap_core,
                    table_lookup)
-from ..residual import skip_core
-from ..rmsnorm import rmsnorm_core
+from ..components.residual import skip_core
+from ..components.rms_norm import rmsnorm_core
 
 POST, PRE = NORMS["post"], NORMS["pre"]
 SOFTMAX = ATTENTIONS["softmax"]

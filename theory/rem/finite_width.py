@@ -1,6 +1,6 @@
 r"""One softmax attention layer at finite width d: the keys' geometry and the measured cosine.
 
-The maps of :mod:`remprop.theory.attention` are exact as ``d -> infinity`` at fixed T
+The maps of :mod:`remprop.theory.components.attention` are exact as ``d -> infinity`` at fixed T
 (docs/theory.md section 3.4). At finite width the tokens that set a row's energies are the
 tokens the row averages, and in d dimensions they are not an orthogonal simplex: their
 deviations ``z_j`` from the mean token are (for Gaussian tokens) i.i.d. Gaussian vectors in

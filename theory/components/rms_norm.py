@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from numba.extending import register_jitable
 
-from .checks import check_overlap, output_pair
+from ..checks import check_overlap, output_pair
 
-__all__ = ["rmsnorm_map"]
+from .layer_norm import LayerNorm
+
+__all__ = ["rmsnorm_map", "RMSNorm", "rms_norm"]
 
 
 @register_jitable
@@ -63,3 +65,15 @@ def rmsnorm_map(q, p):
     """
     q, p = check_overlap(q, p)
     return output_pair(*rmsnorm_core(q, p))
+
+
+class RMSNorm(LayerNorm):
+    """RMSNorm: the map of LayerNorm, ``(1, p / q)``, from its own core (docs/theory.md section 14)."""
+
+    name = "rms_norm"
+    core = staticmethod(rmsnorm_core)
+
+
+def rms_norm() -> Component:
+    """RMSNorm without a gain: ``(q, p) -> (1, p/q)``; see :func:`~remprop.theory.rmsnorm_map`."""
+    return RMSNorm()

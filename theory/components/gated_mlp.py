@@ -21,10 +21,12 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from .activations import activation_moments, activation_spec, dense_map
-from .checks import as_float_array
+from ..activations import activation_moments, activation_spec, dense_map
+from ..checks import as_float_array
 
-__all__ = ["gated_mlp_map"]
+from .mlp import MLP, mlp_args
+
+__all__ = ["gated_mlp_map", "GatedMLP", "gated_mlp"]
 
 
 @register_jitable
@@ -90,3 +92,21 @@ def gated_mlp_map(q, p, sigma_w2=0.2, sigma_b2=4e-4, activation="silu", sigma_w2
     else:
         sigma_w2_out = as_float_array("sigma_w2_out", sigma_w2_out, nonnegative=True)
     return dense_map(h2, h11, sigma_w2_out, sigma_b2)
+
+
+class GatedMLP(MLP):
+    """``W_down (phi(W_gate x + b) * (W_up x + b)) + b``: the hidden kernel is
+    ``gated_mlp.gated_hidden_core`` (docs/theory.md section 14)."""
+
+    name = "gated_mlp"
+
+    def hidden(self, q1, p1, m2, m11):
+        return gated_hidden_core(q1, p1, m2, m11)
+
+
+def gated_mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="silu", sigma_w2_out=None) -> Component:
+    """Gated MLP ``W_down (phi(W_gate x) * W_up x)`` (SwiGLU with ``"silu"``, GeGLU with
+    ``"gelu"``); see :func:`~remprop.theory.gated_mlp_map`. Gate and up share ``sigma_w2``;
+    ``sigma_w2_out``: the down projection's variance times its fan-in ``d_ff`` (default
+    ``sigma_w2``)."""
+    return mlp_args(GatedMLP, sigma_w2, sigma_b2, activation, sigma_w2_out)

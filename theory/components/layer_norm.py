@@ -4,9 +4,11 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-from .checks import check_overlap, output_pair
+from ..checks import check_overlap, output_pair
 
-__all__ = ["layernorm_map"]
+from .base import Component
+
+__all__ = ["layernorm_map", "LayerNorm", "layer_norm"]
 
 
 @register_jitable
@@ -30,3 +32,25 @@ def layernorm_map(q, p):
     """
     q, p = check_overlap(q, p)
     return output_pair(*layernorm_core(q, p))
+
+
+class LayerNorm(Component):
+    """LayerNorm without affine parameters (:func:`layer_norm`)."""
+
+    name = "layer_norm"
+    keeps_cosine = True
+    #: The norm's ``*_core`` map.
+    core = staticmethod(layernorm_core)
+
+    def apply(self, q, p):
+        return self.core(q, p)
+
+    def symbolic(self, q, p, symbols):
+        # layernorm_core's (1, p / q); its 1.0 + 0.0 q (a float broadcast to the shape of q)
+        # would put a float 1.0 into exact expressions, q / q is the exact 1
+        return q / q, p / q
+
+
+def layer_norm() -> Component:
+    """LayerNorm without affine parameters: ``(q, p) -> (1, p/q)``."""
+    return LayerNorm()

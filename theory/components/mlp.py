@@ -1,0 +1,56 @@
+"""The two-layer MLP ``W2 phi(W1 x + b1) + b2`` as a component (its map: :func:`~remprop.theory.mlp_map`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..activations import activation_spec, dense_core, moments_array
+from .base import Component, parameter
+
+__all__ = ["MLP", "mlp"]
+
+
+@dataclass(repr=False)
+class MLP(Component):
+    """The two-layer MLP (:func:`mlp`)."""
+
+    sigma_w2: np.ndarray
+    sigma_b2: np.ndarray
+    activation: str = "relu"
+    sigma_w2_out: np.ndarray = None
+    name = "mlp"
+
+    def apply(self, q, p):
+        code = activation_spec(self.activation).code
+        return self._two_layers(q, p, lambda q1, p1: moments_array(code, q1, p1), lambda value: value)
+
+    def symbolic(self, q, p, symbols):
+        return self._two_layers(q, p, lambda q1, p1: symbols.moments(self.activation, q1, p1),
+                                symbols.parameter)
+
+    def _two_layers(self, q, p, moments, parameter):
+        """dense -> activation (its Gaussian moments) -> dense, for numbers or sympy alike."""
+        sigma_w2, sigma_b2 = parameter(self.sigma_w2), parameter(self.sigma_b2)
+        q1, p1 = dense_core(q, p, sigma_w2, sigma_b2)
+        m2, m11 = self.hidden(q1, p1, *moments(q1, p1))
+        out = sigma_w2 if self.sigma_w2_out is None else parameter(self.sigma_w2_out)
+        return dense_core(m2, m11, out, sigma_b2)
+
+    def hidden(self, q1, p1, m2, m11):
+        """Second moments of the hidden units from the activation's ``(m2, m11)``: phi's own."""
+        return m2, m11
+
+
+def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None) -> Component:
+    """Two-layer MLP with the given activation (a name in ``ACTIVATIONS`` or a
+    numba-jittable function); see :func:`~remprop.theory.mlp_map`. ``sigma_w2_out``: the second layer's
+    variance times its fan-in ``d_ff`` (default ``sigma_w2``)."""
+    return mlp_args(MLP, sigma_w2, sigma_b2, activation, sigma_w2_out)
+
+
+def mlp_args(kind, sigma_w2, sigma_b2, activation, sigma_w2_out):
+    name = activation_spec(activation).name
+    out = None if sigma_w2_out is None else parameter("sigma_w2_out", sigma_w2_out, nonnegative=True)
+    return kind(parameter("sigma_w2", sigma_w2, nonnegative=True),
+                parameter("sigma_b2", sigma_b2, nonnegative=True), name, out)
