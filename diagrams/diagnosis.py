@@ -26,6 +26,7 @@ import numpy as np
 
 from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
                             model_spec, participation_moment, propagate, query_gradient_norm)
+from remprop.theory import softcap
 from remprop.theory.causal import LAST_TOKENS
 from remprop.theory.checks import check_depth
 
@@ -253,7 +254,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     # the recommended query/key scale (see Notes); collapsed tokens (beta_c = inf): keep beta
     target = 0.5 * beta_c if math.isfinite(beta_c) else beta
     # a soft-capped model: no larger beta than the theory's cap check accepts (docs/theory.md section 19)
-    target = min(target, float(arch.logit_softcap_max_beta(q0)))
+    target = min(target, float(softcap.logit_softcap_max_beta(arch, q0)))
     rho_b, _, phase_b, traj_b = _verdict(run, source, beta=target)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
@@ -293,9 +294,9 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
         factor = gradient_b / gradient_first if gradient_first > 0 else math.inf
         changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], rho_b, phase_b, factor))
     # 3. LayerNorm placement
-    other = "pre" if arch.norm == "post" else "post"
-    norm_name = "RMSNorm" if arch.norm_type == "rms" else "LayerNorm"
-    if arch.block_form == "parallel":  # a parallel block is defined with pre-norm only
+    other = arch.norm.other.value
+    norm_name = arch.norm_type.title
+    if arch.block_form.parallel:  # a parallel block is defined with pre-norm only
         changes.append(Change("LayerNorm placement", f"none: a parallel block reads one pre-{norm_name} "
                               "(no other placement is defined for it)", final_rho, phase, {"norm": arch.norm}))
     else:

@@ -149,7 +149,7 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
 
 def _single_beta_c(diagram):
     """The measured first-layer beta_c when it is one value over the grid (post-LN), else None."""
-    if diagram.spec.arch.norm != "post":
+    if not diagram.spec.arch.norm.normalises_stream:
         return None
     values = diagram.beta_critical_cells[np.isfinite(diagram.beta_critical_cells)]
     if values.size and np.ptp(values) <= 1e-6 * values.max():

@@ -246,7 +246,7 @@ def inverse_sqrt_branches(arch: Architecture, depth: int, beta: float, *, width=
     """
     depth = check_depth(depth)
     strength = inverse_sqrt_depth(1.0)
-    if arch.norm == "post":
+    if arch.norm.normalises_stream:
         return scale_architecture(arch, depth, alpha_sa=strength, alpha_mlp=strength, convention="branch"), beta
     gain = float(strength(depth))
     return branch_gains(arch.replace(alpha_sa=1.0, alpha_mlp=1.0), gain, gain), beta

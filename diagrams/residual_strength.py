@@ -168,8 +168,8 @@ def search_block_steps(arch: Architecture, depth: int, cells: int, alpha_max=ALP
     overflows there, up to 93 more evaluations, not counted); gain-controlled attention
     first scans :data:`SCAN_POINTS` alphas.
     """
-    evaluations = 2 + kernels.bisection_steps(alpha_max, tol) + (arch.norm != "post")
-    evaluations += SCAN_POINTS if arch.attention == "gain-controlled" else 0
+    evaluations = 2 + kernels.bisection_steps(alpha_max, tol) + (not arch.norm.normalises_stream)
+    evaluations += SCAN_POINTS if arch.attention.gain_controlled else 0
     return int(cells) * int(depth) * evaluations
 
 
@@ -182,7 +182,7 @@ def search_seconds(arch: Architecture, depth: int, cells: int, alpha_max=ALPHA_M
     """
     depth = check_depth(depth)
     passes = search_block_steps(arch, depth, 1, alpha_max, tol) // depth
-    scan = SCAN_POINTS if arch.attention == "gain-controlled" else 0
+    scan = SCAN_POINTS if arch.attention.gain_controlled else 0
     return (work_estimates.run_seconds(arch, cells, depth, passes - scan)
             + work_estimates.run_seconds(arch, cells * scan, depth))
 
@@ -220,7 +220,7 @@ class _Search:
         """alpha* for each packed parameter row (one chunk)."""
         upper = self.finite_bounds(params)
         result = np.full(len(params), np.inf)
-        if self.arch.attention == "gain-controlled":
+        if self.arch.attention.gain_controlled:
             upper = self.first_good_on_scan(params, upper)
             result[upper == 0.0] = 0.0
         todo = np.isfinite(upper) & (upper > 0.0)
@@ -281,7 +281,7 @@ class _Search:
         """
         alpha_max = self.alpha_max
         bounds = np.full(len(params), alpha_max)
-        if self.arch.norm == "post":  # LayerNorm after every sub-block keeps q = 1: no overflow
+        if self.arch.norm.normalises_stream:  # LayerNorm after every sub-block keeps q = 1: no overflow
             return bounds
         rho = self.final_rho(params, np.array([[alpha_max]]))[:, 0]
         bad = np.flatnonzero(~np.isfinite(rho))
@@ -322,7 +322,7 @@ class _Search:
         midpoints evaluated segment by segment from Python.
         """
         if self.segment >= self.depth:
-            compiled = kernels.kernels_for(*self.arch.codes, self.arch.seq_len is not None)
+            compiled = kernels.kernels_for(*kernels.architecture_codes(self.arch), self.arch.seq_len is not None)
             self.evaluations += 2 + self.iterations
             result = compiled.min_alpha_bisection(params, self.depth, self.threshold, alpha_max,
                                                   self.iterations, kernels.packed_table(self.arch.seq_len))

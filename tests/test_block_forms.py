@@ -17,7 +17,8 @@ import pytest
 from remprop.theory import Architecture, final_state, model_spec, propagate
 from remprop.theory import components as C
 from remprop.theory.rem import qk_norm_energy_core
-from remprop.theory.architecture import SOFTCAP_TOLERANCE
+from remprop.theory import softcap
+from remprop.theory.softcap import SOFTCAP_TOLERANCE
 from remprop.theory.components.attention import softmax_attention_map
 from remprop.theory.propagation import final_state_rows, pack_parameters
 from remprop.theory.rem import gaussian_cosine_mean, participation_ratio, qk_norm_beta
@@ -314,8 +315,8 @@ def test_logit_softcap_bound_holds_on_sampled_rows():
     probability >= 0.9 by construction, and much more often in practice)."""
     T, cap = 2048, 12.0
     arch = Architecture(norm="pre", seq_len=T, logit_softcap=cap)
-    beta = 0.6 * arch.logit_softcap_max_beta() * 3.0   # past the accepted range: a bound well above the tolerance
-    bound = float(arch.logit_softcap_change(beta))
+    beta = 0.6 * softcap.logit_softcap_max_beta(arch) * 3.0   # past the accepted range: a bound well above the tolerance
+    bound = float(softcap.logit_softcap_change(arch, beta))
     sigma = beta * math.sqrt(math.log(T))   # the scores' std at q = 1 (docs/theory.md section 3.1)
     rng = np.random.default_rng(3)
     changes = []
@@ -330,8 +331,8 @@ def test_logit_softcap_bound_holds_on_sampled_rows():
 
 def test_logit_softcap_is_accepted_below_the_tolerance_and_rejected_above():
     arch = Architecture(norm="pre", seq_len=1024, logit_softcap=50.0)
-    limit = arch.logit_softcap_max_beta()
-    assert float(arch.logit_softcap_change(limit)) == pytest.approx(SOFTCAP_TOLERANCE, rel=1e-9)
+    limit = softcap.logit_softcap_max_beta(arch)
+    assert float(softcap.logit_softcap_change(arch, limit)) == pytest.approx(SOFTCAP_TOLERANCE, rel=1e-9)
     propagate(arch, 0.99 * limit, 2)
     with pytest.raises(ValueError, match="^logit_softcap = 50 is too small"):
         propagate(arch, 1.01 * limit, 2)
@@ -339,7 +340,7 @@ def test_logit_softcap_is_accepted_below_the_tolerance_and_rejected_above():
         arch.block(1.01 * limit)
     # a post-LN stack's first layer sees the input's q0
     post = arch.replace(norm="post")
-    assert post.logit_softcap_max_beta(q0=4.0) == pytest.approx(post.logit_softcap_max_beta() / 4.0, rel=1e-12)
+    assert softcap.logit_softcap_max_beta(post, q0=4.0) == pytest.approx(softcap.logit_softcap_max_beta(post) / 4.0, rel=1e-12)
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -392,7 +393,7 @@ def test_gemma2_and_olmo2_configs_translate():
     r2 = 0.02 ** 2
     assert arch.sigma_o2 == pytest.approx(r2 * 8 * 256, rel=1e-12) and gemma.q0 == pytest.approx(r2 * 2304, rel=1e-12)
     assert gemma.beta == pytest.approx(r2 * 2304 / math.sqrt(math.log(8192)), rel=1e-12)
-    assert float(arch.logit_softcap_change(gemma.beta)) < SOFTCAP_TOLERANCE
+    assert float(softcap.logit_softcap_change(arch, gemma.beta)) < SOFTCAP_TOLERANCE
     olmo = model_spec("allenai/OLMo-2-0425-1B")
     arch = olmo.architecture
     assert (arch.norm, arch.branch_norm, arch.final_norm, arch.qk_norm, arch.qk_norm_dim) == ("none", True, True, True, 2048)

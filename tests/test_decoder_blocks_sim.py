@@ -216,7 +216,7 @@ def test_final_norm_is_the_last_layer_of_the_stack():
 
 def test_soft_capped_stack_follows_the_theory():
     """Gemma 2's cap c = 50 at beta 0.6: the theory accepts it (its bound on the change of Y2,
-    ``Architecture.logit_softcap_change``, is below 5 %) and the capped simulated stack follows
+    ``softcap.logit_softcap_change``, is below 5 %) and the capped simulated stack follows
     the uncapped maps; at beta 0.8 the bound exceeds 5 % and the theory refuses, naming the cap."""
     arch = Architecture(**BASE, logit_softcap=50.0)
     _assert_follows_theory(arch, 0.6)

@@ -247,7 +247,7 @@ def test_minimum_residual_strength_depends_on_beta_only_at_finite_seq_len():
 
     def alpha_star(seq_len):
         _, _, rows = pack_parameters(arch.replace(alpha_sa=0.0), betas)
-        return kernels.min_alpha_bisection(*arch.codes, rows(0, betas.size), 60, 0.99, 10.0,
+        return kernels.min_alpha_bisection(*kernels.architecture_codes(arch), rows(0, betas.size), 60, 0.99, 10.0,
                                             1e-6, seq_len=seq_len)
 
     asym = alpha_star(None)

@@ -37,7 +37,7 @@ def test_bert_base_translation():
     assert spec.query_key_std(spec.beta) == pytest.approx(0.02)
     # normalised word + position + shared token-type embeddings
     assert spec.q0 == 1.0 and spec.rho0 == pytest.approx((1 + 1 / 30522) / 3)
-    assert Architecture.from_hf_config("bert-base").to_dict() == arch.to_dict()
+    assert model_spec("bert-base").architecture.to_dict() == arch.to_dict()
 
 
 def test_gpt2_translation():

@@ -25,6 +25,7 @@ from remprop.theory import (
     rmsnorm_map,
 )
 from remprop.theory import components as C
+from remprop.theory.components.block import MLPForm, NormType
 
 K = 5.0
 
@@ -90,10 +91,13 @@ def test_gated_mlp_cosine_slope_near_collapse_is_one_more_than_the_dense_one(act
     assert (1 - dense[1] / dense[0]) / eps == pytest.approx(slope, abs=1e-2)
 
 
-def test_architecture_fields_codes_and_block_tree():
+def test_architecture_fields_choices_and_block_tree():
     arch = Architecture(norm="pre", norm_type="rms", mlp="gated", activation="silu", sigma_b2=0.0)
-    assert arch.codes[3:] == (NORM_TYPES["rms"], MLPS["gated"])
-    assert Architecture().codes[3:] == (0, 0)
+    # strings are converted once into the owning components' enums, which equal their spelling
+    assert arch.norm_type is NormType.RMS and arch.mlp is MLPForm.GATED
+    assert (Architecture().norm_type, Architecture().mlp) == ("layer", "dense")
+    assert set(NORM_TYPES) == {"layer", "rms"} and set(MLPS) == {"dense", "gated"}
+    assert type(arch.to_dict()["norm_type"]) is str
     assert arch.to_dict()["norm_type"] == "rms" and arch.to_dict()["mlp"] == "gated"
     assert repr(arch.block(0.5)) == ("serial(residual(alpha, serial(rms_norm, softmax_attention)), "
                                      "residual(alpha, serial(rms_norm, gated_mlp)))")
@@ -276,7 +280,7 @@ def test_llama_style_configs_translate(name):
         assert value == pytest.approx(expected, rel=1e-12)
     assert any("rotary" in text for text in spec.assumptions)
     assert any("num_key_value_heads" in text for text in spec.assumptions)
-    assert Architecture.from_hf_config(name).to_dict() == arch.to_dict()
+    assert model_spec(name).architecture.to_dict() == arch.to_dict()
     assert spec.with_depth(3).depth == 3
 
 

@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import as_float_array, check_choice, check_count
+from .checks import as_float_array, check_count
 
-__all__ = ["BLOCK_FORMS", "check_block_forms"]
-
-#: How a block's two branches are arranged, and their kernel codes (docs/theory.md section 19):
-#: one after the other, or both reading the same input (GPT-J, NeoX, Falcon). The kernels read
-#: :attr:`Architecture.block_code <remprop.theory.Architecture.block_code>` = form + 2 * branch_norm.
-BLOCK_FORMS = {"sequential": 0, "parallel": 1}
+__all__ = ["check_block_forms"]
 
 
 def check_block_forms(arch):
@@ -48,9 +43,8 @@ def check_block_forms(arch):
         if arch.qk_norm_dim is not None and arch.qk_norm_dim < arch.head_dim:
             raise ValueError(f"qk_norm_dim must be >= head_dim ({arch.head_dim}): a head's coordinates are "
                              f"normalised together, got {arch.qk_norm_dim}")
-    check_choice("block_form", arch.block_form, tuple(BLOCK_FORMS))
-    if arch.block_form == "parallel":
-        if arch.norm != "pre":
+    if arch.block_form.parallel:
+        if not arch.norm.normalises_branch_inputs:
             raise ValueError(f"block_form 'parallel' needs norm='pre' (both branches read LN(x)), "
                              f"got norm={arch.norm!r}")
         if np.any(np.asarray(arch.alpha_mlp) != 1.0):
@@ -64,6 +58,6 @@ def check_block_forms(arch):
         if arch.seq_len is None:
             raise ValueError("logit_softcap needs seq_len: the scores grow like sqrt(log T), so the cap's "
                              "effect has no T -> infinity limit (docs/theory.md section 19)")
-        if arch.norm == "none":
+        if not arch.norm.has_norm:
             raise ValueError("logit_softcap is not supported with norm='none': the bound on its effect "
                              "needs the attention input's q, which grows along an unnormalised stream")

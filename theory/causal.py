@@ -137,7 +137,7 @@ def _causal_block(arch, beta, positions, table, rope_correlation, model_beta=Non
 def _row_rope_correlation(arch, seq_len, positions):
     """``cbar_t`` of each causal row: the encoder's factor on ``p``
     (``Architecture.mean_rope_correlation``, 1 without RoPE) for the t keys of row t."""
-    if arch.positions != "rope":
+    if not arch.positions.rotary:
         return np.ones(positions.shape)
     return np.asarray(causal_rope_correlation(positions, seq_len, arch.head_dim, arch.rope_base), dtype=np.float64)
 
@@ -208,7 +208,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     """
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-    if arch.attention != "softmax":
+    if arch.attention.gain_controlled:
         raise ValueError(f"attention must be 'softmax' for the causal theory, got {arch.attention!r}")
     for name, value in arch.numeric().items():
         if value.ndim:
@@ -379,12 +379,12 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     seq_len = check_seq_len(seq_len, allow_none=False)
     draws = check_count("draws", draws, 1)
     rotating = 0
-    if arch.positions == "rope":
+    if arch.positions.rotary:
         frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64)
         rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
     cube = float(seq_len) ** 3
     quadrature = 0.0
-    if arch.norm == "none" and not activation_spec(arch.activation).homogeneous:
+    if not arch.norm.has_norm and not activation_spec(arch.activation).homogeneous:
         quadrature = 15.0 * seq_len * (seq_len + 1.0) * (2 * PAIR_HALF_NODES + 1) ** 2
     return depth * (10.0 * cube + draws * cube * (8.0 + 16.0 * rotating) + quadrature)
 
@@ -455,7 +455,7 @@ def causal_gram_support_problem(arch: Architecture):
     if not isinstance(arch, Architecture):
         return f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}"
     probe = arch.replace(positions="absolute", qk_norm=False, logit_softcap=None)
-    if arch.norm == "none":
+    if not arch.norm.has_norm:
         probe = probe.replace(activation="relu")   # an MLP at unequal norms: pair_moment's quadrature
     return _gram.gram_support_problem(probe)
 
@@ -536,7 +536,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     problem = causal_gram_support_problem(arch)
     if problem is not None:
         raise ValueError(problem)
-    rope = arch.positions == "rope"
+    rope = arch.positions.rotary
     depth = check_depth(depth)
     seq_len = check_seq_len(seq_len, allow_none=False)
     if not 3 <= seq_len <= MAX_GRAM_SEQ_LEN:

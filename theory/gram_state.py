@@ -424,7 +424,7 @@ def gram_support_problem(arch: Architecture):
     for name, value in arch.numeric().items():
         if value is not None and np.ndim(value) != 0:
             return f"{name} must be a scalar for the Gram state, got an array of shape {np.shape(value)}"
-    if arch.norm == "none" and not activation_spec(arch.activation).homogeneous:
+    if not arch.norm.has_norm and not activation_spec(arch.activation).homogeneous:
         return (f"activation={arch.activation!r} with norm='none' is not supported by the Gram state (unequal "
                 "token norms need a positively homogeneous activation: 'relu' or 'linear')")
     return None

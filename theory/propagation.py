@@ -5,9 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import PARAMS, kernels_for, packed_table
+from .kernels import PARAMS, architecture_block_code, architecture_codes, kernels_for, packed_table
 from .checks import as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
+from .softcap import check_logit_softcap
 
 __all__ = ["Trajectory", "propagate", "final_state", "final_state_rows", "pack_parameters", "scaled_state",
            "CHUNK_ROWS", "PARAMETER_COLUMNS"]
@@ -92,7 +93,7 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
                                  dtype=np.float64)}
     values.update(arch.numeric())
     values["mean_rope_correlation"] = np.asarray(arch.mean_rope_correlation, dtype=np.float64)
-    values["block_code"] = np.asarray(float(arch.block_code))
+    values["block_code"] = np.asarray(float(architecture_block_code(arch)))
     values["qk_norm_dim"] = np.asarray(float(arch.qk_norm_width))
     for name, value in overrides.items():
         values[name] = as_float_array(name, value, nonnegative=True)
@@ -103,7 +104,7 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     rho0 = check_simplex_cosine("rho0", rho0, arch.seq_len)
     values["q0"] = q0
     values["rho0"] = rho0
-    arch.check_logit_softcap(beta, q0)
+    check_logit_softcap(arch, beta, q0)
     names = [name for name in PARAMS if name not in ("p0", "log2_scale")] + ["rho0"]
     try:
         shape = np.broadcast_shapes(*(values[n].shape for n in names))
@@ -177,7 +178,7 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     p = np.empty((size, depth + 1))
     exponent = np.empty((size, depth + 1))
     beta_c = np.empty((size, depth))
-    kernels = kernels_for(*arch.codes, arch.seq_len is not None)
+    kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
     table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
@@ -209,7 +210,7 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     shape, size, rows = pack_parameters(arch, beta, q0, rho0)
     out = np.empty((size, 5))
-    kernels = kernels_for(*arch.codes, arch.seq_len is not None)
+    kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
     table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
@@ -246,7 +247,7 @@ def final_state_rows(arch: Architecture, rows, depth: int):
     rows = np.ascontiguousarray(rows, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[1] != len(PARAMETER_COLUMNS):
         raise ValueError(f"rows must have shape (n, {len(PARAMETER_COLUMNS)}), got {rows.shape}")
-    kernels = kernels_for(*arch.codes, arch.seq_len is not None)
+    kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
     with np.errstate(all="ignore"):
         return kernels.final_states(rows, depth, packed_table(arch.seq_len))
 

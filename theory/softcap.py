@@ -4,7 +4,7 @@ A soft-capped score ``c tanh(s / c)`` differs from ``s`` by at most ``|s|^3 / (3
 theory has no capped energies; these functions bound the relative change of an attention
 row's Y2 that the cap can cause at a given beta, accept an architecture up to
 :data:`SOFTCAP_TOLERANCE`, and give the largest beta accepted. Each takes the
-:class:`~remprop.theory.Architecture` (whose methods of the same names call them).
+:class:`~remprop.theory.Architecture`.
 
 Reference: Gemma Team, arXiv 2408.00118; docs/theory.md section 19.
 """
@@ -55,7 +55,7 @@ def _largest_score_per_beta(arch, q0):
     z = math.sqrt(2.0 * math.log(2.0 * arch.seq_len))
     if arch.qk_norm:
         return arch.qk_norm_gain ** 2 * z
-    q_in = np.maximum(as_float_array("q0", q0, positive=True), 1.0) if arch.norm == "post" else 1.0
+    q_in = np.maximum(as_float_array("q0", q0, positive=True), 1.0) if arch.norm.normalises_stream else 1.0
     return arch.head_factor * q_in * math.sqrt(math.log(arch.seq_len)) * z
 
 def logit_softcap_max_beta(arch, q0=1.0):

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import check_count
+from .kernels import architecture_codes
 from .kernels._sweeps import BATCH
 from .propagation import CHUNK_ROWS, final_state_rows, pack_parameters
 
@@ -144,7 +145,7 @@ def kernel_speed(arch) -> KernelSpeed:
     -------
     KernelSpeed
     """
-    key = (arch.codes, arch.seq_len is not None)
+    key = (architecture_codes(arch), arch.seq_len is not None)
     if key not in _SPEEDS:
         _, _, rows = pack_parameters(arch, 1.0)
         _SPEEDS[key] = _calibrate(arch, rows(0, 1))

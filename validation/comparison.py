@@ -452,7 +452,7 @@ def _attention_theory(settings, cosines, betas, finite_width=None):
            "y2": np.asarray(participation_ratio(arch.effective_beta(betas), q0, p0)) + 0.0 * p0}
     if finite_width is None:
         finite_width = settings.get("finite_width", False)
-    if finite_width and arch.attention == "softmax" and arch.positions == "absolute" and not arch.qk_norm:
+    if finite_width and not arch.attention.gain_controlled and not arch.positions.rotary and not arch.qk_norm:
         sizes = dict(width=settings["width"], seq_len=settings["seq_len"], heads=arch.heads)
         beta_eff = arch.effective_beta(betas)
         q_w, p_w = finite_width_attention_map(q0, p0, beta_eff, arch.sigma_v2, arch.sigma_b2, **sizes)

@@ -63,7 +63,7 @@ def bert_config(stack: SimulatedStack):
     ``stack``, no dropout."""
     if not isinstance(stack, SimulatedStack):
         raise ValueError(f"stack must be a SimulatedStack, got {type(stack).__name__}")
-    if stack.arch.norm != "post":
+    if not stack.arch.norm.normalises_stream:
         raise ValueError(f"norm must be 'post' for BertModel (post-LN), got {stack.arch.norm!r}")
     transformers = _transformers()
     return transformers.BertConfig(
@@ -128,7 +128,7 @@ class HuggingFaceBert:
                 layer.output.LayerNorm = nn.LayerNorm(d, eps=stack.layer_norm_eps, elementwise_affine=False, **kw)
                 attn.output.register_forward_pre_hook(self._skip_hook(stack.params["alpha_sa"]))
                 layer.output.register_forward_pre_hook(self._skip_hook(stack.params["alpha_mlp"]))
-                if stack.arch.attention == "gain-controlled":
+                if stack.arch.attention.gain_controlled:
                     attn.self.register_forward_hook(self._centre_hook)
         self.model = model.eval()
 

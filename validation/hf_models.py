@@ -193,7 +193,7 @@ def first_layer_participation(spec) -> float:
     spec = _as_spec(spec)
     arch = spec.architecture
     q, p = arch.attention_input(spec.q0, spec.q0 * spec.rho0)
-    if arch.norm == "pre":
+    if arch.norm.normalises_branch_inputs:
         shrink = spec.q0 / (spec.q0 + spec.layer_norm_eps)
         q, p = q * shrink, p * shrink
     seq_len = spec.seq_len
@@ -201,7 +201,7 @@ def first_layer_participation(spec) -> float:
         beta = float(arch.effective_beta(spec.beta, q=q, p=p))
     else:
         beta = float(arch.effective_beta(spec.beta))
-    rope = arch.positions == "rope"
+    rope = arch.positions.rotary
     if spec.causal:
         rope_args = dict(rope_head_dim=arch.head_dim, rope_base=arch.rope_base) if rope else {}
         rows = [float(causal_participation_ratio(beta, q, p, t, seq_len, **rope_args))

@@ -139,7 +139,7 @@ def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 2; docs/theory.md sections 3 and 18.
     """
     arch = Architecture(sigma_v2=1.0, sigma_b2=0.0) if arch is None else arch
-    softmax = arch.attention == "softmax"
+    softmax = not arch.attention.gain_controlled
     sweep = attention_sweep(betas, input_cosines, arch=arch, width=width, seq_len=seq_len, seeds=seeds,
                             sequences=sequences, device=device, dtype=dtype, progress=progress, finite_width=softmax)
     q0 = sweep.settings["q0"]

@@ -19,17 +19,51 @@ from dataclasses import dataclass
 import numpy as np
 from numba.extending import register_jitable
 
+from ..choices import Choice
 from ..checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from ..rem import (asymptotic_participation_core, check_seq_len, critical_beta_core, cross_overlap,
                    cross_overlap_table, participation_ratio, participation_table, qk_norm_energy_core)
 from .base import Component, parameter
 
 __all__ = [
+    "AttentionKind",
+    "Positions",
     "softmax_attention_map",
     "gain_controlled_attention_map",
     "softmax_attention_core",
     "softmax_attention_overlap_core",
     "gain_controlled_attention_core", "Attention", "softmax_attention", "gain_controlled_attention"]
+
+
+class AttentionKind(Choice):
+    """Softmax attention, or its centred (gain-controlled) version (``Architecture.attention``)."""
+
+    SOFTMAX = "softmax"
+    GAIN_CONTROLLED = "gain-controlled"
+
+    @property
+    def gain_controlled(self) -> bool:
+        """Whether the rows' sequence mean is removed (``(A - 1 abar^T) V``)."""
+        return self is AttentionKind.GAIN_CONTROLLED
+
+    def component(self, *args, **kwargs):
+        """The attention component of this kind (arguments of :func:`softmax_attention`)."""
+        make = gain_controlled_attention if self.gain_controlled else softmax_attention
+        return make(*args, **kwargs)
+
+
+class Positions(Choice):
+    """How tokens know their positions (``Architecture.positions``): added to the embeddings
+    (``absolute``, only the input state changes) or rotary (``rope``: queries and keys rotated,
+    docs/theory.md section 15)."""
+
+    ABSOLUTE = "absolute"
+    ROPE = "rope"
+
+    @property
+    def rotary(self) -> bool:
+        """Whether queries and keys are rotated (RoPE)."""
+        return self is Positions.ROPE
 
 
 @register_jitable

@@ -39,8 +39,9 @@ compiled in different processes can share symbol names and break when both are l
 from the cache into one process. Kernels of user-registered activations call a function
 object created at run time and are compiled per process, without the disk cache.
 """
+from ._block import architecture_block_code, architecture_codes
 from ._sweeps import (PARAMS, SCALE_EXPONENT, Kernels, bisection_steps, kernels_for, min_alpha_bisection,
                       packed_table, scale_mode)
 
-__all__ = ["PARAMS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection", "scale_mode",
+__all__ = ["architecture_codes", "architecture_block_code", "PARAMS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection", "scale_mode",
            "bisection_steps"]

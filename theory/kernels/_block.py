@@ -27,7 +27,6 @@ from numba.extending import register_jitable
 
 from .._jit import inline_jitable, specialised
 from ..activations import dense_core
-from ..architecture import ATTENTIONS, BLOCK_FORMS, MLPS, NORM_TYPES, NORMS
 from ..rem.qk_norm import qk_norm_energy_core
 from ..components.attention import gain_controlled_attention_core, softmax_attention_core, softmax_attention_overlap_core
 from ..components.gated_mlp import gated_hidden_core
@@ -37,6 +36,12 @@ from ..rem import (after_table, asymptotic_participation_core, critical_beta_cor
 from ..components.residual import skip_core
 from ..components.rms_norm import rmsnorm_core
 
+#: Kernel codes of the categorical choices (compile-time constants of the step).
+NORMS = {"post": 0, "pre": 1, "none": 2}
+ATTENTIONS = {"softmax": 0, "gain-controlled": 1}
+NORM_TYPES = {"layer": 0, "rms": 1}
+MLPS = {"dense": 0, "gated": 1}
+BLOCK_FORMS = {"sequential": 0, "parallel": 1}
 POST, PRE = NORMS["post"], NORMS["pre"]
 SOFTMAX = ATTENTIONS["softmax"]
 RMS = NORM_TYPES["rms"]
@@ -48,6 +53,18 @@ BRANCH_NORM = 2
 #: Stand-in table for asymptotic kernels (never read).
 NO_TABLE = np.zeros(8)
 NO_TABLE.setflags(write=False)
+
+
+def architecture_codes(arch) -> tuple:
+    """The kernel codes (norm, attention, activation, norm_type, mlp) of an architecture."""
+    from ..activations import ACTIVATIONS
+    return (NORMS[arch.norm.value], ATTENTIONS[arch.attention.value], ACTIVATIONS[arch.activation],
+            NORM_TYPES[arch.norm_type.value], MLPS[arch.mlp.value])
+
+
+def architecture_block_code(arch) -> int:
+    """The kernel code of an architecture's block form: form + 2 branch_norm."""
+    return BLOCK_FORMS[arch.block_form.value] + 2 * int(arch.branch_norm)
 
 
 @register_jitable

@@ -47,9 +47,8 @@ from numba.extending import register_jitable
 
 from .._jit import specialised
 from ..activations import activation_spec
-from ..architecture import MLPS, NORMS
 from ..rem import cross_overlap_table, participation_table
-from ._block import BRANCH_NORM, NO_TABLE, make_block_step
+from ._block import BRANCH_NORM, MLPS, NO_TABLE, NORMS, make_block_step
 
 #: The columns of a packed row: ``mean_rope_correlation`` is ``cbar_T`` of RoPE, exactly 1
 #: without (:attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`);

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .. import softcap
 from ..settings import RunSettings
 # the registry and the field readers of the configuration reader this module extends
 from .hf_config import FAMILY_READERS, _from_config, _get, _kv_heads, _positive_int, _positive_real, model_spec
@@ -93,7 +94,7 @@ def _gemma2_spec(cfg, *, seq_len=None, pixel_std=1.0):
     if cap is not None:
         capped = new_arch.replace(logit_softcap=_positive_real(cfg, "attn_logit_softcapping"))
         try:
-            capped.check_logit_softcap(beta)
+            softcap.check_logit_softcap(capped, beta)
         except ValueError as err:
             raise ValueError(f"config.attn_logit_softcapping: {err}") from None
         new_arch = capped
@@ -113,7 +114,7 @@ def _gemma2_spec(cfg, *, seq_len=None, pixel_std=1.0):
     extra = []
     if cap is not None:
         extra.append(f"attention logits soft-capped at {float(cap):g}: the theory's uncapped maps, whose Y2 the cap "
-                     f"changes by at most {float(new_arch.logit_softcap_change(beta)):.2g} (relative) at this beta "
+                     f"changes by at most {float(softcap.logit_softcap_change(new_arch, beta)):.2g} (relative) at this beta "
                      "(docs/theory.md section 19)")
     if cfg.get("final_logit_softcapping") is not None:
         extra.append(f"final_logit_softcapping = {cfg['final_logit_softcapping']:g} acts on the output logits, "

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..architecture import CONFIG_READERS, Architecture
+from ..architecture import Architecture
 from ..rem import ROPE_BASE, check_seq_len, query_key_variance
 from ..settings import RunSettings
 
@@ -506,7 +506,6 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     return q0, rho0, notes
 
 
-CONFIG_READERS["huggingface"] = model_spec
 
 
 # -- families read through another family's reader, or rejected with the feature they need ------------

@@ -30,7 +30,7 @@ from .causal import (CausalParticipationTable, causal_participation_ratio, causa
 from .cross_overlap import CROSS_X_MAX, CrossOverlapTable, cross_overlap, cross_overlap_core, cross_overlap_table
 from .checks import check_heads, check_order, check_orders, check_positions, check_seq_len
 from .finite_t import participation_moment, participation_ratio, reduced_scale
-from .heads import QK_SCALINGS, effective_beta, head_participation_ratio, query_key_variance, score_variance
+from .heads import QK_SCALINGS, QKScaling, effective_beta, head_participation_ratio, query_key_variance, score_variance
 from .pairs import pair_participation_moment, participation_square
 from .finite_width import attention_mean_cosine, finite_width_attention_map, gibbs_energy_square, query_norm_variance
 from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_energy_core, qk_norm_score_moments
@@ -46,7 +46,7 @@ __all__ = [
     "cross_overlap", "after_table", "cross_overlap_table", "CrossOverlapTable", "cross_overlap_core", "CROSS_X_MAX",
     "ParticipationTable", "participation_table", "table_lookup", "TABLE_TOLERANCE", "TABLE_X_MAX",
     "causal_participation_ratio", "CausalParticipationTable", "causal_participation_table", "causal_rope_correlation",
-    "QK_SCALINGS", "effective_beta", "head_participation_ratio", "query_key_variance", "score_variance",
+    "QK_SCALINGS", "QKScaling", "effective_beta", "head_participation_ratio", "query_key_variance", "score_variance",
     "check_seq_len", "check_order", "check_orders", "check_positions", "check_heads",
     "critical_beta_core", "asymptotic_participation_core",
     "attention_bulk_radius", "stochastic_bulk_radius",

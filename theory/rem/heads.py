@@ -35,14 +35,26 @@ import numbers
 
 import numpy as np
 
-from ..checks import as_float_array, check_choice, scalar_or_array
+from ..checks import as_float_array, scalar_or_array
+from ..choices import Choice
 from .checks import check_heads, check_seq_len
 from .finite_t import participation_ratio
 
-__all__ = ["QK_SCALINGS", "effective_beta", "query_key_variance", "score_variance", "head_participation_ratio"]
+__all__ = ["QKScaling", "QK_SCALINGS", "effective_beta", "query_key_variance", "score_variance", "head_participation_ratio"]
 
-#: Query/key variance conventions: "model" divides by d, "head" by d_H = d / H.
-QK_SCALINGS = ("model", "head")
+class QKScaling(Choice):
+    """Query/key variance convention: ``model`` divides by d, ``head`` by ``d_H = d / H``."""
+
+    MODEL = "model"
+    HEAD = "head"
+
+    def head_factor(self, heads):
+        """``beta_eff / beta`` for H heads: ``H`` per head (``head``), 1 per model (``model``)."""
+        return heads if self is QKScaling.HEAD else 1
+
+
+#: Query/key variance conventions, as spelled: "model" divides by d, "head" by d_H = d / H.
+QK_SCALINGS = QKScaling.spellings()
 
 
 def effective_beta(beta, heads=1, qk_scaling="model"):
@@ -70,8 +82,8 @@ def effective_beta(beta, heads=1, qk_scaling="model"):
     """
     beta = as_float_array("beta", beta, positive=True)
     heads = check_heads(heads)
-    check_choice("qk_scaling", qk_scaling, QK_SCALINGS)
-    return scalar_or_array(beta * (heads if qk_scaling == "head" else 1))
+    factor = QKScaling.parse("qk_scaling", qk_scaling).head_factor(heads)
+    return scalar_or_array(beta * factor)
 
 
 def query_key_variance(beta, width, seq_len, heads=1, qk_scaling="model"):

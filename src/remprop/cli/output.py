@@ -42,9 +42,8 @@ def format_table(headers, rows) -> str:
 
 def describe(arch, depth, threshold=None) -> str:
     """One line naming the stack: block order, attention, MLP, heads, theory T, depth, threshold."""
-    label = "RMS" if getattr(arch, "norm_type", "layer") == "rms" else "LN"
-    norm = {"post": f"post-{label}", "pre": f"pre-{label}", "none": "no-LN"}.get(arch.norm, arch.norm)
-    mlp = f"gated {arch.activation} MLP" if getattr(arch, "mlp", "dense") == "gated" else f"{arch.activation} MLP"
+    norm = arch.norm.label(arch.norm_type)
+    mlp = arch.mlp.describe(arch.activation)
     text = f"{norm}, {arch.attention} attention, {mlp}"
     if arch.heads != 1:
         text += f", {arch.heads} heads ({arch.qk_scaling} q/k scaling)"
