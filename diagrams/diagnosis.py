@@ -258,7 +258,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     rho_b, _, phase_b, traj_b = _verdict(run, source, beta=target)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
-    gradient_args = dict(sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm != "none" else None)
+    gradient_args = dict(sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm.has_norm else None)
     gradient_first, gradient_last, gradient_b = (float(g) for g in query_gradient_norm(
         arch.effective_beta(np.array([beta, beta, target])), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len,
         **gradient_args))

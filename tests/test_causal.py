@@ -55,7 +55,7 @@ def test_last_position_follows_the_encoder_theory(monkeypatch):
     The causal rows keep the independent-rows cross-overlap 1/t (no per-position table of
     C yet, docs/theory.md section 8), so the encoder's block tree is iterated here with the
     same 1/T in place of its tabulated C: what is compared is the per-position Y2 table."""
-    from remprop.theory import components
+    from remprop.theory.components import attention as components
 
     class IndependentRows:
         def __init__(self, seq_len):

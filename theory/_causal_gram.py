@@ -75,18 +75,19 @@ class _CausalGramWalker(_gram._GramWalker):
         self.logit_softcap = None if logit_softcap is None else float(logit_softcap)
         self.norm_eps = float(norm_eps)
 
-    def apply(self, comp, g):
-        if comp.name in ("layer_norm", "rms_norm") and self.norm_eps > 0:
+    def norm(self, comp, g):
+        if self.norm_eps > 0:
             # x / sqrt(|x|^2 / d + eps), the token's mean square concentrating at G_ii (large d):
             # G_ij / sqrt((G_ii + eps)(G_jj + eps)); eps = 0 is the norms' own core (1, p / q)
             shifted = np.diag(g) + self.norm_eps
             return g / np.sqrt(np.outer(shifted, shifted))
-        if comp.name == "parallel":
-            # x -> alpha x + sum_i F_i(x): independent branches, their Gram matrices add (section 19)
-            total = sum(self.apply(branch, g) for branch in comp.branches)
-            self.deviations = None
-            return _gram._skip(comp, total, g)
-        return super().apply(comp, g)
+        return super().norm(comp, g)
+
+    def parallel(self, comp, g):
+        # x -> alpha x + sum_i F_i(x): independent branches, their Gram matrices add (section 19)
+        total = sum(self.apply(branch, g) for branch in comp.branches)
+        self.deviations = None
+        return _gram._skip(comp, total, g)
 
     def mlp(self, comp, g):
         diag = np.diag(g)

@@ -282,34 +282,39 @@ class _GramWalker:
         return g
 
     def apply(self, comp: Component, g):
-        name = comp.name
-        if name == "serial":
-            for layer in comp.layers:
-                g = self.apply(layer, g)
-            return g
-        if name == "residual":
+        """``comp`` on the Gram matrix ``g``: the component's Gram face (``comp.gram``) calls back
+        this walker's method for its kind (:meth:`serial`, :meth:`residual`, :meth:`norm`,
+        :meth:`dense`, :meth:`mlp`, :meth:`attention`, :meth:`parallel`)."""
+        return comp.gram(self, g)
+
+    def serial(self, comp, g):
+        for layer in comp.layers:
+            g = self.apply(layer, g)
+        return g
+
+    def residual(self, comp, g):
+        self.deviations = None
+        branch = self.apply(comp.branch, g)
+        out = _skip(comp, branch, g)
+        if self.deviations is not None:
+            self.variances.append(_shift_variance(out, self.deviations) / len(self.deviations))
             self.deviations = None
-            branch = self.apply(comp.branch, g)
-            out = _skip(comp, branch, g)
-            if self.deviations is not None:
-                self.variances.append(_shift_variance(out, self.deviations) / len(self.deviations))
-                self.deviations = None
-            return out
-        if name in ("layer_norm", "rms_norm"):
-            diag = np.diag(g)
-            q_out, g_out = comp.core(np.sqrt(np.outer(diag, diag)), g)
-            np.fill_diagonal(g_out, np.diag(q_out))
-            return g_out
-        if name == "dense":
-            q_out, g_out = comp.apply(g, g)
-            if self.deviations is not None:
-                self.deviations = [comp.sigma_w2 * dev for dev in self.deviations]
-            return g_out
-        if name in ("mlp", "gated_mlp"):
-            return self.mlp(comp, g)
-        if name == "softmax_attention":
-            return self.attention(comp, g)
-        raise ValueError(f"the Gram state has no map for the component {name!r}")
+        return out
+
+    def parallel(self, comp, g):
+        raise ValueError(f"the Gram state has no map for the component {comp.name!r}")
+
+    def norm(self, comp, g):
+        diag = np.diag(g)
+        q_out, g_out = comp.core(np.sqrt(np.outer(diag, diag)), g)
+        np.fill_diagonal(g_out, np.diag(q_out))
+        return g_out
+
+    def dense(self, comp, g):
+        q_out, g_out = comp.apply(g, g)
+        if self.deviations is not None:
+            self.deviations = [comp.sigma_w2 * dev for dev in self.deviations]
+        return g_out
 
     def mlp(self, comp, g):
         diag = np.diag(g)
@@ -389,7 +394,7 @@ class _SampledGramWalker(_GramWalker):
 
 def _check_attention(comp):
     if comp.gain_controlled:
-        raise ValueError("attention='gain-controlled' is not supported by the Gram state (softmax only)")
+        raise ValueError(f"the Gram state has no map for the component {comp.name!r} (softmax attention only)")
     if comp.mean_rope_correlation is not None:
         raise ValueError("positions='rope' is not supported by the Gram state")
 

@@ -196,6 +196,9 @@ class Attention(Component):
         # T tokens: mean cosine >= -1/(T - 1) (>= 0 as T -> infinity)
         check_simplex_cosine("p / q", p / q, self.seq_len)
 
+    def gram(self, walker, g):
+        return walker.attention(self, g)
+
     def rem_overlap(self, p):
         """The overlap in the REM's scale: ``p cbar_T`` with RoPE, ``p`` without
         (docs/theory.md section 15); the output map keeps ``p``."""

@@ -71,6 +71,12 @@ class Component:
         """
         raise NotImplementedError
 
+    def gram(self, walker, g):
+        """The Gram-state face: this component's map on a Gram matrix ``g`` (T x T), by the
+        ``walker``'s method for its kind (:func:`remprop.theory.gram_state.propagate_gram`,
+        docs/theory.md section 17). A component without one is refused by name."""
+        raise ValueError(f"the Gram state has no map for the component {self.name!r}")
+
     def __repr__(self):
         return self.name
 
@@ -91,6 +97,9 @@ class Serial(Component):
         for layer in self.layers:
             q, p = layer.symbolic(q, p, symbols)
         return q, p
+
+    def gram(self, walker, g):
+        return walker.serial(self, g)
 
     def check_input(self, q, p):
         # The first layer sees (q, p); a norm (LayerNorm, RMSNorm) keeps the cosine, so the

@@ -22,6 +22,9 @@ class Dense(Component):
     def apply(self, q, p):
         return dense_core(q, p, self.sigma_w2, self.sigma_b2)
 
+    def gram(self, walker, g):
+        return walker.dense(self, g)
+
     def symbolic(self, q, p, symbols):
         return dense_core(q, p, symbols.parameter(self.sigma_w2), symbols.parameter(self.sigma_b2))
 

@@ -45,6 +45,9 @@ class LayerNorm(Component):
     def apply(self, q, p):
         return self.core(q, p)
 
+    def gram(self, walker, g):
+        return walker.norm(self, g)
+
     def symbolic(self, q, p, symbols):
         # layernorm_core's (1, p / q); its 1.0 + 0.0 q (a float broadcast to the shape of q)
         # would put a float 1.0 into exact expressions, q / q is the exact 1

@@ -25,6 +25,9 @@ class MLP(Component):
         code = activation_spec(self.activation).code
         return self._two_layers(q, p, lambda q1, p1: moments_array(code, q1, p1), lambda value: value)
 
+    def gram(self, walker, g):
+        return walker.mlp(self, g)
+
     def symbolic(self, q, p, symbols):
         return self._two_layers(q, p, lambda q1, p1: symbols.moments(self.activation, q1, p1),
                                 symbols.parameter)

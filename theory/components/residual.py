@@ -69,6 +69,9 @@ class Residual(Component):
         q_branch, p_branch = self.branch.symbolic(q, p, symbols)
         return skip_core(q_branch, p_branch, q, p, symbols.parameter(self.alpha))
 
+    def gram(self, walker, g):
+        return walker.residual(self, g)
+
     def check_input(self, q, p):
         self.branch.check_input(q, p)
 
@@ -98,6 +101,9 @@ class Parallel(Component):
         for q_branch, p_branch in outputs[1:]:
             q_sum, p_sum = q_sum + q_branch, p_sum + p_branch
         return skip_core(q_sum, p_sum, q, p, alpha)
+
+    def gram(self, walker, g):
+        return walker.parallel(self, g)
 
     def check_input(self, q, p):
         for branch in self.branches:
