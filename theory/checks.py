@@ -5,6 +5,14 @@ import numbers
 
 import numpy as np
 
+class ParameterError(ValueError):
+    """A ValueError about one parameter, which it names: ``err.parameter`` (a command line points
+    the message at that parameter's option). Its message starts with the name."""
+
+    def __init__(self, parameter, message):
+        super().__init__(message)
+        self.parameter = parameter
+
 
 def as_float_array(name, value, *, positive=False, nonnegative=False, low=None, high=None,
                    allow_inf=False):
@@ -24,23 +32,23 @@ def as_float_array(name, value, *, positive=False, nonnegative=False, low=None, 
         Accept ``+inf`` (never NaN).
     """
     if value is None or isinstance(value, (str, bytes)):
-        raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}")
+        raise ParameterError(name, f"{name} must be a real number or an array of real numbers, got {value!r}")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}") from None
+        raise ParameterError(name, f"{name} must be a real number or an array of real numbers, got {value!r}") from None
     if np.isnan(arr).any():
-        raise ValueError(f"{name} must not be NaN")
+        raise ParameterError(name, f"{name} must not be NaN")
     if not allow_inf and not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite")
+        raise ParameterError(name, f"{name} must be finite")
     if positive and (arr <= 0).any():
-        raise ValueError(f"{name} must be > 0, got {_worst(arr, arr <= 0)}")
+        raise ParameterError(name, f"{name} must be > 0, got {_worst(arr, arr <= 0)}")
     if nonnegative and (arr < 0).any():
-        raise ValueError(f"{name} must be >= 0, got {_worst(arr, arr < 0)}")
+        raise ParameterError(name, f"{name} must be >= 0, got {_worst(arr, arr < 0)}")
     if low is not None and (arr < low).any():
-        raise ValueError(f"{name} must be >= {low}, got {_worst(arr, arr < low)}")
+        raise ParameterError(name, f"{name} must be >= {low}, got {_worst(arr, arr < low)}")
     if high is not None and (arr > high).any():
-        raise ValueError(f"{name} must be <= {high}, got {_worst(arr, arr > high)}")
+        raise ParameterError(name, f"{name} must be <= {high}, got {_worst(arr, arr > high)}")
     return arr
 
 
@@ -48,7 +56,7 @@ def check_open_unit(name, value):
     """Check a scalar in the open interval (0, 1) (collapse thresholds)."""
     value = check_real_scalar(name, value)
     if not 0.0 < value < 1.0:
-        raise ValueError(f"{name} must lie in the open interval (0, 1), got {value!r}")
+        raise ParameterError(name, f"{name} must lie in the open interval (0, 1), got {value!r}")
     return value
 
 
@@ -57,11 +65,11 @@ def check_real_scalar(name, value):
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         arr = np.asarray(value)
         if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.number):
-            raise ValueError(f"{name} must be a real number, got {value!r}")
+            raise ParameterError(name, f"{name} must be a real number, got {value!r}")
         value = arr.item()
     value = float(value)
     if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ParameterError(name, f"{name} must be finite, got {value!r}")
     return value
 
 
@@ -74,7 +82,7 @@ def check_choice(name, value, choices):
     """A string among ``choices``."""
     if value not in choices:
         options = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+        raise ParameterError(name, f"{name} must be one of {options}, got {value!r}")
     return value
 
 
@@ -83,7 +91,7 @@ def check_overlap(q, p, q_name="q", p_name="p"):
     q = as_float_array(q_name, q, positive=True)
     p = as_float_array(p_name, p)
     if (np.abs(p) > q * (1 + 1e-12)).any():
-        raise ValueError(f"{p_name} must satisfy |{p_name}| <= {q_name} (a cosine in [-1, 1])")
+        raise ParameterError(p_name, f"{p_name} must satisfy |{p_name}| <= {q_name} (a cosine in [-1, 1])")
     return q, p
 
 
@@ -120,7 +128,7 @@ def check_simplex_cosine(name, cosine, seq_len):
         else:
             why = f"T = {seq_len} tokens have mean cosine >= -1/(T - 1) = {floor!r}"
         worst = float(_worst(cosine, cosine < floor))
-        raise ValueError(f"{name} must be >= {floor!r}: {why}; got {worst!r}")
+        raise ParameterError(name, f"{name} must be >= {floor!r}: {why}; got {worst!r}")
     return cosine
 
 
@@ -151,10 +159,10 @@ def check_grid_axis(name, values, *, allow_scalar=False, **checks):
     if allow_scalar and arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a {'number or a ' if allow_scalar else ''}1-d sequence, "
+        raise ParameterError(name, f"{name} must be a {'number or a ' if allow_scalar else ''}1-d sequence, "
                          f"got shape {arr.shape}")
     if arr.size == 0:
-        raise ValueError(f"{name} must not be empty")
+        raise ParameterError(name, f"{name} must not be empty")
     return arr
 
 
@@ -164,10 +172,10 @@ def check_count(name, value, minimum=1):
         if isinstance(value, (float, np.floating)) and float(value).is_integer():
             value = int(value)
         else:
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+            raise ParameterError(name, f"{name} must be an integer >= {minimum}, got {value!r}")
     value = int(value)
     if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+        raise ParameterError(name, f"{name} must be an integer >= {minimum}, got {value}")
     return value
 
 
@@ -176,14 +184,14 @@ def check_seeds(seeds, name="seeds"):
     if isinstance(seeds, (numbers.Integral, np.integer)) and not isinstance(seeds, bool):
         return tuple(range(check_count(name, seeds, 1)))
     if isinstance(seeds, (str, bytes)):
-        raise ValueError(f"{name} must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}")
+        raise ParameterError(name, f"{name} must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}")
     try:
         values = tuple(seeds)
     except TypeError:
-        raise ValueError(f"{name} must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}") from None
+        raise ParameterError(name, f"{name} must be a count >= 1 or a sequence of seeds >= 0, got {seeds!r}") from None
     if not values:
-        raise ValueError(f"{name} must not be empty")
+        raise ParameterError(name, f"{name} must not be empty")
     out = tuple(check_count(name, s, 0) for s in values)
     if len(set(out)) != len(out):
-        raise ValueError(f"{name} must be distinct, got {list(out)}")
+        raise ParameterError(name, f"{name} must be distinct, got {list(out)}")
     return out

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import enum
 
+from .checks import ParameterError
+
 __all__ = ["Choice"]
 
 
@@ -44,4 +46,4 @@ class Choice(str, enum.Enum):
             return cls(value)
         except (ValueError, TypeError):
             options = ", ".join(repr(spelling) for spelling in cls.spellings())
-            raise ValueError(f"{name} must be one of {options}, got {value!r}") from None
+            raise ParameterError(name, f"{name} must be one of {options}, got {value!r}") from None

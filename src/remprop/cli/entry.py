@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     except ValueError as err:
         if debug:
             raise
-        _report(prog, point_at_option(one_line(err), {**OPTION_OF, **COMMAND_OPTION_OF.get(command, {})}))
+        _report(prog, point_at_option(err, {**OPTION_OF, **COMMAND_OPTION_OF.get(command, {})}))
         return 2
     except SystemExit as exit_:  # --help and --version
         code = exit_.code

@@ -95,14 +95,19 @@ def add_command(commands, name, handler, *, help, epilog=JSON_NOTE, **kwargs):
     return parser
 
 
-def point_at_option(message: str, options: dict) -> str:
-    """Add the option to a library message that starts with a parameter name.
+def point_at_option(message, options: dict) -> str:
+    """Add the option to a library error about one parameter.
 
-    ``options`` maps parameter names to flags: ``"seq_len must be >= 2"`` with
-    ``{"seq_len": "--theory-seq-len"}`` becomes ``"seq_len must be >= 2 (option
-    --theory-seq-len)"``; a message naming no known parameter is returned unchanged.
+    ``message`` is the error or its one-line text; ``options`` maps parameter names to flags:
+    ``"seq_len must be >= 2"`` with ``{"seq_len": "--theory-seq-len"}`` becomes ``"seq_len must
+    be >= 2 (option --theory-seq-len)"``. The parameter is the error's own
+    (:class:`~remprop.theory.checks.ParameterError`), else the message's first word; a message
+    naming no known parameter is returned unchanged.
     """
-    name = message.split(" ", 1)[0].rstrip(":")
+    name = getattr(message, "parameter", None)
+    message = one_line(message)
+    if name is None:
+        name = message.split(" ", 1)[0].rstrip(":")
     option = options.get(name)
     return f"{message} (option {option})" if option else message
 
@@ -271,7 +276,7 @@ def architecture_from_args(args, **overrides):
     try:
         return Architecture(**fields)
     except ValueError as err:
-        raise CommandLineError(point_at_option(one_line(err), ARCHITECTURE_OPTIONS)) from None
+        raise CommandLineError(point_at_option(err, ARCHITECTURE_OPTIONS)) from None
 
 
 # -- option groups shared by several commands -------------------------------------------

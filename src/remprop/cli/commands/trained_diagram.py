@@ -96,7 +96,7 @@ def run_trained_diagram(args) -> int:
                                   progress=show_progress(args))
         diagram = TrainedDiagram.from_records(spec, load_trained_records(spec, directory), theory=args.theory)
     except ValueError as err:
-        raise CommandLineError(point_at_option(one_line(err), OPTIONS)) from None
+        raise CommandLineError(point_at_option(err, OPTIONS)) from None
     files = [str(path) for path in diagram.save(directory / "trained_diagram")]
     if args.json:
         print(dumps({"files": files, "agreement": diagram.agreement,

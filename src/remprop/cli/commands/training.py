@@ -117,7 +117,7 @@ def run_train(args) -> int:
                 result = train(config, out=directory, progress=progress)
             except ValueError as err:
                 # ARCHITECTURE_OPTIONS: model 'bert' refuses a block order other than post-LN ("norm must be ...")
-                raise CommandLineError(point_at_option(one_line(err), {**ARCHITECTURE_OPTIONS, **TRAIN_OPTIONS,
+                raise CommandLineError(point_at_option(err, {**ARCHITECTURE_OPTIONS, **TRAIN_OPTIONS,
                                                                         "out": "--out"})) from None
     summary = result.to_dict()
     json_path = directory / f"{args.name}.json"
