@@ -153,7 +153,7 @@ def layernorm_placement_data(depth=100, *, beta=0.1, sigma_w2=0.2, sigma_b2=0.02
 
 
 def _block(norm, attention, s):
-    """One block: :meth:`Architecture.compose <remprop.theory.Architecture.compose>` (the block
+    """One block: :func:`~remprop.theory.components.block.block` (the block
     order, docs/theory.md section 5) around an attention map whose value bias has its own
     variance ``sigma_bv2`` (the MLP biases keep ``sigma_b2``)."""
     arch = Architecture(norm=norm, attention=attention, activation=s["activation"], sigma_w2=s["sigma_w2"],

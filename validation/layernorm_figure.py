@@ -79,7 +79,7 @@ class ValueBiasStack(SimulatedStack):
 def _finite_t_rho(settings, seq_len):
     """Theory rho over depth with the exact finite-T participation ratio (T = seq_len).
 
-    Each variant's block is :meth:`Architecture.compose <remprop.theory.Architecture.compose>`
+    Each variant's block is :func:`~remprop.theory.components.block.block`
     (docs/theory.md section 5) around a finite-T attention map whose value bias has its own
     variance ``sigma_bv2`` (the MLP biases keep ``sigma_b2``).
     """

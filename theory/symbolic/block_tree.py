@@ -1,7 +1,7 @@
 r"""The block of :class:`~remprop.theory.Architecture` walked on sympy expressions.
 
-The block order lives once, in :meth:`Architecture.compose
-<remprop.theory.Architecture.compose>` (docs/theory.md section 5). Each component of
+The block order lives once, in :func:`remprop.theory.components.block.block` (docs/theory.md
+section 5). Each component of
 :mod:`remprop.theory.components` evaluates its map on sympy expressions as well as on
 numbers (:meth:`Component.symbolic <remprop.theory.components.Component.symbolic>`,
 the same skip, LayerNorm, dense and attention cores); this module supplies what the
