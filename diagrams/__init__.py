@@ -14,7 +14,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 """
 from __future__ import annotations
 
-import importlib as _importlib
+from remprop._lazy import lazy_attributes as _lazy_attributes
 
 from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, classify_phases
 from .depth_recipes import CONVENTIONS, inverse_sqrt_depth, residual_scaling, scale_architecture
@@ -25,18 +25,18 @@ from .recipes import RECIPES, Recipe, RecipePrediction, recipe_predictions, reci
 
 #: Public names defined in modules that import matplotlib, loaded lazily.
 _LAZY = {
-    "trainability_figure": ".theory_figures",
-    "attention_phase_figure": ".theory_figures",
-    "layernorm_placement_figure": ".theory_figures",
-    "attention_phase_data": ".figure_data",
-    "layernorm_placement_data": ".figure_data",
-    "make_theory_figures": ".paper_figures",
-    "PAPER_FIGURES": ".paper_figures",
-    "measured_diagram_figure": ".measured_figures",
-    "edge_of_chaos_data": ".edge_of_chaos_figures",
-    "edge_of_chaos_figure": ".edge_of_chaos_figures",
-    "model_figure": ".model_figures",
-    "model_diagram": ".model_figures",
+    "trainability_figure": "theory_figures",
+    "attention_phase_figure": "theory_figures",
+    "layernorm_placement_figure": "theory_figures",
+    "attention_phase_data": "figure_data",
+    "layernorm_placement_data": "figure_data",
+    "make_theory_figures": "paper_figures",
+    "PAPER_FIGURES": "paper_figures",
+    "measured_diagram_figure": "measured_figures",
+    "edge_of_chaos_data": "edge_of_chaos_figures",
+    "edge_of_chaos_figure": "edge_of_chaos_figures",
+    "model_figure": "model_figures",
+    "model_diagram": "model_figures",
 }
 
 __all__ = [
@@ -49,13 +49,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(_importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY)

@@ -194,13 +194,6 @@ def _positive_finite(name, value):
     return value
 
 
-def _positive_finite(name, value):
-    value = check_real_scalar(name, value)
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return value
-
-
 class _Search:
     """The search for alpha* of one architecture, depth and threshold, a chunk of packed rows at a time.
 

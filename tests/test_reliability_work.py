@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from remprop.cli import main
+from remprop.cli.limits import check_work
 from remprop.diagrams import min_residual_strength, trainability_diagram
 from remprop.theory import Architecture, propagate, propagate_at_layers, work_estimates
 from remprop.theory.propagation import final_state_rows, pack_parameters
@@ -318,7 +319,7 @@ def test_limits_are_checked_and_spread_indices_keep_the_ends():
     assert work_estimates.spread_indices(3, 1001) == [0, 1, 2]
     for name in ("max_seconds", "max_memory"):
         with pytest.raises(ValueError, match=name):
-            work_estimates.check_work("x", **{name: 0})
-    work_estimates.check_work("x", seconds=1e9, nbytes=1e30, max_seconds=np.inf, max_memory=np.inf)
+            check_work("x", **{name: 0})
+    check_work("x", seconds=1e9, nbytes=1e30, max_seconds=np.inf, max_memory=np.inf)
     with pytest.raises(ValueError, match=r"^max_seconds: x would take about 3\.2 h"):
-        work_estimates.check_work("x", seconds=3.2 * 3600)
+        check_work("x", seconds=3.2 * 3600)

@@ -1,27 +1,28 @@
-"""How long and how large a computation will be, before it runs: estimates, limits, segments.
+"""How long and how large a computation will be, before it runs: estimates and segments.
 
-Every command that takes a depth or a grid asks this module first (docs/theory.md
-section 6 for the diagrams, section 1 for the propagation it times):
+The numbers a caller needs before it starts a depth or a grid (docs/theory.md section 6
+for the diagrams, section 1 for the propagation it times):
 
 * time -- :func:`kernel_speed` times a short call of the compiled depth kernel of the
   architecture (:mod:`remprop.theory.kernels`) on this machine, once per process and
   kernel; :func:`kernel_seconds` scales it to ``cells x depth`` (``calls`` kernel calls);
 * memory -- :func:`trajectory_bytes`, :func:`diagram_bytes` and :func:`simulation_bytes`
   count the arrays a computation keeps alive;
-* limits -- :func:`check_work` refuses (``ValueError`` naming ``max_seconds`` or
-  ``max_memory``, one line with the estimate) above :data:`MAX_SECONDS` and
-  :data:`MAX_BYTES`, the defaults of the commands' ``--max-seconds`` and ``--max-memory``;
 * segments -- long runs advance the kernels :func:`segment_layers` blocks per call, so
   that progress is reported and Ctrl-C is honoured between calls (a compiled call cannot
-  be interrupted); :class:`WorkInterrupted` says where the work stopped;
+  be interrupted); :class:`WorkInterrupted` says where the work stopped, for any caller
+  (a notebook as well as the command line);
 * drawing -- a figure cannot show more cells than its pixels: :func:`spread_indices`
   picks the rows and columns drawn (at most :data:`MAX_DRAWN_PER_AXIS`) and the layers
   a table prints.
+
+What a command does with the estimates -- refuse work above ``--max-seconds`` or
+``--max-memory``, exit 130 on Ctrl-C -- is the command line's
+(:mod:`remprop.cli.limits`, :mod:`remprop.cli.entry`).
 """
 from __future__ import annotations
 
 import contextlib
-import numbers
 import time
 from typing import NamedTuple
 
@@ -32,15 +33,11 @@ from .kernels import architecture_codes
 from .kernels._sweeps import BATCH
 from .propagation import CHUNK_ROWS, final_state_rows, pack_parameters
 
-__all__ = ["MAX_SECONDS", "MAX_BYTES", "SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
+__all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
            "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
            "kernel_speed", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes", "diagram_bytes",
-           "simulation_bytes", "check_work", "spread_indices", "format_seconds", "format_bytes"]
+           "simulation_bytes", "spread_indices"]
 
-#: Default time limit of a command (``--max-seconds``): longer estimates are refused.
-MAX_SECONDS = 600.0
-#: Default memory limit of a command (``--max-memory``, 4 GiB): larger estimates are refused.
-MAX_BYTES = 4 * 2 ** 30
 #: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
 #: honoured and between two progress updates.
 SEGMENT_SECONDS = 0.25
@@ -284,42 +281,6 @@ def simulation_bytes(width, seq_len, batch, dtype_bytes=4, *, d_ff=None, heads=1
     return dtype_bytes * (activations + 4 * width ** 2 + 2 * width * d_ff)
 
 
-def check_work(task, *, seconds=None, nbytes=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES):
-    """Refuse work estimated above the limits: ``ValueError`` naming the limit, with the estimate.
-
-    Parameters
-    ----------
-    task : str
-        What would run, for the message (``"min-alpha at depth 1000000000"``).
-    seconds, nbytes : float, optional
-        The estimates (:func:`kernel_seconds`, :func:`diagram_bytes`, ...); None: not checked.
-    max_seconds, max_memory : float
-        The limits (defaults :data:`MAX_SECONDS`, :data:`MAX_BYTES`), > 0.
-
-    Raises
-    ------
-    ValueError
-        ``"max_seconds: <task> would take about 3.2 h (estimate), more than the limit of
-        10 min; raise the limit to run it anyway"``, and alike for ``max_memory``.
-    """
-    max_seconds = _positive("max_seconds", max_seconds)
-    max_memory = _positive("max_memory", max_memory)
-    if seconds is not None and seconds > max_seconds:
-        raise ValueError(f"max_seconds: {task} would take about {format_seconds(seconds)} (estimated on this "
-                         f"machine), more than the limit of {format_seconds(max_seconds)}; raise the limit "
-                         "to run it anyway")
-    if nbytes is not None and nbytes > max_memory:
-        raise ValueError(f"max_memory: {task} would need about {format_bytes(nbytes)} of memory (estimate), "
-                         f"more than the limit of {format_bytes(max_memory)}; raise the limit to run it anyway")
-
-
-def _positive(name, value):
-    """A limit: a real number > 0 (``inf``: no limit)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
-    return float(value)
-
-
 def spread_indices(count, at_most):
     """At most ``at_most`` evenly spread indices of ``range(count)``, both ends included.
 
@@ -331,21 +292,3 @@ def spread_indices(count, at_most):
     if count <= at_most:
         return list(range(count))
     return sorted({round(k * (count - 1) / (at_most - 1)) for k in range(at_most)})
-
-
-def format_seconds(seconds) -> str:
-    """``"40 s"``, ``"12 min"``, ``"3.2 h"``, ``"5.1 days"``, ``"2e+03 years"``."""
-    seconds = float(seconds)
-    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size if unit in ("years", "days") else seconds >= size:
-            return f"{seconds / size:.2g} {unit}"
-    return f"{seconds:.2g} s"
-
-
-def format_bytes(nbytes) -> str:
-    """``"300 MiB"``, ``"7.5 GiB"`` (powers of 1024)."""
-    nbytes = float(nbytes)
-    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if nbytes >= size:
-            return f"{nbytes / size:.3g} {unit}"
-    return f"{nbytes:.0f} B"

@@ -25,7 +25,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 """
 from __future__ import annotations
 
-from ._lazy import lazy_attributes
+from remprop._lazy import lazy_attributes
 
 _EXPORTS = {
     "SimulatedStack": "simulator", "StackTrace": "simulator",

@@ -26,7 +26,7 @@ arXiv 2505.24333.
 """
 from __future__ import annotations
 
-import importlib as _importlib
+from ._lazy import lazy_attributes as _lazy_attributes
 
 try:
     from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
@@ -41,14 +41,4 @@ _LAZY_SUBMODULES = ("theory", "diagrams", "validation", "cli")
 
 __all__ = ["__version__"]
 
-
-def __getattr__(name):
-    if name in _LAZY_SUBMODULES:
-        module = _importlib.import_module(f"{__name__}.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+__getattr__, __dir__ = _lazy_attributes(__name__, submodules=_LAZY_SUBMODULES)

@@ -17,7 +17,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(f) and 3.
 """
 from __future__ import annotations
 
-from .._lazy import lazy_attributes
+from remprop._lazy import lazy_attributes
 
 _EXPORTS = {
     "TrainConfig": "config", "TrainResult": "result", "train": "loop", "build_model": "loop",

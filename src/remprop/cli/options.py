@@ -363,11 +363,11 @@ def add_progress_option(parser):
 def add_work_limit_options(parser, *, seconds=True, memory=True):
     """--max-seconds and --max-memory (each unless turned off): the limits on a command's estimated work.
 
-    Defaults: :data:`remprop.theory.work_estimates.MAX_SECONDS` and ``MAX_BYTES``; the
+    Defaults: :data:`remprop.cli.limits.MAX_SECONDS` and ``MAX_BYTES``; the
     estimate is checked before anything runs and a larger one is refused (exit status 2,
     one line with the estimate). :func:`work_limits` reads them back.
     """
-    from remprop.theory.work_estimates import MAX_BYTES, MAX_SECONDS
+    from .limits import MAX_BYTES, MAX_SECONDS
 
     group = parser.add_argument_group("limits", "estimated before the run; larger work is refused")
     if seconds:
@@ -380,7 +380,7 @@ def add_work_limit_options(parser, *, seconds=True, memory=True):
 
 def work_limits(args) -> dict:
     """The limits of :func:`add_work_limit_options` as keyword arguments of
-    :func:`remprop.theory.work_estimates.check_work` (``max_seconds``, ``max_memory`` in bytes)."""
+    :func:`remprop.cli.limits.check_work` (``max_seconds``, ``max_memory`` in bytes)."""
     limits = {}
     if hasattr(args, "max_memory"):
         limits["max_memory"] = args.max_memory * 2 ** 30

@@ -17,6 +17,7 @@ import sys
 
 from ..converters import count
 from ..errors import CommandLineError, validation_extra
+from ..limits import check_work
 from ..options import (COMPARED_THEORIES_HELP, add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
                        add_output_options, add_progress_option, add_run_options, add_simulation_options,
                        add_work_limit_options, architecture_from_args, work_limits)
@@ -184,5 +185,5 @@ def _check_simulation_memory(args, arch, *, batch, d_ff=None):
 
     nbytes = work.simulation_bytes(args.width, args.sim_seq_len, batch, {"float32": 4, "float64": 8}[args.dtype],
                                    d_ff=d_ff, heads=arch.heads)
-    work.check_work(f"simulating {batch} sequence(s) of {args.sim_seq_len} tokens of width {args.width} "
-                    f"in {args.dtype}", nbytes=nbytes, **work_limits(args))
+    check_work(f"simulating {batch} sequence(s) of {args.sim_seq_len} tokens of width {args.width} "
+               f"in {args.dtype}", nbytes=nbytes, **work_limits(args))

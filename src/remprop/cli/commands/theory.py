@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..converters import GRID_SYNTAX, grid_of, positive_real
+from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_grid_options,
                        add_output_options, add_progress_option, add_run_options, add_work_limit_options,
                        architecture_from_args, work_limits)
@@ -53,10 +54,10 @@ def run_diagram(args) -> int:
 
     betas = np.asarray(args.betas, dtype=float)
     alphas = np.asarray(args.alphas, dtype=float)
-    work.check_work(f"a diagram of {betas.size} x {alphas.size} cells at depth {args.depth}",
-                    seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
-                             + search_seconds(arch, args.depth, betas.size)),
-                    nbytes=work.diagram_bytes(betas.size, alphas.size), **work_limits(args))
+    check_work(f"a diagram of {betas.size} x {alphas.size} cells at depth {args.depth}",
+               seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
+                        + search_seconds(arch, args.depth, betas.size)),
+               nbytes=work.diagram_bytes(betas.size, alphas.size), **work_limits(args))
     result = trainability_diagram(arch, betas, alphas, args.depth, args.threshold,
                                   q0=args.q0, rho0=args.rho0, progress=show_progress(args))
     stem = directory / args.name
@@ -123,8 +124,8 @@ def run_min_alpha(args) -> int:
 
     arch = architecture_from_args(args)
     beta = np.asarray(args.beta, dtype=float) if args.beta.is_list else args.beta[0]
-    work.check_work(f"min-alpha at depth {args.depth} for {np.size(beta)} beta(s)",
-                    seconds=search_seconds(arch, args.depth, np.size(beta)), **work_limits(args))
+    check_work(f"min-alpha at depth {args.depth} for {np.size(beta)} beta(s)",
+               seconds=search_seconds(arch, args.depth, np.size(beta)), **work_limits(args))
     with progress_bar(args, total=search_block_steps(arch, args.depth, np.size(beta)), unit="block",
                       desc="min-alpha") as advance:
         alpha_star = min_residual_strength(arch, args.depth, beta, args.threshold, q0=args.q0, rho0=args.rho0,
@@ -168,8 +169,8 @@ def run_propagate(args) -> int:
     shown = args.depth + 1 if args.json else min(args.depth + 1, TABLE_LAYERS)
     # the arrays kept, plus the JSON text of five numbers per layer (a Python float and ~50 characters each)
     nbytes = work.trajectory_bytes(1, shown) + (5 * 80 * shown if args.json else 0)
-    work.check_work(f"propagate at depth {args.depth}{' with --json' if args.json else ''}",
-                    seconds=work.run_seconds(arch, 1, args.depth), nbytes=nbytes, **work_limits(args))
+    check_work(f"propagate at depth {args.depth}{' with --json' if args.json else ''}",
+               seconds=work.run_seconds(arch, 1, args.depth), nbytes=nbytes, **work_limits(args))
     layers = np.arange(args.depth + 1) if args.json else np.array(work.spread_indices(args.depth + 1, TABLE_LAYERS))
     short = (work.segment_layers(arch, 1, args.depth) >= args.depth
              and work.trajectory_bytes(1, args.depth + 1) <= work.SEGMENT_BYTES)
