@@ -159,7 +159,33 @@ def test_parallel_registry_entry_matches_its_theory():
     q_sim, p_sim = np.array(q_sim), np.array(p_sim)
     assert abs(q_sim.mean() - q_theory) <= K * _sem(q_sim) + 1e-12
     assert abs(p_sim.mean() - p_theory) <= K * _sem(p_sim) + 1e-12
-    assert entry.component == "parallel"
+    # the stand-alone pair runs the torch function that the Parallel component's torch face calls
+    from remprop.theory import components as C
+    calls = []
+    spy = layers.BlockWeights()  # a block without weights: the branches below have none
+    ctx = dataclasses.replace(_context(), weights=spy, ops=_Spy(calls))
+    C.parallel(1.0, C.layer_norm(), C.layer_norm()).torch_forward(torch.ones(1, 2, 4), ctx)
+    assert entry.torch_function is layers.parallel and calls == ["layer_norm", "layer_norm", "parallel"]
+
+
+class _Spy:
+    """The torch functions of validation/layers.py, recording the names called."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __getattr__(self, name):
+        function = getattr(layers, name)
+
+        def spy(*args, **kwargs):
+            self.calls.append(name)
+            return function(*args, **kwargs)
+        return spy
+
+
+def _context():
+    from remprop.validation.registry import BlockContext
+    return BlockContext()
 
 
 # -- simulated stacks against the theory's block ------------------------------------------

@@ -168,30 +168,34 @@ BLOCK_CALLS = [
 
 
 @pytest.mark.parametrize("arch, expected", BLOCK_CALLS, ids=[f"{a.norm}-{a.attention}" for a, _ in BLOCK_CALLS])
-def test_the_simulator_walks_the_theory_block_through_the_registry(monkeypatch, arch, expected):
-    import dataclasses
-
+def test_the_simulator_walks_the_theory_block_through_the_components(monkeypatch, arch, expected):
+    """Each component of the block runs through its own torch face, which calls its torch
+    function of validation/layers.py: spied on here, in the order of the tree."""
     calls = []
-    for name, entry in list(REGISTRY.items()):
-        def spy(*args, _function=entry.torch_function, _name=name, **kwargs):
+    for name in {name for _, names in BLOCK_CALLS for name in names}:
+        def spy(*args, _function=getattr(layers, name), _name=name, **kwargs):
             calls.append(_name)
             return _function(*args, **kwargs)
-        monkeypatch.setitem(REGISTRY, name, dataclasses.replace(entry, torch_function=spy))
+        monkeypatch.setattr(layers, name, spy)
     stack = SimulatedStack(arch, 0.5, 2, width=8, seq_len=4, device="cpu")
     assert repr(stack.theory_block) == repr(arch.block(0.5))
     stack(torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(0)))
     assert calls == expected * 2
 
 
-def test_registry_has_a_counterpart_for_every_block_component():
+def test_every_block_component_has_a_torch_face():
     from remprop.theory import components as C
-    from remprop.validation.registry import pair_for
 
-    assert pair_for(C.residual(1.0, C.layer_norm())) is REGISTRY["skip"]
-    assert pair_for(C.output_projection(0.5)) is REGISTRY["output_projection"]
-    assert pair_for(C.gain_controlled_attention(0.5)) is REGISTRY["gain_controlled_attention"]
-    with pytest.raises(ValueError, match="serial"):
-        pair_for(C.serial(C.layer_norm()))
+    def leaves(tree):
+        return [tree] if not tree.children else [leaf for child in tree.children for leaf in leaves(child)]
+
+    base = C.Component.torch_forward
+    for arch in [a for a, _ in BLOCK_CALLS] + [Architecture(norm="pre", mlp="gated", norm_type="rms",
+                                                            block_form="parallel", branch_norm=True)]:
+        for leaf in leaves(arch.block(0.5)):
+            assert type(leaf).torch_forward is not base, leaf
+    with pytest.raises(NotImplementedError, match="torch face"):
+        C.Component().torch_forward(torch.zeros(1, 2, 2), None)
 
 
 def test_registry_rejects_unknown_parameters():

@@ -26,7 +26,7 @@ from . import layers
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
 from .inputs import INPUT_KINDS, gaussian_tokens, input_batches
 from .measurements import attention_statistics, token_statistics
-from .registry import pair_for
+from .registry import REGISTRY
 from .simulator import SimulatedStack, StackTrace
 
 __all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "THEORIES", "MEASURED_ROUNDING_EPS", "compare", "attention_sweep",
@@ -440,7 +440,7 @@ def _attention_theory(settings, cosines, betas, finite_width=None):
     """Theory of an :class:`AttentionSweep`; ``finite_width`` (default: the sweep's setting) adds
     the finite-T-and-width entries (softmax attention only)."""
     arch = Architecture(**settings["arch"])
-    entry = pair_for(arch.attention_map(1.0))  # the registry entry of this attention component
+    entry = REGISTRY[arch.attention_map(1.0).name]  # the stand-alone pair of this attention component
     q0 = settings["q0"]
     p0 = q0 * np.asarray(cosines, dtype=float)[:, None]
     betas = np.asarray(betas, dtype=float)[None, :]
@@ -507,7 +507,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     if width % heads:
         raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
     dtype, device = resolve_dtype(dtype), resolve_device(device)
-    entry = pair_for(arch.attention_map(1.0))  # the registry entry of this attention component
+    entry = REGISTRY[arch.attention_map(1.0).name]  # the stand-alone pair of this attention component
     sigma_v2, sigma_b2 = check_scalar("sigma_v2", arch.sigma_v2), check_scalar("sigma_b2", arch.sigma_b2)
     q0 = check_scalar("q0", q0, positive=True)
     names = ("q", "p", "rho", "cosine", "y2", "entropy")

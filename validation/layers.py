@@ -37,7 +37,7 @@ Reference: Giorlandino & Goldt, arXiv 2505.24333.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -137,16 +137,28 @@ class DenseWeights:
 
 @dataclass(frozen=True)
 class BlockWeights:
-    """The weights of one transformer block.
+    """The weights of one transformer block, by the components' ``weight_slot``.
 
     ``output`` is the attention output projection ``W_O (d, d)`` (no bias), or None for
     blocks without one (the reference experiments). ``mlp`` holds :class:`GatedMLPWeights`
-    in blocks with a gated MLP.
+    in blocks with a gated MLP. ``extra`` holds the weights of any other component, by its
+    slot (:func:`remprop.validation.registry.draw_block_weights`).
     """
 
-    attention: AttentionWeights
-    mlp: MLPWeights | GatedMLPWeights
+    attention: AttentionWeights | None = None
+    mlp: MLPWeights | GatedMLPWeights | None = None
     output: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    def slot(self, name):
+        """The weights in slot ``name`` (a field, else a key of ``extra``)."""
+        if name in ("attention", "mlp", "output"):
+            value = getattr(self, name)
+        else:
+            value = self.extra.get(name)
+        if value is None:
+            raise ValueError(f"the block weights hold nothing in the slot {name!r} of a component of the block")
+        return value
 
 
 def query_key_variance(beta: float, width: int, seq_len: int, heads: int = 1, qk_scaling: str = "model") -> float:

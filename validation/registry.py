@@ -1,28 +1,23 @@
-"""One table pairing each theory component with its simulated torch component.
+"""How the simulator runs a block tree in torch, and the stand-alone pairs of each component.
 
-:data:`REGISTRY` is keyed by component name. Each entry holds
+A block is the tree of :meth:`remprop.theory.Architecture.block` (docs/theory.md section 5; the
+block order exists once, in :func:`remprop.theory.components.block.block`). Every component
+carries its torch face (``torch_weights``, ``torch_forward``, ``weight_slot``, ``draw_rank``,
+:mod:`remprop.theory.components`), written with tensor methods and the torch functions of
+:mod:`remprop.validation.layers`, which it reaches through the :class:`BlockContext` (theory never
+imports torch). :func:`draw_block_weights` walks the tree to draw a block's weights,
+:func:`simulate_component` runs a tree: no table of components and no switch on their names, so
+a component defined anywhere runs in the torch stack through the tree that holds it.
 
-* ``theory_map``: the function of :mod:`remprop.theory` that predicts ``(q, p) -> (q', p')``;
-* ``torch_function``: the torch function of :mod:`remprop.validation.layers` that runs
-  the component;
-* ``component``: the name of the :class:`remprop.theory.components.Component` it
-  simulates, so that a block composed by :meth:`remprop.theory.Architecture.block` can be
-  run in torch node by node (:func:`simulate_component`; the simulated stacks do, so the
-  block order is written once, in ``Architecture.compose``, docs/theory.md section 5);
-* ``theory(q, p, **params)`` and ``simulate(x, generator, **params)``: the two sides on
-  the same parameters, ready to be compared on synthetic tokens.
-
+:data:`REGISTRY` pairs each built-in component's theory map with its torch function on
+synthetic tokens, stand-alone (``theory(q, p, **params)``, ``simulate(x, generator,
+**params)``), for the component tests and :func:`~remprop.validation.comparison.attention_sweep`.
 The skip entry needs a branch: it uses a random dense layer, the simplest branch whose
 weights are independent of its input (``alpha x + W x + b``). The output projection entry
 is the bias-free dense layer ``x W_O^T`` (theory: ``dense_map(q, p, sigma_o2, 0)``). The
-MLP entry takes the second layer's ``sigma_w2_out`` (``W2 ~ N(0, sigma_w2_out / d_ff)``,
-default None = ``sigma_w2``) and the hidden width ``d_ff`` (default d); the gated MLP entry
-the same, for ``W_down (phi(W_gate x) * W_up x)``. LayerNorm and RMSNorm have an entry each
-(the same map ``(1, p / q)``, different torch functions; docs/theory.md section 14). The
-parallel entry runs the branches of ``C.parallel`` on the same input and adds them to the
-skip (its stand-alone sides: two random dense branches). Attention reads the block's
-grouped key/value heads (the weights' shapes), QK-norm and logit soft-capping from the
-:class:`BlockContext` (docs/theory.md section 19).
+MLP entry takes the second layer's ``sigma_w2_out`` and the hidden width ``d_ff`` (default
+d); the gated MLP entry the same, for ``W_down (phi(W_gate x) * W_up x)``. The parallel entry
+runs two random dense branches on the same input and adds them to the skip.
 
 Reference: Giorlandino & Goldt, arXiv 2505.24333.
 """
@@ -49,7 +44,7 @@ from remprop.theory.rem import effective_beta
 
 from . import layers
 
-__all__ = ["ComponentPair", "REGISTRY", "BlockContext", "pair_for", "simulate_component"]
+__all__ = ["ComponentPair", "REGISTRY", "BlockContext", "BlockSizes", "simulate_component", "draw_block_weights"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +61,6 @@ class ComponentPair:
         The :mod:`remprop.validation.layers` function the simulator uses.
     defaults : dict
         Parameters of both sides and their default values.
-    component : str
-        ``Component.name`` of the theory component this entry runs in a block
-        (``"residual"`` for the skip, ``"dense"`` for the bias-free output projection).
     """
 
     name: str
@@ -77,8 +69,6 @@ class ComponentPair:
     defaults: dict
     _theory: Callable = field(repr=False)
     _simulate: Callable = field(repr=False)
-    component: str
-    _forward: Callable = field(repr=False)
 
     def _parameters(self, params):
         unknown = sorted(set(params) - set(self.defaults))
@@ -95,19 +85,15 @@ class ComponentPair:
         """Draw this component's weights from ``generator`` and apply it to ``x`` (batch, T, d)."""
         return self._simulate(x, generator, mask, **self._parameters(params))
 
-    def forward(self, component: Component, x, context: "BlockContext"):
-        """Run ``torch_function`` as the theory ``component`` of a block, with the block's weights."""
-        return self._forward(self.torch_function, component, x, context)
-
 
 @dataclass
 class BlockContext:
-    """What the torch components of one block read besides their input.
+    """What the torch faces of one block's components read besides their input.
 
     Attributes
     ----------
-    weights : remprop.validation.layers.BlockWeights
-        The block's drawn weights.
+    weights : remprop.validation.layers.BlockWeights or None
+        The block's drawn weights (None while drawing them).
     heads : int
         Attention heads H.
     mask : Tensor of bool, shape (batch, T), optional
@@ -125,9 +111,13 @@ class BlockContext:
         QK-norm of the attention (None: none).
     logit_softcap : float or None
         Attention-logit soft-capping c (None: none).
+    sizes : BlockSizes or None
+        What drawing the weights needs (:func:`draw_block_weights`); None to run drawn weights.
+    ops : module
+        The torch functions the components call (:mod:`remprop.validation.layers`).
     """
 
-    weights: layers.BlockWeights
+    weights: layers.BlockWeights | None = None
     heads: int = 1
     mask: torch.Tensor | None = None
     causal: bool = False
@@ -136,19 +126,55 @@ class BlockContext:
     rotate: Callable | None = None
     qk_norm: layers.QKNorm | None = None
     logit_softcap: float | None = None
+    sizes: "BlockSizes | None" = None
+    ops: object = layers
+
+    def weights_of(self, component: Component):
+        """The block's weights of ``component`` (its ``weight_slot``)."""
+        return self.weights.slot(component.weight_slot)
+
+    def attend(self, forward, x, weights, rotary=True):
+        """Run an attention function of :mod:`~remprop.validation.layers` with the block's heads,
+        mask, causal mask, QK-norm and soft-capping (and its rotation when ``rotary``); keeps the
+        probabilities in :attr:`probs`."""
+        extra = {"rotate": self.rotate} if rotary and self.rotate is not None else {}
+        out, self.probs = forward(x, weights, heads=self.heads, mask=self.mask, causal=self.causal,
+                                  qk_norm=self.qk_norm, logit_softcap=self.logit_softcap, **extra)
+        return out
+
+    # what the components' torch_weights read while drawing (sizes must be set)
+    generator = property(lambda self: self.sizes.generator)
+    width = property(lambda self: self.sizes.width)
+    d_ff = property(lambda self: self.sizes.d_ff)
+    dtype = property(lambda self: self.sizes.dtype)
+    device = property(lambda self: self.sizes.device)
+
+    def draw_attention(self, sigma_v2, sigma_b2):
+        """Attention weights at the model's query/key scale (``sizes.beta``, the heads' convention)."""
+        z = self.sizes
+        return self.ops.draw_attention_weights(z.generator, z.width, z.beta, z.seq_len, sigma_v2, sigma_b2,
+                                               dtype=z.dtype, device=z.device, heads=self.heads,
+                                               qk_scaling=z.qk_scaling, kv_heads=z.kv_heads)
 
 
-def pair_for(component: Component) -> ComponentPair:
-    """The :data:`REGISTRY` entry that simulates a theory component (by ``component.name``)."""
-    for pair in REGISTRY.values():
-        if pair.component == component.name:
-            return pair
-    raise ValueError(f"no torch counterpart in REGISTRY for the theory component {component!r}")
+@dataclass(frozen=True)
+class BlockSizes:
+    """What the components of a block draw their weights with: the generator of the block's stream,
+    the widths, the model's query/key scale and the simulated T."""
+
+    generator: torch.Generator
+    width: int
+    d_ff: int
+    dtype: torch.dtype
+    device: torch.device
+    beta: float
+    seq_len: int
+    qk_scaling: str = "model"
+    kv_heads: int | None = None
 
 
 def simulate_component(component: Component, x, context: BlockContext):
-    """Run a tree of theory components in torch: ``serial`` in order, every other node
-    through its :data:`REGISTRY` entry (:func:`pair_for`).
+    """Run a tree of theory components in torch, each through its own torch face.
 
     Parameters
     ----------
@@ -163,11 +189,29 @@ def simulate_component(component: Component, x, context: BlockContext):
     -------
     Tensor, shape (batch, T, d)
     """
-    if component.name == "serial":
-        for layer in component.layers:
-            x = simulate_component(layer, x, context)
-        return x
-    return pair_for(component).forward(component, x, context)
+    return component.torch_forward(x, context)
+
+
+def draw_block_weights(block: Component, context: BlockContext) -> layers.BlockWeights:
+    """Draw the weights of every component of ``block`` that has some, through ``context.sizes``.
+
+    The components are visited in tree order and drawn in the order of their ``draw_rank``
+    (attention, MLP, output projection, then any other), each into its ``weight_slot`` of the
+    returned :class:`~remprop.validation.layers.BlockWeights`.
+    """
+    found, stack = [], [block]
+    while stack:
+        component = stack.pop()
+        if component.weight_slot is not None:
+            found.append(component)
+        stack.extend(reversed(component.children))
+    drawn = {}
+    for component in sorted(found, key=lambda c: c.draw_rank):
+        if component.weight_slot in drawn:
+            raise ValueError(f"two components of the block draw into the slot {component.weight_slot!r}")
+        drawn[component.weight_slot] = component.torch_weights(context)
+    return layers.BlockWeights(attention=drawn.pop("attention", None), mlp=drawn.pop("mlp", None),
+                               output=drawn.pop("output", None), extra=drawn)
 
 
 def _attention_pair(name, theory_map, torch_function):
@@ -181,15 +225,9 @@ def _attention_pair(name, theory_map, torch_function):
 
     return ComponentPair(name, theory_map, torch_function,
                          dict(beta=0.5, sigma_v2=0.2, sigma_b2=4e-4, heads=1, causal=False, qk_scaling="model"),
-                         theory, simulate, name, _attention_forward)
+                         theory, simulate)
 
 
-def _attention_forward(torch_function, component, x, context):
-    rotary = {} if context.rotate is None else {"rotate": context.rotate}  # softmax attention's hook
-    out, context.probs = torch_function(x, context.weights.attention, heads=context.heads, mask=context.mask,
-                                        causal=context.causal, qk_norm=context.qk_norm,
-                                        logit_softcap=context.logit_softcap, **rotary)
-    return out
 
 
 def _skip_theory(q, p, alpha, sigma_w2, sigma_b2):
@@ -202,8 +240,6 @@ def _skip_simulate(x, gen, mask, alpha, sigma_w2, sigma_b2):
     return layers.skip(x, layers.dense(x, weights), alpha)
 
 
-def _skip_forward(torch_function, component, x, context):
-    return torch_function(x, simulate_component(component.branch, x, context), float(component.alpha))
 
 
 def _parallel_theory(q, p, alpha, sigma_w2, sigma_b2):
@@ -217,9 +253,6 @@ def _parallel_simulate(x, gen, mask, alpha, sigma_w2, sigma_b2):
     return layers.parallel(x, outputs, alpha)
 
 
-def _parallel_forward(torch_function, component, x, context):
-    outputs = [simulate_component(branch, x, context) for branch in component.branches]
-    return torch_function(x, outputs, float(component.alpha))
 
 
 def _norm_pair(name, theory_map, torch_function):
@@ -229,14 +262,12 @@ def _norm_pair(name, theory_map, torch_function):
     def simulate(x, gen, mask):
         return torch_function(x)
 
-    return ComponentPair(name, theory_map, torch_function, {}, theory, simulate, name, _norm_forward)
+    return ComponentPair(name, theory_map, torch_function, {}, theory, simulate)
 
 
-def _norm_forward(torch_function, component, x, context):
-    return torch_function(x, context.layer_norm_eps)
 
 
-def _mlp_pair(name, theory_map, torch_function, draw, weights_type, activation):
+def _mlp_pair(name, theory_map, torch_function, draw, activation):
     def theory(q, p, sigma_w2, sigma_b2, activation, d_ff, sigma_w2_out):
         # d_ff enters the theory only through sigma_w2_out (the last layer's variance is over d_ff)
         return theory_map(q, p, sigma_w2, sigma_b2, activation, sigma_w2_out=sigma_w2_out)
@@ -248,15 +279,9 @@ def _mlp_pair(name, theory_map, torch_function, draw, weights_type, activation):
                        sigma_w2_out=sigma_w2_out)
         return torch_function(x, weights, activation)
 
-    def forward(torch_function, component, x, context):
-        if not isinstance(context.weights.mlp, weights_type):
-            raise ValueError(f"the block's {component.name} needs {weights_type.__name__}, the block weights "
-                             f"hold {type(context.weights.mlp).__name__}")
-        return torch_function(x, context.weights.mlp, component.activation)
-
     return ComponentPair(name, theory_map, torch_function,
                          dict(sigma_w2=0.2, sigma_b2=4e-4, activation=activation, d_ff=None, sigma_w2_out=None),
-                         theory, simulate, name, forward)
+                         theory, simulate)
 
 
 def _output_projection_theory(q, p, sigma_o2):
@@ -268,33 +293,22 @@ def _output_projection_simulate(x, gen, mask, sigma_o2):
     return layers.output_projection(x, weight)
 
 
-def _output_projection_forward(torch_function, component, x, context):
-    if float(component.sigma_b2) != 0.0:
-        raise ValueError(f"a dense layer with a bias (sigma_b2 = {float(component.sigma_b2)}) is not the "
-                         "output projection, and a block has no other dense layer to simulate")
-    if context.weights.output is None:
-        raise ValueError("the architecture has an output projection (sigma_o2) but the block weights "
-                         "hold none (BlockWeights.output is None)")
-    return torch_function(x, context.weights.output)
-
-
 #: Component name -> :class:`ComponentPair`.
 REGISTRY = {
     "softmax_attention": _attention_pair("softmax_attention", softmax_attention_map, layers.softmax_attention),
     "gain_controlled_attention": _attention_pair("gain_controlled_attention", gain_controlled_attention_map,
                                                  layers.gain_controlled_attention),
     "skip": ComponentPair("skip", skip_map, layers.skip, dict(alpha=1.0, sigma_w2=0.2, sigma_b2=4e-4),
-                          _skip_theory, _skip_simulate, "residual", _skip_forward),
+                          _skip_theory, _skip_simulate),
     # theory_map skip_map: the branches' overlaps add, then the skip (docs/theory.md section 19)
     "parallel": ComponentPair("parallel", skip_map, layers.parallel, dict(alpha=1.0, sigma_w2=0.2, sigma_b2=4e-4),
-                              _parallel_theory, _parallel_simulate, "parallel", _parallel_forward),
+                              _parallel_theory, _parallel_simulate),
     "layer_norm": _norm_pair("layer_norm", layernorm_map, layers.layer_norm),
     "rms_norm": _norm_pair("rms_norm", rmsnorm_map, layers.rms_norm),
-    "mlp": _mlp_pair("mlp", mlp_map, layers.mlp, layers.draw_mlp_weights, layers.MLPWeights, "relu"),
-    "gated_mlp": _mlp_pair("gated_mlp", gated_mlp_map, layers.gated_mlp, layers.draw_gated_mlp_weights,
-                           layers.GatedMLPWeights, "silu"),
+    "mlp": _mlp_pair("mlp", mlp_map, layers.mlp, layers.draw_mlp_weights, "relu"),
+    "gated_mlp": _mlp_pair("gated_mlp", gated_mlp_map, layers.gated_mlp, layers.draw_gated_mlp_weights, "silu"),
     # theory_map dense_map: the projection is a dense layer without bias (sigma_b2 = 0)
     "output_projection": ComponentPair("output_projection", dense_map, layers.output_projection,
                                        dict(sigma_o2=1.0), _output_projection_theory,
-                                       _output_projection_simulate, "dense", _output_projection_forward),
+                                       _output_projection_simulate),
 }

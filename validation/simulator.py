@@ -6,7 +6,7 @@ plus the sizes the theory does not need (width, MLP width, simulated sequence le
 the query/key scale ``beta`` and the run settings (causal mask, precision, device, seed).
 Each block is the theory's own composition :meth:`Architecture.block
 <remprop.theory.Architecture.block>` (docs/theory.md section 5), run component by
-component through :data:`remprop.validation.registry.REGISTRY`.
+component through the components' own torch faces (:mod:`remprop.validation.registry`).
 
 Weights are drawn layer by layer while the inputs pass through: a 60-layer stack with
 d = 720, T = 512 holds one layer's weights at a time. Layer ``l`` of seed ``s`` always
@@ -27,7 +27,7 @@ from . import layers
 from .backend import (STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device,
                       resolve_dtype)
 from .measurements import attention_statistics, token_statistics
-from .registry import BlockContext, simulate_component
+from .registry import BlockContext, BlockSizes, draw_block_weights, simulate_component
 from .rope import rotary
 
 __all__ = ["SimulatedStack", "StackTrace", "trace_stack"]
@@ -69,10 +69,10 @@ class SimulatedStack:
 
     Every block runs, in torch, the tree of components that
     :meth:`Architecture.block <remprop.theory.Architecture.block>` composes for the theory
-    (docs/theory.md section 5; :attr:`theory_block`): each component goes through its
-    :data:`~remprop.validation.registry.REGISTRY` entry
-    (:func:`~remprop.validation.registry.simulate_component`), so the block orders exist
-    once, in :meth:`Architecture.compose <remprop.theory.Architecture.compose>`:
+    (docs/theory.md section 5; :attr:`theory_block`): each component draws its weights and runs
+    through its own torch face (:func:`~remprop.validation.registry.draw_block_weights`,
+    :func:`~remprop.validation.registry.simulate_component`), so the block orders exist
+    once, in :func:`remprop.theory.components.block.block`:
 
     * post-LN: ``x <- LN(alpha_sa x + SA(x)); x <- LN(alpha_mlp x + MLP(x))``
     * pre-LN:  ``x <- alpha_sa x + SA(LN(x)); x <- alpha_mlp x + MLP(LN(x))``
@@ -166,16 +166,14 @@ class SimulatedStack:
                                          scale=self.beta, eps=self.layer_norm_eps)
         #: Attention-logit soft-capping c, or None.
         self.logit_softcap = arch.logit_softcap
-        #: The norm after the last block (``arch.final_norm``), or None.
-        self.final_norm = None
-        if arch.final_norm:
-            self.final_norm = layers.rms_norm if arch.norm_type == "rms" else layers.layer_norm
+        #: The norm after the last block (a component, ``arch.final_norm``), or None.
+        self.final_norm = arch.final_layer()
 
     def _rotary(self):
-        """:func:`~remprop.validation.rope.rotary` for ``arch.positions == "rope"``, else None."""
-        if self.arch.positions != "rope":
+        """:func:`~remprop.validation.rope.rotary` with rotary positions (``arch.positions``), else None."""
+        if not self.arch.positions.rotary:
             return None
-        if self.arch.attention != "softmax":
+        if self.arch.attention.gain_controlled:
             raise ValueError(f"positions='rope' is simulated with softmax attention only (the torch "
                              f"{self.arch.attention} attention has no rotation hook), got "
                              f"attention={self.arch.attention!r}")
@@ -212,19 +210,9 @@ class SimulatedStack:
         layer = check_positive_int("layer", layer, 0)
         if layer >= self.depth:
             raise ValueError(f"layer must be < depth = {self.depth}, got {layer}")
-        gen = generator(self.seed, STREAM_WEIGHTS, layer, self.device)
-        kw = dict(dtype=self.dtype, device=self.device)
-        attention = layers.draw_attention_weights(gen, self.width, self.beta, self.seq_len,
-                                                  self.params["sigma_v2"], self.params["sigma_b2"], **kw,
-                                                  heads=self.heads, qk_scaling=self.qk_scaling,
-                                                  kv_heads=self.kv_heads)
-        draw_mlp = layers.draw_gated_mlp_weights if self.arch.mlp == "gated" else layers.draw_mlp_weights
-        mlp = draw_mlp(gen, self.width, self.d_ff, self.params["sigma_w2"], self.params["sigma_b2"],
-                       **kw, sigma_w2_out=self.params["sigma_w2_out"])
-        output = None
-        if self.arch.output_projection:
-            output = layers.draw_output_projection(gen, self.width, self.params["sigma_o2"], **kw)
-        return layers.BlockWeights(attention=attention, mlp=mlp, output=output)
+        sizes = BlockSizes(generator(self.seed, STREAM_WEIGHTS, layer, self.device), self.width, self.d_ff,
+                           self.dtype, self.device, self.beta, self.seq_len, self.qk_scaling, self.kv_heads)
+        return draw_block_weights(self.theory_block, BlockContext(heads=self.heads, sizes=sizes))
 
     # -- forward ------------------------------------------------------------------------
     def block(self, x, weights: layers.BlockWeights, mask=None):
@@ -281,7 +269,7 @@ class SimulatedStack:
                 if not bool(torch.isfinite(x).all()):
                     raise self.overflow_error(layer + 1)
                 if self.final_norm is not None and layer + 1 == self.depth:
-                    x = self.final_norm(x, self.layer_norm_eps)
+                    x = simulate_component(self.final_norm, x, BlockContext(layer_norm_eps=self.layer_norm_eps))
                 if observe is not None:
                     observe(layer + 1, x, probs)
         return x

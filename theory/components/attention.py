@@ -199,6 +199,18 @@ class Attention(Component):
     def gram(self, walker, g):
         return walker.attention(self, g)
 
+    weight_slot = "attention"
+    draw_rank = 0
+
+    def torch_weights(self, sim):
+        # the query/key scale is the model's (sim.beta, with its heads' convention): this
+        # component holds the effective beta of the maps
+        return sim.draw_attention(float(self.sigma_v2), float(self.sigma_b2))
+
+    def torch_forward(self, x, sim):
+        forward = sim.ops.gain_controlled_attention if self.gain_controlled else sim.ops.softmax_attention
+        return sim.attend(forward, x, sim.weights_of(self), rotary=not self.gain_controlled)
+
     def rem_overlap(self, p):
         """The overlap in the REM's scale: ``p cbar_T`` with RoPE, ``p`` without
         (docs/theory.md section 15); the output map keeps ``p``."""

@@ -77,6 +77,32 @@ class Component:
         docs/theory.md section 17). A component without one is refused by name."""
         raise ValueError(f"the Gram state has no map for the component {self.name!r}")
 
+    # -- the torch face (remprop.validation.simulator) ----------------------------------
+    #: Where a block keeps this component's weights: a field of
+    #: :class:`remprop.validation.layers.BlockWeights` (``"attention"``, ``"mlp"``, ``"output"``) or a
+    #: key of its ``extra``; None for a component without weights.
+    weight_slot = None
+    #: Order of the draws within a block, smaller first (attention, MLP, output projection), so a
+    #: component's seeded weights do not depend on where it sits in the tree.
+    draw_rank = 0
+
+    @property
+    def children(self) -> tuple:
+        """The components this one runs (a combinator's); ``()`` for a layer."""
+        return ()
+
+    def torch_weights(self, sim):
+        """Draw this component's weights through ``sim``, the simulator's block context
+        (:class:`remprop.validation.registry.BlockContext`: its generator, sizes, dtype, device and
+        the torch functions ``sim.ops``); None for a component without weights."""
+        return None
+
+    def torch_forward(self, x, sim):
+        """This component on a tensor ``x`` of shape (batch, T, d), in torch: written with tensor
+        methods and the functions of ``sim.ops`` (theory never imports torch); its weights are
+        ``sim.weights_of(self)``, a combinator's children run through their own ``torch_forward``."""
+        raise NotImplementedError(f"{self!r}: this component has no torch face (torch_forward)")
+
     def __repr__(self):
         return self.name
 
@@ -100,6 +126,15 @@ class Serial(Component):
 
     def gram(self, walker, g):
         return walker.serial(self, g)
+
+    @property
+    def children(self):
+        return self.layers
+
+    def torch_forward(self, x, sim):
+        for layer in self.layers:
+            x = layer.torch_forward(x, sim)
+        return x
 
     def check_input(self, q, p):
         # The first layer sees (q, p); a norm (LayerNorm, RMSNorm) keeps the cosine, so the

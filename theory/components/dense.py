@@ -25,6 +25,26 @@ class Dense(Component):
     def gram(self, walker, g):
         return walker.dense(self, g)
 
+    draw_rank = 2
+
+    @property
+    def weight_slot(self):
+        """``"output"`` for the bias-free output projection, ``"dense"`` for a dense layer with a bias."""
+        return "dense" if np.any(self.sigma_b2 != 0) else "output"
+
+    def torch_weights(self, sim):
+        if self.weight_slot == "output":
+            return sim.ops.draw_output_projection(sim.generator, sim.width, float(self.sigma_w2), dtype=sim.dtype,
+                                                  device=sim.device)
+        return sim.ops.draw_dense_weights(sim.generator, sim.width, float(self.sigma_w2), float(self.sigma_b2),
+                                          dtype=sim.dtype, device=sim.device)
+
+    def torch_forward(self, x, sim):
+        weights = sim.weights_of(self)
+        if self.weight_slot == "output":
+            return sim.ops.output_projection(x, weights)
+        return sim.ops.dense(x, weights)
+
     def symbolic(self, q, p, symbols):
         return dense_core(q, p, symbols.parameter(self.sigma_w2), symbols.parameter(self.sigma_b2))
 

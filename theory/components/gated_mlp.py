@@ -103,6 +103,9 @@ class GatedMLP(MLP):
     def hidden(self, q1, p1, m2, m11):
         return gated_hidden_core(q1, p1, m2, m11)
 
+    def torch_functions(self, sim):
+        return sim.ops.draw_gated_mlp_weights, sim.ops.gated_mlp
+
 
 def gated_mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="silu", sigma_w2_out=None) -> Component:
     """Gated MLP ``W_down (phi(W_gate x) * W_up x)`` (SwiGLU with ``"silu"``, GeGLU with

@@ -48,6 +48,9 @@ class LayerNorm(Component):
     def gram(self, walker, g):
         return walker.norm(self, g)
 
+    def torch_forward(self, x, sim):
+        return sim.ops.layer_norm(x, sim.layer_norm_eps)
+
     def symbolic(self, q, p, symbols):
         # layernorm_core's (1, p / q); its 1.0 + 0.0 q (a float broadcast to the shape of q)
         # would put a float 1.0 into exact expressions, q / q is the exact 1

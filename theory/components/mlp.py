@@ -28,6 +28,21 @@ class MLP(Component):
     def gram(self, walker, g):
         return walker.mlp(self, g)
 
+    weight_slot = "mlp"
+    draw_rank = 1
+
+    def torch_weights(self, sim):
+        return self.torch_functions(sim)[0](
+            sim.generator, sim.width, sim.d_ff, float(self.sigma_w2), float(self.sigma_b2), dtype=sim.dtype,
+            device=sim.device, sigma_w2_out=None if self.sigma_w2_out is None else float(self.sigma_w2_out))
+
+    def torch_forward(self, x, sim):
+        return self.torch_functions(sim)[1](x, sim.weights_of(self), self.activation)
+
+    def torch_functions(self, sim):
+        """The draw and the forward of this MLP form in ``sim.ops``."""
+        return sim.ops.draw_mlp_weights, sim.ops.mlp
+
     def symbolic(self, q, p, symbols):
         return self._two_layers(q, p, lambda q1, p1: symbols.moments(self.activation, q1, p1),
                                 symbols.parameter)

@@ -72,6 +72,13 @@ class Residual(Component):
     def gram(self, walker, g):
         return walker.residual(self, g)
 
+    @property
+    def children(self):
+        return (self.branch,)
+
+    def torch_forward(self, x, sim):
+        return sim.ops.skip(x, self.branch.torch_forward(x, sim), float(self.alpha))
+
     def check_input(self, q, p):
         self.branch.check_input(q, p)
 
@@ -104,6 +111,13 @@ class Parallel(Component):
 
     def gram(self, walker, g):
         return walker.parallel(self, g)
+
+    @property
+    def children(self):
+        return self.branches
+
+    def torch_forward(self, x, sim):
+        return sim.ops.parallel(x, [branch.torch_forward(x, sim) for branch in self.branches], float(self.alpha))
 
     def check_input(self, q, p):
         for branch in self.branches:

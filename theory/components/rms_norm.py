@@ -73,6 +73,9 @@ class RMSNorm(LayerNorm):
     name = "rms_norm"
     core = staticmethod(rmsnorm_core)
 
+    def torch_forward(self, x, sim):
+        return sim.ops.rms_norm(x, sim.layer_norm_eps)
+
 
 def rms_norm() -> Component:
     """RMSNorm without a gain: ``(q, p) -> (1, p/q)``; see :func:`~remprop.theory.rmsnorm_map`."""

@@ -8,8 +8,8 @@ stream ``(seed, weights, layer)``; ``W_Q, W_K ~ N(0, beta sqrt(log T) / d)`` fro
 Architecture, docs/theory.md section 2) turned into parameters, and its forward runs
 each block through :meth:`SimulatedStack.block
 <remprop.validation.simulator.SimulatedStack.block>`, i.e. the theory's block tree
-:meth:`Architecture.block <remprop.theory.Architecture.block>` walked through
-:data:`~remprop.validation.registry.REGISTRY` (docs/theory.md section 5). With the same
+:meth:`Architecture.block <remprop.theory.Architecture.block>` walked through the
+components' torch faces (docs/theory.md section 5). With the same
 seed, its first block therefore computes what the simulator's first block computes.
 
 Around the blocks (BERT style, Devlin et al. 2019):
