@@ -263,33 +263,34 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     >>> d.phase.shape
     (4, 5)
     """
+    # the door: everything is checked here, once; the functions below trust the run
     run = RunSettings(arch, check_grid_axis("betas", betas, positive=True), depth, q0, rho0, threshold)
     for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
         if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:
             raise ValueError(f"arch.{name} must be a scalar for a trainability diagram")
-    alphas = check_grid_axis("alphas", alphas, nonnegative=True)
-    betas, depth, q0, rho0, threshold = run.beta, run.depth, run.q0, run.rho0, run.threshold
+    cells = run.over_alphas(alphas)
+    alphas, betas = np.asarray(cells.arch.alpha_sa)[:, 0], run.beta
 
-    state = _final_states(arch.replace(alpha_sa=alphas[:, None]), betas[None, :], depth, q0, rho0,
-                          progress, segment)
+    state = _final_states(cells, progress, segment)
     # on the betas axis: a cell is entropy-collapsed when beta > this (the heads' factor applied)
     beta_critical_cells = np.array(arch.critical_beta(first=state["beta_critical_first"],
                                                       smallest=state["beta_critical_min"]))
     rho_final = state["rho"]
     del state
-    phase = classify_phases(betas[None, :], beta_critical_cells, rho_final, threshold)
-    alpha_star = np.asarray(min_residual_strength(arch, depth, betas, threshold, q0=q0, rho0=rho0,
-                                                  segment=segment), dtype=np.float64)
+    phase = classify_phases(cells.beta, beta_critical_cells, rho_final, run.threshold)
+    alpha_star = np.asarray(min_residual_strength(run, segment=segment), dtype=np.float64)
     return TrainabilityDiagram(
         settings=run, alphas=alphas, phase=phase, rho_final=rho_final, beta_critical_cells=beta_critical_cells,
         beta_critical=beta_critical_cells.min(axis=0), alpha_star=alpha_star.reshape(betas.shape),
         alpha_max=ALPHA_MAX)
 
 
-def _final_states(arch, betas, depth, q0, rho0, progress, segment):
-    """Final cosine and critical betas of every cell: one kernel call per chunk of cells for a
-    short run, segments of blocks for a long one (:func:`propagate_at_layers`)."""
-    cells = betas.size * np.size(arch.alpha_sa)
+def _final_states(run, progress, segment):
+    """Final cosine and critical betas of every cell of the run of a grid (:meth:`RunSettings.over_alphas`):
+    one kernel call per chunk of cells for a short run, segments of blocks for a long one
+    (:func:`propagate_at_layers`)."""
+    arch, depth = run.arch, run.depth
+    cells = run.beta.size * np.size(arch.alpha_sa)
     if segment is None:
         segment = segment_layers(arch, min(cells, CHUNK_ROWS), depth, -(-cells // CHUNK_ROWS))
     bar = None
@@ -299,8 +300,8 @@ def _final_states(arch, betas, depth, q0, rho0, progress, segment):
         bar = tqdm(total=cells, unit="cell", desc=f"diagram L={depth}")
     try:
         if segment >= depth:
-            return final_state(arch, betas, depth, q0, rho0, progress=None if bar is None else bar.update)
-        sampled = propagate_at_layers(arch, betas, [depth], q0, rho0, segment=segment,
+            return final_state(run, progress=None if bar is None else bar.update)
+        sampled = propagate_at_layers(arch, run.beta, [depth], run.q0, run.rho0, segment=segment,
                                       progress=None if bar is None else (lambda steps: bar.update(steps / depth)))
         return {"rho": sampled.rho[..., 0], "beta_critical_first": sampled.beta_critical_first,
                 "beta_critical_min": sampled.beta_critical_min[..., 0]}
