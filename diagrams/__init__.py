@@ -6,6 +6,8 @@ tokens after the last block exceeds a collapse threshold, default 0.99) or
 entropy-collapsed (beta above the critical beta of the attention input).
 :func:`trainability_diagram` maps the phases over (beta, alpha_sa);
 :func:`min_residual_strength` gives the smallest alpha_sa that avoids rank collapse.
+:class:`GridResult` is the one result type (and file format) of the theory's, the measured
+and the trained diagrams (:mod:`~remprop.diagrams.grid_result`).
 
 The figure functions need matplotlib and are imported on first use, so that
 ``import remprop.diagrams`` stays light (the CLI's ``min-alpha`` starts fast).
@@ -19,6 +21,7 @@ from remprop._lazy import lazy_attributes as _lazy_attributes
 from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, classify_phases
 from .depth_recipes import CONVENTIONS, inverse_sqrt_depth, residual_scaling, scale_architecture
 from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
+from .grid_result import GridResult
 from .trainability import TrainabilityDiagram, trainability_diagram
 from .diagnosis import Change, Diagnosis, diagnose
 from .recipes import RECIPES, Recipe, RecipePrediction, recipe_predictions, recipes_figure
@@ -40,7 +43,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "min_residual_strength", "trainability_diagram", "TrainabilityDiagram",
+    "min_residual_strength", "trainability_diagram", "TrainabilityDiagram", "GridResult",
     "TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases",
     "ALPHA_MAX", "DEFAULT_THRESHOLD",
     "CONVENTIONS", "residual_scaling", "inverse_sqrt_depth", "scale_architecture",

@@ -187,7 +187,7 @@ def _verdict(run: RunSettings, source, **changes):
     field it comes from, not a NaN verdict.
     """
     run = run.replace(**changes) if changes else run
-    traj = propagate(run.arch, run.beta, run.depth, run.q0, run.rho0)
+    traj = propagate(run)
     if not (np.all(np.isfinite(traj.q)) and np.all(np.isfinite(traj.rho))):
         raise ValueError(f"{source} gives an unusable model: the layer maps leave the float64 range "
                          f"(sigma_w2 = {run.arch.sigma_w2:.3g}, beta = {run.beta:.3g})")
@@ -197,7 +197,7 @@ def _verdict(run: RunSettings, source, **changes):
 
 
 def _collapse_depth(run: RunSettings, max_depth):
-    rho = propagate(run.arch, run.beta, max_depth, run.q0, run.rho0).rho
+    rho = propagate(run.arch, run.beta, max_depth, run.q0, run.rho0).rho  # another depth than the run's
     above = np.flatnonzero(~(rho[1:] <= run.threshold))
     return int(above[0]) + 1 if above.size else None
 
@@ -239,7 +239,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     arch, beta, depth, q0, rho0, threshold = run.arch, run.beta, run.depth, run.q0, run.rho0, run.threshold
     source = f"config.initializer_range = {spec.init_range:g}"
     final_rho, beta_c, phase, traj = _verdict(run, source)
-    alpha_star = float(min_residual_strength(arch, depth=depth, beta=beta, threshold=threshold, q0=q0, rho0=rho0))
+    alpha_star = float(min_residual_strength(run))
     rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, LAST_TOKENS, q0, rho0)
                 if spec.causal else None)
 

@@ -23,7 +23,7 @@ from .phases import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE
 from .style import NORM_TITLES, PHASE_STYLE, draw_phases
 from .trainability import trainability_diagram
 
-__all__ = ["measured_diagram_figure", "MARKERS"]
+__all__ = ["measured_diagram_figure", "fine_prediction", "MARKERS"]
 
 #: Marker of each measured phase.
 MARKERS = {TRAINABLE: "o", RANK_COLLAPSE: "s", ENTROPY_COLLAPSE: "^"}
@@ -39,6 +39,23 @@ def _edges(values):
         return values[0] - pad, values[0] + pad
     step = np.diff(values).min() / 2
     return values.min() - step, values.max() + step
+
+
+def fine_prediction(diagram, fine_points):
+    """The theory's diagram behind a measured or trained one, on a fine grid over the same range.
+
+    Drawn from ``diagram.predicted`` (a :class:`~remprop.diagrams.TrainabilityDiagram`): its
+    architecture (finite-T or T -> infinity, as the diagram chose), depth, threshold and input
+    state. Returns ``(fine_betas, fine_alphas, fine_diagram, (b_lo, b_hi, a_lo, a_hi))``, the
+    last the axis limits: half a step around the grid, betas above 0 and alphas from 0.
+    """
+    predicted = diagram.predicted
+    (b_lo, b_hi), (a_lo, a_hi) = _edges(diagram.betas), _edges(diagram.alphas)
+    b_lo, a_lo = max(b_lo, 1e-3), max(a_lo, 0.0)
+    fine_b, fine_a = np.linspace(b_lo, b_hi, fine_points), np.linspace(a_lo, a_hi, fine_points)
+    fine = trainability_diagram(predicted.arch, fine_b, fine_a, predicted.depth, predicted.threshold,
+                                q0=predicted.q0, rho0=predicted.rho0)
+    return fine_b, fine_a, fine, (b_lo, b_hi, a_lo, a_hi)
 
 
 def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
@@ -63,14 +80,8 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c); docs/theory.md section 6.
     """
     spec = diagram.spec
-    betas, alphas = np.asarray(spec.betas), np.asarray(spec.alphas)
-    (b_lo, b_hi), (a_lo, a_hi) = _edges(betas), _edges(alphas)
-    b_lo, a_lo = max(b_lo, 1e-3), max(a_lo, 0.0)
-    fine_b = np.linspace(b_lo, b_hi, fine_points)
-    fine_a = np.linspace(a_lo, a_hi, fine_points)
-    # the architecture of the prediction (finite-T or T -> infinity, as the diagram chose)
-    fine = trainability_diagram(diagram.predicted.arch, fine_b, fine_a, spec.depth, spec.threshold,
-                                q0=diagram.input_q, rho0=diagram.input_rho)
+    betas, alphas = diagram.betas, diagram.alphas
+    fine_b, fine_a, fine, (b_lo, b_hi, a_lo, a_hi) = fine_prediction(diagram, fine_points)
 
     fig = Figure(figsize=(11.5, 5.2), layout="constrained")
     left, right = fig.subplots(1, 2)

@@ -401,13 +401,12 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
         recipe = RECIPES[name]
         arch_r, beta_r = recipe(base_run.arch, base_run.depth, float(base_run.beta), width=width)
         run = base_run.replace(arch=arch_r, beta=beta_r)
-        traj = propagate(run.arch, run.beta, run.depth, run.q0, run.rho0)
+        traj = propagate(run)
         beta_c = float(run.arch.critical_beta(traj.beta_critical))
         rho_final = float(traj.rho[-1])
         phase = PHASE_LABELS[int(classify_phases(run.beta, beta_c, rho_final, run.threshold))]
         branch = float(arch_r.numeric()["sigma_o2"]) > 0
-        alpha_star = (float(min_residual_strength(run.arch, run.depth, run.beta, run.threshold, q0=run.q0,
-                                                  rho0=run.rho0)) if branch else None)
+        alpha_star = float(min_residual_strength(run)) if branch else None
         out.append(RecipePrediction(recipe, run, float(traj.q[-1]), rho_final, beta_c, phase, alpha_star))
     return tuple(out)
 

@@ -46,6 +46,7 @@ import numpy as np
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, kernels, work_estimates
 from remprop.theory.checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
 from remprop.theory.propagation import CHUNK_ROWS, PARAMETER_COLUMNS, final_state_rows, pack_parameters
+from remprop.theory.settings import given_run
 
 __all__ = ["min_residual_strength", "search_seconds", "search_block_steps", "ALPHA_MAX", "DEFAULT_THRESHOLD",
            "SCAN_POINTS", "SCAN_LOW"]
@@ -65,8 +66,8 @@ _REFINEMENTS = 30
 _ALPHA, _Q0, _P0, _SCALE = (PARAMETER_COLUMNS[name] for name in ("alpha_sa", "q0", "p0", "log2_scale"))
 
 
-def min_residual_strength(arch: Architecture, depth: int, beta, threshold=DEFAULT_THRESHOLD, *,
-                          q0=1.0, rho0=0.0, alpha_max=ALPHA_MAX, tol=1e-8, progress=None, segment=None):
+def min_residual_strength(arch: Architecture, depth: int = None, beta=None, threshold=None, *,
+                          q0=None, rho0=None, alpha_max=ALPHA_MAX, tol=1e-8, progress=None, segment=None):
     r"""Smallest attention skip strength that keeps a depth-L stack out of rank collapse.
 
     .. math::
@@ -86,18 +87,22 @@ def min_residual_strength(arch: Architecture, depth: int, beta, threshold=DEFAUL
 
     Parameters
     ----------
-    arch : Architecture
+    arch : Architecture or RunSettings
         The stack. Its own ``alpha_sa`` is ignored (that is the quantity searched for);
-        every other numeric field may be an array and broadcasts with ``beta``.
+        every other numeric field may be an array and broadcasts with ``beta``. Or a
+        :class:`~remprop.theory.RunSettings`, which holds ``depth``, ``beta``,
+        ``threshold``, ``q0`` and ``rho0`` (then left out) and is trusted: its fields were
+        checked when it was made.
     depth : int
         Number of blocks L, >= 1.
     beta : array_like
         Query/key scale(s), > 0.
-    threshold : float
-        Collapse threshold ``t`` on the final mean cosine, in the open interval (0, 1).
-    q0, rho0 : array_like
-        Input mean squared norm (> 0) and mean cosine (in [-1, 1]; the tested
-        monotonicity covers ``rho0 >= 0``, the physical range of a long sequence).
+    threshold : float, optional
+        Collapse threshold ``t`` on the final mean cosine, in the open interval (0, 1)
+        (default :data:`~remprop.theory.DEFAULT_THRESHOLD`, 0.99).
+    q0, rho0 : array_like, optional
+        Input mean squared norm (> 0, default 1) and mean cosine (in [-1, 1], default 0; the
+        tested monotonicity covers ``rho0 >= 0``, the physical range of a long sequence).
     alpha_max : float
         Upper end of the search, > 0 (default :data:`ALPHA_MAX` = 1e3).
     tol : float
@@ -136,16 +141,20 @@ def min_residual_strength(arch: Architecture, depth: int, beta, threshold=DEFAUL
     >>> 1.0 < alpha < 1.5
     True
     """
-    if not isinstance(arch, Architecture):
-        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-    depth = check_depth(depth)
-    threshold = check_open_unit("threshold", threshold)
+    run = given_run(arch, depth=depth, beta=beta, threshold=threshold, q0=q0, rho0=rho0)
+    if run is not None:  # checked once, when the run was made
+        arch, depth, threshold = run.arch, run.depth, run.threshold
+    elif not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a remprop.theory.Architecture (or a RunSettings), got {type(arch).__name__}")
+    else:
+        depth = check_depth(depth)
+        threshold = check_open_unit("threshold", DEFAULT_THRESHOLD if threshold is None else threshold)
     alpha_max = _positive_finite("alpha_max", alpha_max)
     tol = _positive_finite("tol", tol)
     if progress is not None and not callable(progress):
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     # alpha_sa is the unknown: drop the architecture's own value (and any array shape).
-    shape, size, rows = pack_parameters(arch.replace(alpha_sa=0.0), beta, q0, rho0)
+    shape, size, rows = pack_parameters(run if run is not None else arch, beta, q0, rho0, alpha_sa=0.0)
     if segment is None:
         cells, chunks = min(size, CHUNK_ROWS), -(-size // CHUNK_ROWS)
         passes = search_block_steps(arch, depth, cells, alpha_max, tol) // (cells * depth)

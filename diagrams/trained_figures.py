@@ -19,10 +19,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .measured_figures import MARKERS, _edges
+from .measured_figures import MARKERS, fine_prediction
 from .style import NORM_TITLES, PHASE_STYLE
 from .theory_figures import trainability_figure
-from .trainability import trainability_diagram
 
 __all__ = ["trained_diagram_figure", "UNTRAINED_STYLE"]
 
@@ -52,12 +51,8 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c, f); docs/theory.md section 6.
     """
     spec, cfg = diagram.spec, diagram.spec.config
-    betas, alphas = np.asarray(spec.betas), np.asarray(spec.alphas)
-    (b_lo, b_hi), (a_lo, a_hi) = _edges(betas), _edges(alphas)
-    b_lo, a_lo = max(b_lo, 1e-3), max(a_lo, 0.0)
-    fine_b, fine_a = np.linspace(b_lo, b_hi, fine_points), np.linspace(a_lo, a_hi, fine_points)
-    fine = trainability_diagram(diagram.predicted.arch, fine_b, fine_a, cfg.depth, spec.threshold, q0=1.0,
-                                rho0=diagram.input_rho)
+    betas, alphas = diagram.betas, diagram.alphas
+    fine_b, fine_a, fine, (b_lo, b_hi, a_lo, a_hi) = fine_prediction(diagram, fine_points)
 
     fig = Figure(figsize=(12.0, 5.4), layout="constrained")
     left, right = fig.subplots(1, 2)

@@ -86,9 +86,10 @@ def test_theory_and_simulation_are_together_in_the_data(tiny_set):
     assert len(fig5["measured"]["y2"][0]) == TINY.betas_5 and len(fig5["theory"]["y2"][0]) == TINY.betas_5
     measured = load_data(out / "fig1c_measured_vs_predicted.json")
     notes = tiny_set.notes["1c"]
-    assert measured["cells"] == notes["cells"] == 6 and measured["agreement"] == notes["agreement"]
-    assert np.mean(np.array(measured["measured_phase"]) == np.array(measured["predicted_phase"])) \
-        == measured["agreement"]
+    values = measured["values"]
+    assert values["cells"] == notes["cells"] == 6 and values["agreement"] == notes["agreement"]
+    assert np.mean(np.array(measured["arrays"]["phase"]) == np.array(measured["predicted"]["arrays"]["phase"])) \
+        == values["agreement"]
 
 
 def test_index_lists_the_files_of_every_figure(tiny_set):

@@ -258,10 +258,12 @@ def test_save_load_round_trip(tmp_path):
         raise AssertionError(f"non-standard JSON constant {token}")
 
     summary = json.loads(json_path.read_text(), parse_constant=strict)
-    assert summary["alpha_star"] == ["inf", "inf"]
-    assert summary["phase"]["codes"] == d.phase.tolist()
-    assert summary["phase"]["labels"] == {"0": "trainable", "1": "rank-collapse", "2": "entropy-collapse"}
-    assert summary["arch"]["sigma_w2"] == 0.3 and summary["depth"] == 8 and summary["threshold"] == 0.9
+    assert summary["format"] == "remprop.grid_result/1" and summary["kind"] == "theory"
+    assert summary["arrays"]["alpha_star"] == ["inf", "inf"]
+    assert summary["arrays"]["phase"] == d.phase.tolist() and summary["axes"] == ["alpha", "beta"]
+    assert summary["labels"] == {"0": "trainable", "1": "rank-collapse", "2": "entropy-collapse"}
+    settings = summary["settings"]
+    assert settings["arch"]["sigma_w2"] == 0.3 and settings["depth"] == 8 and settings["threshold"] == 0.9
     assert summary["betas"] == [0.5, 2.0]
     back = TrainabilityDiagram.load(tmp_path / "diagram")
     for name in ("betas", "alphas", "phase", "rho_final", "beta_critical", "beta_critical_cells", "alpha_star"):
@@ -274,8 +276,8 @@ def test_save_load_round_trip(tmp_path):
 def test_save_finite_values_round_trip_through_json(tmp_path, bert60):
     _, json_path = bert60.save(tmp_path / "bert")
     summary = json.loads(json_path.read_text())
-    np.testing.assert_array_equal(summary["alpha_star"], bert60.alpha_star)
-    np.testing.assert_array_equal(summary["beta_critical"], bert60.beta_critical)
+    np.testing.assert_array_equal(summary["arrays"]["alpha_star"], bert60.alpha_star)
+    np.testing.assert_array_equal(summary["arrays"]["beta_critical"], bert60.beta_critical)
 
 
 # -- memory and progress -----------------------------------------------------------------------

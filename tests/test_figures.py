@@ -188,7 +188,7 @@ def test_make_theory_figures_quick(tmp_path):
         if path.suffix == ".png":
             assert_nontrivial_png(path)
     summary = json.loads((tmp_path / "figs" / "fig1c_theory_bert_L60.json").read_text())
-    assert summary["depth"] == 60 and len(summary["betas"]) == 60 and len(summary["alphas"]) == 60
+    assert summary["settings"]["depth"] == 60 and len(summary["betas"]) == 60 and len(summary["alphas"]) == 60
     with np.load(tmp_path / "figs" / "fig2_theory_attention_phase.npz") as data:
         assert data["output_cosine"].shape == (80, 80)
     ln = json.loads((tmp_path / "figs" / "fig4_theory_layernorm_placement.json").read_text())

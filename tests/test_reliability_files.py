@@ -258,12 +258,19 @@ def rewrite(path, arrays, **changes):
     np.savez(path, **{name: value for name, value in {**arrays, **changes}.items() if value is not None})
 
 
+def with_settings(arrays, **changes):
+    """The npz member ``meta`` (the grid result's JSON header) with some settings changed."""
+    meta = json.loads(str(arrays["meta"]))
+    meta["settings"].update(changes)
+    return np.array(json.dumps(meta))
+
+
 @pytest.mark.parametrize("case, reason", [
     ("truncated", "not a NumPy npz archive"), ("not a zip", "not a NumPy npz archive"),
-    ("damaged member", "unreadable arrays"), ("no keys", "missing arrays betas, alphas, depth"),
+    ("damaged member", "unreadable arrays"), ("no keys", "missing arrays meta, alphas, betas"),
     ("format", "format 'remprop.other/1'"), ("shapes", "phase has shape (2, 3)"),
     ("negative betas", "betas must be > 0"), ("depth -5", "depth must be an integer >= 1, got -5"),
-    ("architecture", "arch_json: norm must be one of"),
+    ("architecture", "settings.arch: norm must be one of"), ("header", "meta is not JSON text"),
 ])
 def test_damaged_saved_diagram_is_one_value_error_naming_the_file(tmp_path, saved_diagram, case, reason):
     original, arrays = saved_diagram
@@ -281,8 +288,9 @@ def test_damaged_saved_diagram_is_one_value_error_naming_the_file(tmp_path, save
         rewrite(path, {"format": arrays["format"]})
     else:
         changes = {"format": dict(format=np.array("remprop.other/1")), "shapes": dict(phase=arrays["phase"].T),
-                   "negative betas": dict(betas=-arrays["betas"]), "depth -5": dict(depth=np.array(-5)),
-                   "architecture": dict(arch_json=np.array('{"norm": "sideways"}'))}[case]
+                   "negative betas": dict(betas=-arrays["betas"]), "depth -5": dict(meta=with_settings(arrays, depth=-5)),
+                   "architecture": dict(meta=with_settings(arrays, arch={"norm": "sideways"})),
+                   "header": dict(meta=np.array('{"kind": "theory", '))}[case]
         rewrite(path, arrays, **changes)
     with pytest.raises(ValueError, match=f"^path: {re.escape(str(path))} .*{re.escape(reason)}") as info:
         TrainabilityDiagram.load(path)

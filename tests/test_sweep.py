@@ -246,12 +246,39 @@ def test_measured_diagram_of_a_real_sweep(tmp_path, small_reference):
     paths = diagram.save(tmp_path / "measured")
     assert sorted(p.suffix for p in paths) == [".json", ".npz", ".png"]
     summary = json.loads((tmp_path / "measured.json").read_text())
-    assert summary["agreement"] == diagram.agreement and summary["cells"] == 9
-    assert np.array(summary["measured_phase"]).tolist() == diagram.phase.tolist()
+    assert summary["values"]["agreement"] == diagram.agreement and summary["values"]["cells"] == 9
+    assert summary["kind"] == "measured" and summary["arrays"]["phase"] == diagram.phase.tolist()
+    assert summary["predicted"]["arrays"]["phase"] == diagram.predicted.phase.tolist()
     figure = diagram.figure(fine_points=40)
     assert f"{int(diagram.agrees.sum())}/9 cells ({100 * diagram.agreement:.1f}%)" in figure.get_suptitle()
     with pytest.raises(ValueError, match="^records: 1 of 9 cells are missing"):
         MeasuredDiagram.from_records(spec, {k: v for k, v in list(records.items())[1:]})
+
+
+def test_measured_diagram_reads_back_from_its_files(tmp_path, small_reference):
+    """The measured diagram is a grid result: its npz reads back into the same diagram, prediction included."""
+    from remprop.diagrams import TrainabilityDiagram
+
+    spec, records = small_reference
+    diagram = MeasuredDiagram.from_records(spec, records)
+    diagram.save(tmp_path / "measured", figure=False)
+    back = MeasuredDiagram.load(tmp_path / "measured.npz")
+    assert back.spec.manifest() == spec.manifest() and back.theory == diagram.theory
+    for name in ("phase", "cosine_final", "cosine_final_std", "beta_critical_cells", "layer_cosine", "layer_y2"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(diagram, name))
+    np.testing.assert_array_equal(back.predicted.alpha_star, diagram.predicted.alpha_star)
+    assert back.predicted.arch.to_dict() == diagram.predicted.arch.to_dict()
+    assert (back.agreement, back.input_q, back.devices) == (diagram.agreement, diagram.input_q, diagram.devices)
+    assert back.confusion() == diagram.confusion()
+    # a theory diagram is not a measured one, and the other way round
+    with pytest.raises(ValueError, match="holds a measured grid, not a theory one"):
+        TrainabilityDiagram.load(tmp_path / "measured")
+    # the format before the grid result had no reader: the error names the file and the command
+    old = tmp_path / "old.npz"
+    np.savez(old, measured_phase=diagram.phase, sweep_json=np.array("{}"), theory=np.array("finite-T"))
+    with pytest.raises(ValueError, match=f"^path: {old} .*remprop sweep --out FOLDER") as info:
+        MeasuredDiagram.load(old)
+    assert "\n" not in str(info.value)
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -131,7 +131,7 @@ def test_grid_classification_and_agreement_with_the_theory(tmp_path):
     assert diagram.agreement_trainable == pytest.approx(np.mean((diagram.phase == 0) == (theory.phase == 0)))
     summary = diagram.to_dict()
     json.dumps(summary, allow_nan=False)
-    assert summary["confusion_predicted_vs_trained"]["entropy-collapse"]["entropy-collapse"] == \
+    assert summary["values"]["confusion"]["entropy-collapse"]["entropy-collapse"] == \
         int(np.sum((theory.phase == ENTROPY_COLLAPSE) & (expected == ENTROPY_COLLAPSE)))
 
 
@@ -225,8 +225,28 @@ def test_figure_renders_with_agreement_in_the_title(tmp_path):
     diagram = TrainedDiagram.from_folder(tmp_path)
     fig = diagram.figure(fine_points=40)
     assert f"({100 * diagram.agreement:.0f}%)" in fig._suptitle.get_text()
-    json_path, png = diagram.save(tmp_path / "out" / "trained")
-    assert png.stat().st_size > 10_000 and json.loads(json_path.read_text())["cells"] == 6
+    npz, json_path, png = diagram.save(tmp_path / "out" / "trained")
+    assert png.stat().st_size > 10_000 and json.loads(json_path.read_text())["values"]["cells"] == 6
+
+
+def test_trained_diagram_reads_back_from_its_files(tmp_path):
+    spec = small_spec(seeds=1)
+    run_trained_grid(spec, tmp_path / "grid", train=fake_train, workers=0)
+    diagram = TrainedDiagram.from_folder(tmp_path / "grid")
+    diagram.save(tmp_path / "trained", figure=False)
+    back = TrainedDiagram.load(tmp_path / "trained")
+    assert back.spec.manifest() == spec.manifest() and back.theory == diagram.theory
+    for name in ("phase", "final_test_loss", "fraction", "init_entropy_min", "eval_steps", "test_loss"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(diagram, name))
+    np.testing.assert_array_equal(back.predicted.phase, diagram.predicted.phase)
+    assert (back.unigram_loss, back.reference_loss, back.agreement_trainable) == \
+        (diagram.unigram_loss, diagram.reference_loss, diagram.agreement_trainable)
+    assert back.grid.labels[UNTRAINED] == "untrained"
+    # the format before the grid result was JSON only: the error names the file and the command
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"format": "remprop.trained_diagram/1", "cells": 6}))
+    with pytest.raises(ValueError, match=f"^path: {old} .*remprop trained-diagram --out FOLDER"):
+        TrainedDiagram.load(tmp_path / "old")
 
 
 @pytest.mark.parametrize("argv, option", [

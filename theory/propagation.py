@@ -8,7 +8,8 @@ import numpy as np
 from .kernels import PARAMS, architecture_block_code, architecture_codes, kernels_for, packed_table
 from .checks import as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
-from .softcap import check_logit_softcap
+from .settings import given_run
+from . import softcap
 
 __all__ = ["Trajectory", "propagate", "final_state", "final_state_rows", "pack_parameters", "scaled_state",
            "CHUNK_ROWS", "PARAMETER_COLUMNS"]
@@ -70,7 +71,7 @@ def scaled_state(q, p, log2_scale):
         return (np.ldexp(q, exponent), np.ldexp(p, exponent), p / q, np.log2(q) + log2_scale)
 
 
-def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
+def pack_parameters(arch: Architecture, beta=None, q0=None, rho0=None, **overrides):
     """Validate and broadcast beta, the numeric fields and the input state.
 
     Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
@@ -86,25 +87,22 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     ``rho0`` must lie in ``[0, 1]`` when ``arch.seq_len`` is None and in
     ``[-1/(T - 1), 1]`` for ``T = arch.seq_len`` (the mean cosine of T tokens is at least
     ``-1/(T - 1)``, which tends to 0); other values raise ``ValueError`` naming rho0.
+    ``q0`` and ``rho0`` default to 1 and 0.
+
+    A :class:`~remprop.theory.RunSettings` may stand for ``arch`` (``beta``, ``q0`` and
+    ``rho0`` then left out): its fields were checked when it was made and are packed as
+    they are (:func:`~remprop.theory.settings.given_run`); ``overrides`` are checked either way.
     """
-    if not isinstance(arch, Architecture):
-        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-    values = {"beta": np.asarray(arch.effective_beta(as_float_array("beta", beta, positive=True)),
-                                 dtype=np.float64)}
+    arch, beta, q0, rho0 = _run_inputs(arch, beta, q0, rho0)
+    values = {"beta": np.asarray(arch.effective_beta(beta), dtype=np.float64)}
     values.update(arch.numeric())
     values["mean_rope_correlation"] = np.asarray(arch.mean_rope_correlation, dtype=np.float64)
     values["block_code"] = np.asarray(float(architecture_block_code(arch)))
     values["qk_norm_dim"] = np.asarray(float(arch.qk_norm_width))
     for name, value in overrides.items():
         values[name] = as_float_array(name, value, nonnegative=True)
-    q0 = as_float_array("q0", q0, positive=True)
-    rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
-    # T tokens have mean cosine >= -1/(T - 1): rho0 >= 0 for arch.seq_len None (the
-    # T -> infinity softmax map would give negative variances), >= -1/(T - 1) otherwise
-    rho0 = check_simplex_cosine("rho0", rho0, arch.seq_len)
     values["q0"] = q0
     values["rho0"] = rho0
-    check_logit_softcap(arch, beta, q0)
     names = [name for name in PARAMS if name not in ("p0", "log2_scale")] + ["rho0"]
     try:
         shape = np.broadcast_shapes(*(values[n].shape for n in names))
@@ -127,7 +125,33 @@ def pack_parameters(arch: Architecture, beta, q0=1.0, rho0=0.0, **overrides):
     return shape, size, rows
 
 
-def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Trajectory:
+def _run_inputs(arch, beta, q0, rho0):
+    """``(arch, beta, q0, rho0)`` of a call, as float arrays: a RunSettings' own (checked when
+    it was made, trusted here) or the arguments, checked."""
+    run = given_run(arch, beta=beta, q0=q0, rho0=rho0)
+    if run is not None:
+        return run.arch, *(np.asarray(v, dtype=np.float64) for v in (run.beta, run.q0, run.rho0))
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a remprop.theory.Architecture (or a RunSettings), got {type(arch).__name__}")
+    if beta is None:
+        raise ValueError("beta must be given with an Architecture (or pass a RunSettings)")
+    beta = as_float_array("beta", beta, positive=True)
+    q0 = as_float_array("q0", 1.0 if q0 is None else q0, positive=True)
+    rho0 = as_float_array("rho0", 0.0 if rho0 is None else rho0, low=-1.0, high=1.0)
+    # T tokens have mean cosine >= -1/(T - 1): rho0 >= 0 for arch.seq_len None (the
+    # T -> infinity softmax map would give negative variances), >= -1/(T - 1) otherwise
+    rho0 = check_simplex_cosine("rho0", rho0, arch.seq_len)
+    softcap.check_logit_softcap(arch, beta, q0)
+    return arch, beta, q0, rho0
+
+
+def _arch_and_depth(arch, depth):
+    """The architecture and depth of a call: a RunSettings' own (trusted), or ``depth`` checked."""
+    run = given_run(arch, depth=depth)
+    return (run.arch, run.depth) if run is not None else (arch, check_depth(depth))
+
+
+def propagate(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=None) -> Trajectory:
     r"""Propagate the order parameters (q, p) through ``depth`` blocks.
 
     Each block applies the maps of its components in the order given by
@@ -139,15 +163,18 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
 
     Parameters
     ----------
-    arch : Architecture
+    arch : Architecture or RunSettings
+        The stack; or a :class:`~remprop.theory.RunSettings`, which holds ``beta``,
+        ``depth``, ``q0`` and ``rho0`` (then left out) and is trusted: its fields were
+        checked when it was made.
     beta : array_like
         Query/key scale (``s_qk^2 = beta sqrt(log T) / d``), > 0.
     depth : int
         Number of blocks, >= 1.
-    q0 : array_like
-        Input mean squared norm per coordinate, > 0.
-    rho0 : array_like
-        Input mean cosine of two tokens: in ``[0, 1]`` when ``arch.seq_len`` is None
+    q0 : array_like, optional
+        Input mean squared norm per coordinate, > 0 (default 1).
+    rho0 : array_like, optional
+        Input mean cosine of two tokens (default 0): in ``[0, 1]`` when ``arch.seq_len`` is None
         (T tokens have mean cosine ``>= -1/(T - 1) -> 0``; a negative cosine would make
         the T -> infinity softmax map return negative variances), in
         ``[-1/(T - 1), 1]`` for ``T = arch.seq_len``.
@@ -172,8 +199,8 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
     >>> traj.rho.shape
     (2, 61)
     """
-    depth = check_depth(depth)
-    shape, size, rows = pack_parameters(arch, beta, q0, rho0)
+    run, (arch, depth) = arch, _arch_and_depth(arch, depth)
+    shape, size, rows = pack_parameters(run, beta, q0, rho0)
     q = np.empty((size, depth + 1))
     p = np.empty((size, depth + 1))
     exponent = np.empty((size, depth + 1))
@@ -193,7 +220,7 @@ def propagate(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0) -> Traject
                       cosine=rho.reshape(layers), log2_q=log2_q.reshape(layers))
 
 
-def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress=None):
+def final_state(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=None, progress=None):
     """Final-layer (q, p) and critical betas without storing trajectories.
 
     Returns a dict of arrays of the broadcast shape: ``q``, ``p``, ``rho``,
@@ -203,12 +230,14 @@ def final_state(arch: Architecture, beta, depth: int, q0=1.0, rho0=0.0, progress
     ``arch.seq_len`` is None, ``>= -1/(T - 1)`` otherwise). ``log2_q`` is ``log2`` of the
     final q, finite where a deep pre-LN or no-LN stream leaves float64 (q reads inf there;
     ``rho`` is exact at any depth, see :class:`Trajectory`). With ``arch.final_norm`` the final
-    state is the output of the final norm, as in :func:`propagate`.
+    state is the output of the final norm, as in :func:`propagate`. A
+    :class:`~remprop.theory.RunSettings` may stand for ``arch``, ``beta``, ``depth``, ``q0``
+    and ``rho0``, trusted as in :func:`propagate`.
     """
-    depth = check_depth(depth)
+    run, (arch, depth) = arch, _arch_and_depth(arch, depth)
     if progress is not None and not callable(progress):
         raise ValueError(f"progress must be callable or None, got {progress!r}")
-    shape, size, rows = pack_parameters(arch, beta, q0, rho0)
+    shape, size, rows = pack_parameters(run, beta, q0, rho0)
     out = np.empty((size, 5))
     kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
     table = packed_table(arch.seq_len)

@@ -5,7 +5,10 @@ Every result of the theory for a stack is fixed by the same six things: the
 state ``(q0, rho0)`` and the rank-collapse threshold. :class:`RunSettings` holds them and
 checks them once, at construction; the trainability diagram, the real-model
 specification, the simulated sweep and the comparison each keep one instead of validating
-the same fields again, and the functions they call trust it.
+the same fields again, and the functions they call trust it: :func:`~remprop.theory.propagate`,
+:func:`~remprop.theory.final_state`, :func:`~remprop.theory.propagation.pack_parameters` and
+:func:`~remprop.diagrams.min_residual_strength` take a RunSettings in place of the
+architecture and then check none of its fields again (:func:`given_run`).
 """
 from __future__ import annotations
 
@@ -16,9 +19,11 @@ from typing import Any
 import numpy as np
 
 from .architecture import Architecture
-from .checks import as_float_array, check_depth, check_open_unit, check_real_scalar, check_simplex_cosine
+from . import softcap
+from .checks import (as_float_array, check_depth, check_grid_axis, check_open_unit, check_real_scalar,
+                     check_simplex_cosine)
 
-__all__ = ["RunSettings", "DEFAULT_THRESHOLD"]
+__all__ = ["RunSettings", "DEFAULT_THRESHOLD", "given_run"]
 
 #: Default collapse threshold on the final mean cosine of two tokens.
 DEFAULT_THRESHOLD = 0.99
@@ -52,7 +57,10 @@ class RunSettings:
     Raises
     ------
     ValueError
-        Naming the first field that is out of its domain.
+        Naming the first field that is out of its domain, or ``logit_softcap`` when the
+        cap is too small for the theory at this ``beta``
+        (:func:`~remprop.theory.softcap.check_logit_softcap`). These are all the checks
+        the kernels need: a function given a RunSettings checks none of them again.
 
     References
     ----------
@@ -89,6 +97,7 @@ class RunSettings:
             raise ValueError(f"rho0 must be <= 1, got {self.rho0!r}")
         set_("rho0", float(check_simplex_cosine("rho0", np.asarray(rho0), self.arch.seq_len)))
         set_("threshold", check_open_unit("threshold", self.threshold))
+        softcap.check_logit_softcap(self.arch, self.beta, q0)
 
     @property
     def p0(self) -> float:
@@ -98,6 +107,23 @@ class RunSettings:
     def replace(self, **changes) -> "RunSettings":
         """A copy with some fields changed, validated again."""
         return dataclasses.replace(self, **changes)
+
+    def over_alphas(self, alphas) -> "RunSettings":
+        """The run of every cell of an ``(alpha_sa, beta)`` grid, as the kernels take it.
+
+        ``arch.alpha_sa`` becomes ``alphas[:, None]`` and ``beta`` becomes ``beta[None, :]``,
+        so that every array of the run broadcasts to ``(len(alphas), len(beta))`` (rows
+        alphas, columns betas, as in a trainability diagram). ``alphas`` is checked (a
+        non-empty 1-d grid, >= 0); the other fields were checked when this run was made and
+        are not checked again (the skip strength changes none of their domains).
+        """
+        alphas = check_grid_axis("alphas", alphas, nonnegative=True)
+        cells = object.__new__(RunSettings)
+        for field in dataclasses.fields(self):
+            object.__setattr__(cells, field.name, getattr(self, field.name))
+        object.__setattr__(cells, "arch", self.arch.replace(alpha_sa=alphas[:, None]))
+        object.__setattr__(cells, "beta", np.atleast_1d(self.beta)[None, :])
+        return cells
 
     def to_dict(self) -> dict:
         """JSON-ready fields (the architecture as :meth:`~remprop.theory.Architecture.to_dict`)."""
@@ -114,3 +140,31 @@ class RunSettings:
     def __repr__(self):
         return (f"RunSettings(arch={self.arch!r}, beta={self.beta!r}, depth={self.depth}, q0={self.q0!r}, "
                 f"rho0={self.rho0!r}, threshold={self.threshold!r})")
+
+
+def given_run(arch, **beside):
+    """``arch`` when it is a :class:`RunSettings`, else None: the door of the functions below it.
+
+    A function that takes an architecture and its run's fields (``beta``, ``depth``, ``q0``,
+    ...) takes a RunSettings in their place and then trusts it: its fields were checked
+    when it was made (docs/architecture.md). ``beside`` are the arguments the caller gave
+    next to it; with a RunSettings each must be None (the run holds it), else a ValueError
+    names the first.
+
+    Parameters
+    ----------
+    arch : Architecture or RunSettings
+        The first argument of the calling function.
+    **beside
+        The run's fields as passed separately (None: not given).
+
+    Returns
+    -------
+    RunSettings or None
+    """
+    if not isinstance(arch, RunSettings):
+        return None
+    for name, value in beside.items():
+        if value is not None:
+            raise ValueError(f"{name}: given beside a RunSettings, which holds it (pass one or the other)")
+    return arch

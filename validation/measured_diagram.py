@@ -29,16 +29,14 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c); docs/theory.m
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from remprop._json import to_jsonable
 from remprop.diagrams import PHASE_LABELS, TrainabilityDiagram, classify_phases, trainability_diagram
-from remprop.diagrams.phases import confusion
+from remprop.diagrams.grid_result import CELL_AXES, ComparedView, GridResult, cell_array, check_arrays
 from remprop.theory import Architecture
 from remprop.theory.checks import check_choice
 
@@ -49,7 +47,18 @@ __all__ = ["MeasuredDiagram", "measured_beta_critical", "THEORIES", "resolve_the
 
 #: Theories a measured diagram can be set against.
 THEORIES = ("auto", "finite-T", "asymptotic")
-_FORMAT = "remprop.measured_diagram/1"
+#: The arrays of a measured grid and their axes.
+_ARRAYS = {"phase": CELL_AXES, "cosine_final": CELL_AXES, "cosine_final_std": CELL_AXES,
+           "beta_critical_cells": CELL_AXES, "layer_cosine": CELL_AXES + ("layer",),
+           "layer_y2": CELL_AXES + ("block",)}
+#: The arrays its JSON summary lists (the per-layer arrays stay in the npz).
+_SUMMARY = ("phase", "cosine_final", "cosine_final_std", "beta_critical_cells")
+_RULES = {
+    "rank_collapse": "measured final mean token cosine (mean over samples) > threshold",
+    "entropy_collapse": "beta > critical beta of the measured attention input: first layer "
+                        "(post-LN), smallest over layers (pre-LN, no LN)",
+    "both": "entropy collapse",
+}
 
 
 def resolve_theory(theory) -> str:
@@ -98,15 +107,20 @@ def _as_float(values):
 
 
 @dataclass(frozen=True, eq=False)
-class MeasuredDiagram:
+class MeasuredDiagram(ComparedView):
     """Measured phases of a simulated sweep beside the theory's.
 
-    Arrays over the grid have axes ``(alpha, beta)`` like
-    :class:`~remprop.diagrams.TrainabilityDiagram`.
+    A view on a :class:`~remprop.diagrams.grid_result.GridResult` of kind ``"measured"``
+    whose ``predicted`` is the theory's grid. Arrays over the grid have axes
+    ``(alpha, beta)`` like :class:`~remprop.diagrams.TrainabilityDiagram`.
 
     Attributes
     ----------
+    grid : GridResult
+        The numbers, settings (the sweep's manifest, the theory), files.
     spec : SweepSpec
+    predicted : TrainabilityDiagram
+        The theory on the same grid.
     theory : str
         ``"finite-T"`` or ``"asymptotic"``: the theory of ``predicted``.
     cosine_final, cosine_final_std : ndarray
@@ -121,24 +135,25 @@ class MeasuredDiagram:
         Mean participation ratio of every attention layer.
     input_q, input_rho : float
         Measured input state (mean over cells and samples); the theory starts there.
-    predicted : TrainabilityDiagram
-        The theory on the same grid.
     devices : tuple of str
         Devices the cells ran on.
     """
 
+    grid: GridResult
     spec: SweepSpec
-    theory: str
-    cosine_final: np.ndarray
-    cosine_final_std: np.ndarray
-    beta_critical_cells: np.ndarray
-    phase: np.ndarray
-    layer_cosine: np.ndarray
-    layer_y2: np.ndarray
-    input_q: float
-    input_rho: float
     predicted: TrainabilityDiagram
-    devices: tuple = ()
+
+    KIND = "measured"
+
+    theory = property(lambda self: self.grid.settings["theory"], doc="The theory of ``predicted``.")
+    cosine_final = cell_array("cosine_final", "Mean over samples of the final mean token cosine, per cell.")
+    cosine_final_std = cell_array("cosine_final_std", "Its standard deviation over samples (ddof 1).")
+    beta_critical_cells = cell_array("beta_critical_cells", "Measured critical beta of each cell.")
+    layer_cosine = cell_array("layer_cosine", "Mean token cosine after every block (column 0: input).")
+    layer_y2 = cell_array("layer_y2", "Mean participation ratio of every attention layer.")
+    input_q = property(lambda self: float(self.grid.values["input_q"]), doc="Measured input mean squared norm.")
+    input_rho = property(lambda self: float(self.grid.values["input_rho"]), doc="Measured input mean cosine.")
+    devices = property(lambda self: tuple(self.grid.provenance.get("devices", ())), doc="Devices of the cells.")
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -165,9 +180,36 @@ class MeasuredDiagram:
         predicted = trainability_diagram(theory_architecture(spec.arch, theory, spec.seq_len), betas,
                                          np.asarray(spec.alphas), spec.depth, spec.threshold, q0=input_q,
                                          rho0=input_rho)
-        devices = tuple(sorted({str(r.get("run", {}).get("device", "?")) for r in records.values()}))
-        return cls(spec, theory, cosine_final, cosine_final_std, beta_c, phase, layer_cosine, layer_y2,
-                   input_q, input_rho, predicted, devices)
+        devices = sorted({str(r.get("run", {}).get("device", "?")) for r in records.values()})
+        arrays = dict(phase=phase, cosine_final=cosine_final, cosine_final_std=cosine_final_std,
+                      beta_critical_cells=beta_c, layer_cosine=layer_cosine, layer_y2=layer_y2)
+        values = {"input_q": input_q, "input_rho": input_rho,
+                  **cls.comparison_values(phase, predicted.phase, PHASE_LABELS)}
+        grid = GridResult("measured", spec.alphas, spec.betas, arrays, dict(_ARRAYS), PHASE_LABELS,
+                          {"sweep": spec.manifest(), "theory": theory, "rules": _RULES}, values,
+                          {"devices": devices}, _SUMMARY, predicted.grid)
+        return cls(grid, spec, predicted)
+
+    @classmethod
+    def from_grid(cls, grid: GridResult) -> "MeasuredDiagram":
+        """The diagram of a measured grid: the sweep's spec and the prediction checked again."""
+        check_arrays(grid, _ARRAYS)
+        if grid.predicted is None:
+            raise ValueError("predicted: a measured grid carries the theory's prediction")
+        spec = SweepSpec.from_manifest(grid.settings["sweep"])
+        resolve_theory(grid.settings["theory"])
+        if not (np.array_equal(spec.betas, grid.betas) and np.array_equal(spec.alphas, grid.alphas)):
+            raise ValueError("settings.sweep: its betas and alphas are not the grid's")
+        return cls(grid, spec, TrainabilityDiagram.from_grid(grid.predicted))
+
+    @classmethod
+    def _older(cls, data: dict):
+        """The measured diagrams of before :data:`~remprop.diagrams.grid_result.GRID_FORMAT` had no reader."""
+        if "sweep_json" in data and "measured_phase" in data:
+            raise ValueError("a measured diagram in the format before remprop.grid_result/1, which is not read; "
+                             "make it again from its sweep folder with `remprop sweep --out FOLDER` and the same "
+                             "options (every finished cell is reused)")
+        return None
 
     @classmethod
     def from_folder(cls, out, theory="auto") -> "MeasuredDiagram":
@@ -191,26 +233,7 @@ class MeasuredDiagram:
             raise ValueError(f"out: {path} is not a valid sweep manifest ({err})") from None
         return cls.from_records(spec, load_records(spec, out), theory)
 
-    # -- comparison -----------------------------------------------------------------------
-    @property
-    def agrees(self) -> np.ndarray:
-        """Per cell: measured phase == predicted phase."""
-        return self.phase == self.predicted.phase
-
-    @property
-    def agreement(self) -> float:
-        """Fraction of cells whose measured phase is the predicted one."""
-        return float(self.agrees.mean())
-
-    def confusion(self) -> dict:
-        """Counts ``{predicted label: {measured label: cells}}`` (:func:`remprop.diagrams.phases.confusion`)."""
-        return confusion(self.predicted.phase, self.phase)
-
-    def fractions(self) -> dict:
-        """Fraction of cells in each measured phase, keyed by label."""
-        counts = np.bincount(self.phase.ravel(), minlength=len(PHASE_LABELS))
-        return {label: counts[code] / self.phase.size for code, label in PHASE_LABELS.items()}
-
+    # -- output ---------------------------------------------------------------------------
     def summary(self) -> str:
         """One line: grid, sizes, theory and agreement."""
         s = self.spec
@@ -219,66 +242,14 @@ class MeasuredDiagram:
                 f"({100 * self.agreement:.1f}%); {s.shape[1]} betas x {s.shape[0]} alphas, depth {s.depth}, "
                 f"d={s.width}, T={s.seq_len}, {s.samples} samples per cell")
 
-    # -- output ---------------------------------------------------------------------------
     def figure(self, fine_points=160):
         """Measured against predicted on one figure (see :mod:`remprop.diagrams.measured_figures`)."""
         from remprop.diagrams.measured_figures import measured_diagram_figure
 
         return measured_diagram_figure(self, fine_points=fine_points)
 
-    def to_dict(self) -> dict:
-        """JSON-ready summary: settings, phases (rows alphas, columns betas), agreement."""
-        return to_jsonable({
-            "format": _FORMAT,
-            "sweep": self.spec.manifest(),
-            "theory": self.theory,
-            "phase_labels": {str(code): label for code, label in PHASE_LABELS.items()},
-            "axes": ["alpha", "beta"],
-            "measured_phase": self.phase,
-            "predicted_phase": self.predicted.phase,
-            "agreement": self.agreement,
-            "cells_agreeing": int(self.agrees.sum()),
-            "cells": int(self.phase.size),
-            "confusion_predicted_vs_measured": self.confusion(),
-            "measured_cosine_final": self.cosine_final,
-            "measured_cosine_final_std": self.cosine_final_std,
-            "predicted_rho_final": self.predicted.rho_final,
-            "measured_beta_critical": self.beta_critical_cells,
-            "predicted_beta_critical": self.predicted.beta_critical_cells,
-            "input_q": self.input_q,
-            "input_rho": self.input_rho,
-            "devices": list(self.devices),
-            "rules": {
-                "rank_collapse": "measured final mean token cosine (mean over samples) > threshold",
-                "entropy_collapse": "beta > critical beta of the measured attention input: first layer "
-                                    "(post-LN), smallest over layers (pre-LN, no LN)",
-                "both": "entropy collapse",
-            },
-        })
-
     def save(self, path, *, figure=True) -> list:
-        """Write ``<path>.json`` (summary), ``<path>.npz`` (all arrays) and ``<path>.png``.
-
-        Returns the paths written.
-        """
-        base = Path(path)
-        if base.suffix in (".json", ".npz", ".png"):
-            base = base.with_suffix("")
-        base.parent.mkdir(parents=True, exist_ok=True)
-        json_path, npz_path = base.with_name(base.name + ".json"), base.with_name(base.name + ".npz")
-        with open(json_path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, allow_nan=False)
-        with open(npz_path, "wb") as handle:
-            np.savez(handle, betas=np.asarray(self.spec.betas), alphas=np.asarray(self.spec.alphas),
-                     measured_phase=self.phase, predicted_phase=self.predicted.phase,
-                     measured_cosine_final=self.cosine_final, measured_cosine_final_std=self.cosine_final_std,
-                     predicted_rho_final=self.predicted.rho_final, measured_beta_critical=self.beta_critical_cells,
-                     predicted_beta_critical=self.predicted.beta_critical_cells, layer_cosine=self.layer_cosine,
-                     layer_y2=self.layer_y2, agreement=self.agreement, theory=np.array(self.theory),
-                     sweep_json=np.array(json.dumps(self.spec.manifest())))
-        written = [json_path, npz_path]
-        if figure:
-            png = base.with_name(base.name + ".png")
-            self.figure().savefig(png, dpi=150)
-            written.append(png)
-        return written
+        """Write ``<path>.npz`` (all arrays, the prediction's too), ``<path>.json`` (the summary,
+        :mod:`remprop.diagrams.grid_result`) and with ``figure`` ``<path>.png``; return the paths.
+        :meth:`GridView.load <remprop.diagrams.grid_result.GridView.load>` reads them back."""
+        return super().save(path, figure=figure)

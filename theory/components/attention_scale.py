@@ -25,7 +25,7 @@ import numpy as np
 from ..checks import as_float_array, scalar_or_array
 from ..rem import critical_beta_core, effective_beta as head_effective_beta, gaussian_cosine_mean, \
     qk_norm_energy_core, rope_mean_correlation
-from ..softcap import check_logit_softcap
+from .. import softcap
 from .block import attention_input
 
 __all__ = ["mean_rope_correlation", "head_factor", "beta_scale", "qk_norm_width", "effective_beta",
@@ -143,7 +143,7 @@ def attention_map(arch, beta, *, sigma_bv2=None):
     """The attention component of ``arch`` at the model's ``beta``: softmax or gain-controlled,
     each head at :func:`effective_beta`, finite T when ``seq_len`` is set, with RoPE's ``cbar_T``
     and QK-norm's width. ``sigma_bv2``: a value-bias variance of its own (default ``sigma_b2``)."""
-    check_logit_softcap(arch, beta)
+    softcap.check_logit_softcap(arch, beta)
     rope = mean_rope_correlation(arch) if arch.positions.rotary else None
     return arch.attention.component(effective_beta(arch, beta), arch.sigma_v2,
                                     arch.sigma_b2 if sigma_bv2 is None else sigma_bv2, seq_len=arch.seq_len,

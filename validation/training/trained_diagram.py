@@ -66,10 +66,9 @@ from pathlib import Path
 
 import numpy as np
 
-from remprop._json import to_jsonable
 from remprop.diagrams import (ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram,
                               trainability_diagram)
-from remprop.diagrams.phases import confusion
+from remprop.diagrams.grid_result import CELL_AXES, ComparedView, GridResult, cell_array, check_arrays, suffixed
 from remprop.theory import DEFAULT_THRESHOLD
 
 from ..cell_store import MANIFEST_NAME
@@ -88,7 +87,22 @@ ENTROPY_FRACTION = 0.5
 UNTRAINED = 3
 #: Phase code -> label of the trained diagram (the theory's three, and UNTRAINED).
 TRAINED_LABELS = {**PHASE_LABELS, UNTRAINED: "untrained"}
-_DIAGRAM_FORMAT = "remprop.trained_diagram/1"
+#: The format of the JSON-only files this type wrote before the grid result's format.
+_FORMAT_V1 = "remprop.trained_diagram/1"
+#: The arrays of a trained grid and their axes (all listed in its JSON summary too).
+_ARRAYS = {"phase": CELL_AXES, "final_test_loss": CELL_AXES, "final_test_loss_std": CELL_AXES,
+           "fraction": CELL_AXES, "init_entropy_min": CELL_AXES, "init_cosine_final": CELL_AXES,
+           "eval_steps": ("step",), "test_loss": CELL_AXES + ("step",)}
+_RULES = {
+    "trained_fraction": "f = (unigram_loss - final_test_loss) / (unigram_loss - reference_loss), "
+                        "reference = the best cell",
+    "trainable": f"f >= {TRAINED_FRACTION}",
+    "entropy_collapse": f"not trainable and the smallest per-layer attention entropy at init "
+                        f"< {ENTROPY_FRACTION} log T",
+    "rank_collapse": "not trainable, not entropy-collapsed, token cosine after the last block at "
+                     "init > threshold",
+    "untrained": "not trainable and neither signature at init",
+}
 
 
 # -- classification -------------------------------------------------------------------------
@@ -133,15 +147,20 @@ def _cell_arrays(spec, records, name, part, reduce):
 
 
 @dataclass(frozen=True, eq=False)
-class TrainedDiagram:
+class TrainedDiagram(ComparedView):
     """Trained phases of a (beta, alpha_sa) grid beside the theory's.
 
-    Arrays over the grid have axes ``(alpha, beta)`` like
-    :class:`~remprop.diagrams.TrainabilityDiagram`.
+    A view on a :class:`~remprop.diagrams.grid_result.GridResult` of kind ``"trained"``
+    whose ``predicted`` is the theory's grid. Arrays over the grid have axes
+    ``(alpha, beta)`` like :class:`~remprop.diagrams.TrainabilityDiagram`.
 
     Attributes
     ----------
+    grid : GridResult
+        The numbers, settings (the grid's manifest, the theory), files.
     spec : TrainedGridSpec
+    predicted : TrainabilityDiagram
+        The theory on the same grid.
     theory : str
         ``"finite-T"`` or ``"asymptotic"``: the theory of ``predicted``.
     final_test_loss, final_test_loss_std : ndarray
@@ -155,8 +174,6 @@ class TrainedDiagram:
         the mean token cosine after the last block.
     phase : ndarray of int8
         Trained phase codes (:data:`TRAINED_LABELS`).
-    predicted : TrainabilityDiagram
-        The theory on the same grid.
     eval_steps : ndarray
         Steps of the test-loss curves.
     test_loss : ndarray, shape (alphas, betas, evals)
@@ -166,21 +183,24 @@ class TrainedDiagram:
     devices : tuple of str
     """
 
+    grid: GridResult
     spec: TrainedGridSpec
-    theory: str
-    final_test_loss: np.ndarray
-    final_test_loss_std: np.ndarray
-    unigram_loss: float
-    reference_loss: float
-    fraction: np.ndarray
-    init_entropy_min: np.ndarray
-    init_cosine_final: np.ndarray
-    phase: np.ndarray
     predicted: TrainabilityDiagram
-    eval_steps: np.ndarray
-    test_loss: np.ndarray
-    input_rho: float = 0.0
-    devices: tuple = ()
+
+    KIND = "trained"
+
+    theory = property(lambda self: self.grid.settings["theory"], doc="The theory of ``predicted``.")
+    final_test_loss = cell_array("final_test_loss", "Final test loss per cell, mean over seeds.")
+    final_test_loss_std = cell_array("final_test_loss_std", "Its standard deviation over seeds.")
+    fraction = cell_array("fraction", "Trained fraction f per cell.")
+    init_entropy_min = cell_array("init_entropy_min", "Smallest per-layer mean attention entropy at init.")
+    init_cosine_final = cell_array("init_cosine_final", "Mean token cosine after the last block at init.")
+    eval_steps = cell_array("eval_steps", "Steps of the test-loss curves.")
+    test_loss = cell_array("test_loss", "Test-loss curves per cell, mean over seeds.")
+    unigram_loss = property(lambda self: float(self.grid.values["unigram_loss"]), doc="The unigram baseline U.")
+    reference_loss = property(lambda self: float(self.grid.values["reference_loss"]), doc="The best cell's loss R.")
+    input_rho = property(lambda self: float(self.grid.values["input_rho"]), doc="Input cosine the theory starts at.")
+    devices = property(lambda self: tuple(self.grid.provenance.get("devices", ())), doc="Devices of the cells.")
 
     @classmethod
     def from_records(cls, spec: TrainedGridSpec, records: dict, theory="auto") -> "TrainedDiagram":
@@ -210,9 +230,51 @@ class TrainedDiagram:
         steps = np.asarray(runs(0, 0)[0]["eval_steps"], dtype=float)
         curves = np.array([[np.mean([np.asarray(r["test_loss"], dtype=float) for r in runs(a, b)], axis=0)
                             for b in range(spec.shape[1])] for a in range(spec.shape[0])])
-        devices = tuple(sorted({str(r.get("run", {}).get("device", "?")) for r in records.values()}))
-        return cls(spec, theory, loss, spread, unigram, float(np.nanmin(loss)), fraction, entropy, cosine, phase,
-                   predicted, steps, curves, input_rho, devices)
+        devices = sorted({str(r.get("run", {}).get("device", "?")) for r in records.values()})
+        arrays = dict(phase=phase, final_test_loss=loss, final_test_loss_std=spread, fraction=fraction,
+                      init_entropy_min=entropy, init_cosine_final=cosine, eval_steps=steps, test_loss=curves)
+        agrees_trainable = (phase == TRAINABLE) == (predicted.phase == TRAINABLE)
+        values = {"unigram_loss": unigram, "reference_loss": float(np.nanmin(loss)), "input_rho": input_rho,
+                  **cls.comparison_values(phase, predicted.phase, TRAINED_LABELS),
+                  "agreement_trainable": float(agrees_trainable.mean())}
+        grid = GridResult("trained", spec.alphas, spec.betas, arrays, dict(_ARRAYS), TRAINED_LABELS,
+                          {"grid": spec.manifest(), "theory": theory, "rules": _RULES}, values,
+                          {"devices": devices}, tuple(_ARRAYS), predicted.grid)
+        return cls(grid, spec, predicted)
+
+    @classmethod
+    def from_grid(cls, grid: GridResult) -> "TrainedDiagram":
+        """The diagram of a trained grid: the training grid's spec and the prediction checked again."""
+        check_arrays(grid, _ARRAYS)
+        if grid.predicted is None:
+            raise ValueError("predicted: a trained grid carries the theory's prediction")
+        try:
+            spec = TrainedGridSpec.from_manifest(grid.settings["grid"])
+        except (TypeError, ValueError, KeyError) as err:
+            raise ValueError(f"settings.grid: {err}") from None
+        resolve_theory(grid.settings["theory"])
+        if not (np.array_equal(spec.betas, grid.betas) and np.array_equal(spec.alphas, grid.alphas)):
+            raise ValueError("settings.grid: its betas and alphas are not the grid's")
+        return cls(grid, spec, TrainabilityDiagram.from_grid(grid.predicted))
+
+    @classmethod
+    def load(cls, path) -> "TrainedDiagram":
+        """Read a diagram written by :meth:`save` (:meth:`GridView.load
+        <remprop.diagrams.grid_result.GridView.load>`). A trained diagram of the previous
+        format (``<path>.json`` only, ``remprop.trained_diagram/1``) is not read: the error
+        says to make it again from its grid folder."""
+        json_path, npz_path = suffixed(path, ".json"), suffixed(path, ".npz")
+        if not npz_path.exists() and json_path.exists():
+            try:
+                old = json.loads(json_path.read_text(encoding="utf-8")).get("format") == _FORMAT_V1
+            except (OSError, ValueError, AttributeError):
+                old = False
+            if old:
+                raise ValueError(f"path: {json_path} is a trained diagram in the format before "
+                                 "remprop.grid_result/1, which is not read; make it again from its grid folder with "
+                                 "`remprop trained-diagram --out FOLDER` and the same options (every trained cell "
+                                 "is reused)")
+        return super().load(path)
 
     @classmethod
     def from_folder(cls, out, theory="auto") -> "TrainedDiagram":
@@ -233,16 +295,6 @@ class TrainedDiagram:
 
     # -- comparison -----------------------------------------------------------------------
     @property
-    def agrees(self) -> np.ndarray:
-        """Per cell: trained phase == predicted phase."""
-        return self.phase == self.predicted.phase
-
-    @property
-    def agreement(self) -> float:
-        """Fraction of cells whose trained phase is the predicted one."""
-        return float(self.agrees.mean())
-
-    @property
     def agrees_trainable(self) -> np.ndarray:
         """Per cell: trained and predicted agree about trainable or not."""
         return (self.phase == TRAINABLE) == (self.predicted.phase == TRAINABLE)
@@ -251,10 +303,6 @@ class TrainedDiagram:
     def agreement_trainable(self) -> float:
         """Fraction of cells on which trained and predicted agree about trainable or not."""
         return float(self.agrees_trainable.mean())
-
-    def confusion(self) -> dict:
-        """Counts ``{predicted label: {trained label: cells}}`` (:func:`remprop.diagrams.phases.confusion`)."""
-        return confusion(self.predicted.phase, self.phase, TRAINED_LABELS)
 
     def summary(self) -> str:
         """One line: agreements, grid and training sizes."""
@@ -272,47 +320,8 @@ class TrainedDiagram:
 
         return trained_diagram_figure(self, fine_points=fine_points)
 
-    def to_dict(self) -> dict:
-        """JSON-ready summary: settings, phases (rows alphas, columns betas), losses, agreements."""
-        return to_jsonable({
-            "format": _DIAGRAM_FORMAT, "grid": self.spec.manifest(), "theory": self.theory,
-            "phase_labels": {str(code): label for code, label in TRAINED_LABELS.items()},
-            "axes": ["alpha", "beta"], "betas": self.spec.betas, "alphas": self.spec.alphas,
-            "trained_phase": self.phase, "predicted_phase": self.predicted.phase,
-            "agreement": self.agreement, "agreement_trainable": self.agreement_trainable,
-            "cells_agreeing": int(self.agrees.sum()), "cells": int(self.phase.size),
-            "confusion_predicted_vs_trained": self.confusion(),
-            "final_test_loss": self.final_test_loss, "final_test_loss_std": self.final_test_loss_std,
-            "unigram_loss": self.unigram_loss, "reference_loss": self.reference_loss,
-            "trained_fraction": self.fraction, "init_attention_entropy_min": self.init_entropy_min,
-            "init_token_cosine_final": self.init_cosine_final, "input_rho": self.input_rho,
-            "predicted_rho_final": self.predicted.rho_final,
-            "predicted_beta_critical": self.predicted.beta_critical_cells,
-            "eval_steps": self.eval_steps, "test_loss": self.test_loss, "devices": list(self.devices),
-            "rules": {
-                "trained_fraction": "f = (unigram_loss - final_test_loss) / (unigram_loss - reference_loss), "
-                                    "reference = the best cell",
-                "trainable": f"f >= {TRAINED_FRACTION}",
-                "entropy_collapse": f"not trainable and the smallest per-layer attention entropy at init "
-                                    f"< {ENTROPY_FRACTION} log T",
-                "rank_collapse": "not trainable, not entropy-collapsed, token cosine after the last block at "
-                                 "init > threshold",
-                "untrained": "not trainable and neither signature at init",
-            },
-        })
-
     def save(self, path, *, figure=True) -> list:
-        """Write ``<path>.json`` (everything, strict JSON) and ``<path>.png``; return the paths."""
-        base = Path(path)
-        if base.suffix in (".json", ".png"):
-            base = base.with_suffix("")
-        base.parent.mkdir(parents=True, exist_ok=True)
-        json_path = base.with_name(base.name + ".json")
-        with open(json_path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, allow_nan=False)
-        written = [json_path]
-        if figure:
-            png = base.with_name(base.name + ".png")
-            self.figure().savefig(png, dpi=150)
-            written.append(png)
-        return written
+        """Write ``<path>.npz`` (all arrays, the prediction's too), ``<path>.json`` (the summary,
+        strict JSON, :mod:`remprop.diagrams.grid_result`) and with ``figure`` ``<path>.png``;
+        return the paths. :meth:`load` reads them back."""
+        return super().save(path, figure=figure)

@@ -73,7 +73,7 @@ def run_trained_diagram(args) -> int:
     (L its final test loss, U the unigram loss, R the best cell's loss); a cell that did not
     train is called entropy-collapsed when some layer's attention entropy at init is below
     (1/2) log T, else rank-collapsed when its token cosine after the last block at init is
-    above the threshold. Writes OUT/trained_diagram.png and .json with the agreement against
+    above the threshold. Writes OUT/trained_diagram.png, .npz and .json with the agreement against
     the theory's phases. Needs the validation extra.
     """
     import numpy as np
