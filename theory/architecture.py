@@ -28,12 +28,17 @@ from .rem import ROPE_BASE, QKScaling, check_heads, check_seq_len, rope_mean_cor
 __all__ = ["Architecture", "NORMS", "ATTENTIONS", "NORM_TYPES", "MLPS", "POSITIONS", "BLOCK_FORMS", "NUMERIC_FIELDS",
            "OPTIONAL_FIELDS", "BETA_CRITICAL_RULES"]
 
-#: The public spellings of each choice (the enums of the owning components hold their meaning).
+#: Norm placements, as spelled (:class:`~remprop.theory.components.block.NormPlacement`).
 NORMS = NormPlacement.spellings()
+#: Attention variants (:class:`~remprop.theory.components.attention.AttentionKind`).
 ATTENTIONS = AttentionKind.spellings()
+#: Norm types (:class:`~remprop.theory.components.block.NormType`).
 NORM_TYPES = NormType.spellings()
+#: MLP forms (:class:`~remprop.theory.components.block.MLPForm`).
 MLPS = MLPForm.spellings()
+#: Position encodings (:class:`~remprop.theory.components.attention.Positions`).
 POSITIONS = Positions.spellings()
+#: Block forms (:class:`~remprop.theory.components.block.BlockForm`).
 BLOCK_FORMS = BlockForm.spellings()
 #: Which layer's critical beta decides entropy collapse, per norm placement.
 BETA_CRITICAL_RULES = {placement.value: placement.beta_critical_rule for placement in NormPlacement}

@@ -79,7 +79,7 @@ def pack_parameters(arch: Architecture, beta=None, q0=None, rho0=None, **overrid
     in the order of :data:`remprop.theory.kernels.PARAMS` (``log2_scale`` = 0: the input
     state is ``(q0, p0)``; ``mean_rope_correlation``: ``cbar_T`` with RoPE, 1 without,
     :attr:`~remprop.theory.Architecture.mean_rope_correlation`; ``block_code`` and
-    ``qk_norm_dim``: :attr:`~remprop.theory.Architecture.block_code` and
+    ``qk_norm_dim``: :func:`~remprop.theory.kernels.architecture_block_code` and
     :attr:`~remprop.theory.Architecture.qk_norm_width`, docs/theory.md section 19; ``beta``:
     :meth:`~remprop.theory.Architecture.effective_beta`, with QK-norm the reduced-scale factor). Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.

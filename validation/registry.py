@@ -136,7 +136,7 @@ class BlockContext:
     def attend(self, forward, x, weights, rotary=True):
         """Run an attention function of :mod:`~remprop.validation.layers` with the block's heads,
         mask, causal mask, QK-norm and soft-capping (and its rotation when ``rotary``); keeps the
-        probabilities in :attr:`probs`."""
+        probabilities in ``probs``."""
         extra = {"rotate": self.rotate} if rotary and self.rotate is not None else {}
         out, self.probs = forward(x, weights, heads=self.heads, mask=self.mask, causal=self.causal,
                                   qk_norm=self.qk_norm, logit_softcap=self.logit_softcap, **extra)

@@ -119,7 +119,7 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
     Parameters
     ----------
     norm, attention, activation, norm_type, mlp : int
-        The codes of :attr:`Architecture.codes <remprop.theory.Architecture.codes>`.
+        The codes of :func:`~remprop.theory.kernels.architecture_codes`.
     finite : bool
         Finite sequence length (the attention reads the packed table of
         :func:`packed_table`) or ``T -> infinity``.
@@ -403,7 +403,7 @@ def min_alpha_bisection(norm, attention, activation, norm_type, mlp, params, dep
     ``kernels_for(...).min_alpha_bisection``. Returns the upper end of the final bracket
     (an alpha known to satisfy the threshold), 0.0 or +inf. ``norm``, ``attention``,
     ``activation``, ``norm_type``, ``mlp``: the codes of
-    :attr:`Architecture.codes <remprop.theory.Architecture.codes>` (``*arch.codes``);
+    :func:`~remprop.theory.kernels.architecture_codes` (``*arch.codes``);
     ``params``: rows packed as :data:`PARAMS`; ``seq_len`` (None or an integer >= 2)
     selects the finite-T attention maps.
     """
