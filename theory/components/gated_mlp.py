@@ -99,9 +99,12 @@ class GatedMLP(MLP):
     ``gated_mlp.gated_hidden_core`` (docs/theory.md section 14)."""
 
     name = "gated_mlp"
+    #: ``h = phi(g) u``: ``gated_hidden_core``.
+    hidden_core = staticmethod(gated_hidden_core)
 
-    def hidden(self, q1, p1, m2, m11):
-        return gated_hidden_core(q1, p1, m2, m11)
+    def rescaled_parameters(self):
+        """None: a product of two projections is homogeneous of degree two, not one."""
+        return None
 
 
 def gated_mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="silu", sigma_w2_out=None) -> Component:
