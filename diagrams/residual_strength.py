@@ -45,7 +45,7 @@ import numpy as np
 
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, kernels, work_estimates
 from remprop.theory.checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
-from remprop.theory.propagation import CHUNK_ROWS, PARAMETER_COLUMNS, final_state_rows, pack_parameters
+from remprop.theory.propagation import CHUNK_ROWS, PARAMETER_COLUMNS, final_state_rows, kernel_tree, pack_parameters
 from remprop.theory.settings import given_run
 
 __all__ = ["min_residual_strength", "search_seconds", "search_block_steps", "ALPHA_MAX", "DEFAULT_THRESHOLD",
@@ -324,7 +324,7 @@ class _Search:
         midpoints evaluated segment by segment from Python.
         """
         if self.segment >= self.depth:
-            compiled = kernels.kernels_for(*kernels.architecture_codes(self.arch), self.arch.seq_len is not None)
+            compiled = kernels.kernels_for(kernel_tree(self.arch))
             self.evaluations += 2 + self.iterations
             result = compiled.min_alpha_bisection(params, self.depth, self.threshold, alpha_max,
                                                   self.iterations, kernels.packed_table(self.arch.seq_len))

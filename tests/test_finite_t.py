@@ -27,7 +27,7 @@ from remprop.theory import kernels
 from remprop.theory.rem import TABLE_TOLERANCE
 from remprop.theory.rem import table as rem_table
 from remprop.theory.rem.integral import row_moment
-from remprop.theory.propagation import pack_parameters
+from remprop.theory.propagation import kernel_tree, pack_parameters
 
 from kernel_checks import assert_propagate_matches_block
 
@@ -247,8 +247,8 @@ def test_minimum_residual_strength_depends_on_beta_only_at_finite_seq_len():
 
     def alpha_star(seq_len):
         _, _, rows = pack_parameters(arch.replace(alpha_sa=0.0), betas)
-        return kernels.min_alpha_bisection(*kernels.architecture_codes(arch), rows(0, betas.size), 60, 0.99, 10.0,
-                                            1e-6, seq_len=seq_len)
+        return kernels.min_alpha_bisection(kernel_tree(arch.replace(seq_len=seq_len)), rows(0, betas.size), 60,
+                                           0.99, 10.0, 1e-6, seq_len=seq_len)
 
     asym = alpha_star(None)
     finite = alpha_star(512)

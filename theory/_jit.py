@@ -1,4 +1,4 @@
-"""numba compilation helpers: unique names for specialised closures, inlined jitables.
+"""numba compilation helpers: unique names for specialised closures, inlined jitables, borrowed arrays.
 
 numba names compiled code after the Python function's ``__qualname__`` plus a
 per-process counter, and its on-disk cache restores those names. Two specialisations of
@@ -12,7 +12,7 @@ specialisation.
 The name also carries :func:`source_digest`, a hash of every theory module that imports
 numba. numba keys its disk cache on the source file of the cached function and on its
 pickled closure, in which the jitted helpers of other modules (the attention, LayerNorm
-and activation cores, the block sublayers) appear by reference only: without the digest,
+and activation cores, the components' ``*_core`` maps) appear by reference only: without the digest,
 an edit to one of them would leave the old compiled code in use. With it, changed
 sources get fresh cache entries (the stale files stay behind in ``__pycache__``, as they
 do when numba itself recompiles after an edit).
@@ -28,7 +28,7 @@ import hashlib
 import re
 from pathlib import Path
 
-__all__ = ["specialised", "inline_jitable", "source_digest"]
+__all__ = ["specialised", "inline_jitable", "source_digest", "borrowed"]
 
 _IMPORTS_NUMBA = re.compile(rb"^\s*(?:from|import) numba\b", re.M)
 
@@ -75,3 +75,28 @@ def inline_jitable(function):
 
     overload(function, jit_options={}, strict=False, inline="always")(typer)
     return function
+
+
+def _borrowed_intrinsic():
+    from numba.extending import intrinsic
+    from numba.np.arrayobj import make_array, populate_array
+
+    @intrinsic
+    def borrowed(typingctx, array):
+        def codegen(context, builder, signature, args):
+            source = make_array(signature.args[0])(context, builder, args[0])
+            view = make_array(signature.return_type)(context, builder)
+            populate_array(view, data=source.data, shape=source.shape, strides=source.strides,
+                           itemsize=source.itemsize, meminfo=None)
+            return view._getvalue()
+
+        return array(array), codegen
+
+    return borrowed
+
+
+#: ``borrowed(array)`` in jitted code: a view of ``array`` that numba does not reference-count
+#: (no meminfo), valid while ``array`` lives. Passing it to a compiled call costs no atomic
+#: reference-count updates, which contend between threads when every thread passes the same
+#: array once per cell and layer (the kernels' finite-T table).
+borrowed = _borrowed_intrinsic()

@@ -1,18 +1,21 @@
 """Iterate the block map over depth, broadcast over whole parameter grids."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import PARAMS, architecture_block_code, architecture_codes, kernels_for, packed_table
+from .kernels import PARAMS, kernels_for, packed_table
 from .checks import as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .settings import given_run
 from . import softcap
+from .components import Column, Component
 
 __all__ = ["Trajectory", "propagate", "final_state", "final_state_rows", "pack_parameters", "scaled_state",
-           "CHUNK_ROWS", "PARAMETER_COLUMNS"]
+           "kernel_tree", "CHUNK_ROWS", "PARAMETER_COLUMNS"]
 
 #: Grid cells handed to a kernel at once: bounds the memory of packed parameters.
 CHUNK_ROWS = 1 << 16
@@ -71,17 +74,40 @@ def scaled_state(q, p, log2_scale):
         return (np.ldexp(q, exponent), np.ldexp(p, exponent), p / q, np.log2(q) + log2_scale)
 
 
+def kernel_tree(arch: Architecture) -> Component:
+    """The block the kernels compile for ``arch``: :meth:`Architecture.compose
+    <remprop.theory.Architecture.compose>` around its attention, with every parameter a
+    :class:`~remprop.theory.components.Column` of the rows of :func:`pack_parameters`.
+
+    The columns are named after the fields (``beta`` is the heads' effective beta; the attention
+    reads ``mean_rope_correlation`` with RoPE and ``qk_norm_dim`` with QK-norm), so the tree is
+    the architecture's block (:meth:`~remprop.theory.Architecture.block`) with a placeholder for
+    each number, and one compiled kernel serves every grid of the architecture
+    (:func:`remprop.theory.kernels.kernels_for`).
+    """
+    template = copy.copy(arch)  # the same choices, placeholders for the numbers (not validated again)
+    for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
+        if getattr(arch, name) is not None:
+            object.__setattr__(template, name, Column(name))
+    object.__setattr__(template, "logit_softcap", None)  # a check on beta, not a map: not in the tree
+    attention = template.attention_map(1.0)
+    attention = dataclasses.replace(attention, beta=Column("beta"), **{
+        name: Column(name) for name in ("mean_rope_correlation", "qk_norm_dim")
+        if getattr(attention, name) is not None})
+    return template.compose(attention)
+
+
 def pack_parameters(arch: Architecture, beta=None, q0=None, rho0=None, **overrides):
     """Validate and broadcast beta, the numeric fields and the input state.
 
     Returns ``(shape, getter)`` where ``getter(start, stop)`` returns the packed
-    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 14)``
+    parameter rows ``start:stop`` of the flattened grid, shape ``(stop - start, 13)``
     in the order of :data:`remprop.theory.kernels.PARAMS` (``log2_scale`` = 0: the input
     state is ``(q0, p0)``; ``mean_rope_correlation``: ``cbar_T`` with RoPE, 1 without,
-    :attr:`~remprop.theory.Architecture.mean_rope_correlation`; ``block_code`` and
-    ``qk_norm_dim``: :func:`~remprop.theory.kernels.architecture_block_code` and
+    :attr:`~remprop.theory.Architecture.mean_rope_correlation`; ``qk_norm_dim``:
     :attr:`~remprop.theory.Architecture.qk_norm_width`, docs/theory.md section 19; ``beta``:
-    :meth:`~remprop.theory.Architecture.effective_beta`, with QK-norm the reduced-scale factor). Rows are materialised a
+    :meth:`~remprop.theory.Architecture.effective_beta`, with QK-norm the reduced-scale factor),
+    the columns that :func:`kernel_tree` reads. Rows are materialised a
     chunk at a time, so a 2000 x 2000 grid never holds eight full parameter copies.
 
     ``rho0`` must lie in ``[0, 1]`` when ``arch.seq_len`` is None and in
@@ -97,7 +123,6 @@ def pack_parameters(arch: Architecture, beta=None, q0=None, rho0=None, **overrid
     values = {"beta": np.asarray(arch.effective_beta(beta), dtype=np.float64)}
     values.update(arch.numeric())
     values["mean_rope_correlation"] = np.asarray(arch.mean_rope_correlation, dtype=np.float64)
-    values["block_code"] = np.asarray(float(architecture_block_code(arch)))
     values["qk_norm_dim"] = np.asarray(float(arch.qk_norm_width))
     for name, value in overrides.items():
         values[name] = as_float_array(name, value, nonnegative=True)
@@ -205,7 +230,7 @@ def propagate(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=No
     p = np.empty((size, depth + 1))
     exponent = np.empty((size, depth + 1))
     beta_c = np.empty((size, depth))
-    kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
+    kernels = kernels_for(kernel_tree(arch))
     table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
@@ -239,7 +264,7 @@ def final_state(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     shape, size, rows = pack_parameters(run, beta, q0, rho0)
     out = np.empty((size, 5))
-    kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
+    kernels = kernels_for(kernel_tree(arch))
     table = packed_table(arch.seq_len)
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
@@ -262,7 +287,7 @@ def final_state_rows(arch: Architecture, rows, depth: int):
     ``rows`` has shape ``(n, len(PARAMETER_COLUMNS))``, laid out as
     :func:`pack_parameters` returns them (effective beta already applied: nothing is
     re-validated or re-packed, so no factor is applied twice). Only ``arch``'s
-    categorical choices (norm, attention, activation, finite T) are read; its numeric
+    structure (its :func:`kernel_tree`) and ``seq_len`` are read; its numeric
     fields are ignored in favour of the rows. Returns shape ``(n, 5)``: ``q``, ``p``, the
     first layer's and the smallest per-head critical beta, and ``log2_scale``: the final
     state is ``(q, p) * 2**log2_scale`` and its cosine ``p / q``. A run continues from it by
@@ -276,7 +301,7 @@ def final_state_rows(arch: Architecture, rows, depth: int):
     rows = np.ascontiguousarray(rows, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[1] != len(PARAMETER_COLUMNS):
         raise ValueError(f"rows must have shape (n, {len(PARAMETER_COLUMNS)}), got {rows.shape}")
-    kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
+    kernels = kernels_for(kernel_tree(arch))
     with np.errstate(all="ignore"):
         return kernels.final_states(rows, depth, packed_table(arch.seq_len))
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import architecture_codes, kernels_for, packed_table
-from .propagation import CHUNK_ROWS, PARAMETER_COLUMNS, pack_parameters, scaled_state
+from .kernels import kernels_for, packed_table
+from .propagation import CHUNK_ROWS, PARAMETER_COLUMNS, kernel_tree, pack_parameters, scaled_state
 from .work_estimates import SEGMENT_BYTES, segment_layers, stops_on_ctrl_c
 
 __all__ = ["SampledTrajectory", "propagate_at_layers"]
@@ -119,7 +119,7 @@ def propagate_at_layers(arch, beta, layers, q0=1.0, rho0=0.0, *, progress=None,
         segment = segment_layers(arch, min(size, CHUNK_ROWS), depth, -(-size // CHUNK_ROWS)) if depth else 1
     elif isinstance(segment, bool) or not isinstance(segment, (int, np.integer)) or segment < 1:
         raise ValueError(f"segment must be an integer >= 1, got {segment!r}")
-    kernels = kernels_for(*architecture_codes(arch), arch.seq_len is not None)
+    kernels = kernels_for(kernel_tree(arch))
     table = packed_table(arch.seq_len)
     k = layers.size
     mantissa_q, mantissa_p, exponent = (np.empty((size, k)) for _ in range(3))

@@ -29,9 +29,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import check_count
-from .kernels import architecture_codes
 from .kernels._sweeps import BATCH
-from .propagation import CHUNK_ROWS, final_state_rows, pack_parameters
+from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_parameters
 
 __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
            "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
@@ -142,14 +141,14 @@ def kernel_speed(arch) -> KernelSpeed:
     -------
     KernelSpeed
     """
-    key = (architecture_codes(arch), arch.seq_len is not None)
+    key = kernel_tree(arch).kernel_key()
     if key not in _SPEEDS:
         _, _, rows = pack_parameters(arch, 1.0)
         _SPEEDS[key] = _calibrate(arch, rows(0, 1))
     return _SPEEDS[key]
 
 
-#: Timings by (codes, finite T): the kernel, not the numbers, decides the speed.
+#: Timings by kernel key (the tree's structure): the kernel, not the numbers, decides the speed.
 _SPEEDS: dict = {}
 
 

@@ -18,7 +18,7 @@ parallel branches; :mod:`.attention`, :mod:`.layer_norm`, :mod:`.rms_norm`, :mod
 :mod:`.gated_mlp` and :mod:`.dense` the layers.
 """
 from .attention import Attention, gain_controlled_attention, softmax_attention
-from .base import Component, Serial, serial
+from .base import Column, Component, Serial, serial
 from .dense import Dense, dense, output_projection
 from .gated_mlp import GatedMLP, gated_mlp
 from .layer_norm import LayerNorm, layer_norm
@@ -29,5 +29,5 @@ from .rms_norm import RMSNorm, rms_norm
 __all__ = [
     "Component", "serial", "residual", "layer_norm", "rms_norm", "softmax_attention",
     "gain_controlled_attention", "mlp", "gated_mlp", "dense", "output_projection", "parallel",
-    "Serial", "Residual", "Parallel", "LayerNorm", "RMSNorm", "Attention", "MLP", "GatedMLP", "Dense",
+    "Serial", "Residual", "Parallel", "LayerNorm", "RMSNorm", "Attention", "MLP", "GatedMLP", "Dense", "Column",
 ]

@@ -14,6 +14,7 @@ same source broadcasts over arrays and compiles with numba for the depth kernels
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,9 +22,10 @@ from numba.extending import register_jitable
 
 from ..choices import Choice
 from ..checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
-from ..rem import (asymptotic_participation_core, check_seq_len, critical_beta_core, cross_overlap,
-                   cross_overlap_table, participation_ratio, participation_table, qk_norm_energy_core)
-from .base import Component, parameter
+from ..rem import (after_table, asymptotic_participation_core, check_seq_len, critical_beta_core, cross_overlap,
+                   cross_overlap_core, cross_overlap_table, participation_ratio, participation_table,
+                   qk_norm_energy_core, table_lookup)
+from .base import Column, Component, kernel_key_of, merge_rescaled, parameter, rescaled_bias
 
 __all__ = [
     "AttentionKind",
@@ -266,6 +268,71 @@ class Attention(Component):
             return softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2)
         return self._attend(q, p, y2, sigma_v2, sigma_b2)
 
+    # -- the kernel face (remprop.theory.kernels) ---------------------------------------------
+    def kernel_key(self):
+        # the step reads 1/T from the table it is given: only whether T is finite matters
+        return kernel_key_of(self, dict(vars(self), seq_len=self.seq_len is not None))
+
+    def rescaled_parameters(self):
+        """The bias at degree 1 and ``beta`` (a column) at degree -1: ``x = beta sqrt(q (q - p))``
+        is then unchanged; with QK-norm ``x`` reads the cosine only and ``beta`` is not rescaled."""
+        bias = rescaled_bias(self.sigma_b2)
+        if bias is None or self.qk_norm_dim is not None:
+            return bias
+        return merge_rescaled([bias, {self.beta.name: -1}]) if isinstance(self.beta, Column) else None
+
+    def kernel(self, build):
+        """The step of ``apply`` on the cell's scalars, with its critical beta.
+
+        As T -> infinity ``Y2 = max(0, 1 - beta_c / beta)``; at finite T ``Y2`` (and the
+        cross-overlap ``C`` of two rows, or ``1/T`` with RoPE) are read from the packed table
+        at ``x = beta sqrt(q (q - p cbar))`` (with QK-norm ``beta sqrt(1 - kappa_n cbar)``), and
+        the step is inlined into the sweeps (``build.reads_table``). ``beta_c`` is the REM's
+        critical beta at the input, ``sqrt(2 / (q (q - p cbar)))`` (QK-norm:
+        ``sqrt(2 / (1 - kappa_n cbar))``, docs/theory.md section 19).
+        """
+        beta, sigma_v2, sigma_b2 = (build.parameter(value) for value in (self.beta, self.sigma_v2, self.sigma_b2))
+        rope, qk, gain_controlled = self.mean_rope_correlation is not None, self.qk_norm_dim is not None, \
+            self.gain_controlled
+        cbar = build.parameter(self.mean_rope_correlation if rope else 1.0)
+        if self.seq_len is None:
+            if qk:
+                raise ValueError("qk_norm_dim needs seq_len: a QK-normed attention reads the finite-T table")
+            core = gain_controlled_attention_core if gain_controlled else softmax_attention_core
+
+            def step(q, p, row, table):
+                p_rem = p * cbar(row) if rope else p
+                beta_c = critical_beta_core(q, p_rem)
+                q, p = core(q, p, asymptotic_participation_core(beta(row), beta_c), sigma_v2(row), sigma_b2(row))
+                return q, p, beta_c
+
+            return step
+        build.reads_table()
+        qk_dim = build.parameter(self.qk_norm_dim if qk else 0.0)
+
+        def step(q, p, row, table):
+            c = cbar(row)
+            if qk:
+                energy = qk_norm_energy_core(p / q, qk_dim(row), c)
+                beta_c = math.sqrt(2.0 / energy) if energy > 0.0 else math.inf
+                x = beta(row) * math.sqrt(energy)
+            else:
+                p_rem = p * c if rope else p
+                beta_c = critical_beta_core(q, p_rem)
+                x = beta(row) * math.sqrt(max(q * (q - p_rem), 0.0))
+            y2 = table_lookup(table, x)
+            if gain_controlled:
+                q_a, p_a = gain_controlled_attention_core(q, p, y2 - 1.0 / table[0], sigma_v2(row), sigma_b2(row))
+            else:
+                if rope and c < 1.0:
+                    cross = 1.0 / table[0]
+                else:
+                    cross = cross_overlap_core(after_table(table), x, p / q, y2)
+                q_a, p_a = softmax_attention_overlap_core(q, p, y2, cross, sigma_v2(row), sigma_b2(row))
+            return q_a, p_a, beta_c
+
+        return step
+
     def _attend(self, q, p, y2, sigma_v2, sigma_b2):
         """(q_A, p_A) given the participation ratio ``y2`` (numbers or sympy expressions);
         finite-T softmax attention is handled in :meth:`apply` (its cross-overlap)."""
@@ -310,21 +377,26 @@ def gain_controlled_attention(beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None,
 
 
 def _qk_norm_argument(value, seq_len):
-    """None, or the QK-norm width n (an integer >= 1), which needs a finite ``seq_len``."""
+    """None, or the QK-norm width n (an integer >= 1, or a kernels :class:`~.base.Column`), which
+    needs a finite ``seq_len``."""
     if value is None:
         return None
+    if isinstance(value, Column):
+        value, column = 1, value
+    else:
+        column = None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"qk_norm_dim must be an integer >= 1 or None, got {value!r}")
     if seq_len is None:
         raise ValueError("qk_norm_dim needs seq_len (an integer T >= 2): a QK-normed head's reduced scale "
                          "is g^2 sqrt((1 - kappa_n) / log T) (docs/theory.md section 16)")
-    return int(value)
+    return int(value) if column is None else column
 
 
 def _rope_argument(value):
-    """None, or a correlation in [-1, 1] as a float."""
-    if value is None:
-        return None
+    """None, or a correlation in [-1, 1] as a float (or a kernels :class:`~.base.Column`)."""
+    if value is None or isinstance(value, Column):
+        return value
     return float(as_float_array("mean_rope_correlation", value, low=-1.0, high=1.0))
 
 

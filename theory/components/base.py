@@ -20,16 +20,54 @@ comes from ``symbols`` (:class:`remprop.theory.symbolic.SymbolicContext`). Param
 may then be sympy expressions too (they are kept as they are, unchecked); such a tree can
 only be walked symbolically. This is how :mod:`remprop.theory.symbolic` derives its block
 maps from :meth:`Architecture.block <remprop.theory.Architecture.block>`.
+
+The kernel face: ``block.kernel(build)`` returns the component's step for the numba depth
+kernels, a plain function ``step(q, p, row, table) -> (q', p', beta_c)`` that numba compiles
+(:mod:`remprop.theory.kernels` explains the protocol and the ``build`` object). A
+combinator's step calls the steps of its children (``build.child(component)``), so the
+kernels' block update is composed from the tree itself. Parameters of a tree built for the
+kernels may be :class:`Column` placeholders (kept as they are, unchecked, like sympy
+objects): the step then reads that column of the cell's packed row instead of a constant.
 """
 
+import hashlib
+import math
+import sys
 from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
+from numba.extending import register_jitable
 
 from ..checks import as_float_array, check_overlap, output_pair
 
-__all__ = ["Component", "Serial", "serial", "parameter"]
+__all__ = ["Component", "Serial", "serial", "parameter", "Column", "kernel_key_of", "kernel_value_key", "least",
+           "merge_rescaled", "rescaled_bias"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A parameter read by the depth kernels from each cell's packed row: the column ``name``
+    of :data:`remprop.theory.kernels.COLUMNS` (e.g. ``Column("sigma_w2")``).
+
+    A tree whose parameters are columns is a template: one compiled kernel runs it on every
+    row of a parameter grid. Such a tree has no numeric map (its ``apply`` fails); it is for
+    :func:`remprop.theory.kernels.kernels_for` only.
+    """
+
+    name: str
+
+    def __repr__(self):
+        return f"Column({self.name!r})"
+
+
+@register_jitable
+def least(a, b):
+    """The smaller of two critical betas, ``nan`` if either is (``np.minimum``'s rule on scalars):
+    how a combinator's step merges its children's ``beta_c``."""
+    if a != a or a <= b:
+        return a
+    return b
 
 
 class Component:
@@ -106,6 +144,85 @@ class Component:
     def __repr__(self):
         return self.name
 
+    # -- the kernel face (remprop.theory.kernels) ------------------------------------------
+    #: ``F(l q, l p) = F(q, p)`` for every ``l > 0`` (the norms): a skip around this map adds an
+    #: output that does not grow with the stream, which the kernels' carried scale uses.
+    scale_free = False
+    #: The map commutes with the kernels' carried scale ``s`` when every skip connection in it
+    #: multiplies its branch's output by ``s`` (a residual around a :attr:`scale_free` branch;
+    #: a serial of such maps): pre-LN streams, :mod:`remprop.theory.kernels`.
+    carries_scale = False
+
+    def kernel(self, build):
+        """This map's step for the numba depth kernels (:mod:`remprop.theory.kernels`).
+
+        Returns a plain function ``step(q, p, row, table) -> (q', p', beta_c)`` that numba can
+        compile: ``row`` is the cell's packed parameters (a tuple of floats; read parameter
+        ``x`` with ``reader = build.parameter(x)`` outside the step and ``reader(row)``
+        inside), ``table`` the finite-T table (pass it on to children unchanged), ``beta_c``
+        the critical beta of the attention in this map (``math.inf`` without one; combine
+        children's with :func:`least`). Children's steps come from ``build.child(component)``.
+        """
+        raise NotImplementedError(f"{self!r}: this component has no kernel face (kernel(build))")
+
+    def kernel_key(self):
+        """What the compiled step depends on, hashable and the same in every process: the
+        class and every attribute (:func:`kernel_value_key`; numbers are compile-time
+        constants, :class:`Column` placeholders row reads). Components override it to drop
+        what the step does not read (the attention's sequence length)."""
+        return kernel_key_of(self, vars(self))
+
+    def rescaled_parameters(self):
+        """How the map stays homogeneous of degree one when the kernels carry the scale of a
+        no-LN stream: ``{column name: degree}`` such that ``F(s q, s p)``, with each named column
+        multiplied by ``s**degree``, equals ``s F(q, p)`` (a bias ``sigma_b2``: degree 1; the
+        attention's ``beta``: degree -1), or None where no rescaling does (the default)."""
+        return None
+
+
+def kernel_key_of(component, fields):
+    """:meth:`Component.kernel_key` from the attributes ``fields`` (a dict): the class's module,
+    qualified name and a digest of its module's source (an edit to a component outside
+    :mod:`remprop.theory` then compiles afresh, ``remprop.theory._jit``), then each field's
+    :func:`kernel_value_key`, by name."""
+    cls = type(component)
+    return (cls.__module__, cls.__qualname__, _module_digest(cls.__module__)) + tuple(
+        (name, kernel_value_key(value)) for name, value in sorted(fields.items()))
+
+
+_MODULE_DIGESTS = {}
+
+
+def _module_digest(module_name):
+    if module_name not in _MODULE_DIGESTS:
+        path = getattr(sys.modules.get(module_name), "__file__", None)
+        try:
+            with open(path, "rb") as source:
+                _MODULE_DIGESTS[module_name] = hashlib.sha256(source.read()).hexdigest()[:12]
+        except (OSError, TypeError):
+            _MODULE_DIGESTS[module_name] = ""
+    return _MODULE_DIGESTS[module_name]
+
+
+def kernel_value_key(value):
+    """A hashable, process-independent description of a component's attribute for
+    :meth:`Component.kernel_key`: components by their key, columns by name, numbers as floats,
+    tuples element by element. Other types raise ValueError (override ``kernel_key``)."""
+    if isinstance(value, Component):
+        return value.kernel_key()
+    if isinstance(value, Column):
+        return value
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        return value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, np.ndarray):
+        return float(value) if value.ndim == 0 else ("array", value.shape, tuple(value.ravel().tolist()))
+    if isinstance(value, (tuple, list)):
+        return tuple(kernel_value_key(item) for item in value)
+    raise ValueError(f"{value!r}: a component attribute the kernel key cannot describe "
+                     "(numbers, strings, columns, components and tuples of them); override kernel_key")
+
 
 @dataclass(repr=False)
 class Serial(Component):
@@ -147,6 +264,52 @@ class Serial(Component):
     def __repr__(self):
         return "serial(" + ", ".join(map(repr, self.layers)) + ")"
 
+    @property
+    def scale_free(self):
+        return self.layers[0].scale_free
+
+    @property
+    def carries_scale(self):
+        return all(layer.carries_scale for layer in self.layers)
+
+    def rescaled_parameters(self):
+        return merge_rescaled(layer.rescaled_parameters() for layer in self.layers)
+
+    def kernel(self, build):
+        """The first layer's step, then the rest's (a serial of the remaining layers, so a
+        serial of n layers is n - 1 two-step compositions)."""
+        if len(self.layers) == 1:
+            return build.child(self.layers[0])
+        first, rest = build.child(self.layers[0]), build.child(Serial(self.layers[1:]))
+
+        def step(q, p, row, table):
+            q, p, beta_c = first(q, p, row, table)
+            q, p, beta_c_rest = rest(q, p, row, table)
+            return q, p, least(beta_c, beta_c_rest)
+
+        return step
+
+
+def rescaled_bias(value):
+    """:meth:`Component.rescaled_parameters` of a bias variance: its column at degree 1, nothing
+    for a constant 0, None (not homogeneous) for another constant."""
+    if isinstance(value, Column):
+        return {value.name: 1}
+    return {} if not isinstance(value, str) and np.all(np.asarray(value) == 0.0) else None
+
+
+def merge_rescaled(parts):
+    """The rescaled columns of maps applied together (:meth:`Component.rescaled_parameters`):
+    their union, or None if one is None or two give a column different degrees."""
+    merged = {}
+    for part in parts:
+        if part is None:
+            return None
+        for name, degree in part.items():
+            if merged.setdefault(name, degree) != degree:
+                return None
+    return merged
+
 
 def serial(*layers: Component) -> Component:
     """Compose maps left to right: ``serial(f, g)(q, p) == g(*f(q, p))``."""
@@ -160,8 +323,9 @@ def parameter(name, value, **checks):
     """A checked float array (:func:`~remprop.theory.checks.as_float_array`), or a sympy expression kept as it is.
 
     Sympy parameters are for :meth:`Component.symbolic` only; they are recognised by their
-    type's module, so that the numeric core never imports sympy.
+    type's module, so that the numeric core never imports sympy. :class:`Column` placeholders
+    are for the kernels only (:meth:`Component.kernel`).
     """
-    if type(value).__module__.startswith("sympy."):
+    if type(value).__module__.startswith("sympy.") or isinstance(value, Column):
         return value
     return as_float_array(name, value, **checks)

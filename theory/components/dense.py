@@ -1,12 +1,13 @@
 """A dense layer ``W x + b`` and the bias-free attention output projection, as components."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..activations import dense_core
-from .base import Component, parameter
+from .base import Component, parameter, rescaled_bias
 
 __all__ = ["Dense", "dense", "output_projection"]
 
@@ -47,6 +48,19 @@ class Dense(Component):
 
     def symbolic(self, q, p, symbols):
         return dense_core(q, p, symbols.parameter(self.sigma_w2), symbols.parameter(self.sigma_b2))
+
+    def rescaled_parameters(self):
+        return rescaled_bias(self.sigma_b2)
+
+    def kernel(self, build):
+        """``dense_core`` with the weight and bias variances read from the row (or constants)."""
+        sigma_w2, sigma_b2 = build.parameter(self.sigma_w2), build.parameter(self.sigma_b2)
+
+        def step(q, p, row, table):
+            q, p = dense_core(q, p, sigma_w2(row), sigma_b2(row))
+            return q, p, math.inf
+
+        return step
 
 
 def dense(sigma_w2=1.0, sigma_b2=0.0) -> Component:

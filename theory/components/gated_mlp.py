@@ -99,9 +99,12 @@ class GatedMLP(MLP):
     ``gated_mlp.gated_hidden_core`` (docs/theory.md section 14)."""
 
     name = "gated_mlp"
+    #: ``h = phi(g) u``: ``gated_hidden_core``.
+    hidden_core = staticmethod(gated_hidden_core)
 
-    def hidden(self, q1, p1, m2, m11):
-        return gated_hidden_core(q1, p1, m2, m11)
+    def rescaled_parameters(self):
+        """None: a product of two projections is homogeneous of degree two, not one."""
+        return None
 
     def torch_functions(self, sim):
         return sim.ops.draw_gated_mlp_weights, sim.ops.gated_mlp

@@ -1,6 +1,8 @@
 """LayerNorm without affine parameters on the token simplex."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba.extending import register_jitable
 
@@ -55,6 +57,19 @@ class LayerNorm(Component):
         # layernorm_core's (1, p / q); its 1.0 + 0.0 q (a float broadcast to the shape of q)
         # would put a float 1.0 into exact expressions, q / q is the exact 1
         return q / q, p / q
+
+    #: ``(1, p / q)`` whatever the input's scale.
+    scale_free = True
+
+    def kernel(self, build):
+        """The norm's :attr:`core` on the cell's state."""
+        core = self.core
+
+        def step(q, p, row, table):
+            q, p = core(q, p)
+            return q, p, math.inf
+
+        return step
 
 
 def layer_norm() -> Component:

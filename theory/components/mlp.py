@@ -1,14 +1,22 @@
 """The two-layer MLP ``W2 phi(W1 x + b1) + b2`` as a component (its map: :func:`~remprop.theory.mlp_map`)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba.extending import register_jitable
 
 from ..activations import activation_spec, dense_core, moments_array
-from .base import Component, parameter
+from .base import Component, parameter, rescaled_bias
 
-__all__ = ["MLP", "mlp"]
+__all__ = ["MLP", "mlp", "own_hidden_core"]
+
+
+@register_jitable
+def own_hidden_core(q1, p1, m2, m11):
+    """Second moments of a dense MLP's hidden units: phi's own ``(m2, m11)``."""
+    return m2, m11
 
 
 @dataclass(repr=False)
@@ -56,8 +64,38 @@ class MLP(Component):
         return dense_core(m2, m11, out, sigma_b2)
 
     def hidden(self, q1, p1, m2, m11):
-        """Second moments of the hidden units from the activation's ``(m2, m11)``: phi's own."""
-        return m2, m11
+        """Second moments of the hidden units from the activation's ``(m2, m11)``: :attr:`hidden_core`."""
+        return self.hidden_core(q1, p1, m2, m11)
+
+    #: The hidden units' moments from phi's (jittable): phi's own (:func:`own_hidden_core`).
+    hidden_core = staticmethod(own_hidden_core)
+
+    def kernel_key(self):
+        # the activation's code too: a user activation registered again under its name is another function
+        return super().kernel_key() + (("activation_code", activation_spec(self.activation).code),)
+
+    def rescaled_parameters(self):
+        """Homogeneous (the bias at degree 1) for a positively homogeneous activation (ReLU, linear);
+        None otherwise."""
+        if not activation_spec(self.activation).homogeneous:
+            return None
+        return rescaled_bias(self.sigma_b2)
+
+    def kernel(self, build):
+        """``_two_layers`` on scalars: dense, the activation's moments (``build.moments``),
+        :attr:`hidden_core`, dense."""
+        sigma_w2, sigma_b2 = build.parameter(self.sigma_w2), build.parameter(self.sigma_b2)
+        sigma_w2_out = sigma_w2 if self.sigma_w2_out is None else build.parameter(self.sigma_w2_out)
+        moments, hidden = build.moments(self.activation), self.hidden_core
+
+        def step(q, p, row, table):
+            q1, p1 = dense_core(q, p, sigma_w2(row), sigma_b2(row))
+            m2, m11 = moments(q1, p1)
+            m2, m11 = hidden(q1, p1, m2, m11)
+            q2, p2 = dense_core(m2, m11, sigma_w2_out(row), sigma_b2(row))
+            return q2, p2, math.inf
+
+        return step
 
 
 def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None) -> Component:

@@ -7,9 +7,9 @@ import numpy as np
 from numba.extending import register_jitable
 
 from ..checks import as_float_array, check_overlap, output_pair
-from .base import Component, parameter
+from .base import Component, least, merge_rescaled, parameter
 
-__all__ = ["skip_map", "Residual", "Parallel", "residual", "parallel"]
+__all__ = ["skip_map", "Residual", "Parallel", "BranchSum", "residual", "parallel"]
 
 
 @register_jitable
@@ -85,6 +85,27 @@ class Residual(Component):
     def __repr__(self):
         return f"residual(alpha, {self.branch!r})"
 
+    @property
+    def carries_scale(self):
+        return self.branch.scale_free
+
+    def rescaled_parameters(self):
+        return self.branch.rescaled_parameters()
+
+    def kernel(self, build):
+        """The branch's step, its output times the stream's carried scale (``build.stream_scale``:
+        1 unless the kernels carry a pre-LN stream's scale, :mod:`remprop.theory.kernels`), then
+        the skip."""
+        alpha, branch, scale = build.parameter(self.alpha), build.child(self.branch), build.stream_scale
+
+        def step(q, p, row, table):
+            q_branch, p_branch, beta_c = branch(q, p, row, table)
+            s = scale(row)
+            q, p = skip_core(s * q_branch, s * p_branch, q, p, alpha(row))
+            return q, p, beta_c
+
+        return step
+
 
 @dataclass(repr=False)
 class Parallel(Component):
@@ -125,6 +146,55 @@ class Parallel(Component):
 
     def __repr__(self):
         return "parallel(alpha, " + ", ".join(map(repr, self.branches)) + ")"
+
+    @property
+    def carries_scale(self):
+        return all(branch.scale_free for branch in self.branches)
+
+    def rescaled_parameters(self):
+        return merge_rescaled(branch.rescaled_parameters() for branch in self.branches)
+
+    def kernel(self, build):
+        """The branches' summed outputs (:class:`BranchSum`) times the stream's carried scale,
+        then the skip (as :meth:`Residual.kernel`)."""
+        alpha, branches, scale = build.parameter(self.alpha), build.child(BranchSum(self.branches)), build.stream_scale
+
+        def step(q, p, row, table):
+            q_sum, p_sum, beta_c = branches(q, p, row, table)
+            s = scale(row)
+            q, p = skip_core(s * q_sum, s * p_sum, q, p, alpha(row))
+            return q, p, beta_c
+
+        return step
+
+
+@dataclass(repr=False)
+class BranchSum(Component):
+    """``sum_i F_i(x)``: the branches of :class:`Parallel` before the skip, added in the order of
+    ``Parallel._sum`` (the sum of all but the last branch, then the last). Its kernel step
+    is how a parallel block composes any number of branches."""
+
+    branches: tuple
+    name = "branch_sum"
+
+    def apply(self, q, p):
+        outputs = [branch.apply(q, p) for branch in self.branches]
+        q_sum, p_sum = outputs[0]
+        for q_branch, p_branch in outputs[1:]:
+            q_sum, p_sum = q_sum + q_branch, p_sum + p_branch
+        return q_sum, p_sum
+
+    def kernel(self, build):
+        if len(self.branches) == 1:
+            return build.child(self.branches[0])
+        head, last = build.child(BranchSum(self.branches[:-1])), build.child(self.branches[-1])
+
+        def step(q, p, row, table):
+            q_head, p_head, beta_c = head(q, p, row, table)
+            q_last, p_last, beta_c_last = last(q, p, row, table)
+            return q_head + q_last, p_head + p_last, least(beta_c, beta_c_last)
+
+        return step
 
 
 def residual(alpha, branch: Component) -> Component:

@@ -1,9 +1,9 @@
-"""Sweeps of the block update over depth and parameter grids, compiled per architecture.
+"""Sweeps of a tree's block step over depth and parameter grids, compiled per tree structure.
 
-Each row of a parameter grid is packed as :data:`PARAMS`; the categorical choices
-(norm, attention, activation, norm type, MLP form, finite T) become compile-time constants of the closures
-built by :func:`kernels_for`. Cells run in batches of :data:`BATCH`, batches in parallel
-(``numba.prange``).
+Each row of a parameter grid is packed as :data:`PARAMS`; the tree's structure (which
+components, their non-numeric choices, the activation, finite T) is compile-time: the step
+is composed from the tree (``_tree``) and :func:`kernels_for` compiles the sweeps around
+it. Cells run in batches of :data:`BATCH`, batches in parallel (``numba.prange``).
 
 The carried scale
 -----------------
@@ -12,28 +12,28 @@ Pre-LN and no-LN residual streams grow (or shrink) geometrically with depth, lik
 carries its state as ``(q, p) * 2**e``: when ``q`` leaves ``[2**-SCALE_EXPONENT,
 2**SCALE_EXPONENT]`` its exponent moves into ``e``. The maps are exactly homogeneous
 where this is needed (docs/theory.md section 5), so the scaled state advances by the same
-block update with rescaled parameters, ``s = 2**-e``:
+block step, ``s = 2**-e`` (the last slot of the step's row):
 
-* pre-LN: the branches read ``LN(x)``, which is scale-free; their outputs are added to
-  the stream at scale ``s``: ``sigma_o2 -> s sigma_o2``, ``sigma_w2_out -> s sigma_w2_out``
-  and the second bias ``sigma_b2 -> s sigma_b2``.
-* no LN, positively homogeneous activation (ReLU, linear:
-  :attr:`ActivationSpec.homogeneous <remprop.theory.activations.ActivationSpec>`): every
-  map is homogeneous of degree one up to the biases and the REM's reduced scale
-  ``beta sqrt(q (q - p))``, so ``beta -> beta / s``, ``sigma_b2 -> s sigma_b2`` and the
-  critical beta is ``s`` times the scaled state's. A gated MLP is a product of two
-  projections (degree two), so no-LN stacks with one are not rescaled. With QK-norm the
-  REM's reduced scale does not depend on the stream's scale: ``beta`` and the critical
-  beta are not rescaled.
-* branch norms (docs/theory.md section 19): a normalised branch output is scale-free, so a
-  pre-LN stream multiplies it by ``s`` (``branch_scale``); a no-LN stream with branch norms
-  grows only linearly with depth and is not rescaled.
+* pre-LN (the tree's ``carries_scale``: every skip adds a branch that starts with a norm and
+  so does not grow with the stream, :attr:`Component.scale_free
+  <remprop.theory.components.Component.scale_free>`): each skip connection multiplies its
+  branch's output by ``s`` (``build.stream_scale``, read by
+  :class:`~remprop.theory.components.Residual` and :class:`~remprop.theory.components.Parallel`),
+  branch norms included.
+* no LN, homogeneous maps (the tree's ``rescaled_parameters()``: ReLU or linear activation,
+  dense MLP; :attr:`ActivationSpec.homogeneous <remprop.theory.activations.ActivationSpec>`):
+  every map is homogeneous of degree one up to the biases and the REM's reduced scale
+  ``beta sqrt(q (q - p))``, so the step reads ``beta / s`` and ``s sigma_b2`` and the sweeps
+  multiply the critical beta by ``s``. A gated MLP is a product of two projections (degree two),
+  so no-LN stacks with one are not rescaled. With QK-norm the REM's reduced scale does not
+  depend on the stream's scale: ``beta`` and the critical beta are not rescaled. A no-LN
+  stream with branch norms grows only linearly with depth and is not rescaled.
 * post-LN needs none (LayerNorm sets ``q = 1`` twice per block); no LN with any other
   activation is not rescaled (its moments are not homogeneous) and is reported as leaving
   float64 when it does.
 
-With ``e = 0`` the parameters are multiplied by exactly 1, so results are bit-identical
-to a kernel without a scale; the cosine ``p / q`` needs no scale at all.
+With ``e = 0`` the parameters are multiplied by exactly 1, and ``s`` is a power of two, so
+results are bit-identical to a kernel without a scale; the cosine ``p / q`` needs no scale at all.
 """
 from __future__ import annotations
 
@@ -45,20 +45,16 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from .._jit import specialised
-from ..activations import activation_spec
+from .._jit import borrowed, specialised
+from ..components.base import Component
 from ..rem import cross_overlap_table, participation_table
-from ._block import BRANCH_NORM, MLPS, NO_TABLE, NORMS, make_block_step
+from ._tree import COLUMNS, NO_SCALE, PARAMS, SCALE_INPUTS, KernelBuilder, digest, stream_scaling
 
-#: The columns of a packed row: ``mean_rope_correlation`` is ``cbar_T`` of RoPE, exactly 1
-#: without (:attr:`Architecture.mean_rope_correlation <remprop.theory.Architecture.mean_rope_correlation>`);
-#: ``block_code`` is :attr:`Architecture.block_code <remprop.theory.Architecture.block_code>`
-#: (the same in every row of a call) and ``qk_norm_dim`` the QK-norm width n, 0 without QK-norm
-#: (docs/theory.md section 19).
-PARAMS = ("beta", "sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp", "sigma_o2", "sigma_w2_out",
-          "mean_rope_correlation", "q0", "p0", "log2_scale", "block_code", "qk_norm_dim")
-(BETA, SIGMA_W2, SIGMA_B2, SIGMA_V2, ALPHA_SA, ALPHA_MLP, SIGMA_O2, SIGMA_W2_OUT, ROPE_CBAR, Q0, P0,
- LOG2_SCALE, BLOCK_CODE, QK_NORM_DIM) = range(len(PARAMS))
+ALPHA_SA, QK_NORM_DIM, Q0, P0, LOG2_SCALE = (PARAMS.index(name) for name in
+                                             ("alpha_sa", "qk_norm_dim", "q0", "p0", "log2_scale"))
+#: Stand-in table for asymptotic kernels (never read).
+NO_TABLE = np.zeros(8)
+NO_TABLE.setflags(write=False)
 
 #: Cells advanced together by one thread. Interleaving independent cells hides the
 #: latency of each cell's serial chain of divisions and square roots (and lets LLVM
@@ -68,17 +64,6 @@ BATCH = 32
 SCALE_EXPONENT = 128
 _BIG = 2.0 ** SCALE_EXPONENT
 _SMALL = 2.0 ** -SCALE_EXPONENT
-#: Scaling modes (compile-time constants): none, pre-LN branches, no-LN homogeneous maps.
-NO_SCALE, SCALE_BRANCHES, SCALE_INPUTS = range(3)
-
-
-def scale_mode(norm, activation, mlp=MLPS["dense"]) -> int:
-    """How the kernels carry the scale of an architecture's stream (module docstring)."""
-    if norm == NORMS["pre"]:
-        return SCALE_BRANCHES
-    if norm == NORMS["none"] and mlp == MLPS["dense"] and activation_spec(int(activation)).homogeneous:
-        return SCALE_INPUTS
-    return NO_SCALE
 
 
 @register_jitable
@@ -87,8 +72,20 @@ def scale_factor(exponent):
     return math.ldexp(1.0, -int(max(min(exponent, 1100.0), -1000.0)))
 
 
+@register_jitable(forceinline=True)
+def cell_row(prm, j, alpha_sa, scale):
+    """The step's row of cell ``j`` of a batch: its :data:`COLUMNS` (``alpha_sa`` given apart, the
+    bisection's trial value), then the carried scale ``s``. A tuple: passed by value, with no
+    reference counts in the hot loop."""
+    return (prm[0, j], prm[1, j], prm[2, j], prm[3, j], alpha_sa, prm[5, j], prm[6, j], prm[7, j], prm[8, j],
+            prm[9, j], scale)
+
+
+assert len(COLUMNS) == 10 and ALPHA_SA == 4, "cell_row spells out the columns"
+
+
 class Kernels(NamedTuple):
-    """The compiled sweeps of one (norm, attention, activation, norm type, MLP, finite) combination.
+    """The compiled sweeps of one tree structure (:func:`kernels_for`).
 
     Each takes the packed finite-T table as an optional last argument ``table``
     (required by finite-T kernels, ignored by asymptotic ones).
@@ -105,74 +102,65 @@ class Kernels(NamedTuple):
     min_alpha_bisection : callable
         ``(params, depth, threshold, alpha_max, iterations, table=None)``: the smallest
         ``alpha_sa`` with final cosine ``<= threshold`` per row, by bisection.
+    finite : bool
+        Whether the tree's attention reads the finite-T table.
+    columns : tuple of str
+        The :data:`COLUMNS` the tree reads (the others are ignored).
     """
 
     trajectories: Callable
     final_states: Callable
     min_alpha_bisection: Callable
+    finite: bool = False
+    columns: tuple = ()
 
 
-@functools.lru_cache(maxsize=None)
-def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
-    """Kernels specialised to one architecture: ``kernels_for(*arch.codes, finite)``.
+#: Kernels by the tree's kernel key (an unbounded cache, like ``functools.lru_cache(None)``).
+_KERNELS: dict = {}
+
+
+def kernels_for(tree) -> Kernels:
+    """The compiled sweeps of a block tree, cached by its structure.
 
     Parameters
     ----------
-    norm, attention, activation, norm_type, mlp : int
-        The codes of :func:`~remprop.theory.kernels.architecture_codes`.
-    finite : bool
-        Finite sequence length (the attention reads the packed table of
-        :func:`packed_table`) or ``T -> infinity``.
+    tree : remprop.theory.components.Component
+        One block, any tree of components with a kernel face
+        (:meth:`~remprop.theory.components.Component.kernel`): its parameters are
+        :class:`~remprop.theory.components.Column` placeholders, read from each packed row, or
+        numbers, compiled in as constants. :func:`remprop.theory.propagation.kernel_tree` builds
+        an architecture's.
 
     Returns
     -------
     Kernels
-        Compiled sweeps over rows packed as :data:`PARAMS`. The codes and ``finite``
-        become compile-time constants of the closures, so the branches of the block
-        disappear from the inner loops. Compiled code is cached on disk per combination
-        for built-in activations (numba keys the cache on the closure values). Rotary
-        positions are a compile-time choice too, made per call from the rows: rows whose
-        ``mean_rope_correlation`` column is not exactly 1 run a second specialisation that
-        reads it (compiled on first use), the others one that never does. So are the block
-        form (``block_code``, which must be the same in every row) and QK-norm (``qk_norm_dim``
-        not 0, in every row or in none; finite T only), docs/theory.md section 19.
+        Sweeps over rows packed as :data:`PARAMS`, compiled on first use. Two trees with the same
+        :meth:`~remprop.theory.components.Component.kernel_key` (the same structure, columns and
+        constants; only whether T is finite, not T) share them. Compiled code is cached on disk
+        (``__pycache__``) unless the tree has a user-registered activation.
     """
-    spec = activation_spec(int(activation))
-    finite = bool(finite)
-    jit = dict(cache=spec.builtin, error_model="numpy")
-    norm_type, mlp = int(norm_type), int(mlp)
-    tag = f"{norm}_{attention}_{spec.code}_{int(finite)}_{norm_type}_{mlp}"
-    mode = scale_mode(norm, activation, mlp)
+    if not isinstance(tree, Component):
+        raise ValueError(f"tree must be a component (remprop.theory.components), got {tree!r}")
+    key = tree.kernel_key()
+    if key not in _KERNELS:
+        _KERNELS[key] = _kernels(tree, key)
+    return _KERNELS[key]
 
-    @functools.lru_cache(maxsize=None)
-    def compiled(rope, block=0, qk=False):
-        """The sweeps with RoPE's overlap factor read (``rope``) or left out, of one block form
-        and with or without QK-norm; compiled on first use."""
-        full_tag = tag + ("_rope" if rope else "") + (f"_b{block}" if block else "") + ("_qk" if qk else "")
-        step = make_block_step(norm, attention, spec.moments, finite, full_tag, norm_type, mlp, rope, block, qk)
-        block_mode = NO_SCALE if (block & BRANCH_NORM and mode == SCALE_INPUTS) else mode
-        return _compile_sweeps(step, block_mode, jit, full_tag, qk)
 
-    def sweeps(params):
-        """Rows without RoPE (every ``mean_rope_correlation`` exactly 1) run the kernels that never
-        read that column: the default costs nothing for RoPE. The block form and QK-norm are
-        read from their columns (module docstring of :mod:`remprop.theory.kernels`)."""
-        if not params.shape[0]:
-            return compiled(False)
-        rope = bool(np.any(params[:, ROPE_CBAR] != 1.0))
-        codes = params[:, BLOCK_CODE]
-        if np.any(codes != codes[0]) or codes[0] not in (0.0, 1.0, 2.0, 3.0):
-            raise ValueError("params: the block_code column must hold one of 0, 1, 2, 3, the same in every row")
-        qk_dims = params[:, QK_NORM_DIM]
-        qk = bool(np.any(qk_dims != 0.0))
-        if qk and (np.any(qk_dims < 1.0) or not finite):
-            raise ValueError("params: QK-norm (qk_norm_dim column) needs a finite sequence length and a width "
-                             ">= 1 in every row")
-        if codes[0] == 0.0 and not qk:
-            return compiled(rope)
-        return compiled(rope, int(codes[0]), qk)
+def _kernels(tree, key):
+    mode, rescaled = stream_scaling(tree)
+    step = KernelBuilder(mode, rescaled).build(tree)
+    finite, columns = step.reads_table, tuple(name for name in COLUMNS if name in step.columns)
+    jit = dict(cache=step.cacheable, error_model="numpy")
+    sweeps = _compile_sweeps(step.function, mode, mode == SCALE_INPUTS and "beta" in rescaled, jit,
+                             f"{type(tree).__name__}_{digest((key, mode))}")
 
-    def _table(table):
+    def checked(params, table):
+        if params.ndim != 2 or params.shape[1] != len(PARAMS):
+            raise ValueError(f"params must have shape (n, {len(PARAMS)}) (remprop.theory.kernels.PARAMS), "
+                             f"got {params.shape}")
+        if "qk_norm_dim" in columns and np.any(~(params[:, QK_NORM_DIM] >= 1.0)):
+            raise ValueError("params: the qk_norm_dim column must hold the QK-norm width (>= 1) in every row")
         if table is None:
             if finite:
                 raise ValueError("table must be given to finite-T kernels "
@@ -181,49 +169,32 @@ def kernels_for(norm, attention, activation, norm_type, mlp, finite=False):
         return np.ascontiguousarray(table, dtype=np.float64)
 
     def run_trajectories(params, depth, table=None):
-        return sweeps(params)[0](params, depth, _table(table))
+        return sweeps[0](params, depth, checked(params, table))
 
     def run_final_states(params, depth, table=None):
-        return sweeps(params)[1](params, depth, _table(table))
+        return sweeps[1](params, depth, checked(params, table))
 
     def run_min_alpha_bisection(params, depth, threshold, alpha_max, iterations, table=None):
-        return sweeps(params)[2](params, depth, threshold, alpha_max, iterations, _table(table))
+        return sweeps[2](params, depth, threshold, alpha_max, iterations, checked(params, table))
 
     run_trajectories.__doc__, run_final_states.__doc__, run_min_alpha_bisection.__doc__ = (
-        function.__doc__ for function in compiled(False))
-    return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection)
+        function.__doc__ for function in sweeps)
+    return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection, finite, columns)
 
 
-def _compile_sweeps(step, mode, jit, tag, qk=False):
-    """The compiled ``(trajectories, final_states, min_alpha)`` of one block ``step``
-    (:func:`~remprop.theory.kernels._block.make_block_step`), scaling ``mode`` and tag;
-    ``qk``: QK-norm (no rescaling of beta, module docstring)."""
+def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
+    """The compiled ``(trajectories, final_states, min_alpha)`` around one block ``step``
+    (``step(q, p, row, table) -> (q, p, beta_c)``), of scaling ``mode`` (``rescale_beta_c``: the
+    critical beta times ``s``, no-LN without QK-norm) and tag. Each sweep hands the step a
+    ``remprop.theory._jit.borrowed`` view of the table: passed down the tree once per cell and
+    layer, it costs no reference counts."""
     def advance(q, p, e, s, beta_c_first, beta_c_min, prm, alpha_sa, count, first_layer, depth, table):
         """Advance ``count`` cells of a batch by ``depth`` blocks, in place (state ``(q, p) 2**e``,
-        ``s = 2**-e``)."""
+        ``s = 2**-e``). Twelve arguments: the batch's buffers, passed apart (numba hot loop)."""
         for layer in range(depth):
             for j in range(count):
-                beta = prm[BETA, j]
-                sigma_b2 = prm[SIGMA_B2, j]
-                sigma_o2 = prm[SIGMA_O2, j]
-                sigma_w2_out = prm[SIGMA_W2_OUT, j]
-                sigma_b2_out = sigma_b2
-                branch_scale = 1.0
-                if mode == SCALE_BRANCHES:
-                    sigma_o2 = sigma_o2 * s[j]
-                    sigma_w2_out = sigma_w2_out * s[j]
-                    sigma_b2_out = sigma_b2 * s[j]
-                    branch_scale = s[j]
-                elif mode == SCALE_INPUTS:
-                    if not qk:
-                        beta = beta / s[j]
-                    sigma_b2 = sigma_b2 * s[j]
-                    sigma_b2_out = sigma_b2
-                q_new, p_new, beta_c = step(
-                    q[j], p[j], beta, prm[SIGMA_W2, j], sigma_b2, prm[SIGMA_V2, j], alpha_sa[j],
-                    prm[ALPHA_MLP, j], sigma_o2, sigma_w2_out, sigma_b2_out, prm[ROPE_CBAR, j], table,
-                    prm[QK_NORM_DIM, j], branch_scale)
-                if mode == SCALE_INPUTS and not qk and beta_c < np.inf:  # inf (collapsed tokens) stays inf
+                q_new, p_new, beta_c = step(q[j], p[j], cell_row(prm, j, alpha_sa[j], s[j]), table)
+                if rescale_beta_c and beta_c < np.inf:  # inf (collapsed tokens) stays inf
                     beta_c = beta_c * s[j]
                 q[j] = q_new
                 p[j] = p_new
@@ -254,7 +225,6 @@ def _compile_sweeps(step, mode, jit, tag, qk=False):
             beta_c_min[j] = np.inf
 
     load = register_jitable(specialised(load, tag))
-
     def batch(params, b):
         """Buffers of batch ``b``, loaded: ``(start, count, prm, q, p, e, s, beta_c_first, beta_c_min)``."""
         start = b * BATCH
@@ -273,6 +243,7 @@ def _compile_sweeps(step, mode, jit, tag, qk=False):
 
     def trajectories(params, depth, table):
         """Whole trajectories: q, p, their log2 scale of shape (n, depth + 1) and beta_c of shape (n, depth)."""
+        table = borrowed(table)
         n = params.shape[0]
         q_out = np.empty((n, depth + 1))
         p_out = np.empty((n, depth + 1))
@@ -299,6 +270,7 @@ def _compile_sweeps(step, mode, jit, tag, qk=False):
 
     def final_states(params, depth, table):
         """Final q, p, the first/smallest beta_c and the log2 scale per row, without storing trajectories."""
+        table = borrowed(table)
         n = params.shape[0]
         out = np.empty((n, 5))
         for b in prange((n + BATCH - 1) // BATCH):
@@ -322,6 +294,7 @@ def _compile_sweeps(step, mode, jit, tag, qk=False):
         The cells of a batch bisect in lock-step for a fixed number of ``iterations``
         (bracket width ``alpha_max / 2**iterations``).
         """
+        table = borrowed(table)
         n = params.shape[0]
         out = np.empty(n)
         for b in prange((n + BATCH - 1) // BATCH):
@@ -395,19 +368,58 @@ def bisection_steps(alpha_max, tol) -> int:
     return max(0, int(np.ceil(np.log2(alpha_max / tol))))
 
 
-def min_alpha_bisection(norm, attention, activation, norm_type, mlp, params, depth, threshold, alpha_max, tol,
-                        seq_len=None):
+def min_alpha_bisection(tree, params, depth, threshold, alpha_max, tol, seq_len=None):
     """Smallest alpha_sa with final rho <= threshold for each row of ``params``.
 
     Bisection on [0, alpha_max] until the bracket is narrower than ``tol``; see
-    ``kernels_for(...).min_alpha_bisection``. Returns the upper end of the final bracket
-    (an alpha known to satisfy the threshold), 0.0 or +inf. ``norm``, ``attention``,
-    ``activation``, ``norm_type``, ``mlp``: the codes of
-    :func:`~remprop.theory.kernels.architecture_codes` (``*arch.codes``);
-    ``params``: rows packed as :data:`PARAMS`; ``seq_len`` (None or an integer >= 2)
-    selects the finite-T attention maps.
+    ``kernels_for(tree).min_alpha_bisection``. Returns the upper end of the final bracket
+    (an alpha known to satisfy the threshold), 0.0 or +inf. ``tree``: the block
+    (:func:`kernels_for`; :func:`remprop.theory.propagation.kernel_tree` of an architecture);
+    ``params``: rows packed as :data:`PARAMS`; ``seq_len`` (None or an integer >= 2): the
+    table of a tree whose attention is at finite T.
     """
     iterations = bisection_steps(alpha_max, tol)
-    kernels = kernels_for(norm, attention, activation, norm_type, mlp, seq_len is not None)
-    return kernels.min_alpha_bisection(params, depth, threshold, alpha_max, iterations,
-                                       packed_table(seq_len))
+    return kernels_for(tree).min_alpha_bisection(params, depth, threshold, alpha_max, iterations,
+                                                 packed_table(seq_len))
+
+
+def propagate_tree(tree, depth, q0=1.0, p0=0.0, seq_len=None):
+    """Iterate a block tree of numbers ``depth`` times from ``(q0, p0)`` in the compiled kernels.
+
+    The kernels' counterpart of applying ``tree`` layer by layer (``q, p = tree(q, p)``), for any
+    tree of components with a kernel face, e.g. one holding a component defined outside
+    :mod:`remprop.theory.components`.
+
+    Parameters
+    ----------
+    tree : remprop.theory.components.Component
+        A block whose parameters are numbers (compile-time constants; no
+        :class:`~remprop.theory.components.Column`).
+    depth : int
+        Number of blocks, >= 0.
+    q0, p0 : array_like
+        Input state, broadcast together.
+    seq_len : int or None
+        The sequence length of the tree's finite-T attention (its table), None as T -> infinity.
+
+    Returns
+    -------
+    (q, p, beta_c) : tuple of ndarray
+        ``q`` and ``p`` of shape ``broadcast(q0, p0) + (depth + 1,)`` (index 0 the input; ``inf``
+        or 0 where a stream leaves float64), the critical beta of every layer's attention,
+        shape ``(..., depth)`` (``inf`` without attention).
+    """
+    kernels = kernels_for(tree)
+    if kernels.columns:
+        raise ValueError(f"tree reads the columns {kernels.columns} of packed rows: run "
+                         "kernels_for(tree).trajectories on rows packed as PARAMS")
+    if kernels.finite and seq_len is None:
+        raise ValueError("seq_len: the tree's attention is at finite T, give its sequence length")
+    q0, p0 = np.broadcast_arrays(np.asarray(q0, dtype=np.float64), np.asarray(p0, dtype=np.float64))
+    params = np.zeros((q0.size, len(PARAMS)))
+    params[:, Q0], params[:, P0] = q0.ravel(), p0.ravel()
+    q, p, exponent, beta_c = kernels.trajectories(params, int(depth), packed_table(seq_len))
+    with np.errstate(over="ignore", under="ignore"):
+        scale = np.exp2(exponent)
+        q, p = q * scale, p * scale
+    return (q.reshape(q0.shape + (-1,)), p.reshape(q0.shape + (-1,)), beta_c.reshape(q0.shape + (-1,)))

@@ -1,0 +1,179 @@
+"""The depth kernels take any tree of components: the step is composed from the tree.
+
+A component defined here, outside remprop.theory.components, reaches the kernels through the
+tree that holds it (its kernel face is a method of its own; there is no registry); the
+kernels' results equal the tree iterated in NumPy to 1e-12 (same maps, same order: round-off
+only). Kernels are shared by structure (kernel keys), and their on-disk cache keys are the
+same in every process (numba hashes the pickled closure cells of each sweep).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from remprop.theory import Architecture
+from remprop.theory import components as C
+from remprop.theory.components import Column, Component
+from remprop.theory.kernels import PARAMS, kernels_for, packed_table, propagate_tree
+from remprop.theory.propagation import kernel_tree, pack_parameters
+
+TOL = 1e-12
+
+
+@dataclass(repr=False)
+class ScaledIdentity(Component):
+    """``x -> c x`` as a branch: ``(q, p) -> (gain q, gain p)`` with ``gain = c**2``."""
+
+    gain: object
+    name = "scaled_identity"
+
+    def apply(self, q, p):
+        return self.gain * q, self.gain * p
+
+    def kernel(self, build):
+        gain = build.parameter(self.gain)
+
+        def step(q, p, row, table):
+            g = gain(row)
+            return g * q, g * p, math.inf
+
+        return step
+
+
+def iterate(tree, depth, q0, p0):
+    """The tree applied ``depth`` times in NumPy: q and p of shape (depth + 1,)."""
+    qs, ps = [q0], [p0]
+    for _ in range(depth):
+        q, p = tree(qs[-1], ps[-1])
+        qs.append(float(q))
+        ps.append(float(p))
+    return np.array(qs), np.array(ps)
+
+
+TOY_TREES = {
+    # no norm: the toy branch and softmax attention in series (no carried scale: constants)
+    "post": C.serial(C.residual(0.8, ScaledIdentity(0.5)), C.layer_norm(),
+                     C.residual(1.0, C.softmax_attention(1.4, 0.6, 0.01)), C.layer_norm()),
+    # pre-norm branches with the toy after the norm: the stream's scale is carried by the skips
+    "pre": C.serial(C.residual(1.1, C.serial(C.rms_norm(), ScaledIdentity(0.7))),
+                    C.residual(1.0, C.serial(C.layer_norm(), C.gain_controlled_attention(2.0, 0.5, 0.02)))),
+    # parallel branches, three of them, one of which is the toy (finite T)
+    "parallel": C.parallel(1.0, C.serial(C.layer_norm(), C.softmax_attention(1.2, 0.5, 0.01, seq_len=32)),
+                           C.serial(C.layer_norm(), ScaledIdentity(0.3)),
+                           C.serial(C.layer_norm(), C.mlp(0.9, 0.01, "tanh"))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOY_TREES))
+def test_a_component_defined_outside_the_library_reaches_the_kernels(name):
+    tree = TOY_TREES[name]
+    q, p, beta_c = propagate_tree(tree, 10, q0=[1.3, 0.4], p0=[0.2, 0.3], seq_len=32 if name == "parallel" else None)
+    assert q.shape == p.shape == (2, 11) and beta_c.shape == (2, 10)
+    for cell, (q0, p0) in enumerate([(1.3, 0.2), (0.4, 0.3)]):
+        q_tree, p_tree = iterate(tree, 10, q0, p0)
+        np.testing.assert_allclose(q[cell], q_tree, rtol=TOL, atol=0)
+        error = np.abs(p[cell] - p_tree) / q_tree   # p relative to the scale q
+        assert np.all(error <= TOL), f"p: worst error / q {error.max():.3g}"
+        assert np.all(np.isfinite(beta_c[cell]))  # every block has one attention
+
+
+def test_a_custom_component_reads_a_column_of_the_packed_rows():
+    """The toy's gain a Column: one compiled kernel for a whole grid of gains."""
+    tree = C.serial(C.residual(Column("alpha_sa"), C.serial(C.layer_norm(), ScaledIdentity(Column("sigma_v2")))),
+                    C.layer_norm())
+    kernels = kernels_for(tree)
+    assert kernels.columns == ("sigma_v2", "alpha_sa") and not kernels.finite
+    gains, alphas = np.array([0.2, 0.9, 3.0]), np.array([0.0, 0.5, 1.5])
+    params = np.zeros((3, len(PARAMS)))
+    params[:, PARAMS.index("sigma_v2")], params[:, PARAMS.index("alpha_sa")] = gains, alphas
+    params[:, PARAMS.index("q0")], params[:, PARAMS.index("p0")] = 2.0, 0.5
+    out = kernels.final_states(params, 7)
+    for cell in range(3):
+        numbers = C.serial(C.residual(alphas[cell], C.serial(C.layer_norm(), ScaledIdentity(gains[cell]))),
+                           C.layer_norm())
+        q_tree, p_tree = iterate(numbers, 7, 2.0, 0.5)
+        assert out[cell, 0] * 2.0 ** out[cell, 4] == pytest.approx(q_tree[-1], rel=TOL)
+        assert out[cell, 1] * 2.0 ** out[cell, 4] == pytest.approx(p_tree[-1], rel=TOL)
+        assert out[cell, 2] == out[cell, 3] == math.inf  # no attention
+
+
+def test_a_custom_pre_norm_stream_carries_its_scale():
+    """q grows like 1.5**(2L) past the kernels' 2**128 window: the skip multiplies the toy's
+    normalised branch by the carried scale, exactly (powers of two)."""
+    tree = C.residual(1.5, C.serial(C.layer_norm(), ScaledIdentity(2.0)))
+    assert tree.carries_scale
+    params = np.zeros((1, len(PARAMS)))
+    params[0, PARAMS.index("q0")], params[0, PARAMS.index("p0")] = 1.0, 0.25
+    q, p, exponent, _ = kernels_for(tree).trajectories(params, 250)
+    assert exponent[0, -1] > 150
+    q_tree, p_tree = iterate(tree, 250, 1.0, 0.25)
+    np.testing.assert_allclose(np.log2(q[0]) + exponent[0], np.log2(q_tree), rtol=TOL)
+    np.testing.assert_allclose(p[0] / q[0], p_tree / q_tree, rtol=TOL)
+
+
+def test_kernels_are_shared_by_structure():
+    base = Architecture(norm="pre", seq_len=64)
+    assert kernels_for(kernel_tree(base)) is kernels_for(kernel_tree(base.replace(seq_len=512, sigma_w2=0.9)))
+    assert kernels_for(kernel_tree(base)) is not kernels_for(kernel_tree(base.replace(seq_len=None)))
+    assert kernels_for(kernel_tree(base)) is not kernels_for(kernel_tree(base.replace(sigma_o2=0.5)))
+    assert kernels_for(kernel_tree(base)).finite and kernels_for(kernel_tree(base)).columns == (
+        "beta", "sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp")
+    # the tree of an architecture is its block with a column per number
+    assert repr(kernel_tree(base)) == repr(base.block(1.0))
+
+
+def test_kernel_tree_errors_name_their_cause():
+    class Opaque(Component):
+        def apply(self, q, p):
+            return q, p
+
+    with pytest.raises(NotImplementedError, match="no kernel face"):
+        kernels_for(C.serial(Opaque(), C.layer_norm()))
+    with pytest.raises(ValueError, match="numbers or Column"):
+        kernels_for(C.residual(np.array([0.5, 1.0]), C.layer_norm()))
+    with pytest.raises(ValueError, match="not a column"):
+        kernels_for(C.residual(Column("gamma"), C.layer_norm()))
+    with pytest.raises(ValueError, match="columns"):
+        propagate_tree(kernel_tree(Architecture()), 3)
+    with pytest.raises(ValueError, match="tree must be a component"):
+        kernels_for("post")
+    with pytest.raises(ValueError, match="seq_len"):
+        propagate_tree(TOY_TREES["parallel"], 2)
+    with pytest.raises(ValueError, match="shape"):
+        kernels_for(TOY_TREES["post"]).final_states(np.zeros((2, 5)), 3)
+
+
+_CACHE_KEYS = """
+import hashlib, sys
+from numba.core.serialize import dumps
+from remprop.theory import Architecture
+from remprop.theory.kernels import kernels_for
+from remprop.theory.propagation import kernel_tree
+archs = [Architecture(), Architecture(norm="pre", seq_len=64, positions="rope", head_dim=16, block_form="parallel"),
+         Architecture(norm="none", mlp="gated", activation="silu", seq_len=32, qk_norm=True, head_dim=8,
+                      branch_norm=True, sigma_o2=0.5)]
+for arch in archs[::int(sys.argv[1])]:
+    wrapper = kernels_for(kernel_tree(arch)).final_states
+    sweeps = next(c.cell_contents for c in wrapper.__closure__ if isinstance(c.cell_contents, tuple))
+    for sweep in sweeps:
+        cells = tuple(c.cell_contents for c in sweep.py_func.__closure__)
+        print(sweep.py_func.__qualname__, hashlib.sha256(dumps(cells)).hexdigest())
+"""
+
+
+def test_disk_cache_keys_are_the_same_in_every_process():
+    """numba's index key of a cached sweep hashes its pickled closure cells: two fresh processes
+    (one building the trees in the other order, so that shared steps are made in another order)
+    must agree, or the on-disk cache would miss and grow on every run."""
+    runs = [subprocess.run([sys.executable, "-c", _CACHE_KEYS, order], capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).parent).stdout.split("\n") for order in ("1", "-1")]
+    first, second = (sorted(line for line in run if line) for run in runs)
+    assert len(first) == 9 and len(set(first)) == 9
+    assert first == second
