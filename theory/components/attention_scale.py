@@ -143,7 +143,8 @@ def attention_map(arch, beta, *, sigma_bv2=None):
     """The attention component of ``arch`` at the model's ``beta``: softmax or gain-controlled,
     each head at :func:`effective_beta`, finite T when ``seq_len`` is set, with RoPE's ``cbar_T``
     and QK-norm's width. ``sigma_bv2``: a value-bias variance of its own (default ``sigma_b2``)."""
-    softcap.check_logit_softcap(arch, beta)
+    if arch.logit_softcap is not None:
+        softcap.check_logit_softcap(arch, beta)
     rope = mean_rope_correlation(arch) if arch.positions.rotary else None
     return arch.attention.component(effective_beta(arch, beta), arch.sigma_v2,
                                     arch.sigma_b2 if sigma_bv2 is None else sigma_bv2, seq_len=arch.seq_len,
