@@ -40,6 +40,8 @@ NeurIPS 2022 (vanishing query/key gradients under rank collapse); B. Derrida (19
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -156,18 +158,31 @@ def _row_average(function, beta, row_variance, weight):
     return np.sum(weights * (1.0 + weight[..., None] * eps) * values, axis=-1)
 
 
-def _log_scaled_norm(beta, q, p, width, seq_len, sigma_v2, asymptotic, finite_width, overlap_variance,
-                     norm_variance, which):
+@dataclass(frozen=True)
+class _NormOptions:
+    """The keyword options of the gradient norms (:func:`query_gradient_norm`), and which weight."""
+
+    sigma_v2: Any = 0.2
+    asymptotic: bool = False
+    finite_width: bool = True
+    overlap_variance: Any = None
+    norm_variance: Any = None
+    which: str = "query"
+
+
+def _log_scaled_norm(beta, q, p, width, seq_len, options: _NormOptions):
     """log of the magnitude of the scaled norm (:func:`scaled_query_gradient_norm`), its sign, the inputs.
 
     Written as ``log(q s_v^2 beta S) + log <(1 + lambda eps) B / S>`` with
     ``S = max((q - p)^2, sigma_Delta^2)``, so that no intermediate overflows (q = 1e300).
     """
+    asymptotic, finite_width, which = options.asymptotic, options.finite_width, options.which
+    overlap_variance, norm_variance = options.overlap_variance, options.norm_variance
     seq_len = check_seq_len(seq_len, allow_none=False)
     width = _check_width(width)
     beta = as_float_array("beta", beta, positive=True)
     q, p = check_overlap(q, p)
-    sigma_v2 = as_float_array("sigma_v2", sigma_v2, nonnegative=True)
+    sigma_v2 = as_float_array("sigma_v2", options.sigma_v2, nonnegative=True)
     with np.errstate(divide="ignore"):
         log_gap2 = 2.0 * np.log(q - np.minimum(p, q))  # -inf at p = q
         if overlap_variance is None:
@@ -228,10 +243,8 @@ def _checked_exp(log_value, sign, name, arguments):
     return scalar_or_array(sign * np.exp(log_value))
 
 
-def _norm(name, beta, q, p, width, seq_len, sigma_v2, asymptotic, finite_width, overlap_variance,
-          norm_variance, which, scaled):
-    log_value, sign, arguments = _log_scaled_norm(beta, q, p, width, seq_len, sigma_v2, asymptotic, finite_width,
-                                            overlap_variance, norm_variance, which)
+def _norm(name, beta, q, p, width, seq_len, options: _NormOptions, scaled):
+    log_value, sign, arguments = _log_scaled_norm(beta, q, p, width, seq_len, options)
     if not scaled:
         seq_len, width = arguments[4], arguments[3]
         log_value = log_value + math.log(seq_len) + 2.0 * np.log(width) + 0.5 * math.log(math.log(seq_len))
@@ -254,8 +267,8 @@ def scaled_query_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asym
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 3(c).
     """
-    return _norm("scaled_query_gradient_norm", beta, q, p, width, seq_len, sigma_v2, asymptotic, finite_width,
-                 overlap_variance, norm_variance, "query", scaled=True)
+    options = _NormOptions(sigma_v2, asymptotic, finite_width, overlap_variance, norm_variance, "query")
+    return _norm("scaled_query_gradient_norm", beta, q, p, width, seq_len, options, scaled=True)
 
 
 def query_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=False, finite_width=True,
@@ -323,8 +336,8 @@ def query_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=
     --------
     >>> g = query_gradient_norm(1.5, 1.0, 0.0, width=128, seq_len=256, sigma_v2=1.0)  # doctest: +SKIP
     """
-    return _norm("query_gradient_norm", beta, q, p, width, seq_len, sigma_v2, asymptotic, finite_width,
-                 overlap_variance, norm_variance, "query", scaled=False)
+    options = _NormOptions(sigma_v2, asymptotic, finite_width, overlap_variance, norm_variance, "query")
+    return _norm("query_gradient_norm", beta, q, p, width, seq_len, options, scaled=False)
 
 
 def key_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=False, finite_width=True,
@@ -342,5 +355,5 @@ def key_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=Fa
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Result 2.
     """
-    return _norm("key_gradient_norm", beta, q, p, width, seq_len, sigma_v2, asymptotic, finite_width,
-                 overlap_variance, norm_variance, "key", scaled=False)
+    options = _NormOptions(sigma_v2, asymptotic, finite_width, overlap_variance, norm_variance, "key")
+    return _norm("key_gradient_norm", beta, q, p, width, seq_len, options, scaled=False)

@@ -412,6 +412,14 @@ def attention_mean_cosine(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, seq_len, w
     ndarray or float, or (cosine, error)
         Broadcast over ``q, p, beta, sigma_v2, sigma_b2``.
 
+    Notes
+    -----
+    Why eleven parameters (one over the library's limit of ten): the signature is
+    :func:`finite_width_attention_map`'s (five broadcast inputs and the sizes ``seq_len``,
+    ``width``, ``heads``) plus the sampling controls ``samples``, ``seed`` and
+    ``return_error``; keeping them as plain arguments lets the map and its sampled cosine be
+    called side by side on the same grids (:func:`remprop.validation.attention_sweep`).
+
     References
     ----------
     Derrida (1981); Giorlandino & Goldt, arXiv 2505.24333 (Fig. 2); docs/theory.md section 18.
