@@ -73,11 +73,9 @@ class Architecture:
         function, registered as ``"user:<name>"`` (:func:`~remprop.theory.register_activation`).
     sigma_w2, sigma_b2, sigma_v2 : array_like
         MLP weight, bias (every bias) and value weight variances times fan-in, >= 0.
-    sigma_o2 : array_like or None
-        Output projection ``W_O ~ N(0, sigma_o2 / d)`` without bias, >= 0; None: no projection
-        (the reference experiments).
-    sigma_w2_out : array_like or None
-        The MLP's second layer ``W2 ~ N(0, sigma_w2_out / d_ff)``, >= 0; None: ``sigma_w2``.
+    sigma_o2, sigma_w2_out : array_like or None
+        Output projection ``W_O ~ N(0, sigma_o2 / d)`` without bias (None: none, as in the reference
+        experiments); the MLP's second layer ``W2 ~ N(0, sigma_w2_out / d_ff)`` (None: ``sigma_w2``).
     alpha_sa, alpha_mlp : array_like
         Strength of the identity path around attention and MLP (``alpha x + F(x)``), >= 0.
     seq_len : int or None
@@ -105,10 +103,8 @@ class Architecture:
     qk_norm : bool
         RMS-normalised queries and keys (OLMo 2, Gemma 3); ``beta`` then multiplies the
         normalised scores (1 as initialised). Needs ``seq_len`` and ``head_dim``.
-    qk_norm_gain : float
-        The norm gain g of queries and keys, > 0.
-    qk_norm_dim : int or None
-        Coordinates normalised together, ``>= head_dim``; None: ``head_dim``.
+    qk_norm_gain, qk_norm_dim : float, int or None
+        The norm gain g of queries and keys, > 0; coordinates normalised together (``>= head_dim``; None: ``head_dim``).
     block_form : {"sequential", "parallel"}
         Parallel branches on the same normalised input (GPT-J, NeoX; pre-norm, ``alpha_mlp = 1``).
     branch_norm : bool

@@ -220,7 +220,8 @@ class Attention(Component):
 
     def reduced_scale(self, q, p):
         """The REM's reduced scale ``x``: ``beta sqrt(q (q - p cbar))``, or with QK-norm
-        ``beta sqrt(1 - kappa_n(p/q) cbar)`` (:func:`~remprop.theory.rem.qk_norm.qk_norm_energy_core`, docs/theory.md section 19)."""
+        ``beta sqrt(1 - kappa_n(p/q) cbar)`` (:func:`~remprop.theory.rem.qk_norm.qk_norm_energy_core`,
+        docs/theory.md section 19)."""
         if self.qk_norm_dim is None:
             return self.beta * np.sqrt(q) * np.sqrt(np.maximum(q - self.rem_overlap(p), 0.0))
         cbar = 1.0 if self.mean_rope_correlation is None else self.mean_rope_correlation
