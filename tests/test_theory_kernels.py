@@ -225,7 +225,8 @@ def test_grid_block_composition_matches_reference_cellwise(combo, case):
 
 # --- the kernels against the composed tree, every structural choice ---------------------
 # Architecture.block (the composed tree of components) is the description of a block; the
-# kernels (remprop.theory.kernels) hard-code its order. Every choice that changes the tree:
+# kernels (remprop.theory.kernels) compose their step from the same tree (its Column template,
+# propagation.kernel_tree) and must agree with it. Every choice that changes the tree:
 BLOCK_CHOICES = list(itertools.product(
     ["post", "pre", "none"], ["softmax", "gain-controlled"],
     [None, 0.6],  # sigma_o2: no output projection, or one

@@ -77,26 +77,32 @@ def inline_jitable(function):
     return function
 
 
-def _borrowed_intrinsic():
-    from numba.extending import intrinsic
+def borrowed(array):
+    """``array`` itself in Python; in jitted code a view of it that numba does not reference-count
+    (no meminfo), valid while ``array`` lives. Passing it to a compiled call then costs no atomic
+    reference-count updates, which contend between threads when every thread passes the same
+    array once per cell and layer (the kernels' finite-T table)."""
+    return array
+
+
+def _register_borrowed():
+    from numba.extending import intrinsic, overload
     from numba.np.arrayobj import make_array, populate_array
 
     @intrinsic
-    def borrowed(typingctx, array):
+    def view(typingctx, array):
         def codegen(context, builder, signature, args):
             source = make_array(signature.args[0])(context, builder, args[0])
-            view = make_array(signature.return_type)(context, builder)
-            populate_array(view, data=source.data, shape=source.shape, strides=source.strides,
+            out = make_array(signature.return_type)(context, builder)
+            populate_array(out, data=source.data, shape=source.shape, strides=source.strides,
                            itemsize=source.itemsize, meminfo=None)
-            return view._getvalue()
+            return out._getvalue()
 
         return array(array), codegen
 
-    return borrowed
+    @overload(borrowed, inline="always")
+    def borrowed_view(array):
+        return lambda array: view(array)
 
 
-#: ``borrowed(array)`` in jitted code: a view of ``array`` that numba does not reference-count
-#: (no meminfo), valid while ``array`` lives. Passing it to a compiled call costs no atomic
-#: reference-count updates, which contend between threads when every thread passes the same
-#: array once per cell and layer (the kernels' finite-T table).
-borrowed = _borrowed_intrinsic()
+_register_borrowed()

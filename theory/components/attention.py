@@ -287,8 +287,8 @@ class Attention(Component):
 
         As T -> infinity ``Y2 = max(0, 1 - beta_c / beta)``; at finite T ``Y2`` (and the
         cross-overlap ``C`` of two rows, or ``1/T`` with RoPE) are read from the packed table
-        at ``x = beta sqrt(q (q - p cbar))`` (with QK-norm ``beta sqrt(1 - kappa_n cbar)``), and
-        the step is inlined into the sweeps (``build.reads_table``). ``beta_c`` is the REM's
+        at ``x = beta sqrt(q (q - p cbar))`` (with QK-norm ``beta sqrt(1 - kappa_n cbar)``; the
+        step reads the table, ``build.reads_table``). ``beta_c`` is the REM's
         critical beta at the input, ``sqrt(2 / (q (q - p cbar)))`` (QK-norm:
         ``sqrt(2 / (1 - kappa_n cbar))``, docs/theory.md section 19).
         """

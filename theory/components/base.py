@@ -30,8 +30,9 @@ kernels may be :class:`Column` placeholders (kept as they are, unchecked, like s
 objects): the step then reads that column of the cell's packed row instead of a constant.
 """
 
+import dataclasses
+import enum
 import hashlib
-import math
 import sys
 from dataclasses import dataclass
 from typing import Tuple
@@ -207,7 +208,8 @@ def _module_digest(module_name):
 def kernel_value_key(value):
     """A hashable, process-independent description of a component's attribute for
     :meth:`Component.kernel_key`: components by their key, columns by name, numbers as floats,
-    tuples element by element. Other types raise ValueError (override ``kernel_key``)."""
+    enums by name, tuples and dataclasses field by field. Other types raise ValueError
+    (override ``kernel_key``)."""
     if isinstance(value, Component):
         return value.kernel_key()
     if isinstance(value, Column):
@@ -220,8 +222,13 @@ def kernel_value_key(value):
         return float(value) if value.ndim == 0 else ("array", value.shape, tuple(value.ravel().tolist()))
     if isinstance(value, (tuple, list)):
         return tuple(kernel_value_key(item) for item in value)
-    raise ValueError(f"{value!r}: a component attribute the kernel key cannot describe "
-                     "(numbers, strings, columns, components and tuples of them); override kernel_key")
+    if isinstance(value, enum.Enum):
+        return (type(value).__qualname__, value.name)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__qualname__,) + tuple((field.name, kernel_value_key(getattr(value, field.name)))
+                                                   for field in dataclasses.fields(value))
+    raise ValueError(f"{value!r}: a component attribute the kernel key cannot describe (numbers, strings, "
+                     "enums, columns, components, dataclasses and tuples of them); override kernel_key")
 
 
 @dataclass(repr=False)
@@ -295,7 +302,7 @@ def rescaled_bias(value):
     for a constant 0, None (not homogeneous) for another constant."""
     if isinstance(value, Column):
         return {value.name: 1}
-    return {} if not isinstance(value, str) and np.all(np.asarray(value) == 0.0) else None
+    return {} if np.all(np.asarray(value) == 0.0) else None
 
 
 def merge_rescaled(parts):
