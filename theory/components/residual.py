@@ -155,17 +155,9 @@ class Parallel(Component):
         return merge_rescaled(branch.rescaled_parameters() for branch in self.branches)
 
     def kernel(self, build):
-        """The branches' summed outputs (:class:`BranchSum`) times the stream's carried scale,
-        then the skip (as :meth:`Residual.kernel`)."""
-        alpha, branches, scale = build.parameter(self.alpha), build.child(BranchSum(self.branches)), build.stream_scale
-
-        def step(q, p, row, table):
-            q_sum, p_sum, beta_c = branches(q, p, row, table)
-            s = scale(row)
-            q, p = skip_core(s * q_sum, s * p_sum, q, p, alpha(row))
-            return q, p, beta_c
-
-        return step
+        """The residual step (:meth:`Residual.kernel`) around the branches' summed outputs
+        (:class:`BranchSum`): their sum times the stream's carried scale, then the skip."""
+        return Residual(self.alpha, BranchSum(self.branches)).kernel(build)
 
 
 @dataclass(repr=False)
