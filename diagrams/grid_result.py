@@ -336,9 +336,6 @@ class GridView:
 class ComparedView(GridView):
     """A view whose grid carries the theory's prediction (``predicted``): agreement and confusion."""
 
-    theory = property(lambda self: self.grid.settings["theory"], doc="The theory of ``predicted``.")
-    devices = property(lambda self: tuple(self.grid.provenance.get("devices", ())), doc="Devices of the cells.")
-
     SAVES_FIGURE = True
 
     @property

@@ -145,6 +145,7 @@ class MeasuredDiagram(ComparedView):
 
     KIND = "measured"
 
+    theory = property(lambda self: self.grid.settings["theory"], doc="The theory of ``predicted``.")
     cosine_final = cell_array("cosine_final", "Mean over samples of the final mean token cosine, per cell.")
     cosine_final_std = cell_array("cosine_final_std", "Its standard deviation over samples (ddof 1).")
     beta_critical_cells = cell_array("beta_critical_cells", "Measured critical beta of each cell.")
@@ -152,6 +153,7 @@ class MeasuredDiagram(ComparedView):
     layer_y2 = cell_array("layer_y2", "Mean participation ratio of every attention layer.")
     input_q = property(lambda self: float(self.grid.values["input_q"]), doc="Measured input mean squared norm.")
     input_rho = property(lambda self: float(self.grid.values["input_rho"]), doc="Measured input mean cosine.")
+    devices = property(lambda self: tuple(self.grid.provenance.get("devices", ())), doc="Devices of the cells.")
 
     # -- construction -------------------------------------------------------------------
     @classmethod

@@ -189,6 +189,7 @@ class TrainedDiagram(ComparedView):
 
     KIND = "trained"
 
+    theory = property(lambda self: self.grid.settings["theory"], doc="The theory of ``predicted``.")
     final_test_loss = cell_array("final_test_loss", "Final test loss per cell, mean over seeds.")
     final_test_loss_std = cell_array("final_test_loss_std", "Its standard deviation over seeds.")
     fraction = cell_array("fraction", "Trained fraction f per cell.")
@@ -199,6 +200,7 @@ class TrainedDiagram(ComparedView):
     unigram_loss = property(lambda self: float(self.grid.values["unigram_loss"]), doc="The unigram baseline U.")
     reference_loss = property(lambda self: float(self.grid.values["reference_loss"]), doc="The best cell's loss R.")
     input_rho = property(lambda self: float(self.grid.values["input_rho"]), doc="Input cosine the theory starts at.")
+    devices = property(lambda self: tuple(self.grid.provenance.get("devices", ())), doc="Devices of the cells.")
 
     @classmethod
     def from_records(cls, spec: TrainedGridSpec, records: dict, theory="auto") -> "TrainedDiagram":
