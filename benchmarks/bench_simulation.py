@@ -59,12 +59,12 @@ def measure(torch, device, *, n, width, seq_len, depth, batch, rounds):
     hits them alike; each keeps its best time.
     """
     from remprop.theory import Architecture
-    from remprop.validation import SimulatedStack, gaussian_tokens
+    from remprop.validation import SimulatedStack, SimulationSettings, gaussian_tokens
 
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, generator=gen, device=device)
     b = torch.randn(n, n, generator=gen, device=device)
-    stack = SimulatedStack(Architecture(), 0.5, depth, width=width, seq_len=seq_len, device=device)
+    stack = SimulatedStack(Architecture(), 0.5, depth, sim=SimulationSettings(width=width, seq_len=seq_len, device=device))
     x = gaussian_tokens(1.0, 0.0, count=batch, seq_len=seq_len, width=width, device=device).tokens
     timers = {"matmul": _timer(torch, device, lambda: a @ b),
               "forward": _timer(torch, device, lambda: stack.forward(x)),

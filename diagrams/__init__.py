@@ -33,6 +33,7 @@ _LAZY = {
     "layernorm_placement_figure": "theory_figures",
     "attention_phase_data": "figure_data",
     "layernorm_placement_data": "figure_data",
+    "LAYERNORM_REFERENCE_RUN": "figure_data",
     "make_theory_figures": "paper_figures",
     "PAPER_FIGURES": "paper_figures",
     "measured_diagram_figure": "measured_figures",

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from remprop.theory import Architecture, participation_ratio, softmax_attention_map
-from remprop.theory.checks import as_float_array, check_choice, check_depth, check_grid_axis, check_real_scalar
+from remprop.theory import Architecture, RunSettings, participation_ratio, softmax_attention_map
+from remprop.theory.checks import as_float_array, check_choice, check_grid_axis, check_real_scalar
 
-__all__ = ["attention_phase_data", "layernorm_placement_data", "LAYERNORM_VARIANTS"]
+__all__ = ["attention_phase_data", "layernorm_placement_data", "LAYERNORM_VARIANTS", "LAYERNORM_REFERENCE_RUN"]
 
 #: The four stacks of the LayerNorm-placement comparison: (norm, attention).
 LAYERNORM_VARIANTS = {
@@ -84,25 +84,33 @@ def attention_phase_data(betas=None, input_cosines=None, *, sigma_v2=1.0, sigma_
     }
 
 
-def layernorm_placement_data(depth=100, *, beta=0.1, sigma_w2=0.2, sigma_b2=0.02 ** 2,
-                             sigma_bv2=0.0, sigma_v2=1.0, alpha_sa=1.0, alpha_mlp=1.0, q0=1.0,
-                             rho0=0.2, activation="relu") -> dict:
+#: The run of the reference figure (docs/theory.md section 9, Fig. 4): ReLU MLPs with
+#: ``sigma_w2 = 0.2`` and biases ``sigma_b2 = 0.02**2``, values ``sigma_v2 = 1``, alphas 1,
+#: ``beta = 0.1``, 100 blocks, input ``q0 = 1``, ``rho0 = 0.2``; the norm placement and the
+#: attention are each variant's (:data:`LAYERNORM_VARIANTS`).
+LAYERNORM_REFERENCE_RUN = RunSettings(Architecture(sigma_w2=0.2, sigma_b2=0.02 ** 2, sigma_v2=1.0), beta=0.1,
+                                      depth=100, q0=1.0, rho0=0.2)
+
+
+def layernorm_placement_data(run: RunSettings | None = None, *, sigma_bv2=0.0) -> dict:
     r"""Mean cosine over depth for post-LN, pre-LN and their gain-controlled versions.
 
-    Blocks (``x`` the residual stream, asymptotic REM attention):
+    Blocks (``x`` the residual stream, the REM attention of ``run.arch``: ``T -> infinity``
+    unless ``run.arch.seq_len`` is set):
 
     * post-LN: ``x <- LN(alpha_sa x + SA(x)); x <- LN(alpha_mlp x + MLP(x))``
     * pre-LN: ``x <- alpha_sa x + SA(LN(x)); x <- alpha_mlp x + MLP(LN(x))``
     * gain-controlled: SA replaced by its centred version
       (:math:`q_A = \sigma_v^2 (q - p) Y_2 + \sigma_{bv}^2`, :math:`p_A = \sigma_{bv}^2`).
 
-    The defaults are those of the reference figure (docs/theory.md section 9, Fig. 4):
-    ``sigma_w2 = 0.2``, ``sigma_b2 = 0.02**2``, ``sigma_v2 = 1``, alphas 1, ``beta = 0.1``,
-    ``rho0 = 0.2``, ``q0 = 1``, with *no bias on the values*. :class:`~remprop.theory.Architecture`
-    has a single ``sigma_b2`` for every bias, so these stacks are composed from the public
-    component maps (:mod:`remprop.theory.components`) with the MLP biases at ``sigma_b2``
-    and the value bias at ``sigma_bv2`` (default 0). With ``sigma_bv2 == sigma_b2`` they
-    coincide with :func:`remprop.theory.propagate` of the corresponding Architecture.
+    The default run is the reference figure's (:data:`LAYERNORM_REFERENCE_RUN`,
+    docs/theory.md section 9, Fig. 4): ``sigma_w2 = 0.2``, ``sigma_b2 = 0.02**2``,
+    ``sigma_v2 = 1``, alphas 1, ``beta = 0.1``, ``rho0 = 0.2``, ``q0 = 1``, with *no bias on
+    the values*. :class:`~remprop.theory.Architecture` has a single ``sigma_b2`` for every
+    bias, so these stacks are composed from the public component maps
+    (:mod:`remprop.theory.components`) with the MLP biases at ``sigma_b2`` and the value bias
+    at ``sigma_bv2`` (default 0). With ``sigma_bv2 == sigma_b2`` they coincide with
+    :func:`remprop.theory.propagate` of the corresponding Architecture.
 
     At ``beta = 0.1`` attention is in its spread phase (``Y2 = 0`` for T -> infinity), so
     without a value bias the centred attention outputs nothing and the gain-controlled
@@ -111,52 +119,43 @@ def layernorm_placement_data(depth=100, *, beta=0.1, sigma_w2=0.2, sigma_b2=0.02
 
     Parameters
     ----------
-    depth : int
-        Number of blocks (default 100).
-    beta, sigma_w2, sigma_b2, sigma_bv2, sigma_v2, alpha_sa, alpha_mlp : float
-        Query/key scale (> 0), MLP weight and bias variances, value bias and weight
-        variances, skip strengths (all >= 0).
-    q0, rho0 : float
-        Input state (q0 > 0, rho0 in [0, 1]).
-    activation : {"relu", "linear"}
+    run : remprop.theory.RunSettings, optional
+        The architecture (its ``norm`` and ``attention`` replaced by each variant's; scalar
+        variances and skip strengths, ``activation`` "relu" or "linear"), a scalar ``beta``,
+        the depth and the input state ``(q0, rho0)``. Default :data:`LAYERNORM_REFERENCE_RUN`.
+    sigma_bv2 : float
+        Value bias variance, >= 0.
 
     Returns
     -------
     dict
         ``layers`` (0..depth), ``rho`` and ``q``: dicts variant -> array of length
-        depth + 1, and ``settings`` (the parameters above).
+        depth + 1, and ``settings`` (beta, the variances and skip strengths, ``sigma_bv2``,
+        q0, rho0, activation and depth).
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 4; docs/theory.md sections 5 and 9.
     """
-    depth = check_depth(depth)
-    settings = {"beta": beta, "sigma_w2": sigma_w2, "sigma_b2": sigma_b2, "sigma_bv2": sigma_bv2,
-                "sigma_v2": sigma_v2, "alpha_sa": alpha_sa, "alpha_mlp": alpha_mlp, "q0": q0, "rho0": rho0}
-    for name, value in settings.items():
-        settings[name] = check_real_scalar(name, value)
-        as_float_array(name, settings[name], nonnegative=True, positive=name in ("beta", "q0"))
-    if settings["rho0"] > 1.0:
-        raise ValueError(f"rho0 must lie in [0, 1], got {rho0!r}")
-    check_choice("activation", activation, ("relu", "linear"))
-    settings["activation"] = activation
-    settings["depth"] = depth
+    run = LAYERNORM_REFERENCE_RUN if run is None else run
+    if not isinstance(run, RunSettings):
+        raise ValueError(f"run must be a remprop.theory.RunSettings, got {type(run).__name__}")
+    arch = run.arch
+    check_choice("activation", arch.activation, ("relu", "linear"))
+    settings = {"beta": check_real_scalar("beta", run.beta)}
+    for name in ("sigma_w2", "sigma_b2"):
+        settings[name] = check_real_scalar(name, getattr(arch, name))
+    settings["sigma_bv2"] = float(as_float_array("sigma_bv2", check_real_scalar("sigma_bv2", sigma_bv2),
+                                                 nonnegative=True))
+    for name in ("sigma_v2", "alpha_sa", "alpha_mlp"):
+        settings[name] = check_real_scalar(name, getattr(arch, name))
+    settings.update(q0=run.q0, rho0=run.rho0, activation=arch.activation, depth=run.depth)
     rho, q = {}, {}
     for name, (norm, attention) in LAYERNORM_VARIANTS.items():
-        block = _block(norm, attention, settings)
-        qs, ps = np.empty(depth + 1), np.empty(depth + 1)
-        qs[0], ps[0] = settings["q0"], settings["q0"] * settings["rho0"]
-        for layer in range(depth):
+        block = arch.replace(norm=norm, attention=attention).block(settings["beta"], sigma_bv2=settings["sigma_bv2"])
+        qs, ps = np.empty(run.depth + 1), np.empty(run.depth + 1)
+        qs[0], ps[0] = run.q0, run.p0
+        for layer in range(run.depth):
             qs[layer + 1], ps[layer + 1] = block(qs[layer], ps[layer])
         q[name], rho[name] = qs, ps / qs
-    return {"layers": np.arange(depth + 1), "rho": rho, "q": q, "settings": settings}
-
-
-def _block(norm, attention, s):
-    """One block: :func:`~remprop.theory.components.block.block` (the block
-    order, docs/theory.md section 5) around an attention map whose value bias has its own
-    variance ``sigma_bv2`` (the MLP biases keep ``sigma_b2``)."""
-    arch = Architecture(norm=norm, attention=attention, activation=s["activation"], sigma_w2=s["sigma_w2"],
-                        sigma_b2=s["sigma_b2"], sigma_v2=s["sigma_v2"], alpha_sa=s["alpha_sa"],
-                        alpha_mlp=s["alpha_mlp"])
-    return arch.block(s["beta"], sigma_bv2=s["sigma_bv2"])
+    return {"layers": np.arange(run.depth + 1), "rho": rho, "q": q, "settings": settings}

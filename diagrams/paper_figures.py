@@ -257,10 +257,10 @@ def theory_2(out, sizes, progress=False) -> list:
 
 def theory_4(out, sizes, progress=False) -> list:
     """Fig. 4, theory: cosine over depth for the four LayerNorm placements (PNG, json)."""
-    from .figure_data import layernorm_placement_data
+    from .figure_data import LAYERNORM_REFERENCE_RUN, layernorm_placement_data
     from .theory_figures import layernorm_placement_figure
 
-    data = layernorm_placement_data(sizes.ln_depth)
+    data = layernorm_placement_data(LAYERNORM_REFERENCE_RUN.replace(depth=sizes.ln_depth))
     record = {"layers": data["layers"], "rho": data["rho"], "q": data["q"], "settings": data["settings"]}
     return FigureResult("fig4_theory_layernorm_placement", layernorm_placement_figure(data=data),
                         record).paths(out)

@@ -190,14 +190,14 @@ def attention_phase_figure(betas=None, input_cosines=None, *, sigma_v2=1.0, sigm
     return fig
 
 
-def layernorm_placement_figure(depth=100, *, data=None, ax=None, **settings):
+def layernorm_placement_figure(run=None, *, sigma_bv2=0.0, data=None, ax=None):
     r"""Mean token cosine over depth for post-LN, pre-LN and their gain-controlled versions.
 
-    Numbers from :func:`remprop.diagrams.layernorm_placement_data` (keyword ``settings``
-    are passed on; pass ``data`` to reuse them). Defaults are the reference settings
-    (``sigma_w2 = 0.2``, ``sigma_b2 = 0.02**2`` on the MLP biases, no value bias,
-    ``sigma_v2 = 1``, alphas 1, ``beta = 0.1``, ``rho0 = 0.2``, ``q0 = 1``); the legend
-    states them.
+    Numbers from :func:`remprop.diagrams.layernorm_placement_data` of ``run`` and
+    ``sigma_bv2`` (pass ``data`` to reuse them). The default run is the reference figure's
+    (:data:`~remprop.diagrams.figure_data.LAYERNORM_REFERENCE_RUN`: ``sigma_w2 = 0.2``,
+    ``sigma_b2 = 0.02**2`` on the MLP biases, no value bias, ``sigma_v2 = 1``, alphas 1,
+    ``beta = 0.1``, ``rho0 = 0.2``, ``q0 = 1``, 100 blocks); the legend states them.
 
     Returns
     -------
@@ -208,7 +208,7 @@ def layernorm_placement_figure(depth=100, *, data=None, ax=None, **settings):
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 4.
     """
     if data is None:
-        data = layernorm_placement_data(depth, **settings)
+        data = layernorm_placement_data(run, sigma_bv2=sigma_bv2)
     if ax is None:
         ax = new_figure(6.4, 4.4).add_subplot()
     for name, rho in data["rho"].items():

@@ -122,9 +122,11 @@ def test_causal_theory_matches_masked_simulation_small():
     0.033, docs/derivations.md section 2; the mean error 0.009).
     """
     from remprop.validation.causal import causal_comparison
+    from remprop.validation.settings import SimulationSettings
 
-    comparison = causal_comparison(Architecture(), beta=0.8, depth=8, seq_len=64, width=128, seeds=4, sequences=2,
-                                   last=16, window=16)
+    comparison = causal_comparison(Architecture(), beta=0.8, depth=8,
+                                   sim=SimulationSettings(width=128, seq_len=64, seeds=4, sequences=2,
+                                                          inputs="synthetic"), last=16, window=16)
     n = comparison.measured_last.shape[0]
     se = comparison.std_last() / math.sqrt(n)
     assert np.all(comparison.error_last[1:] < 4 * se[1:] + 0.02), comparison.error_last

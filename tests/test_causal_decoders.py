@@ -29,6 +29,7 @@ from remprop.validation.causal import causal_comparison
 from remprop.validation.inputs import gaussian_tokens
 from remprop.validation.measurements import last_tokens_statistics
 from remprop.validation.simulator import SimulatedStack
+from remprop.validation.settings import SimulationSettings
 
 Q0 = 4e-4   # the embedding state of the LLaMA / Qwen configurations (std 0.02)
 
@@ -49,8 +50,10 @@ def test_causal_gram_follows_a_swiglu_decoder_where_the_maps_do_not():
     # uniform), negligible against the 3 standard errors allowed.
     width, seq_len, depth, seeds = 512, 128, 4, 6
     arch = _decoder(width, seq_len)
-    cmp = causal_comparison(arch, 0.05, depth, seq_len=seq_len, width=width, seeds=seeds, sequences=2, last=50,
-                            q0=Q0, rho0=0.0, d_ff=round(5.43 * width), observable="rho", gram=True)
+    cmp = causal_comparison(arch, 0.05, depth,
+                            sim=SimulationSettings(width=width, seq_len=seq_len, d_ff=round(5.43 * width),
+                                                   seeds=seeds, sequences=2, inputs="synthetic", q0=Q0, rho0=0.0),
+                            last=50, observable="rho", gram=True)
     per_seed = cmp.measured_last.reshape(seeds, 2, -1).mean(axis=1)
     mean = per_seed.mean(axis=0)
     se = per_seed.std(axis=0, ddof=1) / np.sqrt(seeds)
@@ -72,8 +75,10 @@ def test_causal_gram_rotary_scores_follow_a_rope_decoder():
     width, seq_len, depth, seeds = 256, 128, 4, 6
     arch = Architecture(norm="pre", norm_type="rms", mlp="gated", activation="silu", sigma_v2=1.0, positions="rope",
                         head_dim=128, heads=2, seq_len=seq_len, rope_base=1e4)
-    cmp = causal_comparison(arch, 2.0, depth, seq_len=seq_len, width=width, seeds=seeds, sequences=2, last=50,
-                            rho0=0.5, observable="rho", gram=True)
+    cmp = causal_comparison(arch, 2.0, depth,
+                            sim=SimulationSettings(width=width, seq_len=seq_len, seeds=seeds, sequences=2,
+                                                   inputs="synthetic", rho0=0.5), last=50, observable="rho",
+                            gram=True)
     per_seed = cmp.measured_last.reshape(seeds, 2, -1).mean(axis=1)
     se = per_seed.std(axis=0, ddof=1) / np.sqrt(seeds)
     assert np.all(np.abs(cmp.theory_gram[1:] - per_seed.mean(axis=0)[1:]) < 3 * se[1:])
@@ -136,11 +141,13 @@ def test_causal_gram_is_seed_stable_and_exchangeable_at_layer_zero():
 
 def test_causal_comparison_gram_needs_gaussian_inputs():
     with pytest.raises(ValueError, match="gram"):
-        causal_comparison(_decoder(256, 64), 0.5, 1, seq_len=64, width=256, seeds=1, sequences=1, last=10,
-                          inputs="text", gram=True)
+        causal_comparison(_decoder(256, 64), 0.5, 1,
+                          sim=SimulationSettings(width=256, seq_len=64, seeds=1, sequences=1, inputs="text"), last=10,
+                          gram=True)
     with pytest.raises(ValueError, match="gram"):
-        causal_comparison(_decoder(256, 64), 0.5, 1, seq_len=64, width=256, seeds=1, sequences=1, last=10,
-                          gram="yes")
+        causal_comparison(_decoder(256, 64), 0.5, 1,
+                          sim=SimulationSettings(width=256, seq_len=64, seeds=1, sequences=1, inputs="synthetic"),
+                          last=10, gram="yes")
 
 
 def test_qk_norm_causal_rows_use_the_state_of_the_attention_input():
@@ -205,7 +212,9 @@ def _measured_last(arch, beta, depth, seq_len, width, seeds, q0, rho0, logit_sof
     """p/q of the last 50 tokens of a simulated causal stack: per-seed means over 2 sequences."""
     rows = []
     for seed in range(seeds):
-        stack = SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, seq_len=seq_len, causal=True, seed=seed)
+        stack = SimulatedStack(arch, beta, depth,
+                               sim=SimulationSettings(width=width, seq_len=seq_len, d_ff=d_ff, causal=True),
+                               seed=seed)
         stack.logit_softcap = logit_softcap   # the cap the theory's maps refuse at this beta
         x = gaussian_tokens(q0, rho0, count=2, seq_len=seq_len, width=width, seed=seed).tokens
         out = []

@@ -183,10 +183,12 @@ def test_causal_rotated_rows_by_position():
     on the late rows the unrotated causal REM (25-45 % lower, 10-11 sem) outside. Row 1 is
     exactly 1 on both sides. (Rows t <= 16 are 4-9 % above the law: docs/theory.md section 8.)"""
     from remprop.validation.causal import causal_row_measurement
+    from remprop.validation.settings import SimulationSettings
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     for beta in (1.0, 2.0):
-        r = causal_row_measurement(beta, seq_len=256, width=128, rho0=0.5, seeds=16, device="cpu")
+        r = causal_row_measurement(beta,
+                                   sim=SimulationSettings(width=128, seq_len=256, device="cpu", seeds=16, rho0=0.5))
         assert r["y2"].shape == (16, 256) and np.allclose(r["y2"][:, 0], 1.0) and r["y2_theory"][0] == 1.0
         for start, stop in ((16, 64), (128, 256)):          # 0-based rows: positions start+1..stop
             per_seed = r["y2"][:, start:stop].mean(axis=1)
@@ -198,9 +200,9 @@ def test_causal_rotated_rows_by_position():
     with pytest.raises(ValueError, match="rope"):
         causal_row_measurement(1.0, rope="yes")
     with pytest.raises(ValueError, match="heads must divide width"):
-        causal_row_measurement(1.0, width=128, heads=3)
+        causal_row_measurement(1.0, sim=SimulationSettings(width=128, seq_len=256), heads=3)
     with pytest.raises(ValueError, match="head_dim must be even"):
-        causal_row_measurement(1.0, width=126, heads=2)
+        causal_row_measurement(1.0, sim=SimulationSettings(width=126, seq_len=256), heads=2)
 
 
 #: Finite-width bias of the mean cosine after each norm, < 0.23 / d (tests/test_validation_stack.py).
@@ -217,12 +219,14 @@ def test_simulated_causal_rope_stack_follows_the_theory(fields):
     (measured: within 1.2 sem); the causal theory without rotation misses it (by 9 and
     14 sem at the worst layer)."""
     from remprop.validation.causal import causal_comparison
+    from remprop.validation.settings import SimulationSettings
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     T, depth, beta, seeds = 128, 6, 2.0, 16
     arch = Architecture(heads=2, seq_len=T, positions="rope", head_dim=128, **fields)
-    c = causal_comparison(arch, beta, depth, T, 256, seeds=seeds, sequences=1, last=32, window=32, rho0=0.5,
-                          device="cpu", observable="rho")
+    c = causal_comparison(arch, beta, depth,
+                          sim=SimulationSettings(width=256, seq_len=T, device="cpu", seeds=seeds, sequences=1,
+                                                 inputs="synthetic", rho0=0.5), last=32, window=32, observable="rho")
     sem = c.std_last() / math.sqrt(seeds)
     tolerance = K16 * sem + 2 * np.arange(depth + 1) * NORM_BIAS + 1e-9
     assert np.all(c.error_last <= tolerance), (c.error_last, tolerance)
@@ -231,7 +235,9 @@ def test_simulated_causal_rope_stack_follows_the_theory(fields):
                                  q0=s["q0"], rho0=s["rho0"]).rho.mean(axis=0)
     assert np.any(np.abs(unrotated - c.mean_last()) > tolerance), (unrotated, c.mean_last(), tolerance)
     with pytest.raises(ValueError, match="arch.seq_len"):
-        causal_comparison(arch, beta, 2, 64, 256, seeds=1, sequences=1, last=8, window=8, device="cpu")
+        causal_comparison(arch, beta, 2,
+                          sim=SimulationSettings(width=256, seq_len=64, device="cpu", seeds=1, sequences=1,
+                                                 inputs="synthetic"), last=8, window=8)
 
 
 # -- theory_participation ---------------------------------------------------------------------

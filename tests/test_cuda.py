@@ -18,6 +18,7 @@ from remprop.theory import Architecture  # noqa: E402
 from remprop.validation import compare  # noqa: E402
 from remprop.validation.simulator import SimulatedStack  # noqa: E402
 from remprop.validation.inputs import gaussian_tokens  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
 
 
 def _standard_error(comparison):
@@ -31,8 +32,9 @@ def test_compare_on_cuda_is_the_cpu_measurement(norm):
     sqrt(se_cpu^2 + se_gpu^2); 4 of those per layer keep 7 layers x 2 norms from a false
     alarm (two-sided 6e-5 each)."""
     arch = Architecture(norm=norm, seq_len=64)
-    runs = {device: compare(arch, 1.0, depth=6, seq_len=64, width=128, seeds=4, sequences=2, inputs="synthetic",
-                            rho0=0.2, device=device, dtype="float32") for device in ("cpu", "cuda")}
+    sim = SimulationSettings(width=128, seq_len=64, dtype="float32", device="cpu", seeds=4, sequences=2,
+                             inputs="synthetic", rho0=0.2)
+    runs = {device: compare(arch, 1.0, depth=6, sim=sim.replace(device=device)) for device in ("cpu", "cuda")}
     cpu, gpu = runs["cpu"], runs["cuda"]
     assert gpu.settings["device"].startswith("cuda")
     difference = np.abs(gpu.mean("cosine") - cpu.mean("cosine"))
@@ -53,8 +55,8 @@ def test_stack_float64_on_cuda_keeps_the_input_statistics():
     off = (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)) / (32 * 31)
     torch.testing.assert_close(q, torch.full_like(q, 1.3), rtol=1e-12, atol=0)
     torch.testing.assert_close(off, torch.full_like(off, 1.3 * 0.4), rtol=1e-10, atol=1e-12)
-    stack = SimulatedStack(Architecture(norm="pre"), 0.5, 3, width=64, seq_len=32, seed=1, device="cuda",
-                           dtype="float64")
+    stack = SimulatedStack(Architecture(norm="pre"), 0.5, 3,
+                           sim=SimulationSettings(width=64, seq_len=32, dtype="float64", device="cuda"), seed=1)
     trace = stack.trace(x)
     assert np.all(np.isfinite(np.asarray(trace.q))) and np.all(np.isfinite(np.asarray(trace.p)))
 

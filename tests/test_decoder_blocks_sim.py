@@ -20,6 +20,7 @@ from remprop.validation import layers  # noqa: E402
 from remprop.validation.inputs import gaussian_tokens  # noqa: E402
 from remprop.validation.registry import REGISTRY  # noqa: E402
 from remprop.validation.simulator import SimulatedStack  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -42,7 +43,8 @@ def _run(arch, beta):
     """Per-seed mean cosine per layer (SEEDS x 2 sequences) and layer 1's Y2 per seed."""
     rho, y2 = np.empty((SEEDS, DEPTH + 1)), np.empty(SEEDS)
     for seed in range(SEEDS):
-        stack = SimulatedStack(arch, beta, DEPTH, width=D, seq_len=T, dtype="float64", device="cpu", seed=seed)
+        stack = SimulatedStack(arch, beta, DEPTH,
+                               sim=SimulationSettings(width=D, seq_len=T, dtype="float64", device="cpu"), seed=seed)
         x = gaussian_tokens(1.0, RHO0, count=2, seq_len=T, width=D, seed=seed, dtype="float64", device="cpu").tokens
         trace = stack.trace(x)
         rho[seed], y2[seed] = trace.rho.mean(axis=0), trace.y2[:, 0].mean()
@@ -230,9 +232,10 @@ def test_final_norm_is_the_last_layer_of_the_stack():
     """arch.final_norm: layer L is the normalised last block (q = 1 per token up to the eps),
     the cosine within the theory's tolerance, the layers before it those of the stack without."""
     arch = Architecture(**BASE, final_norm=True)
-    plain = SimulatedStack(arch.replace(final_norm=False), 0.8, DEPTH, width=D, seq_len=T, dtype="float64",
-                           device="cpu", seed=0)
-    normed = SimulatedStack(arch, 0.8, DEPTH, width=D, seq_len=T, dtype="float64", device="cpu", seed=0)
+    plain = SimulatedStack(arch.replace(final_norm=False), 0.8, DEPTH,
+                           sim=SimulationSettings(width=D, seq_len=T, dtype="float64", device="cpu"), seed=0)
+    normed = SimulatedStack(arch, 0.8, DEPTH,
+                            sim=SimulationSettings(width=D, seq_len=T, dtype="float64", device="cpu"), seed=0)
     x = _tokens(0)
     a, b = plain.trace(x), normed.trace(x)
     np.testing.assert_allclose(b.q[:, -1], 1.0, rtol=1e-9)

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from remprop.diagrams import (  # noqa: E402
+    LAYERNORM_REFERENCE_RUN,
     attention_phase_data,
     attention_phase_figure,
     layernorm_placement_data,
@@ -124,7 +125,7 @@ def test_layernorm_placement_data_equals_architecture_blocks_when_biases_agree()
     # With the value bias equal to the MLP bias the composed blocks are the Architecture's
     # block orders: iterating Architecture.block() must reproduce them to round-off.
     depth = 30
-    data = layernorm_placement_data(depth, sigma_bv2=0.02 ** 2)
+    data = layernorm_placement_data(LAYERNORM_REFERENCE_RUN.replace(depth=depth), sigma_bv2=0.02 ** 2)
     for name, (norm, attention) in VARIANTS.items():
         arch = Architecture(norm=norm, attention=attention, sigma_w2=0.2, sigma_b2=0.02 ** 2, sigma_v2=1.0)
         block, q, p = arch.block(0.1), 1.0, 0.2
@@ -136,13 +137,14 @@ def test_layernorm_placement_data_equals_architecture_blocks_when_biases_agree()
 
 def test_layernorm_placement_separate_value_bias_matters_only_through_values():
     # sigma_bv2 = 0 differs from the shared-bias stack (the bias enters the value path)...
-    shared = layernorm_placement_data(20, sigma_bv2=0.02 ** 2)["rho"]
-    no_value_bias = layernorm_placement_data(20)["rho"]
+    run = LAYERNORM_REFERENCE_RUN.replace(depth=20)
+    shared = layernorm_placement_data(run, sigma_bv2=0.02 ** 2)["rho"]
+    no_value_bias = layernorm_placement_data(run)["rho"]
     for name in VARIANTS:
         assert np.abs(shared[name][1:] - no_value_bias[name][1:]).max() > 1e-6
     # ...and agrees with propagate() of an Architecture without any bias when the MLP
     # bias is also 0 (one kernel combination: post-LN softmax ReLU).
-    zero = layernorm_placement_data(20, sigma_b2=0.0)["rho"]["post-LN"]
+    zero = layernorm_placement_data(run.replace(arch=run.arch.replace(sigma_b2=0.0)))["rho"]["post-LN"]
     traj = propagate(Architecture(sigma_w2=0.2, sigma_b2=0.0, sigma_v2=1.0), 0.1, 20, q0=1.0, rho0=0.2)
     np.testing.assert_allclose(zero, traj.rho, rtol=0, atol=1e-12)
 
@@ -162,7 +164,7 @@ def test_layernorm_placement_reference_settings():
 
 
 def test_layernorm_placement_figure(tmp_path):
-    fig = layernorm_placement_figure(40)
+    fig = layernorm_placement_figure(LAYERNORM_REFERENCE_RUN.replace(depth=40))
     ax = fig.axes[0]
     assert_labelled(ax)
     assert len(ax.lines) == 4
@@ -203,10 +205,14 @@ def test_make_theory_figures_quick(tmp_path):
     (lambda: attention_phase_data(input_cosines=[1.5]), "input_cosines"),
     (lambda: attention_phase_data(sigma_v2=-1.0), "sigma_v2"),
     (lambda: attention_phase_data(q=0.0), "q"),
-    (lambda: layernorm_placement_data(0), "depth"),
-    (lambda: layernorm_placement_data(beta=0.0), "beta"),
-    (lambda: layernorm_placement_data(rho0=1.5), "rho0"),
-    (lambda: layernorm_placement_data(activation="tanh"), "activation"),
+    (lambda: layernorm_placement_data(LAYERNORM_REFERENCE_RUN.replace(depth=0)), "depth"),
+    (lambda: layernorm_placement_data(LAYERNORM_REFERENCE_RUN.replace(beta=0.0)), "beta"),
+    (lambda: layernorm_placement_data(LAYERNORM_REFERENCE_RUN.replace(rho0=1.5)), "rho0"),
+    (lambda: layernorm_placement_data(LAYERNORM_REFERENCE_RUN.replace(
+        arch=LAYERNORM_REFERENCE_RUN.arch.replace(activation="tanh"))), "activation"),
+    (lambda: layernorm_placement_data(LAYERNORM_REFERENCE_RUN.replace(beta=[0.1, 0.2])), "beta"),
+    (lambda: layernorm_placement_data(LAYERNORM_REFERENCE_RUN, sigma_bv2=-1.0), "sigma_bv2"),
+    (lambda: layernorm_placement_data(Architecture()), "run"),
 ])
 def test_bad_figure_inputs(call, name):
     with pytest.raises(ValueError, match=name):

@@ -133,12 +133,14 @@ def test_simulated_layer_inside_two_standard_errors():
     """
     from remprop.theory import Architecture
     from remprop.validation import attention_sweep
+    from remprop.validation.settings import SimulationSettings
 
     arch = Architecture(sigma_v2=1.0, sigma_b2=0.0)
     width = seq_len = 64
     betas, rhos = np.array([0.5, 0.75, 1.0]), np.array([0.1, 0.5])
-    sweep = attention_sweep(betas, rhos, arch=arch, width=width, seq_len=seq_len, seeds=24, sequences=2,
-                            dtype="float64")
+    sweep = attention_sweep(betas, rhos, arch=arch,
+                            sim=SimulationSettings(width=width, seq_len=seq_len, dtype="float64", seeds=24,
+                                                   sequences=2))
     n = 48
     se = {k: sweep.spread[k] / math.sqrt(n) for k in ("rho", "cosine")}
     q0, p0 = softmax_attention_map(1.0, rhos[:, None], betas, 1.0, 0.0, seq_len=seq_len)

@@ -292,8 +292,10 @@ def test_gradient_theory_matches_simulation():
 
 def test_gradient_sweep_runs_small():
     from remprop.validation.gradients import gradient_sweep
+    from remprop.validation.settings import SimulationSettings
 
-    sweep = gradient_sweep([0.5, 2.0], sizes=((32, 32),), seeds=2, readouts=2)
+    sweep = gradient_sweep([0.5, 2.0], sizes=((32, 32),), sim=SimulationSettings(dtype="float64", seeds=2),
+                           readouts=2)
     assert sweep.mean().shape == (1, 2)
     assert np.all(np.isfinite(sweep.theory["full"]))
     # the exact Jacobian and the readout average estimate the same quantity

@@ -113,13 +113,14 @@ def test_attention_correction_matches_brute_force_monte_carlo():
 def _attention_sublayer_errors(seeds=(0, 1), sequences=2, d=256, t=128, beta=0.5):
     """Errors of both theories on the attention sublayer ``x + SA(LN x)`` of a simulated
     pre-LN block 1 fed with embedded text (its measured input): one value per sequence."""
-    from remprop.validation import SimulatedStack
+    from remprop.validation import SimulatedStack, SimulationSettings
     from remprop.validation.inputs import text_tokens
     from remprop.validation.registry import BlockContext, simulate_component
     arch = Architecture(norm="pre", seq_len=t)
     out = {"mean": [], "gram": []}
     for seed in seeds:
-        stack = SimulatedStack(arch, beta, 1, width=d, seq_len=t, seed=seed, dtype="float64", device="cpu")
+        stack = SimulatedStack(arch, beta, 1,
+                               sim=SimulationSettings(width=d, seq_len=t, dtype="float64", device="cpu"), seed=seed)
         x = text_tokens(sequences, seq_len=t, width=d, seed=seed, dtype="float64", device="cpu").tokens
         sublayer = stack.theory_block.layers[0]        # residual(alpha_sa, serial(norm, attention))
         with torch.no_grad():
@@ -211,28 +212,30 @@ def test_bad_inputs():
 
 def test_compare_uses_the_gram_state_for_text():
     from remprop.validation.comparison import compare
-    kw = dict(beta=0.5, depth=2, seq_len=32, width=64, seeds=1, sequences=2, device="cpu")
-    gram = compare(Architecture(norm="pre"), inputs="text", theory="gram", **kw)
+    from remprop.validation.settings import SimulationSettings
+    text = SimulationSettings(seq_len=32, width=64, seeds=1, sequences=2, device="cpu", inputs="text")
+    kw = dict(beta=0.5, depth=2)
+    gram = compare(Architecture(norm="pre"), sim=text, theory="gram", **kw)
     assert gram.settings["theory"] == "gram" and gram.settings["simplex_distance"] > 0.05
     # the theory starts from each sequence's measured Gram matrix: layer 0 is the measured cosine
     assert gram.theory.rho[0] == pytest.approx(gram.mean("cosine")[0], abs=1e-9)
     assert len(gram.settings["theory_cosine_se"]) == 3
-    mean = compare(Architecture(norm="pre"), inputs="text", theory="mean", **kw)
+    mean = compare(Architecture(norm="pre"), sim=text, theory="mean", **kw)
     assert mean.settings["theory"] == "mean"
     # every theory reports how far the inputs are from a simplex: the same inputs, the same distance
     assert mean.settings["simplex_distance"] == gram.settings["simplex_distance"]
     assert "from a simplex" in mean.summary() and "mean-cosine maps" in mean.summary()
     np.testing.assert_array_equal(mean.trace.cosine, gram.trace.cosine)
-    synthetic = compare(Architecture(norm="pre"), inputs="synthetic", **kw)
+    synthetic = compare(Architecture(norm="pre"), sim=text.replace(inputs="synthetic"), **kw)
     assert synthetic.settings["theory"] == "mean"
     # independent Gaussian tokens: pair cosines of variance exactly 1/d, so the distance is about
     # 1/sqrt(d); ~990 pairs give an rms good to ~2.5 % (1/sqrt(2 N)): 15 % is six of those
     assert synthetic.settings["simplex_distance"] * np.sqrt(64) == pytest.approx(1.0, abs=0.15)
     with pytest.raises(ValueError, match="theory"):
-        compare(Architecture(norm="pre"), inputs="text", theory="exact", **kw)
+        compare(Architecture(norm="pre"), sim=text, theory="exact", **kw)
     # the single-initialisation chains, the default for text: the same measurement, the same
     # measured start, another theory
-    sampled = compare(Architecture(norm="pre"), inputs="text", **kw)
+    sampled = compare(Architecture(norm="pre"), sim=text, **kw)
     assert sampled.settings["theory"] == "sampled" and sampled.settings["simplex_distance"] > 0.05
     np.testing.assert_array_equal(sampled.trace.cosine, gram.trace.cosine)
     assert sampled.theory.rho[0] == pytest.approx(gram.theory.rho[0], abs=1e-9)

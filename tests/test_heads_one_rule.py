@@ -142,11 +142,11 @@ def test_compare_simulates_the_architectures_heads():
     """The simulated stack has the Architecture's heads and scaling: its measured first-layer
     Y2 is that of one head at H beta, not of one head at beta; the theory sides agree exactly."""
     torch = pytest.importorskip("torch")  # noqa: F841
-    from remprop.validation import compare
+    from remprop.validation import SimulationSettings, compare
 
     heads, beta = 4, 0.45
-    kw = dict(depth=2, seq_len=64, width=64, seeds=4, sequences=2, inputs="synthetic", rho0=0.1,
-              device="cpu", dtype="float64")
+    kw = dict(depth=2, sim=SimulationSettings(seq_len=64, width=64, seeds=4, sequences=2, inputs="synthetic",
+                                              rho0=0.1, device="cpu", dtype="float64"))
     multi = compare(Architecture(heads=heads, qk_scaling="head"), beta, **kw)
     single_h = compare(Architecture(), heads * beta, **kw)
     single_1 = compare(Architecture(), beta, **kw)

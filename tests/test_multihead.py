@@ -122,9 +122,11 @@ def test_simulated_head_participation_ratio():
     docs/derivations.md 1.6, which moves Y2 by a few per cent near beta_c / 2 and beta_c).
     """
     from remprop.validation.multihead import multihead_participation
+    from remprop.validation.settings import SimulationSettings
 
-    rows = multihead_participation(heads=(4,), betas=(0.5,), width=256, seq_len=128, seeds=3, sequences=2,
-                                   dtype="float64")
+    rows = multihead_participation(heads=(4,), betas=(0.5,),
+                                   sim=SimulationSettings(width=256, seq_len=128, dtype="float64", seeds=3,
+                                                          sequences=2))
     assert {r["qk_scaling"] for r in rows} == set(QK_SCALINGS)
     for r in rows:
         se = r["measured_y2_std"] / math.sqrt(r["samples"])
@@ -137,11 +139,13 @@ def test_simulated_head_participation_ratio():
 def test_simulator_option():
     from remprop.theory import Architecture
     from remprop.validation.simulator import SimulatedStack
+    from remprop.validation.settings import SimulationSettings
 
     with pytest.raises(ValueError, match="qk_scaling"):
-        SimulatedStack(Architecture(heads=2, qk_scaling="wrong"), 0.5, 1, width=16, seq_len=8)
-    model = SimulatedStack(Architecture(heads=4), 0.5, 1, width=16, seq_len=8, device="cpu")
-    head = SimulatedStack(Architecture(heads=4, qk_scaling="head"), 0.5, 1, width=16, seq_len=8, device="cpu")
+        SimulatedStack(Architecture(heads=2, qk_scaling="wrong"), 0.5, 1, sim=SimulationSettings(width=16, seq_len=8))
+    model = SimulatedStack(Architecture(heads=4), 0.5, 1, sim=SimulationSettings(width=16, seq_len=8, device="cpu"))
+    head = SimulatedStack(Architecture(heads=4, qk_scaling="head"), 0.5, 1,
+                          sim=SimulationSettings(width=16, seq_len=8, device="cpu"))
     assert model.qk_scaling == "model"
     # same random draw, variance 4 times larger over d_H
     ratio = (head.weights(0).attention.query / model.weights(0).attention.query).flatten()

@@ -122,6 +122,7 @@ def test_noci_closed_forms_monte_carlo():
     from remprop.validation.inputs import gaussian_tokens
     from remprop.validation.measurements import token_statistics
     from remprop.validation.simulator import SimulatedStack
+    from remprop.validation.settings import SimulationSettings
 
     g1, g2, T, d, depth, rho0 = 0.8, 0.5, 8, 64, 3, 0.2
     arch = _noci_architecture(g1, g2, T)
@@ -130,7 +131,8 @@ def test_noci_closed_forms_monte_carlo():
     q_in, p_in = float(s0["q"][0]), float(s0["p"][0])
     samples = []
     for seed in range(96):
-        stack = SimulatedStack(arch, 1e-12, depth, width=d, seq_len=T, dtype="float64", device="cpu", seed=seed)
+        stack = SimulatedStack(arch, 1e-12, depth,
+                               sim=SimulationSettings(width=d, seq_len=T, dtype="float64", device="cpu"), seed=seed)
         out = token_statistics(stack(x))
         q, p = float(out["q"][0]), float(out["p"][0])
         samples.append((q, p + (q - p) / T))

@@ -7,12 +7,13 @@ pytest.importorskip("torch")
 from remprop.theory import Architecture  # noqa: E402
 from remprop.validation.pair_cosines import pair_cosine_comparison, pair_cosine_figure  # noqa: E402
 from remprop.validation.text import pydoc_corpus  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def result():
-    return pair_cosine_comparison(Architecture(norm="pre"), 0.5, 2, layers=(1, 2), width=128, seq_len=64, seed=1,
-                                  draws=4)
+    return pair_cosine_comparison(Architecture(norm="pre"), 0.5, 2, layers=(1, 2),
+                                  sim=SimulationSettings(width=128, seq_len=64, sequences=8), seed=1, draws=4)
 
 
 def test_pairs_layers_and_the_repeated_mask(result):
@@ -46,6 +47,6 @@ def test_figure_and_bad_input(result, tmp_path):
     figure = pair_cosine_figure(result, tmp_path / "pairs.png")
     assert (tmp_path / "pairs.png").stat().st_size > 1000 and len(figure.axes) == 2
     with pytest.raises(ValueError, match="sequence"):
-        pair_cosine_comparison(sequence=8, sequences=8)
+        pair_cosine_comparison(sim=SimulationSettings(sequences=8), sequence=8)
     with pytest.raises(ValueError, match="layers"):
         pair_cosine_comparison(depth=2, layers=(3,))

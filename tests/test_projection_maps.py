@@ -244,13 +244,14 @@ def _simulate(arch):
     torch = pytest.importorskip("torch", reason="the simulator needs torch (the validation extra)")
     from remprop.validation.inputs import gaussian_tokens
     from remprop.validation.simulator import SimulatedStack
+    from remprop.validation.settings import SimulationSettings
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     rho, q = np.empty((SEEDS, DEPTH + 1)), np.empty((SEEDS, DEPTH + 1))
     for seed in range(SEEDS):
         x = gaussian_tokens(1.0, 0.2, count=1, seq_len=T, width=D, seed=seed, dtype="float64", device="cpu").tokens
-        trace = SimulatedStack(arch, BETA, DEPTH, width=D, seq_len=T, dtype="float64", device="cpu",
-                               seed=seed).trace(x)
+        sim = SimulationSettings(width=D, seq_len=T, dtype="float64", device="cpu")
+        trace = SimulatedStack(arch, BETA, DEPTH, sim=sim, seed=seed).trace(x)
         rho[seed], q[seed] = trace.rho[0], trace.q[0]
     return rho, q
 

@@ -92,11 +92,14 @@ SIM = dict(depth=8, width=128, seq_len=64, seeds=6, sequences=2)
 def test_recipe_prediction_against_simulated_stack(name):
     torch = pytest.importorskip("torch")
     from remprop.validation import compare
+    from remprop.validation.settings import SimulationSettings
 
     torch.set_num_threads(1)
     arch, beta = RECIPES[name](XAVIER.replace(seq_len=SIM["seq_len"]), SIM["depth"], 0.5, width=SIM["width"])
-    c = compare(arch, beta, depth=SIM["depth"], seq_len=SIM["seq_len"], width=SIM["width"], seeds=SIM["seeds"],
-                sequences=SIM["sequences"], inputs="synthetic", q0=1.0, rho0=0.3, device="cpu", observable="rho")
+    c = compare(arch, beta, depth=SIM["depth"],
+                sim=SimulationSettings(width=SIM["width"], seq_len=SIM["seq_len"], device="cpu", seeds=SIM["seeds"],
+                                       sequences=SIM["sequences"], inputs="synthetic", q0=1.0, rho0=0.3),
+                observable="rho")
     final = c.trace.rho[:, -1]
     # Tolerance from the seed spread. The n = seeds x sequences final cosines have sample
     # std s. Sequences of one seed share the weights, so the seed means are the independent

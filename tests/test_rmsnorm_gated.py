@@ -199,6 +199,7 @@ def test_simulated_llama_like_stack_follows_the_theory_block():
     torch = pytest.importorskip("torch")
     from remprop.validation.inputs import gaussian_tokens
     from remprop.validation.simulator import SimulatedStack
+    from remprop.validation.settings import SimulationSettings
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     seq_len, depth, beta = 32, 3, 0.4
@@ -214,7 +215,8 @@ def test_simulated_llama_like_stack_follows_the_theory_block():
     for seed in range(SEEDS):
         x = gaussian_tokens(1.0, 0.3, count=1, seq_len=seq_len, width=D, seed=seed, dtype="float64",
                             device="cpu").tokens
-        stack = SimulatedStack(arch, beta, depth, width=D, seq_len=seq_len, dtype="float64", device="cpu",
+        stack = SimulatedStack(arch, beta, depth,
+                               sim=SimulationSettings(width=D, seq_len=seq_len, dtype="float64", device="cpu"),
                                seed=seed)
         trace = stack.trace(x)
         q_sim[seed], p_sim[seed] = trace.q[0], trace.p[0]

@@ -163,6 +163,7 @@ def test_rotary_attention_layer():
     """Real rotated attention (d = 256, T = 128): Y2 and the output cosine within the seed spread."""
     torch = pytest.importorskip("torch")
     from remprop.validation.rope import rotary, rope_measurement
+    from remprop.validation.settings import SimulationSettings
 
     rotate = rotary(5, 4, 10.0, dtype=torch.float64)
     u, k = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
@@ -172,8 +173,10 @@ def test_rotary_attention_layer():
     torch.testing.assert_close(y.norm(dim=-1), torch.stack([u, u, u, k, k]).norm(dim=-1))
 
     seeds, beta = 6, 1.5
-    rope = rope_measurement(beta, positions="rope", seq_len=128, width=256, rho0=0.5, seeds=seeds)
-    none = rope_measurement(beta, positions="none", seq_len=128, width=256, rho0=0.5, seeds=seeds)
+    rope = rope_measurement(beta, positions="rope",
+                            sim=SimulationSettings(width=256, seq_len=128, seeds=seeds, rho0=0.5))
+    none = rope_measurement(beta, positions="none",
+                            sim=SimulationSettings(width=256, seq_len=128, seeds=seeds, rho0=0.5))
     for key in ("y2", "cosine"):
         spread = rope[key].std(ddof=1) / math.sqrt(seeds)
         # 3 standard errors of the seed mean, plus the effective REM's 7 % (Y2 only)

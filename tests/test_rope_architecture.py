@@ -136,13 +136,15 @@ def test_simulated_rope_stack_follows_the_theory():
     K sem + the norms' bias, and the measured Y2 per layer within K sem + 7 % of the RoPE
     law, which the REM without positions misses (its Y2 is 25 % lower)."""
     from remprop.validation import compare
+    from remprop.validation.settings import SimulationSettings
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     arch = Architecture(norm="pre", norm_type="rms", mlp="gated", activation="silu", sigma_b2=0.0, heads=2,
                         positions="rope", seq_len=128, head_dim=128)
     beta, depth = 2.0, 4
-    c = compare(arch, beta, depth, 128, 256, seeds=SEEDS, sequences=1, inputs="synthetic", q0=1.0, rho0=0.5,
-                device="cpu", observable="rho")
+    c = compare(arch, beta, depth,
+                sim=SimulationSettings(width=256, seq_len=128, device="cpu", seeds=SEEDS, sequences=1,
+                                       inputs="synthetic", q0=1.0, rho0=0.5), observable="rho")
     sem = c.std("rho") / math.sqrt(SEEDS)
     tolerance = K * sem + 2 * np.arange(depth + 1) * NORM_BIAS + 1e-9
     assert np.all(c.error <= tolerance), (c.error, tolerance)
@@ -158,11 +160,14 @@ def test_simulated_rope_stack_follows_the_theory():
 
 def test_simulator_checks_the_rope_head_width():
     from remprop.validation.simulator import SimulatedStack
+    from remprop.validation.settings import SimulationSettings
 
     arch = Architecture(heads=2, positions="rope", seq_len=64, head_dim=64)
     with pytest.raises(ValueError, match="head_dim = 64"):
-        SimulatedStack(arch, 1.0, 2, width=256, seq_len=64, device="cpu")
+        SimulatedStack(arch, 1.0, 2, sim=SimulationSettings(width=256, seq_len=64, device="cpu"))
     with pytest.raises(ValueError, match="softmax attention only"):
-        SimulatedStack(arch.replace(attention="gain-controlled"), 1.0, 2, width=128, seq_len=64, device="cpu")
-    assert SimulatedStack(arch, 1.0, 2, width=128, seq_len=64, device="cpu").rotate is not None
-    assert SimulatedStack(Architecture(), 1.0, 2, width=128, seq_len=64, device="cpu").rotate is None
+        SimulatedStack(arch.replace(attention="gain-controlled"), 1.0, 2,
+                       sim=SimulationSettings(width=128, seq_len=64, device="cpu"))
+    sim = SimulationSettings(width=128, seq_len=64, device="cpu")
+    assert SimulatedStack(arch, 1.0, 2, sim=sim).rotate is not None
+    assert SimulatedStack(Architecture(), 1.0, 2, sim=sim).rotate is None

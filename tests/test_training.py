@@ -14,6 +14,7 @@ from remprop.validation import SimulatedStack  # noqa: E402
 from remprop.validation.backend import torch_threads  # noqa: E402
 from remprop.validation.measurements import token_statistics  # noqa: E402
 from remprop.validation.training import MaskedLMStack, TrainConfig, TrainResult, masked_lm_corpus, train  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
 
 #: A run of a second or less: the unit tests' size.
 TINY = dict(depth=1, width=16, seq_len=16, batch_size=4, steps=4, eval_every=2, eval_batches=1, vocab_size=1024,
@@ -57,8 +58,9 @@ def test_init_is_the_simulator_at_the_same_seed():
     with torch.no_grad():
         model.hidden(ids, lambda layer, x, probs: ours.setdefault(layer, x.clone()))
         x0 = ours[0]
-        stack = SimulatedStack(cfg.arch, cfg.beta, cfg.depth, width=cfg.width, seq_len=cfg.seq_len, seed=cfg.seed,
-                               device="cpu")
+        stack = SimulatedStack(cfg.arch, cfg.beta, cfg.depth,
+                               sim=SimulationSettings(width=cfg.width, seq_len=cfg.seq_len, device="cpu"),
+                               seed=cfg.seed)
         stack.forward(x0, observe=lambda layer, x, probs: theirs.setdefault(layer, x.clone()))
     for layer in (1, 2):
         torch.testing.assert_close(ours[layer], theirs[layer], rtol=1e-5, atol=1e-6)

@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
 
 from remprop.cli import main  # noqa: E402
-from remprop.validation import FIGURES, FigureResult, figure_1d, figure_1e, figure_2, figure_5  # noqa: E402
+from remprop.validation import (FIGURES, FigureResult, SimulationSettings, figure_1d, figure_1e, figure_2,  # noqa: E402
+                                figure_5)
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -97,7 +98,7 @@ def test_unwritable_output_directory_is_reported(tmp_path, capsys):
 
 
 def test_paper_figures_at_tiny_sizes(tmp_path):
-    small = dict(width=32, seq_len=16, seeds=1, sequences=2, device="cpu")
+    small = dict(sim=SimulationSettings(width=32, seq_len=16, seeds=1, sequences=2, device="cpu"))
     results = [
         figure_1d(depth=3, **small), figure_1e(depth=2, **small),
         figure_2(betas=[0.5, 2.0, 4.0], input_cosines=(0.2, 0.7), **small),

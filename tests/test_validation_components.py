@@ -23,6 +23,7 @@ from remprop.validation.inputs import gaussian_tokens  # noqa: E402
 from remprop.validation.measurements import attention_statistics, token_statistics  # noqa: E402
 from remprop.validation.registry import REGISTRY  # noqa: E402
 from remprop.validation.simulator import SimulatedStack  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -177,7 +178,7 @@ def test_the_simulator_walks_the_theory_block_through_the_components(monkeypatch
             calls.append(_name)
             return _function(*args, **kwargs)
         monkeypatch.setattr(layers, name, spy)
-    stack = SimulatedStack(arch, 0.5, 2, width=8, seq_len=4, device="cpu")
+    stack = SimulatedStack(arch, 0.5, 2, sim=SimulationSettings(width=8, seq_len=4, device="cpu"))
     assert repr(stack.theory_block) == repr(arch.block(0.5))
     stack(torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(0)))
     assert calls == expected * 2
@@ -210,7 +211,8 @@ def test_initialisation_variances_follow_the_conventions():
     # standard deviation sqrt(2/n) (< 0.02 here); K of those is the tolerance.
     beta, d, d_ff, seq = 0.7, 96, 160, 300
     arch = Architecture(sigma_w2=0.4, sigma_b2=0.01, sigma_v2=0.3)
-    w = SimulatedStack(arch, beta, 2, width=d, d_ff=d_ff, seq_len=seq, dtype="float64", device="cpu").weights(1)
+    sim = SimulationSettings(width=d, seq_len=seq, d_ff=d_ff, dtype="float64", device="cpu")
+    w = SimulatedStack(arch, beta, 2, sim=sim).weights(1)
     expected = {
         "query": beta * math.sqrt(math.log(seq)) / d, "key": beta * math.sqrt(math.log(seq)) / d,
         "value": 0.3 / d, "value_bias": 0.01, "w1": 0.4 / d, "b1": 0.01, "w2": 0.4 / d_ff, "b2": 0.01,
@@ -229,7 +231,8 @@ def test_output_projection_and_second_layer_variances_follow_the_conventions():
     # tolerance as above (sample variance of n i.i.d. entries: relative sd sqrt(2/n)).
     d, d_ff = 96, 160
     arch = Architecture(sigma_w2=0.4, sigma_o2=0.7, sigma_w2_out=1.3)
-    w = SimulatedStack(arch, 0.7, 1, width=d, d_ff=d_ff, seq_len=64, dtype="float64", device="cpu").weights(0)
+    sim = SimulationSettings(width=d, seq_len=64, d_ff=d_ff, dtype="float64", device="cpu")
+    w = SimulatedStack(arch, 0.7, 1, sim=sim).weights(0)
     assert w.output.shape == (d, d) and w.mlp.w2.shape == (d, d_ff)
     for t, variance in ((w.output, 0.7 / d), (w.mlp.w2, 1.3 / d_ff), (w.mlp.w1, 0.4 / d)):
         assert abs(float(t.var()) / variance - 1.0) <= K * math.sqrt(2.0 / t.numel())
@@ -240,7 +243,7 @@ def test_new_fields_leave_the_existing_random_streams_unchanged():
     # W_O is drawn last and only when the architecture has one; sigma_w2_out only rescales
     # W2. So a seed gives the same attention and MLP weights with or without the new
     # fields, and bit-identical weights (in the original draw order) without them.
-    kw = dict(width=24, d_ff=40, seq_len=16, dtype="float64", device="cpu", seed=3)
+    kw = dict(sim=SimulationSettings(width=24, d_ff=40, seq_len=16, dtype="float64", device="cpu"), seed=3)
     plain = SimulatedStack(Architecture(heads=2), 0.8, 2, **kw).weights(1)
     assert plain.output is None
     gen = generator(3, STREAM_WEIGHTS, 1, "cpu")
@@ -264,7 +267,7 @@ def test_new_fields_leave_the_existing_random_streams_unchanged():
 
 
 def test_weights_are_deterministic_per_seed_and_layer():
-    kw = dict(width=16, seq_len=8, device="cpu")
+    kw = dict(sim=SimulationSettings(width=16, seq_len=8, device="cpu"))
     a = SimulatedStack(None, 0.5, 3, seed=4, **kw)
     b = SimulatedStack(None, 0.5, 3, seed=4, **kw)
     c = SimulatedStack(None, 0.5, 3, seed=5, **kw)
@@ -384,14 +387,16 @@ def test_numeric_fields_are_the_architectures():
     # API change: Architecture.numeric() now also resolves the OPTIONAL_FIELDS (sigma_o2 ->
     # 1 when None, sigma_w2_out -> sigma_w2), so params has those 7 keys, not NUMERIC_FIELDS.
     arch = Architecture(alpha_sa=1.7, sigma_v2=0.3)
-    stack = SimulatedStack(arch, 0.5, 1, width=8, seq_len=4, device="cpu")
+    stack = SimulatedStack(arch, 0.5, 1, sim=SimulationSettings(width=8, seq_len=4, device="cpu"))
     assert set(stack.params) == set(arch.numeric()) == set(NUMERIC_FIELDS) | set(OPTIONAL_FIELDS)
     assert stack.params["alpha_sa"] == 1.7 and stack.params["sigma_v2"] == 0.3
     assert stack.params["sigma_o2"] == 1.0 and stack.params["sigma_w2_out"] == 0.2
-    stack = SimulatedStack(arch.replace(sigma_o2=0.4, sigma_w2_out=0.9), 0.5, 1, width=8, seq_len=4, device="cpu")
+    stack = SimulatedStack(arch.replace(sigma_o2=0.4, sigma_w2_out=0.9), 0.5, 1,
+                           sim=SimulationSettings(width=8, seq_len=4, device="cpu"))
     assert stack.params["sigma_o2"] == 0.4 and stack.params["sigma_w2_out"] == 0.9
     # heads and their query/key convention too (issue 11, bug 4: no copies that can disagree)
-    stack = SimulatedStack(arch.replace(heads=4, qk_scaling="head"), 0.5, 1, width=8, seq_len=4, device="cpu")
+    stack = SimulatedStack(arch.replace(heads=4, qk_scaling="head"), 0.5, 1,
+                           sim=SimulationSettings(width=8, seq_len=4, device="cpu"))
     assert (stack.heads, stack.qk_scaling) == (4, "head")
     with pytest.raises(TypeError, match="heads"):
-        SimulatedStack(arch, 0.5, 1, width=8, seq_len=4, heads=2)
+        SimulatedStack(arch, 0.5, 1, sim=SimulationSettings(width=8, seq_len=4), heads=2)

@@ -9,6 +9,7 @@ from remprop.theory import Architecture  # noqa: E402
 from remprop.validation import HuggingFaceBert, SimulatedStack, bert_config  # noqa: E402
 from remprop.validation.inputs import gaussian_tokens, text_tokens  # noqa: E402
 from remprop.validation.measurements import attention_statistics, token_statistics  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -54,8 +55,8 @@ def _run(model, batch):
                               + (f"-o{a.sigma_o2}-w{a.sigma_w2_out}" if a.output_projection else "")
                               for a, o, d in CASES])
 def test_bert_model_matches_the_simulator(arch, options, dtype):
-    stack = SimulatedStack(arch, 1.5, 4, width=64, d_ff=96, seq_len=160, dtype=dtype, device="cpu", seed=7,
-                           **options)
+    sim = SimulationSettings(width=64, d_ff=96, seq_len=160, dtype=dtype, device="cpu", **options)
+    stack = SimulatedStack(arch, 1.5, 4, sim=sim, seed=7)
     bert = HuggingFaceBert(stack)
     assert type(bert.model).__name__ == "BertModel"
     batch = text_tokens(9, seq_len=160, width=64, seed=7, padded=True, dtype=dtype, device="cpu")
@@ -72,28 +73,31 @@ def test_bert_model_matches_the_simulator(arch, options, dtype):
 
 
 def test_bert_output_projection_holds_the_stacks_weights():
-    stack = SimulatedStack(Architecture(sigma_o2=0.5, sigma_w2_out=0.7), 0.5, 2, width=32, d_ff=48, seq_len=16,
-                           dtype="float64", device="cpu")
+    stack = SimulatedStack(Architecture(sigma_o2=0.5, sigma_w2_out=0.7), 0.5, 2,
+                           sim=SimulationSettings(width=32, seq_len=16, d_ff=48, dtype="float64", device="cpu"))
     bert = HuggingFaceBert(stack)
     for index, layer in enumerate(bert.model.encoder.layer):
         w = stack.weights(index)
         dense = layer.attention.output.dense
         assert isinstance(dense, torch.nn.Linear) and dense.bias is None
         assert torch.equal(dense.weight, w.output) and torch.equal(layer.output.dense.weight, w.mlp.w2)
-    plain = HuggingFaceBert(SimulatedStack(Architecture(), 0.5, 1, width=32, seq_len=16, device="cpu"))
+    plain = HuggingFaceBert(SimulatedStack(Architecture(), 0.5, 1,
+                                           sim=SimulationSettings(width=32, seq_len=16, device="cpu")))
     assert isinstance(plain.model.encoder.layer[0].attention.output.dense, torch.nn.Identity)
 
 
 def test_bert_statistics_change_with_alpha():
     # The skip hooks act: a different alpha_sa gives different hidden states.
     x = gaussian_tokens(1.0, 0.3, count=2, seq_len=16, width=32, seed=0, dtype="float64", device="cpu").tokens
-    outs = [HuggingFaceBert(SimulatedStack(Architecture(alpha_sa=a), 0.5, 2, width=32, seq_len=16,
-                                           dtype="float64", device="cpu"))(x) for a in (1.0, 2.0)]
+    outs = [HuggingFaceBert(SimulatedStack(Architecture(alpha_sa=a), 0.5, 2,
+                                           sim=SimulationSettings(width=32, seq_len=16, dtype="float64",
+                                                                  device="cpu")))(x) for a in (1.0, 2.0)]
     assert not torch.allclose(*outs)
 
 
 def test_bert_config_and_unsupported_block_orders():
-    stack = SimulatedStack(Architecture(heads=4), 0.5, 3, width=32, d_ff=48, seq_len=16, device="cpu")
+    stack = SimulatedStack(Architecture(heads=4), 0.5, 3,
+                           sim=SimulationSettings(width=32, seq_len=16, d_ff=48, device="cpu"))
     config = bert_config(stack)
     assert (config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_hidden_layers) \
         == (32, 48, 4, 3)
@@ -101,6 +105,7 @@ def test_bert_config_and_unsupported_block_orders():
     assert config.attention_probs_dropout_prob == 0.0
     for norm in ("pre", "none"):
         with pytest.raises(ValueError, match="norm"):
-            HuggingFaceBert(SimulatedStack(Architecture(norm=norm), 0.5, 1, width=8, seq_len=4, device="cpu"))
+            HuggingFaceBert(SimulatedStack(Architecture(norm=norm), 0.5, 1,
+                                           sim=SimulationSettings(width=8, seq_len=4, device="cpu")))
     with pytest.raises(ValueError, match="stack"):
         bert_config("stack")

@@ -10,6 +10,7 @@ from remprop.theory import Architecture  # noqa: E402
 from remprop.validation.inputs import embedding_tables, gaussian_tokens, input_batches, text_tokens  # noqa: E402
 from remprop.validation.measurements import token_statistics  # noqa: E402
 from remprop.validation.simulator import SimulatedStack  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
 from remprop.validation.text import (  # noqa: E402
     PAD_ID,
     UNKNOWN_ID,
@@ -143,7 +144,8 @@ def test_padding_enters_no_statistic_and_no_real_token():
     for key in stats:
         assert float(stats[key][0]) == pytest.approx(float(alone[key][0]), rel=1e-12)
     # through a stack: real tokens never see the padding, and traces ignore it
-    stack = SimulatedStack(Architecture(), 1.0, 2, width=32, seq_len=300, dtype="float64", device="cpu")
+    stack = SimulatedStack(Architecture(), 1.0, 2,
+                           sim=SimulationSettings(width=32, seq_len=300, dtype="float64", device="cpu"))
     out, out_scrambled = stack(batch.tokens, mask), stack(scrambled, mask)
     torch.testing.assert_close(out[mask], out_scrambled[mask], rtol=1e-12, atol=1e-12)
     trace, trace_scrambled = stack.trace(batch.tokens, mask), stack.trace(scrambled, mask)

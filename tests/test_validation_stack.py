@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the
 
 from remprop.theory import Architecture, critical_beta, layernorm_map, mlp_map, skip_map  # noqa: E402
 from remprop.theory.components.attention import gain_controlled_attention_core, softmax_attention_core  # noqa: E402
-from remprop.validation import compare  # noqa: E402
+from remprop.validation import SimulationSettings, compare  # noqa: E402
 from remprop.validation.simulator import SimulatedStack  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -80,8 +80,8 @@ ARCHITECTURES = [
                          ids=[f"{a.norm}-{a.attention}-{a.activation}-a{a.alpha_sa}" for a in ARCHITECTURES])
 def test_short_stack_follows_the_theory(arch):
     beta = 0.5
-    c = compare(arch, beta, DEPTH, T, D, seeds=SEEDS, sequences=1, inputs="synthetic", q0=1.0, rho0=0.2,
-                device="cpu", observable="rho")
+    c = compare(arch, beta, DEPTH, sim=SimulationSettings(width=D, seq_len=T, device="cpu", seeds=SEEDS, sequences=1,
+                                                          inputs="synthetic", q0=1.0, rho0=0.2), observable="rho")
     assert c.samples == SEEDS and c.theory.rho[0] == pytest.approx(0.2)
     sem = c.std("rho") / math.sqrt(SEEDS)
     finite_t = np.abs(_annealed_rho(arch, beta, DEPTH, 1.0, 0.2) - c.theory.rho)
@@ -93,7 +93,8 @@ def test_short_stack_follows_the_theory(arch):
 def test_text_inputs_follow_the_theory_from_the_measured_input_state():
     # Embedded text (std 0.1 tables): q0 ~ 0.02, the theory starts from the measured input.
     arch, beta = Architecture(alpha_sa=1.3), 0.5
-    c = compare(arch, beta, DEPTH, T, D, seeds=SEEDS, sequences=1, inputs="text", device="cpu", observable="rho")
+    c = compare(arch, beta, DEPTH, sim=SimulationSettings(width=D, seq_len=T, device="cpu", seeds=SEEDS, sequences=1,
+                                                          inputs="text"), observable="rho")
     assert c.settings["q0"] == pytest.approx(0.02, rel=0.1)
     sem = c.std("rho") / math.sqrt(SEEDS)
     q0, rho0 = c.settings["q0"], c.settings["rho0"]
@@ -114,8 +115,8 @@ def test_package_exports_the_functions_not_the_modules():
 
 
 def test_comparison_table_and_json():
-    c = compare(Architecture(), 0.5, 2, 16, 16, seeds=[3, 5], sequences=2, inputs="synthetic", rho0=0.3,
-                device="cpu")
+    c = compare(Architecture(), 0.5, 2, sim=SimulationSettings(width=16, seq_len=16, device="cpu", seeds=[3, 5],
+                                                               sequences=2, inputs="synthetic", rho0=0.3))
     assert c.settings["seeds"] == [3, 5] and c.samples == 4
     rows = c.table()
     assert [r["layer"] for r in rows] == [0, 1, 2]
@@ -134,12 +135,15 @@ def test_comparison_table_and_json():
 def test_stack_forward_is_deterministic_and_runs_in_float64():
     arch = Architecture(norm="pre")
     x = torch.randn(2, 16, 24, generator=torch.Generator().manual_seed(0))
-    a = SimulatedStack(arch, 0.7, 3, width=24, seq_len=16, seed=1, dtype="float64", device="cpu")
-    b = SimulatedStack(arch, 0.7, 3, width=24, seq_len=16, seed=1, dtype="float64", device="cpu")
+    a = SimulatedStack(arch, 0.7, 3, sim=SimulationSettings(width=24, seq_len=16, dtype="float64", device="cpu"),
+                       seed=1)
+    b = SimulatedStack(arch, 0.7, 3, sim=SimulationSettings(width=24, seq_len=16, dtype="float64", device="cpu"),
+                       seed=1)
     out = a(x)
     assert out.dtype == torch.float64 and torch.equal(out, b(x))
-    assert not torch.equal(out, SimulatedStack(arch, 0.7, 3, width=24, seq_len=16, seed=2, device="cpu",
-                                               dtype="float64")(x))
+    assert not torch.equal(out, SimulatedStack(arch, 0.7, 3, sim=SimulationSettings(width=24, seq_len=16,
+                                                                                    dtype="float64", device="cpu"),
+                                               seed=2)(x))
     trace = a.trace(x)
     assert trace.q.shape == (2, 4) and trace.y2.shape == (2, 3)
 
@@ -147,7 +151,7 @@ def test_stack_forward_is_deterministic_and_runs_in_float64():
 def test_one_layer_weights_at_a_time():
     # Weights are drawn per block while the input passes: drawing a block's weights must
     # not depend on the others, and forward draws each block exactly once.
-    stack = SimulatedStack(None, 0.5, 4, width=16, seq_len=8, device="cpu")
+    stack = SimulatedStack(None, 0.5, 4, sim=SimulationSettings(width=16, seq_len=8, device="cpu"))
     drawn = []
     original = stack.weights
     stack.weights = lambda layer: drawn.append(layer) or original(layer)
@@ -161,29 +165,37 @@ def test_one_layer_weights_at_a_time():
     (dict(seq_len=1), "seq_len"), (dict(d_ff=0), "d_ff"), (dict(causal="yes"), "causal"),
     (dict(dtype="float16"), "dtype"), (dict(device="tpu"), "device"), (dict(seed=-1), "seed"),
     (dict(arch=Architecture(alpha_sa=[1.0, 2.0])), "alpha_sa"), (dict(arch="post"), "arch"),
+    (dict(sim=dict(width=16)), "sim"),
 ])
 def test_stack_rejects_bad_input(kwargs, name):
+    # the stack's own arguments (arch, beta, depth, seed), the rest through SimulationSettings
     args = dict(arch=None, beta=0.5, depth=2, width=16, seq_len=8)
     args.update(kwargs)
+    stack_args = {key: args.pop(key) for key in ("arch", "beta", "depth", "seed", "sim") if key in args}
     with pytest.raises(ValueError, match=name):
-        SimulatedStack(args.pop("arch"), args.pop("beta"), args.pop("depth"), **args)
+        sim = stack_args.pop("sim") if "sim" in stack_args else SimulationSettings(**args)
+        SimulatedStack(stack_args.pop("arch"), stack_args.pop("beta"), stack_args.pop("depth"), sim=sim,
+                       **stack_args)
 
 
 def test_forward_and_compare_reject_bad_input():
-    stack = SimulatedStack(None, 0.5, 1, width=16, seq_len=8, device="cpu")
+    stack = SimulatedStack(None, 0.5, 1, sim=SimulationSettings(width=16, seq_len=8, device="cpu"))
     with pytest.raises(ValueError, match="x"):
         stack(torch.zeros(1, 9, 16))
     with pytest.raises(ValueError, match="mask"):
         stack(torch.zeros(1, 8, 16), torch.ones(1, 8))
     with pytest.raises(ValueError, match="layer"):
         stack.weights(1)
-    kw = dict(depth=1, seq_len=8, width=16, device="cpu")
+    kw = dict(seq_len=8, width=16, device="cpu")
     for bad, name in [(dict(inputs="images"), "inputs"), (dict(seeds=0), "seeds"), (dict(seeds=[]), "seeds"),
                       (dict(seeds=[1, -2]), "seeds"), (dict(sequences=0), "sequences"),
                       (dict(observable="q"), "observable"), (dict(batch_size=0), "batch_size"),
-                      (dict(inputs="synthetic", rho0=2.0), "rho0")]:
+                      (dict(inputs="synthetic", rho0=2.0), "rho0"), (dict(sim="cpu"), "sim")]:
         with pytest.raises(ValueError, match=name):
-            compare(None, 0.5, **{**kw, **bad})
+            fields = {**kw, **bad}
+            observable = fields.pop("observable", "cosine")
+            sim = fields.pop("sim") if "sim" in fields else SimulationSettings(**fields)
+            compare(None, 0.5, 1, sim=sim, observable=observable)
 
 
 def test_theory_calls_keep_the_torch_thread_count():

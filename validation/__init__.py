@@ -6,6 +6,8 @@ predicts (q, p, rho, mean pairwise cosine, attention participation ratio and ent
 layer by layer, and draws both side by side.
 
 * :class:`SimulatedStack` -- our BERT-style stack built from a ``remprop.theory.Architecture``;
+* :class:`SimulationSettings` -- width, sequence length, precision, device, seeds and inputs of a
+  simulation, validated once;
 * :class:`HuggingFaceBert` -- the same network as a ``transformers.BertModel``;
 * :data:`REGISTRY` -- each theory map paired with its simulated torch component;
 * :func:`compare`, :func:`attention_sweep` -- theory against simulation;
@@ -28,7 +30,7 @@ from __future__ import annotations
 from remprop._lazy import lazy_attributes
 
 _EXPORTS = {
-    "SimulatedStack": "simulator", "StackTrace": "simulator",
+    "SimulatedStack": "simulator", "StackTrace": "simulator", "SimulationSettings": "settings",
     "reduced_spec": "hf_models", "first_layer_participation": "hf_models", "simulate_blocks": "hf_models",
     "pair_cosine_comparison": "pair_cosines", "PairCosines": "pair_cosines",
     "run_acceptance": "acceptance",

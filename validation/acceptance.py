@@ -44,6 +44,7 @@ from .backend import check_positive_int, resolve_device, resolve_dtype, torch_th
 from .cell_runner import run_cells
 from .cell_store import MANIFEST_NAME, CellStore, json_sha256
 from .inputs import INPUT_KINDS, input_batches
+from .settings import SimulationSettings
 from .simulator import SimulatedStack, StackTrace
 
 __all__ = ["ACCEPTANCE_FORMAT", "ACCEPTANCE_CASES", "GAUSSIAN_Q0", "GAUSSIAN_RHO0", "AcceptanceCase",
@@ -257,13 +258,13 @@ def measure_case(case, *, width=720, seq_len=512, seeds=4, sequences=2, device=N
     """
     case = _case_of(case)
     sizes = _sizes(width, seq_len, seeds, sequences, dtype)
-    device = resolve_device(device)
+    sim = SimulationSettings(width=sizes["width"], seq_len=sizes["seq_len"], dtype=sizes["dtype"], device=device)
+    device = sim.device
     arch = case.architecture(sizes["seq_len"])
     start = time.perf_counter()
     traces = []
     for seed in sizes["seeds"]:
-        stack = SimulatedStack(arch, case.beta, case.depth, width=sizes["width"], seq_len=sizes["seq_len"],
-                               dtype=sizes["dtype"], device=device, seed=seed)
+        stack = SimulatedStack(arch, case.beta, case.depth, sim=sim, seed=seed)
         x = case_inputs(case.inputs, seed, sequences=sizes["sequences"], seq_len=sizes["seq_len"],
                         width=sizes["width"], dtype=sizes["dtype"])
         traces.append(stack.trace(x))

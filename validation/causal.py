@@ -27,17 +27,18 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture
-from remprop.theory.checks import check_choice, check_seeds
+from remprop.theory.checks import check_choice
 from remprop.theory.causal import propagate_causal, propagate_causal_gram
 from remprop.theory.rem import ROPE_BASE, causal_participation_table
 from remprop.theory.rem.causal import causal_rope_correlation
 
-from .backend import STREAM_WEIGHTS, check_positive_int, generator, resolve_device, resolve_dtype
+from .backend import STREAM_WEIGHTS, check_positive_int, generator
 from .comparison import OBSERVABLES
-from .inputs import INPUT_KINDS, gaussian_tokens, input_batches
+from .inputs import gaussian_tokens
 from .layers import draw_attention_weights, softmax_attention
 from .measurements import last_tokens_statistics, token_statistics, window_statistics
 from .rope import rotary
+from .settings import SimulationSettings, check_simulation
 from .simulator import SimulatedStack
 
 __all__ = ["CausalComparison", "causal_comparison", "causal_row_measurement"]
@@ -123,20 +124,23 @@ class CausalComparison:
                 **({} if self.theory_gram is None else {"theory_gram": self.theory_gram.tolist()})}
 
 
-def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_len=512, width=720, seeds=2,
-                      sequences=2, *, last=50, window=32, inputs="synthetic", q0=1.0, rho0=0.0, d_ff=None,
-                      observable="cosine", dtype="float32", device=None, progress=None,
-                      gram=False) -> CausalComparison:
+def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, *, sim: SimulationSettings | None = None,
+                      last=50, window=32, observable="cosine", progress=None, gram=False) -> CausalComparison:
     """Simulate a causal stack and compare its late tokens (and every window) with the theory.
 
     Parameters
     ----------
     arch : Architecture, optional
-        Default BERT defaults; ``attention="softmax"``; ``arch.seq_len`` None or ``seq_len``.
+        Default BERT defaults; ``attention="softmax"``; ``arch.seq_len`` None or ``sim.seq_len``.
         With ``positions="rope"`` the stack rotates queries and keys (``head_dim = width / heads``)
         and the theory reads each row's rotary correlation (docs/theory.md section 8).
-    beta, depth, seq_len, width, seeds, sequences, inputs, q0, rho0, d_ff, dtype, device
-        As :func:`~remprop.validation.comparison.compare` (``causal=True``).
+    beta, depth
+        As :func:`~remprop.validation.comparison.compare`.
+    sim : remprop.validation.SimulationSettings, optional
+        As :func:`~remprop.validation.comparison.compare`, with ``seq_len >= 3``; the stack
+        is causal whatever ``sim.causal`` says; ``batch_size`` None: at most 4 sequences at
+        once. Default ``SimulationSettings(inputs="synthetic")`` (d = 720, T = 512, 2 seeds
+        x 2 Gaussian sequences).
     last : int
         Number of final tokens whose average cosine is compared (Fig. 12: 50).
     window : int
@@ -161,16 +165,14 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
     from remprop.theory import propagate
 
     arch = Architecture() if arch is None else arch
-    check_choice("inputs", inputs, INPUT_KINDS)
+    sim = check_simulation(sim, inputs="synthetic").replace(causal=True)
     if not isinstance(gram, bool):
         raise ValueError(f"gram must be True or False, got {gram!r}")
-    if gram and inputs != "synthetic":
+    if gram and sim.inputs != "synthetic":
         raise ValueError(f"gram=True needs inputs='synthetic' (the causal Gram state starts from Gaussian tokens), "
-                         f"got inputs={inputs!r}")
+                         f"got inputs={sim.inputs!r}")
     check_choice("observable", observable, OBSERVABLES)
-    seed_list = list(check_seeds(seeds))
-    sequences = check_positive_int("sequences", sequences)
-    seq_len = check_positive_int("seq_len", seq_len, 3)
+    seq_len = check_positive_int("seq_len", sim.seq_len, 3)
     last = check_positive_int("last", last, 2)
     window = check_positive_int("window", window, 2)
     if last > seq_len - 1 or window > seq_len:
@@ -178,16 +180,15 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
     if arch.seq_len is not None and arch.seq_len != seq_len:   # before simulating (propagate_causal's rule)
         raise ValueError(f"seq_len must equal arch.seq_len when the architecture sets it, got seq_len={seq_len}, "
                          f"arch.seq_len={arch.seq_len}")
-    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    device = sim.device
     starts = np.arange(0, seq_len - window + 1, window)
     windows = np.stack([starts, starts + window], axis=1)
-    stacks = [SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, seq_len=seq_len, causal=True,
-                             dtype=dtype, device=device, seed=s) for s in seed_list]
+    stacks = [SimulatedStack(arch, beta, depth, sim=sim, seed=s) for s in sim.seeds]
+    batch_size = min(sim.sequences, 4) if sim.batch_size is None else sim.batch_size
     last_rows, window_rows, inputs_q, inputs_rho = [], [], [], []
     start_time = time.perf_counter()
     for stack in stacks:
-        for batch in input_batches(inputs, seed=stack.seed, sequences=sequences, batch_size=min(sequences, 4),
-                                   seq_len=seq_len, width=stack.width, q0=q0, rho0=rho0, dtype=dtype, device=device):
+        for batch in sim.input_batches(stack.seed, batch_size):
             layers_last, layers_windows = [], []
 
             def observe(layer, hidden, probs):
@@ -221,18 +222,18 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, seq_
         causal_gram = propagate_causal_gram(arch, stack.beta, stack.depth, seq_len, q_in, rho_in, last=last)
         theory_gram = causal_gram.rho if observable == "rho" else causal_gram.cosine
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": seq_len,
-                "width": stack.width, "d_ff": stack.d_ff, "seeds": seed_list, "sequences": sequences,
-                "inputs": inputs, "q0": q_in, "rho0": rho_in, "last": last, "window": window,
-                "observable": observable, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+                "width": stack.width, "d_ff": stack.d_ff, "seeds": list(sim.seeds), "sequences": sim.sequences,
+                "inputs": sim.inputs, "q0": q_in, "rho0": rho_in, "last": last, "window": window,
+                "observable": observable, "dtype": sim.dtype_name, "device": str(device)}
     return CausalComparison(settings, windows, np.concatenate(last_rows), np.concatenate(window_rows),
                             theory_last, theory_windows, np.asarray(encoder), elapsed, theory_gram)
 
 
-def causal_row_measurement(beta, *, seq_len=256, width=128, heads=1, rope=True, base=ROPE_BASE, q0=1.0, rho0=0.5,
-                           seeds=4, dtype="float32", device=None) -> dict:
+def causal_row_measurement(beta, *, sim: SimulationSettings | None = None, heads=1, rope=True,
+                           base=ROPE_BASE) -> dict:
     r"""Measured and predicted participation ratio of every row of one causal attention layer.
 
-    Seed s draws Gaussian tokens with the order parameters ``(q0, q0 rho0)`` from stream
+    Seed s draws Gaussian tokens with the order parameters ``(q0, q0 rho0)`` of ``sim`` from stream
     ``(s, tokens, 0)`` (:func:`~remprop.validation.inputs.gaussian_tokens`) and the weights
     from ``(s, weights, 0)`` (``s_qk^2 = beta sqrt(log T) / d``, each head at ``beta``), rotates
     the queries and keys when ``rope`` (:func:`~remprop.validation.rope.rotary`,
@@ -249,17 +250,16 @@ def causal_row_measurement(beta, *, seq_len=256, width=128, heads=1, rope=True, 
     ----------
     beta : float
         Query/key scale, > 0.
-    seq_len, width, heads : int
-        T >= 3, d and H (``d_H = d / H``, even with ``rope``).
+    sim : remprop.validation.SimulationSettings, optional
+        T >= 3 (``seq_len``), d (``width``), the seeds, ``q0``, ``rho0``, dtype and device
+        (the other fields are not read). Default
+        ``SimulationSettings(width=128, seq_len=256, seeds=4, rho0=0.5)``.
+    heads : int
+        H (``d_H = d / H``, even with ``rope``).
     rope : bool
         Rotate queries and keys (default) or not.
     base : float
         RoPE base.
-    q0, rho0 : float
-        Token order parameters.
-    seeds : int or sequence of int
-    dtype, device
-        As :class:`~remprop.validation.simulator.SimulatedStack`.
 
     Returns
     -------
@@ -274,18 +274,20 @@ def causal_row_measurement(beta, *, seq_len=256, width=128, heads=1, rope=True, 
     """
     if not isinstance(rope, (bool, np.bool_)):
         raise ValueError(f"rope must be True or False, got {rope!r}")
-    seq_len = check_positive_int("seq_len", seq_len, 3)
-    width, heads = check_positive_int("width", width, 2), check_positive_int("heads", heads)
+    sim = check_simulation(sim, width=128, seq_len=256, seeds=4, rho0=0.5)
+    seq_len = check_positive_int("seq_len", sim.seq_len, 3)
+    width, heads = sim.width, check_positive_int("heads", heads)
     if width % heads:
         raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
     head_dim = width // heads
-    torch_dtype, device = resolve_dtype(dtype), resolve_device(device)
-    rotate = rotary(seq_len, head_dim, base, dtype=torch_dtype, device=device) if rope else None
+    dtype, device = sim.dtype, sim.device
+    rotate = rotary(seq_len, head_dim, base, dtype=dtype, device=device) if rope else None
     rows = {key: [] for key in ("y2", "q", "p")}
-    for seed in check_seeds(seeds):
-        x = gaussian_tokens(q0, rho0, seq_len=seq_len, width=width, seed=seed, dtype=dtype, device=device).tokens
+    for seed in sim.seeds:
+        x = gaussian_tokens(sim.q0, sim.rho0, seq_len=seq_len, width=width, seed=seed, dtype=dtype,
+                            device=device).tokens
         weights = draw_attention_weights(generator(seed, STREAM_WEIGHTS, 0, device), width, beta, seq_len,
-                                         0.0, 0.0, dtype=torch_dtype, device=device)
+                                         0.0, 0.0, dtype=dtype, device=device)
         _, probs = softmax_attention(x, weights, heads=heads, causal=True, rotate=rotate)
         rows["y2"].append((probs * probs).sum(dim=-1, dtype=torch.float64).mean(dim=1)[0].cpu().numpy())
         stats = token_statistics(x)

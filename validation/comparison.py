@@ -18,15 +18,15 @@ import torch
 
 from remprop.theory import Architecture, RunSettings, Trajectory, participation_ratio, propagate
 from remprop.theory.gram_state import gram_support_problem, propagate_gram, simplex_distance
-from remprop.theory.checks import as_float_array, check_choice, check_seeds, simplex_cosine_floor
-from remprop.theory.rem.checks import check_seq_len
+from remprop.theory.checks import as_float_array, check_choice, simplex_cosine_floor
 from remprop.theory.rem.finite_width import attention_mean_cosine, finite_width_attention_map
 
 from . import layers
-from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
-from .inputs import INPUT_KINDS, gaussian_tokens, input_batches
+from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_dtype
+from .inputs import gaussian_tokens
 from .measurements import attention_statistics, token_statistics
 from .registry import REGISTRY
+from .settings import SimulationSettings, check_simulation
 from .simulator import SimulatedStack, StackTrace
 
 __all__ = ["Comparison", "AttentionSweep", "OBSERVABLES", "THEORIES", "MEASURED_ROUNDING_EPS", "compare", "attention_sweep",
@@ -252,8 +252,8 @@ def measured_input_theory(arch: Architecture, beta, depth, q0, rho0, dtype):
     return run, propagate(run.arch, run.beta, run.depth, q0=run.q0, rho0=run.rho0), tolerance
 
 
-def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, width=720, seeds=2, sequences=2, *,
-            inputs="text", q0=1.0, rho0=0.0, d_ff=None, causal=False, dtype="float32", device=None, batch_size=None, observable="cosine", progress=None, theory="auto", gram_draws=8) -> Comparison:
+def compare(arch: Architecture | None = None, beta=0.5, depth=60, *, sim: SimulationSettings | None = None,
+            observable="cosine", progress=None, theory="auto", gram_draws=8) -> Comparison:
     """Simulate ``seeds x sequences`` sequences through the stack and compare with the theory.
 
     Parameters
@@ -264,20 +264,14 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         head at :meth:`~remprop.theory.Architecture.effective_beta`).
     beta : float
         Query/key scale of the model.
-    depth, seq_len, width : int
-        Blocks L, tokens T, width d.
-    seeds : int or sequence of int
-        A count (seeds 0..n-1) or the seeds themselves: one initialisation each.
-    sequences : int
-        Input sequences per seed.
-    inputs : {"text", "synthetic"}
-        Embedded pydoc text windows, or Gaussian tokens with ``q0``, ``rho0``.
-    q0, rho0 : float
-        Input state of synthetic sequences.
-    d_ff, causal, dtype, device
-        As :class:`~remprop.validation.simulator.SimulatedStack`.
-    batch_size : int, optional
-        Sequences pushed through at once (default all of a seed, at most 16).
+    depth : int
+        Blocks L.
+    sim : remprop.validation.SimulationSettings, optional
+        Width d, tokens T, MLP width, causal mask, dtype, device, the seeds (one
+        initialisation each), the sequences per seed and their kind (``inputs``: embedded
+        pydoc text windows, or Gaussian tokens with ``q0``, ``rho0``), and ``batch_size``
+        (sequences pushed through at once; None: all of a seed, at most 16). Default
+        ``SimulationSettings()`` (d = 720, T = 512, 2 seeds x 2 text sequences).
     observable : {"cosine", "rho"}
         Measured quantity set against the theory's rho.
     progress : callable, optional
@@ -286,7 +280,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         "mean": :func:`~remprop.theory.propagate` from the mean measured input state.
         "gram": one :func:`~remprop.theory.gram_state.propagate_gram` per input sequence,
         started from its measured Gram matrix ``x x^T / d`` (float64), at finite
-        ``T = seq_len``; ``Comparison.theory`` then holds the mean over sequences of their
+        ``T = sim.seq_len``; ``Comparison.theory`` then holds the mean over sequences of their
         ``q``, ``p = rho q`` and of the ``observable`` (mean pair cosine, or ``p / q``) as its
         ``rho``, and the settings record
         ``theory_cosine_se`` (Monte Carlo standard error of that mean). Whatever the
@@ -296,7 +290,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         says it. "sampled": as "gram" with ``sampled=True``, ``gram_draws``
         single-initialisation chains whose token norms scatter as one initialisation's do
         (docs/theory.md section 17.1). "auto" (default): "sampled" for text inputs of an
-        encoder (``causal=False``) whose architecture the Gram state supports
+        encoder (``sim.causal`` False) whose architecture the Gram state supports
         (:func:`~remprop.theory.gram_state.gram_support_problem`), "mean" otherwise (the
         acceptance table of docs/validation.md at 12 initialisations chose the chains).
     gram_draws : int
@@ -313,7 +307,7 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     architecture's attention maps (finite T where ``arch.seq_len`` is set). With
     ``theory="gram"`` or ``"sampled"`` (the default for text) each sequence's measured input
     Gram matrix starts :func:`remprop.theory.propagate_gram` instead (docs/theory.md section 17). With
-    ``causal=True`` the theory is still the encoder's, which only late tokens follow
+    ``sim.causal`` the theory is still the encoder's, which only late tokens follow
     (``docs/theory.md`` section 8).
 
     References
@@ -321,27 +315,21 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d, e).
     """
     arch = Architecture() if arch is None else arch
-    check_choice("inputs", inputs, INPUT_KINDS)
+    sim = check_simulation(sim)
     check_choice("observable", observable, OBSERVABLES)
     check_choice("theory", theory, THEORIES)
     if theory == "auto":
-        theory = "sampled" if inputs == "text" and not causal and gram_support_problem(arch) is None else "mean"
+        theory = "sampled" if sim.inputs == "text" and not sim.causal and gram_support_problem(arch) is None else "mean"
     elif theory in ("gram", "sampled") and gram_support_problem(arch) is not None:
         raise ValueError(f"theory={theory!r}: {gram_support_problem(arch)}")
     gram_draws = check_positive_int("gram_draws", gram_draws)
-    seed_list = list(check_seeds(seeds))
-    sequences = check_positive_int("sequences", sequences)
-    batch_size = min(sequences, 16) if batch_size is None else check_positive_int("batch_size", batch_size)
-    dtype, device = resolve_dtype(dtype), resolve_device(device)
-    stacks = [SimulatedStack(arch, beta, depth, width=width, d_ff=d_ff, seq_len=seq_len,
-                             causal=causal, dtype=dtype, device=device, seed=s)
-              for s in seed_list]
+    batch_size = min(sim.sequences, 16) if sim.batch_size is None else sim.batch_size
+    dtype, device = sim.dtype, sim.device
+    stacks = [SimulatedStack(arch, beta, depth, sim=sim, seed=s) for s in sim.seeds]
     start = time.perf_counter()
     traces, grams, distances = [], [], []
     for stack in stacks:
-        for batch in input_batches(inputs, seed=stack.seed, sequences=sequences, batch_size=batch_size,
-                                   seq_len=stack.seq_len, width=stack.width, q0=q0, rho0=rho0,
-                                   dtype=dtype, device=device):
+        for batch in sim.input_batches(stack.seed, batch_size):
             traces.append(stack.trace(batch.tokens, batch.mask))
             x = batch.tokens.to(torch.float64)
             batch_grams = (x @ x.transpose(1, 2) / stack.width).cpu().numpy()
@@ -367,9 +355,9 @@ def compare(arch: Architecture | None = None, beta=0.5, depth=60, seq_len=512, w
         theory, gram_settings = mean_theory, {}
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": stack.seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "causal": stack.causal,
-                "seeds": seed_list, "sequences": sequences, "inputs": inputs,
+                "seeds": list(sim.seeds), "sequences": sim.sequences, "inputs": sim.inputs,
                 "q0": q_in, "rho0": rho_in, "rho0_measured": rho_measured, "rho0_clip_tolerance": tolerance,
-                "dtype": str(dtype).replace("torch.", ""), "device": str(device), "theory": theory_kind,
+                "dtype": sim.dtype_name, "device": str(device), "theory": theory_kind,
                 "simplex_distance": float(np.mean(distances)), **gram_settings}
     return Comparison(settings, trace, theory, theory_participation(arch, stack.beta, theory),
                       observable, elapsed)
@@ -462,13 +450,12 @@ def _attention_theory(settings, cosines, betas, finite_width=None):
     return out
 
 
-def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = None, q0=1.0, width=720,
-                    seq_len=512, seeds=2, sequences=2, dtype="float32", device=None,
-                    progress=None, finite_width=False) -> AttentionSweep:
+def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = None,
+                    sim: SimulationSettings | None = None, progress=None, finite_width=False) -> AttentionSweep:
     """Measure one attention layer (no skip, no LayerNorm) against its theory map.
 
-    For every seed, input cosine and beta, ``sequences`` synthetic sequences
-    (:func:`~remprop.validation.inputs.gaussian_tokens` with ``q0`` and the input cosine)
+    For every seed, input cosine and beta, ``sim.sequences`` synthetic sequences
+    (:func:`~remprop.validation.inputs.gaussian_tokens` with ``sim.q0`` and the input cosine)
     pass through one attention layer of the kind ``arch.attention`` with the value
     variances of ``arch``. The weights of a seed are the same draw at every beta (scaled),
     which makes the curves smooth in beta.
@@ -478,11 +465,13 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     betas : array_like
         Query/key scales, > 0.
     input_cosines : array_like
-        Input rho0 values.
+        Input rho0 values (``sim.rho0`` and ``sim.inputs`` are not read).
     arch : Architecture, optional
         Supplies ``attention``, ``sigma_v2``, ``sigma_b2``, ``heads`` and ``qk_scaling``.
-    q0, width, seq_len, seeds, sequences, dtype, device, progress
-        As :func:`compare` (``progress`` is called once per sequence batch).
+    sim : remprop.validation.SimulationSettings, optional
+        Width, tokens, seeds, sequences per seed, ``q0``, dtype and device, as :func:`compare`.
+    progress : callable, optional
+        Called with the number of sequences finished after each sequence batch.
     finite_width : bool
         Also set the theory at the simulated T and d beside the measurements (softmax
         attention; :class:`AttentionSweep`, docs/theory.md section 18); recorded in
@@ -499,17 +488,15 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     arch = Architecture() if arch is None else arch
     betas = np.atleast_1d(as_float_array("betas", betas, positive=True)).ravel()
     cosines = np.atleast_1d(as_float_array("input_cosines", input_cosines, low=-1.0, high=1.0)).ravel()
-    seed_list = list(check_seeds(seeds))
-    sequences = check_positive_int("sequences", sequences)
-    width = check_positive_int("width", width, 2)
-    seq_len = check_seq_len(seq_len, allow_none=False)
+    sim = check_simulation(sim)
+    seed_list, sequences, width, seq_len = sim.seeds, sim.sequences, sim.width, sim.seq_len
     heads, qk_scaling = arch.heads, arch.qk_scaling
     if width % heads:
         raise ValueError(f"heads must divide width, got heads={heads}, width={width}")
-    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    dtype, device = sim.dtype, sim.device
     entry = REGISTRY[arch.attention_map(1.0).name]  # the stand-alone pair of this attention component
     sigma_v2, sigma_b2 = check_scalar("sigma_v2", arch.sigma_v2), check_scalar("sigma_b2", arch.sigma_b2)
-    q0 = check_scalar("q0", q0, positive=True)
+    q0 = sim.q0
     names = ("q", "p", "rho", "cosine", "y2", "entropy")
     samples = {k: np.empty((len(cosines), len(betas), len(seed_list) * sequences)) for k in names}
     start = time.perf_counter()
@@ -534,7 +521,7 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
     ddof = 1 if samples["q"].shape[-1] > 1 else 0
     settings = {"arch": arch.to_dict(), "q0": float(q0), "width": width, "seq_len": seq_len,
                 "finite_width": bool(finite_width),
-                "seeds": seed_list, "sequences": sequences, "dtype": str(dtype).replace("torch.", ""),
+                "seeds": list(seed_list), "sequences": sequences, "dtype": sim.dtype_name,
                 "device": str(device)}
     return AttentionSweep(settings, betas, cosines, _attention_theory(settings, cosines, betas),
                           {k: v.mean(axis=-1) for k, v in samples.items()},

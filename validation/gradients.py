@@ -28,14 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from remprop.theory.checks import as_float_array, check_seeds
+from remprop.theory.checks import as_float_array
 from remprop.theory.gradients import key_gradient_norm, query_gradient_norm
 from remprop.theory.rem.checks import check_seq_len
 
 from . import layers
-from .backend import (STREAM_READOUTS, STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device,
-                      resolve_dtype)
+from .backend import STREAM_READOUTS, STREAM_WEIGHTS, check_positive_int, check_scalar, generator
 from .inputs import gaussian_tokens
+from .settings import SimulationSettings, check_simulation
 
 __all__ = ["jacobian_norms", "readout_gradient_norms", "GradientSweep", "gradient_sweep"]
 
@@ -205,12 +205,12 @@ class GradientSweep:
                 "elapsed_s": self.elapsed}
 
 
-def gradient_sweep(betas, sizes=((256, 128), (256, 256), (1024, 128), (1024, 256)), *, seeds=3, readouts=2,
-                   q0=1.0, rho0=0.0, sigma_v2=1.0, exact=True, dtype="float64", device=None,
+def gradient_sweep(betas, sizes=((256, 128), (256, 256), (1024, 128), (1024, 256)), *,
+                   sim: SimulationSettings | None = None, readouts=2, sigma_v2=1.0, exact=True,
                    progress=None) -> GradientSweep:
     r"""Measure ``|dL/dW_Q|^2`` of one attention layer against the theory, over beta and (T, d).
 
-    For every seed and size, one sequence of Gaussian tokens (``q0``, ``rho0``; exact sample
+    For every seed and size, one sequence of Gaussian tokens (``sim.q0``, ``sim.rho0``; exact sample
     order parameters, :func:`~remprop.validation.inputs.gaussian_tokens`) and one draw of
     the weights, rescaled for each beta (``W_Q, W_K ~ N(0, beta sqrt(log T)/d)``,
     ``W_V ~ N(0, sigma_v2/d)``); ``readouts`` random readouts ``R`` per seed give the
@@ -222,17 +222,16 @@ def gradient_sweep(betas, sizes=((256, 128), (256, 256), (1024, 128), (1024, 256
     betas : array_like
         Query/key scales, > 0.
     sizes : sequence of (T, d)
-    seeds : int or sequence of int
+    sim : remprop.validation.SimulationSettings, optional
+        The seeds, the input state ``q0``, ``rho0``, dtype and device (the sizes replace its
+        width and seq_len; the other fields are not read). Default
+        ``SimulationSettings(seeds=3, dtype="float64")``.
     readouts : int
         Readouts per seed (samples = seeds x readouts).
-    q0, rho0 : float
-        Input state.
     sigma_v2 : float
         Value variance (the value bias does not enter the gradient).
     exact : bool
         Also compute the exact Jacobian norms (O(T^3) per point).
-    dtype, device
-        As :class:`~remprop.validation.simulator.SimulatedStack`.
     progress : callable, optional
         Called with 1 after each (size, seed).
 
@@ -248,12 +247,10 @@ def gradient_sweep(betas, sizes=((256, 128), (256, 256), (1024, 128), (1024, 256
     sizes = [(check_seq_len(t, allow_none=False), check_positive_int("width", d, 2)) for t, d in sizes]
     if not sizes:
         raise ValueError("sizes must not be empty")
-    seed_list = list(check_seeds(seeds))
+    sim = check_simulation(sim, seeds=3, dtype="float64")
+    seed_list, q0, rho0, dtype, device = list(sim.seeds), sim.q0, sim.rho0, sim.dtype, sim.device
     readouts = check_positive_int("readouts", readouts)
-    q0 = check_scalar("q0", q0, positive=True)
-    rho0 = check_scalar("rho0", rho0, low=-1.0, high=1.0)
     sigma_v2 = check_scalar("sigma_v2", sigma_v2, nonnegative=True)
-    dtype, device = resolve_dtype(dtype), resolve_device(device)
     samples = len(seed_list) * readouts
     names = ("query", "key", "query_exact", "key_exact", "Y2", "Y3", "Y4", "Y2_square")
     measured = {k: np.full((len(sizes), len(betas), samples), np.nan) for k in names}
@@ -294,5 +291,5 @@ def gradient_sweep(betas, sizes=((256, 128), (256, 256), (1024, 128), (1024, 256
                                          ("key", key_gradient_norm, {}))}
     settings = {"sizes": [list(s) for s in sizes], "seeds": seed_list, "readouts": readouts, "q0": q0, "rho0": rho0,
                 "sigma_v2": sigma_v2, "readout": "L = sum_ia R_ia S_ia, R_ia ~ N(0, 1) i.i.d., fixed per (seed, r)",
-                "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+                "dtype": sim.dtype_name, "device": str(device)}
     return GradientSweep(settings, betas, sizes, measured, theory, elapsed)

@@ -513,15 +513,16 @@ def simulate_blocks(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", d
     """
     from .inputs import gaussian_tokens
     from .measurements import attention_statistics, last_tokens_statistics, token_statistics
+    from .settings import SimulationSettings
     from .simulator import SimulatedStack
 
     spec, seeds, sequences, theory = _run_arguments(spec, seeds, sequences, theory)
+    sim = SimulationSettings(width=spec.width, seq_len=spec.seq_len, d_ff=spec.d_ff, causal=spec.causal, dtype=dtype,
+                             device=device, layer_norm_eps=spec.layer_norm_eps)
     last = min(LAST_TOKENS, spec.seq_len) if spec.causal else None
     rows = {"rho": [], "q": [], "p": [], "y2": [], "rho_last": []}
     for seed in seeds:
-        stack = SimulatedStack(spec.architecture, spec.beta, spec.depth, width=spec.width, d_ff=spec.d_ff,
-                               seq_len=spec.seq_len, causal=spec.causal, dtype=dtype, device=device, seed=seed,
-                               layer_norm_eps=spec.layer_norm_eps)
+        stack = SimulatedStack(spec.architecture, spec.beta, spec.depth, sim=sim, seed=seed)
         x = gaussian_tokens(spec.q0, spec.rho0, count=sequences, seq_len=spec.seq_len, width=spec.width,
                             seed=seed, dtype=dtype, device=stack.device).tokens
         tokens, window, attention = [], [], []

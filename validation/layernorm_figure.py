@@ -26,15 +26,14 @@ import numpy as np
 import torch
 
 from remprop.diagrams.comparison_figures import plot_layernorm_comparison
-from remprop.diagrams.figure_data import LAYERNORM_VARIANTS, layernorm_placement_data
+from remprop.diagrams.figure_data import LAYERNORM_REFERENCE_RUN, LAYERNORM_VARIANTS, layernorm_placement_data
 from remprop.diagrams.paper_figures import FigureResult
 from remprop.diagrams.style import VARIANT_MARKERS
-from remprop.theory import Architecture
-from remprop.theory.rem.checks import check_seq_len
+from remprop.theory import RunSettings
 
-from .backend import check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
-from .inputs import input_batches
+from .backend import check_scalar, generator
 from .layers import BlockWeights
+from .settings import SimulationSettings, check_simulation
 from .simulator import SimulatedStack, StackTrace
 
 __all__ = ["ValueBiasStack", "figure_4", "VARIANT_MARKERS"]
@@ -76,46 +75,27 @@ class ValueBiasStack(SimulatedStack):
         return dataclasses.replace(plain, attention=dataclasses.replace(plain.attention, value_bias=bias))
 
 
-def _finite_t_rho(settings, seq_len):
-    """Theory rho over depth with the exact finite-T participation ratio (T = seq_len).
-
-    Each variant's block is :func:`~remprop.theory.components.block.block`
-    (docs/theory.md section 5) around a finite-T attention map whose value bias has its own
-    variance ``sigma_bv2`` (the MLP biases keep ``sigma_b2``).
-    """
-    s = settings
-    out = {}
-    for name, (norm, attention) in LAYERNORM_VARIANTS.items():
-        arch = Architecture(norm=norm, attention=attention, activation=s["activation"], sigma_w2=s["sigma_w2"],
-                            sigma_b2=s["sigma_b2"], sigma_v2=s["sigma_v2"], alpha_sa=s["alpha_sa"],
-                            alpha_mlp=s["alpha_mlp"], seq_len=seq_len)
-        block = arch.block(s["beta"], sigma_bv2=s["sigma_bv2"])
-        q, p = np.empty(s["depth"] + 1), np.empty(s["depth"] + 1)
-        q[0], p[0] = s["q0"], s["q0"] * s["rho0"]
-        for layer in range(s["depth"]):
-            q[layer + 1], p[layer + 1] = block(q[layer], p[layer])
-        out[name] = p / q
-    return out
-
-
-def figure_4(*, depth=100, width=720, seq_len=512, seeds=2, sequences=2, beta=0.1, sigma_w2=0.2,
-             sigma_b2=0.02 ** 2, sigma_bv2=0.0, sigma_v2=1.0, alpha_sa=1.0, alpha_mlp=1.0, q0=1.0, rho0=0.2,
-             activation="relu", every=None, dtype="float32", device=None, progress=None) -> FigureResult:
+def figure_4(*, run: RunSettings | None = None, sim: SimulationSettings | None = None, sigma_bv2=0.0, every=None,
+             progress=None) -> FigureResult:
     """Fig. 4: mean token cosine over depth, four LayerNorm placements, theory and simulation.
 
     Parameters
     ----------
-    depth, width, seq_len : int
-        Blocks, width d, tokens T.
-    seeds, sequences : int
-        Initialisations (seeds 0..n-1) and synthetic sequences per seed.
-    beta, sigma_w2, sigma_b2, sigma_bv2, sigma_v2, alpha_sa, alpha_mlp, q0, rho0, activation
-        As :func:`remprop.diagrams.layernorm_placement_data` (reference defaults).
+    run : remprop.theory.RunSettings, optional
+        Architecture (its ``norm`` and ``attention`` replaced by each variant's), beta, depth
+        and input state, as :func:`remprop.diagrams.layernorm_placement_data`; default the
+        reference run :data:`~remprop.diagrams.figure_data.LAYERNORM_REFERENCE_RUN`.
+    sim : remprop.validation.SimulationSettings, optional
+        Width d, tokens T, seeds, synthetic sequences per seed, dtype and device; the inputs
+        are Gaussian tokens at the run's ``(q0, rho0)`` (``sim.inputs``, ``sim.q0`` and
+        ``sim.rho0`` are not read). Default ``SimulationSettings()`` (d = 720, T = 512,
+        2 seeds x 2 sequences).
+    sigma_bv2 : float
+        Value bias variance, >= 0 (default 0: no value bias, as the reference figure).
     every : int, optional
         Simulated points drawn every ``every`` layers (default: about 25 points).
-    dtype, device, progress
-        As :func:`remprop.validation.compare` (``progress`` is called with the number of
-        sequences finished).
+    progress : callable, optional
+        Called with the number of sequences finished.
 
     Returns
     -------
@@ -127,27 +107,22 @@ def figure_4(*, depth=100, width=720, seq_len=512, seeds=2, sequences=2, beta=0.
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 4.
     """
-    theory = layernorm_placement_data(depth, beta=beta, sigma_w2=sigma_w2, sigma_b2=sigma_b2, sigma_bv2=sigma_bv2,
-                                      sigma_v2=sigma_v2, alpha_sa=alpha_sa, alpha_mlp=alpha_mlp, q0=q0, rho0=rho0,
-                                      activation=activation)
+    run = LAYERNORM_REFERENCE_RUN if run is None else run
+    theory = layernorm_placement_data(run, sigma_bv2=sigma_bv2)
     settings = dict(theory["settings"])
-    seeds = check_positive_int("seeds", seeds)
-    sequences = check_positive_int("sequences", sequences)
-    width = check_positive_int("width", width, 2)
-    seq_len = check_seq_len(seq_len, allow_none=False)
-    dtype, device = resolve_dtype(dtype), resolve_device(device)
-    finite = _finite_t_rho(settings, seq_len)
+    sim = check_simulation(sim).replace(inputs="synthetic", q0=run.q0, rho0=run.rho0)
+    width, seq_len = sim.width, sim.seq_len
+    # the exact finite-T participation ratio at the simulated T
+    finite = layernorm_placement_data(run.replace(arch=run.arch.replace(seq_len=seq_len)),
+                                      sigma_bv2=sigma_bv2)["rho"]
     measured, spread = {}, {}
     start = time.perf_counter()
     for name, (norm, attention) in LAYERNORM_VARIANTS.items():
-        arch = Architecture(norm=norm, attention=attention, activation=activation, sigma_w2=sigma_w2,
-                            sigma_b2=sigma_b2, sigma_v2=sigma_v2, alpha_sa=alpha_sa, alpha_mlp=alpha_mlp)
+        arch = run.arch.replace(norm=norm, attention=attention)
         traces = []
-        for seed in range(seeds):
-            stack = ValueBiasStack(arch, beta, depth, width=width, seq_len=seq_len, dtype=dtype, device=device,
-                                   seed=seed, sigma_bv2=sigma_bv2)
-            for batch in input_batches("synthetic", seed=seed, sequences=sequences, seq_len=seq_len, width=width,
-                                       q0=q0, rho0=rho0, dtype=dtype, device=device):
+        for seed in sim.seeds:
+            stack = ValueBiasStack(arch, run.beta, run.depth, sim=sim, seed=seed, sigma_bv2=sigma_bv2)
+            for batch in sim.input_batches(seed):
                 traces.append(stack.trace(batch.tokens))
                 if progress is not None:
                     progress(len(batch))
@@ -157,18 +132,20 @@ def figure_4(*, depth=100, width=720, seq_len=512, seeds=2, sequences=2, beta=0.
     elapsed = time.perf_counter() - start
 
     layers = theory["layers"]
-    title = (f"LayerNorm placement and gain control: $d = {width}$, $T = {seq_len}$, {seeds * sequences} sequences\n"
-             rf"$\beta = {beta:g}$, $\sigma_w^2 = {sigma_w2:g}$, $\sigma_v^2 = {sigma_v2:g}$, "
-             rf"$\sigma_b^2 = {sigma_b2:g}$ (MLP), $\sigma_{{b,V}}^2 = {sigma_bv2:g}$, $\rho_0 = {rho0:g}$")
+    s = settings
+    title = (f"LayerNorm placement and gain control: $d = {width}$, $T = {seq_len}$, {sim.samples} sequences\n"
+             rf"$\beta = {s['beta']:g}$, $\sigma_w^2 = {s['sigma_w2']:g}$, $\sigma_v^2 = {s['sigma_v2']:g}$, "
+             rf"$\sigma_b^2 = {s['sigma_b2']:g}$ (MLP), $\sigma_{{b,V}}^2 = {s['sigma_bv2']:g}$, "
+             rf"$\rho_0 = {s['rho0']:g}$")
     ax = plot_layernorm_comparison(layers, theory["rho"], measured, spread, finite=finite,
                                    finite_label=f"theory at finite $T = {seq_len}$", every=every, title=title)
     errors = {name: float(np.max(np.abs(measured[name] - theory["rho"][name])[1:])) for name in LAYERNORM_VARIANTS}
-    data = {"figure": "figure_4", "settings": {**settings, "width": width, "seq_len": seq_len, "seeds": seeds,
-                                               "sequences": sequences, "dtype": str(dtype).replace("torch.", ""),
-                                               "device": str(device)},
+    data = {"figure": "figure_4", "settings": {**settings, "width": width, "seq_len": seq_len,
+                                               "seeds": list(sim.seeds), "sequences": sim.sequences,
+                                               "dtype": sim.dtype_name, "device": str(sim.device)},
             "layers": layers.tolist(),
             "theory_rho": {k: v.tolist() for k, v in theory["rho"].items()},
-            "theory_rho_finite_t": None if finite is None else {k: v.tolist() for k, v in finite.items()},
+            "theory_rho_finite_t": {k: v.tolist() for k, v in finite.items()},
             "measured_cosine_mean": {k: v.tolist() for k, v in measured.items()},
             "measured_cosine_std": {k: v.tolist() for k, v in spread.items()},
             "max_abs_error_asymptotic": errors,

@@ -19,12 +19,13 @@ from remprop.theory.rem import QK_SCALINGS, effective_beta, head_participation_r
 
 from .backend import check_positive_int
 from .comparison import attention_sweep
+from .settings import SimulationSettings, check_simulation
 
 __all__ = ["multihead_participation"]
 
 
-def multihead_participation(heads=(1, 4, 12), betas=(0.5,), *, qk_scalings=QK_SCALINGS, width=768, seq_len=512,
-                            q0=1.0, rho0=0.0, seeds=2, sequences=2, dtype="float32", device=None) -> list:
+def multihead_participation(heads=(1, 4, 12), betas=(0.5,), *, qk_scalings=QK_SCALINGS,
+                            sim: SimulationSettings | None = None) -> list:
     """Measured and predicted Y2 of H-head attention, for each H, convention and beta.
 
     Parameters
@@ -33,8 +34,10 @@ def multihead_participation(heads=(1, 4, 12), betas=(0.5,), *, qk_scalings=QK_SC
         Numbers of heads (each dividing ``width``).
     betas : sequence of float
     qk_scalings : sequence of {"model", "head"}
-    width, seq_len, q0, rho0, seeds, sequences, dtype, device
-        As :func:`~remprop.validation.comparison.attention_sweep` (Gaussian tokens).
+    sim : remprop.validation.SimulationSettings, optional
+        Width, tokens, seeds, sequences per seed, the Gaussian tokens' ``q0`` and ``rho0``,
+        dtype and device (:func:`~remprop.validation.comparison.attention_sweep`). Default
+        ``SimulationSettings(width=768)`` (T = 512, 2 seeds x 2 sequences, ``rho0 = 0``).
 
     Returns
     -------
@@ -51,14 +54,14 @@ def multihead_participation(heads=(1, 4, 12), betas=(0.5,), *, qk_scalings=QK_SC
     for scaling in qk_scalings:
         check_choice("qk_scaling", scaling, QK_SCALINGS)
     betas = np.atleast_1d(np.asarray(betas, dtype=float))
+    sim = check_simulation(sim, width=768)
     arch = Architecture(sigma_b2=0.0, sigma_v2=1.0)
+    q0, rho0, seq_len = sim.q0, sim.rho0, sim.seq_len
     p0 = q0 * rho0
     rows = []
     for scaling in qk_scalings:
         for h in heads:
-            sweep = attention_sweep(betas, (rho0,), arch=arch.replace(heads=h, qk_scaling=scaling), q0=q0,
-                                    width=width, seq_len=seq_len, seeds=seeds, sequences=sequences, dtype=dtype,
-                                    device=device)
+            sweep = attention_sweep(betas, (rho0,), arch=arch.replace(heads=h, qk_scaling=scaling), sim=sim)
             finite = np.atleast_1d(head_participation_ratio(betas, q0, p0, h, seq_len, scaling))
             asymptotic = np.atleast_1d(head_participation_ratio(betas, q0, p0, h, None, scaling))
             for b, beta in enumerate(betas):
@@ -67,6 +70,6 @@ def multihead_participation(heads=(1, 4, 12), betas=(0.5,), *, qk_scalings=QK_SC
                              "measured_y2": float(sweep.measured["y2"][0, b]),
                              "measured_y2_std": float(sweep.spread["y2"][0, b]),
                              "theory_y2": float(finite[b]), "theory_y2_asymptotic": float(asymptotic[b]),
-                             "width": width, "seq_len": seq_len,
+                             "width": sim.width, "seq_len": seq_len,
                              "samples": len(sweep.settings["seeds"]) * sweep.settings["sequences"]})
     return rows

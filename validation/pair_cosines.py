@@ -24,6 +24,7 @@ from remprop.theory.gram_state import pair_cosines
 
 from .backend import check_positive_int
 from .inputs import embedding_tables
+from .settings import SimulationSettings, check_simulation
 from .simulator import SimulatedStack
 from .text import pydoc_corpus
 
@@ -60,31 +61,31 @@ class PairCosines:
         return out
 
 
-def pair_cosine_comparison(arch: Architecture | None = None, beta=0.5, depth=4, *, layers=None, width=256,
-                           seq_len=128, seed=0, sequence=0, sequences=8, draws=8, dtype="float32",
-                           device=None) -> PairCosines:
+def pair_cosine_comparison(arch: Architecture | None = None, beta=0.5, depth=4, *, layers=None,
+                           sim: SimulationSettings | None = None, seed=0, sequence=0, draws=8) -> PairCosines:
     """Simulate one embedded text window and predict its pair cosines with the Gram state.
 
     Parameters
     ----------
     arch : remprop.theory.Architecture, optional
-        Default BERT defaults (post-LN). Its ``seq_len`` is set to ``seq_len`` for the theory.
+        Default BERT defaults (post-LN). Its ``seq_len`` is set to ``sim.seq_len`` for the theory.
     beta : float
         Query/key scale.
     depth : int
         Blocks simulated and propagated.
     layers : sequence of int, optional
         Layers to compare (0 = input), default ``(1, depth // 2, depth)`` without repeats.
-    width, seq_len : int
-        Width d and tokens T.
+    sim : remprop.validation.SimulationSettings, optional
+        Width d, tokens T, dtype and device of the simulation, and ``sequences``: the number of
+        evenly spread corpus windows (:meth:`~remprop.validation.text.TextCorpus.windows`)
+        ``sequence`` picks from (its seeds and inputs are not read: one text window, one
+        initialisation). Default ``SimulationSettings(width=256, seq_len=128, sequences=8)``.
     seed : int
         Initialisation and embedding tables.
-    sequence, sequences : int
-        Which of ``sequences`` evenly spread corpus windows (:meth:`~remprop.validation.text.TextCorpus.windows`).
+    sequence : int
+        Which of the ``sim.sequences`` windows.
     draws : int
         Monte Carlo draws per attention layer of the theory.
-    dtype, device
-        Of the simulation.
 
     Returns
     -------
@@ -95,8 +96,9 @@ def pair_cosine_comparison(arch: Architecture | None = None, beta=0.5, depth=4, 
     docs/theory.md section 17 (the Gram-matrix state).
     """
     arch = Architecture() if arch is None else arch
+    sim = check_simulation(sim, width=256, seq_len=128, sequences=8)
     depth = check_depth(depth)
-    sequences = check_positive_int("sequences", sequences)
+    width, seq_len, sequences, dtype = sim.width, sim.seq_len, sim.sequences, sim.dtype
     sequence = check_positive_int("sequence", sequence, 0)
     if sequence >= sequences:
         raise ValueError(f"sequence must be < sequences = {sequences}, got {sequence}")
@@ -104,7 +106,7 @@ def pair_cosine_comparison(arch: Architecture | None = None, beta=0.5, depth=4, 
     if layers[0] < 0 or layers[-1] > depth:
         raise ValueError(f"layers must lie in 0..depth = {depth}, got {layers}")
     arch = replace(arch, seq_len=seq_len) if arch.seq_len != seq_len else arch
-    stack = SimulatedStack(arch, beta, depth, width=width, seq_len=seq_len, seed=seed, dtype=dtype, device=device)
+    stack = SimulatedStack(arch, beta, depth, sim=sim, seed=seed)
     corpus = pydoc_corpus()
     ids = corpus.windows(sequences, seq_len)[sequence]
     word, position = embedding_tables(corpus.tokenizer.vocab_size, seq_len, width, seed=seed, dtype=dtype,

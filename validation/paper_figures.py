@@ -279,14 +279,21 @@ def simulate_1c(ctx) -> dict:
 
 
 def _run(ctx, figure_id, name, draw, total, **settings):
-    """``draw(**settings)`` with the run's device and an inner progress bar over ``total`` sequences.
+    """``draw(**settings)`` with an inner progress bar over ``total`` sequences.
 
     Returns the FigureResult, renamed ``name`` (the file stem in the figure folder).
     """
     with ctx.bar(total, f"fig {figure_id}") as bar:
-        result = draw(device=ctx.device, progress=bar.update, **settings)
+        result = draw(progress=bar.update, **settings)
     result.name = name
     return result
+
+
+def _simulation(ctx, **fields):
+    """The :class:`~remprop.validation.SimulationSettings` of a figure: ``fields`` on the run's device."""
+    from .settings import SimulationSettings
+
+    return SimulationSettings(device=ctx.device, **fields)
 
 
 def _layer_part(ctx, figure_id, depth):
@@ -294,9 +301,9 @@ def _layer_part(ctx, figure_id, depth):
 
     s = ctx.sizes
     alphas = (1.0, 1.3)
+    sim = _simulation(ctx, width=s.width, seq_len=s.seq_len, seeds=s.seeds, sequences=s.sequences)
     result = _run(ctx, figure_id, f"fig{figure_id}_cosine_per_layer", FIGURES[figure_id],
-                  len(alphas) * s.seeds * s.sequences, alphas=alphas, depth=depth, width=s.width,
-                  seq_len=s.seq_len, seeds=s.seeds, sequences=s.sequences)
+                  len(alphas) * s.seeds * s.sequences, alphas=alphas, depth=depth, sim=sim)
     return {"files": result.paths(ctx.out), "notes": {"max_abs_error": result.data["max_abs_error"]}}
 
 
@@ -312,9 +319,10 @@ def simulate_1e(ctx) -> dict:
 
 def _attention_part(ctx, figure_id, name, draw, cosines, **settings):
     s = ctx.sizes
-    result = _run(ctx, figure_id, name, draw, s.attention_seeds * s.attention_sequences * cosines,
-                  width=s.attention_width, seq_len=s.attention_seq_len, seeds=s.attention_seeds,
-                  sequences=s.attention_sequences, **settings)
+    sim = _simulation(ctx, width=s.attention_width, seq_len=s.attention_seq_len, seeds=s.attention_seeds,
+                      sequences=s.attention_sequences)
+    result = _run(ctx, figure_id, name, draw, s.attention_seeds * s.attention_sequences * cosines, sim=sim,
+                  **settings)
     notes = {"max_abs_error_asymptotic": result.data["max_abs_error"]}
     if "max_abs_error_finite_t" in result.data:
         notes["max_abs_error_finite_t"] = result.data["max_abs_error_finite_t"]
@@ -348,7 +356,7 @@ def simulate_3c(ctx) -> dict:
     betas = np.linspace(0.05, 3.0, s.gradient_betas)
     total = len(s.gradient_sizes) * s.gradient_seeds * len(betas)
     result = _run(ctx, "3c", "fig3c_gradient_collapse", figure_3c, total, betas=betas, sizes=s.gradient_sizes,
-                  seeds=s.gradient_seeds)
+                  sim=_simulation(ctx, seeds=s.gradient_seeds, dtype="float64"))
     return {"files": result.paths(ctx.out), "notes": {k: v for k, v in result.data.items() if "error" in k}}
 
 
@@ -357,9 +365,12 @@ def simulate_4(ctx) -> dict:
     from .layernorm_figure import figure_4
 
     s = ctx.sizes
+    from remprop.diagrams.figure_data import LAYERNORM_REFERENCE_RUN
+
     result = _run(ctx, "4", "fig4_layernorm_placement", figure_4, 4 * s.ln_seeds * s.ln_sequences,
-                  depth=s.ln_depth, width=s.ln_width, seq_len=s.ln_seq_len, seeds=s.ln_seeds,
-                  sequences=s.ln_sequences)
+                  run=LAYERNORM_REFERENCE_RUN.replace(depth=s.ln_depth),
+                  sim=_simulation(ctx, width=s.ln_width, seq_len=s.ln_seq_len, seeds=s.ln_seeds,
+                                  sequences=s.ln_sequences))
     return {"files": result.paths(ctx.out),
             "notes": {"max_abs_error_asymptotic": result.data["max_abs_error_asymptotic"]}}
 
@@ -390,9 +401,10 @@ def simulate_12(ctx) -> dict:
     s = ctx.sizes
     settings = ((0.5, 1.0), (0.5, 1.3), (1.2, 1.0))
     total = len(settings) * s.causal_seeds * s.causal_sequences
+    sim = _simulation(ctx, width=s.causal_width, seq_len=s.causal_seq_len, seeds=s.causal_seeds,
+                      sequences=s.causal_sequences, inputs="synthetic")
     result = _run(ctx, "12", "fig12_causal_last_tokens", figure_12, total, settings=settings, depth=s.causal_depth,
-                  seq_len=s.causal_seq_len, width=s.causal_width, seeds=s.causal_seeds, sequences=s.causal_sequences,
-                  last=s.causal_last)
+                  sim=sim, last=s.causal_last)
     return {"files": result.paths(ctx.out), "notes": {"max_abs_error_last": result.data["max_abs_error_last"]}}
 
 

@@ -25,13 +25,14 @@ import numpy as np
 import torch
 
 from remprop.theory import rope_softmax_attention_map, softmax_attention_map
-from remprop.theory.checks import check_choice, check_seeds
+from remprop.theory.checks import check_choice
 from remprop.theory.rem import ROPE_BASE, participation_ratio, rope_frequencies, rope_participation_ratio
 
-from .backend import STREAM_EMBEDDINGS, STREAM_WEIGHTS, check_positive_int, generator, resolve_device, resolve_dtype
+from .backend import STREAM_EMBEDDINGS, STREAM_WEIGHTS, check_positive_int, generator, resolve_device
 from .inputs import gaussian_tokens
 from .layers import draw_attention_weights, softmax_attention
 from .measurements import attention_statistics, token_statistics
+from .settings import SimulationSettings, check_simulation
 
 __all__ = ["POSITIONS", "rotary", "rope_measurement"]
 
@@ -83,9 +84,8 @@ def rotary(seq_len, head_dim, base=ROPE_BASE, *, dtype=torch.float32, device=Non
     return rotate
 
 
-def rope_measurement(beta, *, positions="rope", seq_len=512, width=256, heads=1, base=ROPE_BASE, q0=1.0,
-                     rho0=0.5, seeds=4, sigma_v2=0.2, sigma_b2=4e-4, position_std=0.1, dtype="float32",
-                     device=None) -> dict:
+def rope_measurement(beta, *, positions="rope", sim: SimulationSettings | None = None, heads=1, base=ROPE_BASE,
+                     sigma_v2=0.2, sigma_b2=4e-4, position_std=0.1) -> dict:
     r"""Measured and predicted ``Y2`` and output cosine of one attention layer, per seed.
 
     Seed s draws the tokens from stream ``(s, tokens, 0)``, the absolute position table
@@ -97,19 +97,18 @@ def rope_measurement(beta, *, positions="rope", seq_len=512, width=256, heads=1,
     beta : float
         Query/key scale, > 0.
     positions : {"none", "absolute", "rope"}
-    seq_len, width, heads : int
-        T, d and H (``d_H = d / H`` even for RoPE).
+    sim : remprop.validation.SimulationSettings, optional
+        T (``seq_len``), d (``width``), the seeds, the token order parameters ``q0``,
+        ``rho0`` (before positions), dtype and device (the other fields are not read).
+        Default ``SimulationSettings(width=256, seq_len=512, seeds=4, rho0=0.5)``.
+    heads : int
+        H (``d_H = d / H`` even for RoPE).
     base : float
         RoPE base.
-    q0, rho0 : float
-        Token order parameters before positions.
-    seeds : int or sequence of int
     sigma_v2, sigma_b2 : float
         Values and value bias.
     position_std : float
         Standard deviation of the absolute position table.
-    dtype, device
-        As :class:`~remprop.validation.simulator.SimulatedStack`.
 
     Returns
     -------
@@ -118,14 +117,15 @@ def rope_measurement(beta, *, positions="rope", seq_len=512, width=256, heads=1,
         ``y2_theory`` and ``cosine_theory`` at the measured input.
     """
     check_choice("positions", positions, POSITIONS)
-    seq_len = check_positive_int("seq_len", seq_len, 2)
-    width, heads = check_positive_int("width", width, 2), check_positive_int("heads", heads)
-    torch_dtype, device = resolve_dtype(dtype), resolve_device(device)
+    sim = check_simulation(sim, width=256, seq_len=512, seeds=4, rho0=0.5)
+    seq_len, width, heads = sim.seq_len, sim.width, check_positive_int("heads", heads)
+    torch_dtype, device = sim.dtype, sim.device
     head_dim = width // heads
     rotate = rotary(seq_len, head_dim, base, dtype=torch_dtype, device=device) if positions == "rope" else None
     rows = {key: [] for key in ("y2", "cosine", "q", "p")}
-    for seed in check_seeds(seeds):
-        x = gaussian_tokens(q0, rho0, seq_len=seq_len, width=width, seed=seed, dtype=dtype, device=device).tokens
+    for seed in sim.seeds:
+        x = gaussian_tokens(sim.q0, sim.rho0, seq_len=seq_len, width=width, seed=seed, dtype=torch_dtype,
+                            device=device).tokens
         if positions == "absolute":
             gen = generator(seed, STREAM_EMBEDDINGS, 0, device)
             x = x + position_std * torch.randn(seq_len, width, generator=gen, dtype=torch_dtype, device=device)

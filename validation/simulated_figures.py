@@ -38,6 +38,7 @@ from remprop.theory import Architecture, participation_ratio, propagate, softmax
 from .causal import causal_comparison
 from .comparison import attention_sweep, compare
 from .gradients import GradientSweep, gradient_sweep
+from .settings import SimulationSettings, check_simulation
 
 __all__ = ["FigureResult", "FIGURES", "DEFAULT_GRADIENT_BETAS", "figure_1d", "figure_1e", "figure_2", "figure_3c",
            "figure_5", "figure_12"]
@@ -46,17 +47,16 @@ __all__ = ["FigureResult", "FIGURES", "DEFAULT_GRADIENT_BETAS", "figure_1d", "fi
 DEFAULT_GRADIENT_BETAS = np.array([0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.75, 2.0, 2.5, 3.0])
 
 
-def _layer_figure(name, alphas, beta, depth, width, seq_len, seeds, sequences, arch, inputs, device, dtype,
-                  progress):
+def _layer_figure(name, alphas, arch, beta, depth, sim, progress):
     arch = Architecture() if arch is None else arch
-    comparisons = [compare(arch.replace(alpha_sa=float(a)), beta, depth, seq_len, width, seeds, sequences,
-                           inputs=inputs, device=device, dtype=dtype, progress=progress) for a in alphas]
+    sim = check_simulation(sim)
+    comparisons = [compare(arch.replace(alpha_sa=float(a)), beta, depth, sim=sim, progress=progress) for a in alphas]
     # the exact finite-T theory at the simulated T, from the measured input state
-    finite = [propagate(arch.replace(alpha_sa=float(a), seq_len=seq_len), beta, depth, q0=c.settings["q0"],
+    finite = [propagate(arch.replace(alpha_sa=float(a), seq_len=sim.seq_len), beta, depth, q0=c.settings["q0"],
                         rho0=c.settings["rho0"]).rho for a, c in zip(alphas, comparisons)]
-    title = (f"{NORM_TITLES[arch.norm]} BERT, " rf"$\beta = {beta:g}$, $d = {width}$, $T = {seq_len}$, "
-             f"{comparisons[0].samples} {inputs} sequences")
-    ax = plot_layer_comparisons(comparisons, finite=finite, finite_label=f"mean-cosine maps, $T = {seq_len}$",
+    title = (f"{NORM_TITLES[arch.norm]} BERT, " rf"$\beta = {beta:g}$, $d = {sim.width}$, $T = {sim.seq_len}$, "
+             f"{comparisons[0].samples} {sim.inputs} sequences")
+    ax = plot_layer_comparisons(comparisons, finite=finite, finite_label=f"mean-cosine maps, $T = {sim.seq_len}$",
                                 title=title)
     data = {"figure": name, "comparisons": [c.to_dict(per_sequence=False) for c in comparisons],
             "max_abs_error": {f"{a:g}": c.max_abs_error for a, c in zip(alphas, comparisons)},
@@ -65,18 +65,19 @@ def _layer_figure(name, alphas, beta, depth, width, seq_len, seeds, sequences, a
     return FigureResult(name, ax.figure, data)
 
 
-def figure_1d(*, alphas=(1.0, 1.3), beta=0.5, depth=60, width=720, seq_len=512, seeds=2, sequences=2, arch=None,
-              inputs="text", device=None, dtype="float32", progress=None) -> FigureResult:
+def figure_1d(*, alphas=(1.0, 1.3), arch: Architecture | None = None, beta=0.5, depth=60,
+              sim: SimulationSettings | None = None, progress=None) -> FigureResult:
     """Fig. 1(d): cosine per layer of a deep post-LN BERT below beta_c, theory vs simulation.
 
     Parameters
     ----------
     alphas : sequence of float
         Skip strengths alpha_sa (1.0 collapses; 1.3 stays trainable at 60 layers).
-    beta, depth, width, seq_len, seeds, sequences, inputs, device, dtype, progress
-        As :func:`~remprop.validation.comparison.compare`.
     arch : Architecture, optional
         Default BERT defaults (alpha_sa replaced by each of ``alphas``).
+    beta, depth, sim, progress
+        As :func:`~remprop.validation.comparison.compare` (default ``SimulationSettings()``:
+        d = 720, T = 512, 2 seeds x 2 text sequences).
 
     Returns
     -------
@@ -88,20 +89,18 @@ def figure_1d(*, alphas=(1.0, 1.3), beta=0.5, depth=60, width=720, seq_len=512, 
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(d).
     """
-    return _layer_figure("figure_1d", alphas, beta, depth, width, seq_len, seeds, sequences, arch, inputs, device,
-                         dtype, progress)
+    return _layer_figure("figure_1d", alphas, arch, beta, depth, sim, progress)
 
 
-def figure_1e(*, alphas=(1.0, 1.3), beta=3.0, depth=12, width=720, seq_len=512, seeds=2, sequences=2, arch=None,
-              inputs="text", device=None, dtype="float32", progress=None) -> FigureResult:
+def figure_1e(*, alphas=(1.0, 1.3), arch: Architecture | None = None, beta=3.0, depth=12,
+              sim: SimulationSettings | None = None, progress=None) -> FigureResult:
     """Fig. 1(e): as :func:`figure_1d` above beta_c (beta = 3, 12 layers; entropy collapse).
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(e).
     """
-    return _layer_figure("figure_1e", alphas, beta, depth, width, seq_len, seeds, sequences, arch, inputs, device,
-                         dtype, progress)
+    return _layer_figure("figure_1e", alphas, arch, beta, depth, sim, progress)
 
 
 def _sweep_title(sweep, arch, head):
@@ -112,9 +111,8 @@ def _sweep_title(sweep, arch, head):
             "no skip or LayerNorm")
 
 
-def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 0.7, 0.9), width=720,
-             seq_len=512, seeds=2, sequences=2, arch=None, device=None, dtype="float32",
-             progress=None) -> FigureResult:
+def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 0.7, 0.9),
+             arch: Architecture | None = None, sim: SimulationSettings | None = None, progress=None) -> FigureResult:
     r"""Fig. 2: output cosine of one softmax attention layer against beta and the input cosine.
 
     Inputs are Gaussian tokens with q = 1 and the given cosines; the layer has the values
@@ -124,6 +122,12 @@ def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 
     (solid) and, for softmax attention, the expected mean pairwise cosine at the simulated
     T and d (dashed; :func:`remprop.theory.rem.finite_width.attention_mean_cosine`, the
     quantity measured, docs/theory.md section 18), drawn through 60 betas by a cubic spline.
+
+    Parameters
+    ----------
+    betas, input_cosines, arch, sim, progress
+        As :func:`~remprop.validation.comparison.attention_sweep` (``arch`` default
+        ``Architecture(sigma_v2=1.0, sigma_b2=0.0)``).
 
     Returns
     -------
@@ -140,8 +144,9 @@ def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 
     """
     arch = Architecture(sigma_v2=1.0, sigma_b2=0.0) if arch is None else arch
     softmax = not arch.attention.gain_controlled
-    sweep = attention_sweep(betas, input_cosines, arch=arch, width=width, seq_len=seq_len, seeds=seeds,
-                            sequences=sequences, device=device, dtype=dtype, progress=progress, finite_width=softmax)
+    sim = check_simulation(sim)
+    seq_len, width = sim.seq_len, sim.width
+    sweep = attention_sweep(betas, input_cosines, arch=arch, sim=sim, progress=progress, finite_width=softmax)
     q0 = sweep.settings["q0"]
 
     def finite_cosine(at):
@@ -177,13 +182,19 @@ def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 
     return FigureResult("figure_2", ax.figure, data)
 
 
-def figure_5(*, betas=np.linspace(0.2, 5.0, 25), width=720, seq_len=512, seeds=2, sequences=2, q0=1.0, rho0=0.0,
-             arch=None, device=None, dtype="float32", progress=None) -> FigureResult:
+def figure_5(*, betas=np.linspace(0.2, 5.0, 25), arch: Architecture | None = None,
+             sim: SimulationSettings | None = None, progress=None) -> FigureResult:
     r"""Fig. 5: participation ratio Y2 of attention rows against beta, theory overlaid.
 
     Theory: :math:`Y_2 = \max(0, 1 - \beta_c / \beta)`, :math:`\beta_c = \sqrt{2 / (q (q - p))}`
     (T -> infinity), and the exact finite-T participation ratio at the simulated T
     (:func:`remprop.theory.participation_ratio`), which lies above it near and below beta_c.
+
+    Parameters
+    ----------
+    betas, arch, sim, progress
+        As :func:`~remprop.validation.comparison.attention_sweep`; the input cosine is
+        ``sim.rho0`` (default ``SimulationSettings()``: q = 1, p = 0).
 
     Returns
     -------
@@ -196,8 +207,9 @@ def figure_5(*, betas=np.linspace(0.2, 5.0, 25), width=720, seq_len=512, seeds=2
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 5; docs/theory.md section 3.
     """
     arch = Architecture() if arch is None else arch
-    sweep = attention_sweep(betas, (rho0,), arch=arch, q0=q0, width=width, seq_len=seq_len, seeds=seeds,
-                            sequences=sequences, device=device, dtype=dtype, progress=progress)
+    sim = check_simulation(sim)
+    seq_len = sim.seq_len
+    sweep = attention_sweep(betas, (sim.rho0,), arch=arch, sim=sim, progress=progress)
     q0 = sweep.settings["q0"]
     p0 = q0 * float(sweep.input_cosines[0])
 
@@ -217,16 +229,17 @@ def figure_5(*, betas=np.linspace(0.2, 5.0, 25), width=720, seq_len=512, seeds=2
 
 
 def figure_3c(sweep: GradientSweep | None = None, *, betas=DEFAULT_GRADIENT_BETAS,
-              sizes=((256, 128), (256, 256), (1024, 128), (1024, 256)), seeds=3, readouts=2, q0=1.0, rho0=0.0,
-              sigma_v2=1.0, device=None, dtype="float64", progress=None) -> FigureResult:
+              sizes=((256, 128), (256, 256), (1024, 128), (1024, 256)), sim: SimulationSettings | None = None,
+              readouts=2, sigma_v2=1.0, progress=None) -> FigureResult:
     """Fig. 3(c): gradient norms against beta for several (T, d), collapsed, with the theory.
 
     Parameters
     ----------
     sweep : GradientSweep, optional
         A finished sweep to draw (then the other arguments are ignored).
-    betas, sizes, seeds, readouts, q0, rho0, sigma_v2, device, dtype, progress
-        As :func:`~remprop.validation.gradients.gradient_sweep`.
+    betas, sizes, sim, readouts, sigma_v2, progress
+        As :func:`~remprop.validation.gradients.gradient_sweep` (default
+        ``SimulationSettings(seeds=3, dtype="float64")``).
 
     Returns
     -------
@@ -239,15 +252,13 @@ def figure_3c(sweep: GradientSweep | None = None, *, betas=DEFAULT_GRADIENT_BETA
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 3(c); docs/theory.md section 7.
     """
     if sweep is None:
-        sweep = gradient_sweep(betas, sizes, seeds=seeds, readouts=readouts, q0=q0, rho0=rho0, sigma_v2=sigma_v2,
-                               device=device, dtype=dtype, progress=progress)
+        sweep = gradient_sweep(betas, sizes, sim=sim, readouts=readouts, sigma_v2=sigma_v2, progress=progress)
     ax, _ = plot_gradient_collapse(sweep)
     return FigureResult("figure_3c", ax.figure, {"figure": "figure_3c", **sweep.to_dict()})
 
 
-def figure_12(comparisons=None, *, settings=((0.5, 1.0), (0.5, 1.3), (1.2, 1.0)), depth=50, seq_len=512,
-              width=720, seeds=2, sequences=2, last=50, window=32, arch=None, inputs="synthetic", device=None,
-              dtype="float32", progress=None) -> FigureResult:
+def figure_12(comparisons=None, *, settings=((0.5, 1.0), (0.5, 1.3), (1.2, 1.0)), arch: Architecture | None = None,
+              depth=50, sim: SimulationSettings | None = None, last=50, window=32, progress=None) -> FigureResult:
     """Fig. 12: causal stack, last-token cosine per layer and the error by position.
 
     Runs :func:`~remprop.validation.causal.causal_comparison` for each (beta, alpha_sa) of
@@ -260,10 +271,11 @@ def figure_12(comparisons=None, *, settings=((0.5, 1.0), (0.5, 1.3), (1.2, 1.0))
     comparisons : sequence of CausalComparison, optional
         Finished comparisons to draw (then ``settings`` and the sizes are ignored).
     settings : sequence of (beta, alpha_sa)
-    depth, seq_len, width, seeds, sequences, last, window, inputs, device, dtype, progress
-        As :func:`~remprop.validation.causal.causal_comparison`.
     arch : Architecture, optional
         Default BERT defaults (alpha_sa replaced by each setting's).
+    depth, sim, last, window, progress
+        As :func:`~remprop.validation.causal.causal_comparison` (default
+        ``SimulationSettings(inputs="synthetic")``).
 
     References
     ----------
@@ -271,8 +283,8 @@ def figure_12(comparisons=None, *, settings=((0.5, 1.0), (0.5, 1.3), (1.2, 1.0))
     """
     arch = Architecture() if arch is None else arch
     if comparisons is None:
-        comparisons = [causal_comparison(arch.replace(alpha_sa=float(a)), b, depth, seq_len, width, seeds, sequences,
-                                         last=last, window=window, inputs=inputs, device=device, dtype=dtype,
+        sim = check_simulation(sim, inputs="synthetic")
+        comparisons = [causal_comparison(arch.replace(alpha_sa=float(a)), b, depth, sim=sim, last=last, window=window,
                                          progress=progress) for b, a in settings]
     labels = [f"beta={c.settings['beta']:g}, alpha_sa={c.settings['arch']['alpha_sa']:g}" for c in comparisons]
     ax, _ = plot_causal(comparisons, labels)

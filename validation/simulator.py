@@ -2,8 +2,9 @@
 
 The stack is built from a :class:`remprop.theory.Architecture` (block order, attention
 variant, activation, variances, skip strengths, heads and their query/key convention)
-plus the sizes the theory does not need (width, MLP width, simulated sequence length),
-the query/key scale ``beta`` and the run settings (causal mask, precision, device, seed).
+plus the query/key scale ``beta``, the depth, the sizes the theory does not need and the
+run conditions (:class:`~remprop.validation.SimulationSettings`: width, MLP width, simulated
+sequence length, causal mask, precision, device) and the initialisation seed.
 Each block is the theory's own composition :meth:`Architecture.block
 <remprop.theory.Architecture.block>` (docs/theory.md section 5), run component by
 component through the components' own torch faces (:mod:`remprop.validation.registry`).
@@ -21,14 +22,13 @@ import torch
 
 from remprop.theory import Architecture
 from remprop.theory.checks import check_depth
-from remprop.theory.rem.checks import check_seq_len
 
 from . import layers
-from .backend import (STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator, resolve_device,
-                      resolve_dtype)
+from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, check_seed, generator
 from .measurements import attention_statistics, token_statistics
 from .registry import BlockContext, BlockSizes, draw_block_weights, simulate_component
 from .rope import rotary
+from .settings import SimulationSettings, check_simulation
 
 __all__ = ["SimulatedStack", "StackTrace", "trace_stack"]
 
@@ -101,57 +101,51 @@ class SimulatedStack:
     ----------
     arch : remprop.theory.Architecture, optional
         Block order, attention, activation, variances, skip strengths (scalars), and the
-        heads H (``arch.heads``, dividing ``width``) with their query/key convention
+        heads H (``arch.heads``, dividing ``sim.width``) with their query/key convention
         ``arch.qk_scaling``: ``s_qk^2 = beta sqrt(log T) / d`` ("model": every head is the
         single-head REM at beta) or ``/ d_H`` ("head": each head behaves as beta H;
         :mod:`remprop.theory.rem.heads`). ``arch.seq_len`` (the theory's T) is not used:
-        the simulated T is ``seq_len`` (with RoPE, compare with a theory at the same T: its
+        the simulated T is ``sim.seq_len`` (with RoPE, compare with a theory at the same T: its
         ``cbar_T`` depends on T). Default: BERT defaults ``Architecture()``.
     beta : float
         Query/key scale, > 0.
     depth : int
         Number of blocks L, >= 1.
-    width : int
-        Model width d.
-    d_ff : int, optional
-        MLP hidden width (default d).
-    seq_len : int
-        Simulated sequence length T >= 2 (sets the ``sqrt(log T)`` scale; inputs have T tokens).
-    causal : bool
-        Causal attention mask (decoder).
-    dtype : {"float32", "float64"}
-    device : str or torch.device, optional
-        Default CUDA when available, else CPU.
+    sim : remprop.validation.SimulationSettings, optional
+        Width d, MLP width, simulated sequence length T, causal mask, dtype, device and the
+        norms' epsilon (its seeds, sequences and inputs are not read). Default
+        ``SimulationSettings()``.
     seed : int
         Initialisation seed, >= 0.
-    layer_norm_eps : float
-        The epsilon of the norm (LayerNorm or RMSNorm).
+
+    Attributes
+    ----------
+    sim : remprop.validation.SimulationSettings
+    width, d_ff, seq_len, causal, dtype, device, layer_norm_eps
+        Of ``sim`` (``d_ff``: :attr:`SimulationSettings.mlp_width
+        <remprop.validation.SimulationSettings.mlp_width>`).
 
     References
     ----------
     Giorlandino & Goldt, arXiv 2505.24333 (reference experiments' initialisation).
     """
 
-    def __init__(self, arch: Architecture | None = None, beta=0.5, depth=12, *, width=720, d_ff=None,
-                 seq_len=512, causal=False, dtype="float32", device=None, seed=0, layer_norm_eps=1e-12):
+    def __init__(self, arch: Architecture | None = None, beta=0.5, depth=12, *, sim: SimulationSettings | None = None,
+                 seed=0):
         arch = Architecture() if arch is None else arch
         if not isinstance(arch, Architecture):
             raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+        sim = check_simulation(sim)
         self.arch = arch
+        self.sim = sim
         self.beta = check_scalar("beta", beta, positive=True)
         self.depth = check_depth(depth)
-        self.width = check_positive_int("width", width, 2)
-        self.d_ff = self.width if d_ff is None else check_positive_int("d_ff", d_ff)
+        self.width, self.d_ff, self.seq_len = sim.width, sim.mlp_width, sim.seq_len
         if self.width % self.heads:
             raise ValueError(f"heads must divide width, got heads={self.heads} (arch.heads), width={self.width}")
-        self.seq_len = check_seq_len(seq_len, allow_none=False)
-        if not isinstance(causal, (bool, np.bool_)):
-            raise ValueError(f"causal must be True or False, got {causal!r}")
-        self.causal = bool(causal)
-        self.dtype = resolve_dtype(dtype)
-        self.device = resolve_device(device)
+        self.causal, self.dtype, self.device = sim.causal, sim.dtype, sim.device
         self.seed = check_seed(seed)
-        self.layer_norm_eps = check_scalar("layer_norm_eps", layer_norm_eps, nonnegative=True)
+        self.layer_norm_eps = sim.layer_norm_eps
         self.params = {name: check_scalar(name, value) for name, value in arch.numeric().items()}
         #: The theory's block, whose components every simulated block runs in torch.
         self.theory_block = arch.block(self.beta)
@@ -194,9 +188,7 @@ class SimulatedStack:
         return self.arch.qk_scaling
 
     def __repr__(self):
-        return (f"SimulatedStack({self.arch!r}, beta={self.beta}, depth={self.depth}, width={self.width}, "
-                f"d_ff={self.d_ff}, seq_len={self.seq_len}, causal={self.causal}, "
-                f"dtype={self.dtype}, device={self.device}, seed={self.seed})")
+        return f"SimulatedStack({self.arch!r}, beta={self.beta}, depth={self.depth}, sim={self.sim!r}, seed={self.seed})"
 
     # -- weights ------------------------------------------------------------------------
     def weights(self, layer: int) -> layers.BlockWeights:

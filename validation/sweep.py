@@ -219,26 +219,26 @@ def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=Non
     """
     import torch
 
-    from .inputs import input_batches
+    from .settings import SimulationSettings
     from .simulator import SimulatedStack, StackTrace
-    from .backend import resolve_device, torch_threads
+    from .backend import torch_threads
 
     alpha_index = check_count("alpha_index", alpha_index, 0)
     beta_index = check_count("beta_index", beta_index, 0)
     if alpha_index >= len(spec.alphas) or beta_index >= len(spec.betas):
         raise ValueError(f"cell ({alpha_index}, {beta_index}) lies outside the {spec.shape} grid")
     alpha, beta = spec.alphas[alpha_index], spec.betas[beta_index]
-    device = resolve_device(device)
+    sim = SimulationSettings(width=spec.width, seq_len=spec.seq_len, d_ff=spec.d_ff, dtype=spec.dtype,
+                             device=device, seeds=spec.seeds, sequences=spec.sequences, inputs=spec.inputs,
+                             q0=spec.q0, rho0=spec.rho0)
+    device = sim.device
     arch = spec.arch.replace(alpha_sa=alpha)
     start = time.perf_counter()
     traces = []
     with torch_threads(spec.threads), torch.no_grad():
         for seed in spec.seeds:
-            stack = SimulatedStack(arch, beta, spec.depth, width=spec.width, d_ff=spec.d_ff, seq_len=spec.seq_len,
-                                   dtype=spec.dtype, device=device, seed=seed)
-            for batch in input_batches(spec.inputs, seed=seed, sequences=spec.sequences, seq_len=spec.seq_len,
-                                       width=spec.width, q0=spec.q0, rho0=spec.rho0, dtype=spec.dtype,
-                                       device=device):
+            stack = SimulatedStack(arch, beta, spec.depth, sim=sim, seed=seed)
+            for batch in sim.input_batches(seed):
                 traces.append(stack.trace(batch.tokens, batch.mask))
         if device.type == "cuda":
             torch.cuda.synchronize(device)

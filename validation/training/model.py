@@ -33,6 +33,7 @@ from torch import nn
 from .. import layers
 from ..backend import STREAM_EMBEDDINGS, generator
 from ..inputs import embedding_tables
+from ..settings import SimulationSettings
 from ..simulator import SimulatedStack
 
 __all__ = ["MaskedLMStack", "BlockParameters", "HEAD_STREAM_INDEX"]
@@ -90,8 +91,9 @@ class MaskedLMStack(nn.Module):
     def __init__(self, config, vocab_size: int, device):
         super().__init__()
         #: The simulator this model trains: its weights, block tree and settings.
-        self.stack = SimulatedStack(config.arch, config.beta, config.depth, width=config.width, d_ff=config.d_ff,
-                                    seq_len=config.seq_len, dtype="float32", device=device, seed=config.seed)
+        sim = SimulationSettings(width=config.width, seq_len=config.seq_len, d_ff=config.d_ff, dtype="float32",
+                                 device=device)
+        self.stack = SimulatedStack(config.arch, config.beta, config.depth, sim=sim, seed=config.seed)
         self.blocks = nn.ModuleList(BlockParameters(self.stack.weights(layer)) for layer in range(config.depth))
         word, position = embedding_tables(vocab_size, config.seq_len, config.width, seed=config.seed,
                                           std=math.sqrt(0.5), device=device)

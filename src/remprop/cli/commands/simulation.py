@@ -147,18 +147,18 @@ def run_validate(args) -> int:
         from tqdm import tqdm
 
         from remprop.diagrams.comparison_figures import plot_layer_comparisons
-        from remprop.validation import FigureResult, compare
+        from remprop.validation import FigureResult, SimulationSettings, compare
         from remprop.validation.backend import torch_threads
 
         threads = contextlib.nullcontext() if args.threads is None else torch_threads(args.threads)
         show = show_progress(args)
         total = len(args.seeds) * args.sequences
+        sim = SimulationSettings(width=args.width, seq_len=args.sim_seq_len, d_ff=args.d_ff, causal=args.causal,
+                                 dtype=args.dtype, device=args.device, seeds=args.seeds, sequences=args.sequences,
+                                 batch_size=args.batch_size, inputs=args.inputs, q0=args.q0, rho0=args.rho0)
         with threads, tqdm(total=total, disable=not show, desc="validate", unit="seq", file=sys.stderr) as bar:
-            comparison = compare(arch, args.beta, args.depth, args.sim_seq_len, args.width, args.seeds,
-                                 args.sequences, inputs=args.inputs, q0=args.q0, rho0=args.rho0, d_ff=args.d_ff,
-                                 causal=args.causal, dtype=args.dtype, device=args.device,
-                                 batch_size=args.batch_size, observable=args.observable, progress=bar.update,
-                                 theory=args.theory, gram_draws=args.gram_draws)
+            comparison = compare(arch, args.beta, args.depth, sim=sim, observable=args.observable,
+                                 progress=bar.update, theory=args.theory, gram_draws=args.gram_draws)
     settings = comparison.settings
     ax = plot_layer_comparisons([comparison], title=(
         f"{arch.norm}-LN, {arch.attention}, beta={settings['beta']:g}, d={settings['width']}, "
