@@ -1,6 +1,6 @@
 """Throughput of measured-diagram sweeps: cells per minute, single process against dask.
 
-One grid of sweep cells (:class:`remprop.validation.sweep.SweepSpec`) is computed from
+One grid of sweep cells (:class:`remprop.validation.experiments.sweep.SweepSpec`) is computed from
 scratch, in one run of this script, by
 
 1. the single-process loop (``run_sweep(workers=0)``) with one torch thread per cell --
@@ -40,7 +40,7 @@ from _common import print_table, write_json
 def _spec(args, threads):
     import numpy as np
 
-    from remprop.validation.sweep import SweepSpec
+    from remprop.validation.experiments.sweep import SweepSpec
 
     n_beta = max(1, args.cells // 4)
     n_alpha = max(1, args.cells // n_beta)
@@ -51,7 +51,7 @@ def _spec(args, threads):
 
 def _timed(spec, root, **where):
     """(wall seconds, cell results, mean compute seconds inside a cell) of one fresh sweep."""
-    from remprop.validation.sweep import load_records, run_sweep
+    from remprop.validation.experiments.sweep import load_records, run_sweep
 
     out = tempfile.mkdtemp(dir=root)
     start = time.perf_counter()

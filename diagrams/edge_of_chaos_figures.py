@@ -120,7 +120,7 @@ def edge_of_chaos_figure(data=None, simulated=None, **settings):
     data : dict, optional
         From :func:`edge_of_chaos_data`; computed with ``settings`` otherwise.
     simulated : dict, optional
-        From :func:`remprop.validation.edge_of_chaos_simulation.simulate_edge_of_chaos` at
+        From :func:`remprop.validation.experiments.edge_of_chaos_simulation.simulate_edge_of_chaos` at
         the settings of ``data``: drawn over (b) and (c) as open markers with std bars.
     **settings
         Keyword arguments of :func:`edge_of_chaos_data`, used when ``data`` is None.

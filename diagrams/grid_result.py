@@ -1,7 +1,7 @@
 """One result type for every (alpha, beta) grid: the theory's, the measured and the trained diagram.
 
 A trainability diagram of the theory (:class:`~remprop.diagrams.TrainabilityDiagram`), a
-measured one (:class:`~remprop.validation.measured_diagram.MeasuredDiagram`) and a trained
+measured one (:class:`~remprop.validation.experiments.measured_diagram.MeasuredDiagram`) and a trained
 one (:class:`~remprop.validation.training.trained_diagram.TrainedDiagram`) hold the same
 kind of thing: phase codes and other numbers per cell of a grid of attention skip
 strengths ``alphas`` (rows) and query/key scales ``betas`` (columns), the settings that

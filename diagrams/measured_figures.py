@@ -59,7 +59,7 @@ def fine_prediction(diagram, fine_points):
 
 
 def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
-    r"""Draw a :class:`~remprop.validation.measured_diagram.MeasuredDiagram`.
+    r"""Draw a :class:`~remprop.validation.experiments.measured_diagram.MeasuredDiagram`.
 
     Drawing needs no torch: the diagram carries its simulated numbers and its prediction
     (``diagram.predicted``, whose architecture gives the fine background diagram).

@@ -8,7 +8,7 @@ only when a figure set is drawn with the validation extra). The theory parts wri
 together.
 
 * :func:`make_theory_figures` -- every theory part, here (no torch);
-* :func:`remprop.validation.paper_figures.make_figures` -- every figure, theory and
+* :func:`remprop.validation.experiments.paper_figures.make_figures` -- every figure, theory and
   simulation, plus an index ``figures.json`` (``remprop figures``).
 
 :data:`SIZES` holds the two presets of :class:`FigureSizes`: ``"full"`` (the paper's
@@ -306,9 +306,9 @@ class PaperFigure:
     simulation: Optional[str] = None
 
 
-_PARTS = "remprop.validation.paper_figures"
+_PARTS = "remprop.validation.experiments.paper_figures"
 #: (id, theory part, description) of each figure; the simulated part of figure ``id`` is
-#: ``remprop.validation.paper_figures.simulate_<id>``.
+#: ``remprop.validation.experiments.paper_figures.simulate_<id>``.
 _ROWS = (
     ("1ab", None, "attention maps of one layer at a small and a large beta, Y2 theory vs measured"),
     ("1c", theory_1c, "trainability diagram, 60-layer post-LN BERT: theory, and measured vs predicted"),
@@ -352,7 +352,7 @@ def check_figure_ids(only) -> list:
 def make_theory_figures(out_dir, *, quick=False, sizes=None, only=None, progress=False) -> list:
     """Write the theory part of every reference figure (PNG plus data); no torch needed.
 
-    The files are those :func:`remprop.validation.paper_figures.make_figures` writes for
+    The files are those :func:`remprop.validation.experiments.paper_figures.make_figures` writes for
     the theory parts: ``fig1c_theory_bert_L60.{png,npz,json}`` (the 60-layer post-LN BERT
     trainability diagram, 200 x 200 grid, 60 x 60 with ``quick``; see
     :meth:`~remprop.diagrams.TrainabilityDiagram.save`), ``fig2_theory_attention_phase.{png,npz}`` (one

@@ -1,4 +1,4 @@
-"""The acceptance runner of issue 14 (remprop.validation.acceptance and .acceptance_table,
+"""The acceptance runner of issue 14 (remprop.validation.experiments.acceptance and .acceptance_table,
 ``remprop acceptance``):
 resumable one-file-per-case store, the depth-prefix property it relies on, inputs rebuilt
 from (seed, sequence), the pass rule, the table, the Markdown and the command line."""
@@ -16,7 +16,7 @@ from remprop.cli import main  # noqa: E402
 from remprop.theory import Architecture, propagate  # noqa: E402
 from remprop.validation import acceptance as acc  # noqa: E402
 from remprop.validation import acceptance_table as tables  # noqa: E402
-from remprop.validation.cell_store import atomic_write_json  # noqa: E402
+from remprop.validation.experiments.cell_store import atomic_write_json  # noqa: E402
 
 # tiny sizes: each case takes milliseconds on the CPU
 SIZES = dict(width=32, seq_len=16, seeds=2, sequences=2)

@@ -1,4 +1,4 @@
-"""The one figure pipeline (remprop.validation.paper_figures, ``remprop figures``): every
+"""The one figure pipeline (remprop.validation.experiments.paper_figures, ``remprop figures``): every
 reference figure of the registry is written as a PNG with the data behind it, theory and
 simulation together; without torch the theory parts are drawn and the rest is listed; the
 command forwards its options."""
@@ -15,10 +15,10 @@ import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-import remprop.validation.paper_figures as paper_figures  # noqa: E402
+import remprop.validation.experiments.paper_figures as paper_figures  # noqa: E402
 from remprop.cli import main  # noqa: E402
 from remprop.diagrams.paper_figures import PAPER_FIGURES, make_theory_figures  # noqa: E402
-from remprop.validation.paper_figures import FigureSizes, make_figures, supported_figures  # noqa: E402
+from remprop.validation.experiments.paper_figures import FigureSizes, make_figures, supported_figures  # noqa: E402
 
 # Tiny simulations: every code path of every figure, in seconds.
 TINY = FigureSizes(width=32, seq_len=32, seeds=1, sequences=2, depth_1d=8, depth_1e=4, attention_width=32,
@@ -133,7 +133,7 @@ def test_registry_names_a_simulated_part_that_exists():
         assert figure.theory is not None or figure.simulation is not None, figure_id
         if figure.simulation is not None:
             module, _, name = figure.simulation.rpartition(".")
-            assert module == "remprop.validation.paper_figures" and callable(getattr(paper_figures, name)), figure_id
+            assert module == "remprop.validation.experiments.paper_figures" and callable(getattr(paper_figures, name)), figure_id
 
 
 @pytest.mark.parametrize("only, message", [("99", "unknown figure"), (",", "at least one")])

@@ -114,8 +114,8 @@ def test_diagnosis_sees_heads_times_beta():
 
 def test_measured_sweep_setup_uses_the_model_beta_axis():
     """The measured diagram classifies on the same axis as its prediction, for any heads."""
-    from remprop.validation.measured_diagram import MeasuredDiagram
-    from remprop.validation.sweep import SweepSpec, cell_key
+    from remprop.validation.experiments.measured_diagram import MeasuredDiagram
+    from remprop.validation.experiments.sweep import SweepSpec, cell_key
 
     heads = 4
     q, p = [1.0, 1.0, 1.0, 1.0], [0.2, 0.5, 0.7, 0.8]

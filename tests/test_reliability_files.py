@@ -2,7 +2,7 @@
 
 * Concurrent sweeps on one folder: four ``remprop sweep`` processes started together all
   finish, every cell is computed exactly once, and the records are those of one
-  sequential run (remprop.validation.cell_store claims and private temporary names).
+  sequential run (remprop.validation.experiments.cell_store claims and private temporary names).
 * Only provably stale files are reaped: a temporary file or claim of a dead process, or
   one older than the stated age; a live writer's files stay.
 * Damaged cell records (truncated, garbage, another cell's record, a wrong checksum) are
@@ -29,9 +29,9 @@ pytest.importorskip("torch")
 
 from remprop.diagrams import TrainabilityDiagram, trainability_diagram  # noqa: E402
 from remprop.theory import Architecture  # noqa: E402
-from remprop.validation.cell_store import CellStore, DamagedRecordWarning, _temporary_name  # noqa: E402
-from remprop.validation.measured_diagram import MeasuredDiagram  # noqa: E402
-from remprop.validation.sweep import SweepSpec, cell_key, load_records, run_sweep  # noqa: E402
+from remprop.validation.experiments.cell_store import CellStore, DamagedRecordWarning, _temporary_name  # noqa: E402
+from remprop.validation.experiments.measured_diagram import MeasuredDiagram  # noqa: E402
+from remprop.validation.experiments.sweep import SweepSpec, cell_key, load_records, run_sweep  # noqa: E402
 
 # 4 cells of a few milliseconds (the sizes of the issue's reproduction).
 TINY = dict(betas=(0.5, 1.0), alphas=(1.0, 1.5), depth=2, seeds=1, sequences=1, width=16, seq_len=16)
@@ -135,7 +135,7 @@ def test_two_runs_at_once_share_the_cells(tmp_path, tiny_sweep):
 MANIFEST = {"sweep": "files test"}
 DEAD_WRITER = """
 import sys
-from remprop.validation.cell_store import CellStore, _temporary_name
+from remprop.validation.experiments.cell_store import CellStore, _temporary_name
 store = CellStore(sys.argv[1], {"sweep": "files test"})
 assert store.claim("a0000_b0000")
 _temporary_name(store.path("a0000_b0000")).write_text("{")  # killed in the middle of a write
@@ -232,7 +232,7 @@ def test_damaged_manifest_is_named(tmp_path, tiny_sweep):
 
 
 def test_stored_manifest_reads_a_store_or_says_none(tmp_path, tiny_sweep):
-    from remprop.validation.cell_store import stored_manifest
+    from remprop.validation.experiments.cell_store import stored_manifest
     _, reference_folder, _ = tiny_sweep
     shutil.copytree(reference_folder, tmp_path / "sweep")
     manifest = tmp_path / "sweep" / "sweep.json"

@@ -1,4 +1,4 @@
-"""Measured trainability diagrams (remprop.validation.sweep, .cell_store, .distributed,
+"""Measured trainability diagrams (remprop.validation.experiments.sweep, .cell_store, .distributed,
 .measured_diagram): resumable per-cell files, bitwise-reproducible cells across
 interruptions, processes and backends, the measured classification rule, the figure and
 the ``remprop sweep`` command."""
@@ -19,9 +19,9 @@ pytest.importorskip("torch")
 from remprop.cli import main  # noqa: E402
 from remprop.diagrams import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE  # noqa: E402
 from remprop.theory import Architecture, critical_beta, layernorm_map  # noqa: E402
-from remprop.validation.cell_store import CellStore, atomic_write_json  # noqa: E402
-from remprop.validation.measured_diagram import MeasuredDiagram, measured_beta_critical  # noqa: E402
-from remprop.validation.sweep import SweepSpec, cell_key, load_records, run_sweep  # noqa: E402
+from remprop.validation.experiments.cell_store import CellStore, atomic_write_json  # noqa: E402
+from remprop.validation.experiments.measured_diagram import MeasuredDiagram, measured_beta_critical  # noqa: E402
+from remprop.validation.experiments.sweep import SweepSpec, cell_key, load_records, run_sweep  # noqa: E402
 
 # A small grid whose cells take milliseconds: 3 x 3 cells, 6 blocks, d = T = 32.
 SMALL = dict(betas=(0.5, 1.0, 2.0), alphas=(0.5, 1.0, 1.5), depth=6, seeds=2, sequences=1, width=32, seq_len=32)
@@ -186,7 +186,7 @@ def test_sweep_killed_with_sigkill_resumes_on_a_running_cluster(tmp_path, killab
 
 def test_scheduler_that_does_not_answer_is_a_value_error_naming_it():
     pytest.importorskip("distributed")
-    from remprop.validation.distributed import dask_client
+    from remprop.validation.experiments.distributed import dask_client
 
     with pytest.raises(ValueError, match="^scheduler: cannot connect"):
         with dask_client(scheduler="tcp://127.0.0.1:9", timeout=1):
@@ -323,7 +323,7 @@ def test_sweep_command_refuses_a_folder_of_another_sweep(capsys, tmp_path):
 
 
 def test_without_dask_the_sweep_runs_in_this_process(tmp_path, monkeypatch, small_reference):
-    import remprop.validation.distributed as distributed
+    import remprop.validation.experiments.distributed as distributed
 
     spec, reference = small_reference
     monkeypatch.setattr(distributed, "dask_installed", lambda: False)

@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 from remprop.cli import main  # noqa: E402
 from remprop.diagrams import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE, trainability_diagram  # noqa: E402
 from remprop.theory import Architecture  # noqa: E402
-from remprop.validation.cell_store import DamagedRecordWarning  # noqa: E402
+from remprop.validation.experiments.cell_store import DamagedRecordWarning  # noqa: E402
 from remprop.validation.training.config import TrainConfig  # noqa: E402
 from remprop.validation.training.trained_diagram import (UNTRAINED, TrainedDiagram, classify_trained,  # noqa: E402
                                                          trained_fraction)

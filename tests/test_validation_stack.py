@@ -105,7 +105,7 @@ def test_text_inputs_follow_the_theory_from_the_measured_input_state():
 
 def test_package_exports_the_functions_not_the_modules():
     import remprop.validation as validation
-    import remprop.validation.simulated_figures  # noqa: F401 - imports the comparison module first
+    import remprop.validation.experiments.simulated_figures  # noqa: F401 - imports the comparison module first
     from remprop.validation import comparison
 
     assert validation.compare is comparison.compare and callable(validation.compare)

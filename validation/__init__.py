@@ -11,7 +11,7 @@ layer by layer, and draws both side by side.
 * :class:`HuggingFaceBert` -- the same network as a ``transformers.BertModel``;
 * :data:`REGISTRY` -- each theory map paired with its simulated torch component;
 * :func:`compare`, :func:`attention_sweep` -- theory against simulation;
-* :mod:`remprop.validation.simulated_figures` -- the paper's simulated figures (1d, 1e, 2, 3c, 5, 12);
+* :mod:`remprop.validation.experiments.simulated_figures` -- the paper's simulated figures (1d, 1e, 2, 3c, 5, 12);
 * :func:`make_figures` -- every reference figure, theory and simulation, into one folder;
 * :func:`gradient_sweep`, :func:`figure_3c` -- query/key gradients against autograd (Fig. 3c);
 * :func:`causal_comparison`, :func:`figure_12` -- causal stacks, last tokens and error by position;
@@ -33,7 +33,7 @@ _EXPORTS = {
     "SimulatedStack": "simulator", "StackTrace": "simulator", "SimulationSettings": "settings",
     "reduced_spec": "hf_models", "first_layer_participation": "hf_models", "simulate_blocks": "hf_models",
     "pair_cosine_comparison": "pair_cosines", "PairCosines": "pair_cosines",
-    "run_acceptance": "acceptance",
+    "run_acceptance": "experiments.acceptance",
     "HuggingFaceBert": "hf_bert", "bert_config": "hf_bert",
     "REGISTRY": "registry", "ComponentPair": "registry",
     "compare": "comparison", "Comparison": "comparison", "attention_sweep": "comparison",
@@ -41,13 +41,13 @@ _EXPORTS = {
     "TokenBatch": "inputs", "gaussian_tokens": "inputs", "text_tokens": "inputs", "input_batches": "inputs",
     "WordTokenizer": "text", "TextCorpus": "text", "pydoc_corpus": "text",
     "token_statistics": "measurements", "attention_statistics": "measurements",
-    "FigureResult": "simulated_figures", "FIGURES": "simulated_figures", "make_figures": "paper_figures",
-    "figure_1d": "simulated_figures", "figure_1e": "simulated_figures", "figure_2": "simulated_figures",
-    "figure_5": "simulated_figures",
+    "FigureResult": "experiments.simulated_figures", "FIGURES": "experiments.simulated_figures", "make_figures": "experiments.paper_figures",
+    "figure_1d": "experiments.simulated_figures", "figure_1e": "experiments.simulated_figures", "figure_2": "experiments.simulated_figures",
+    "figure_5": "experiments.simulated_figures",
     "window_statistics": "measurements", "last_tokens_statistics": "measurements",
     "jacobian_norms": "gradients", "readout_gradient_norms": "gradients", "GradientSweep": "gradients",
-    "gradient_sweep": "gradients", "figure_3c": "simulated_figures",
-    "CausalComparison": "causal", "causal_comparison": "causal", "figure_12": "simulated_figures",
+    "gradient_sweep": "gradients", "figure_3c": "experiments.simulated_figures",
+    "CausalComparison": "causal", "causal_comparison": "causal", "figure_12": "experiments.simulated_figures",
     "multihead_participation": "multihead",
     "probe": "probing", "ProbeTrace": "probing",
     "build_model": "hf_models", "model_inputs": "hf_models", "simulate_model": "hf_models",

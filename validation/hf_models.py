@@ -37,7 +37,7 @@ from remprop.theory.causal import LAST_TOKENS
 from remprop._json import to_jsonable
 
 from .backend import check_positive_int, resolve_device, resolve_dtype
-from .cell_store import CellStore, stored_manifest
+from .experiments.cell_store import CellStore, stored_manifest
 from .probing import probe
 from . import streamed_layers
 
@@ -428,7 +428,7 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
         Called with each finished seed.
     store : str or Path, optional
         Folder that keeps one record per finished seed (atomic JSON files, see
-        :class:`~remprop.validation.cell_store.CellStore`): an interrupted run resumes there,
+        :class:`~remprop.validation.experiments.cell_store.CellStore`): an interrupted run resumes there,
         computing only the seeds it lacks; a folder of a different model, ``sequences`` or
         ``dtype`` is refused with a ``ValueError``.
     streamed : bool, optional

@@ -136,7 +136,7 @@ class SimulationSettings:
 
     def input_batches(self, seed, batch_size=None):
         """The ``sequences`` input sequences of ``seed`` (:func:`~remprop.validation.inputs.input_batches`),
-        in batches of at most ``batch_size`` (default :attr:`batch_size`, else all at once)."""
+        in batches of at most ``batch_size`` (default the settings' ``batch_size``, else all at once)."""
         return input_batches(self.inputs, seed=seed, sequences=self.sequences,
                              batch_size=self.batch_size if batch_size is None else batch_size,
                              seq_len=self.seq_len, width=self.width, q0=self.q0, rho0=self.rho0,

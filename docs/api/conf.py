@@ -64,7 +64,7 @@ nitpick_ignore = [
     ("py:class", "torch.nn.Linear"),  # validation.layers: the initialisation it replaces
     ("py:class", "numpy.random.SeedSequence"),  # validation.backend: the stream derivation
     ("py:class", "argparse.ArgumentTypeError"),  # cli.converters: what a bad value raises
-    ("py:func", "os.replace"),  # validation.cell_store: the atomic write
+    ("py:func", "os.replace"),  # validation.experiments.cell_store: the atomic write
     ("py:mod", "pydoc_data.topics"),  # validation.text: the standard library's text corpus
     ("py:class", "None.Y2"),  # symbolic.PARTICIPATION: a sympy function class, no module
 ]

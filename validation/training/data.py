@@ -13,7 +13,7 @@
   run, the BPE trainer gives the same file every time. It is cached as
   JSON under ``$REMPROP_CACHE_DIR/tokenizers`` (default ``~/.cache/remprop/tokenizers``),
   keyed by the SHA-256 of the training texts and the settings, and written atomically
-  (:func:`~remprop.validation.cell_store.atomic_write_json`), so two processes never read half a file.
+  (:func:`~remprop.validation.experiments.cell_store.atomic_write_json`), so two processes never read half a file.
 * **Batches.** Documents are encoded and joined with ``[SEP]`` into one stream per
   split; a batch is ``batch_size`` windows of ``seq_len`` consecutive tokens. Training
   windows start at random offsets drawn from ``numpy.random.default_rng([seed, step])``,
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cell_store import atomic_write_json
+from ..experiments.cell_store import atomic_write_json
 from ..text import pydoc_topic_texts
 
 __all__ = ["SPECIAL_TOKENS", "PAD_ID", "MASK_ID", "HELD_OUT_EVERY", "EVAL_MASK_SEED", "MaskedBatch",

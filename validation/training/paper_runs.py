@@ -43,7 +43,7 @@ from remprop.diagrams import PHASE_LABELS, classify_phases
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, propagate
 
 from ..backend import torch_threads
-from ..measured_diagram import theory_architecture
+from ..experiments.measured_diagram import theory_architecture
 from .config import TrainConfig
 from .loop import RESULT_NAME, train
 from .result import TrainResult

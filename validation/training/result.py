@@ -9,7 +9,7 @@ import numpy as np
 
 from remprop._json import to_jsonable
 
-from ..cell_store import atomic_write_json
+from ..experiments.cell_store import atomic_write_json
 from .config import TrainConfig
 
 __all__ = ["TrainResult", "PROBE_FIELDS"]

@@ -71,9 +71,9 @@ from remprop.diagrams import (ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRA
 from remprop.diagrams.grid_result import CELL_AXES, ComparedView, GridResult, cell_array, check_arrays, suffixed
 from remprop.theory import DEFAULT_THRESHOLD
 
-from ..cell_store import MANIFEST_NAME
-from ..measured_diagram import resolve_theory, theory_architecture
-from ..cell_runner import cell_key
+from ..experiments.cell_store import MANIFEST_NAME
+from ..experiments.measured_diagram import resolve_theory, theory_architecture
+from ..experiments.cell_runner import cell_key
 from .trained_grid import TrainedGridSpec, load_trained_records
 
 __all__ = ["TrainedDiagram", "classify_trained", "trained_fraction", "TRAINED_FRACTION", "ENTROPY_FRACTION",

@@ -7,14 +7,14 @@ per seed, with that skip strength and query/key scale, whose
 ``TrainResult.to_dict()`` go into the cell's record.
 
 :func:`run_trained_grid` trains the cells that are not on disk yet and writes each record
-the moment it is done, through :class:`~remprop.validation.cell_store.CellStore`: per-cell
+the moment it is done, through :class:`~remprop.validation.experiments.cell_store.CellStore`: per-cell
 claims (two runs on one folder train each cell once), checksummed records (a damaged one is
 moved aside and trained again, :func:`trained_record_problem`), atomic files (an
 interrupted grid -- an exception, Ctrl-C, ``SIGKILL`` -- resumes cell by cell). Cells run on
-a dask cluster (:mod:`remprop.validation.distributed`: a LocalCluster of single-threaded
+a dask cluster (:mod:`remprop.validation.experiments.distributed`: a LocalCluster of single-threaded
 worker processes, or a running scheduler; a worker with a GPU trains on it when the
 configuration's device is ``"auto"``) or in this process. :func:`run_cells` is the claim
-loop of the measured sweep (:func:`remprop.validation.sweep.run_sweep`) for any cell function.
+loop of the measured sweep (:func:`remprop.validation.experiments.sweep.run_sweep`) for any cell function.
 
 :class:`~remprop.validation.training.trained_diagram.TrainedDiagram` classifies the cells
 and sets them against the theory.
@@ -32,8 +32,8 @@ from remprop._json import to_jsonable
 from remprop.theory import DEFAULT_THRESHOLD, Architecture
 from remprop.theory.checks import check_count, check_grid_axis, check_seeds
 
-from ..cell_store import CellStore, json_sha256
-from ..cell_runner import SweepReport, cell_key, grid_record_problem, grid_records, run_cells
+from ..experiments.cell_store import CellStore, json_sha256
+from ..experiments.cell_runner import SweepReport, cell_key, grid_record_problem, grid_records, run_cells
 
 __all__ = ["TrainedGridSpec", "train_cell", "run_trained_grid", "run_cells", "load_trained_records",
            "trained_record_problem", "TRAINED_FORMAT"]
@@ -176,7 +176,7 @@ def train_cell(spec: TrainedGridSpec, alpha_index: int, beta_index: int, device=
 
 def train_cell_on_worker(spec, alpha_index, beta_index, train=None):
     """:func:`train_cell` on a dask worker, on the worker's own device (``config.device`` "auto")."""
-    from .. import distributed
+    from ..experiments import distributed
 
     return train_cell(spec, alpha_index, beta_index, distributed.worker_device(spec.config.device), train)
 

@@ -1,6 +1,6 @@
 """``remprop acceptance``: the acceptance cases of issue 14, measured and set against the theory.
 
-Needs the ``validation`` extra (torch); :mod:`remprop.validation.acceptance` is imported
+Needs the ``validation`` extra (torch); :mod:`remprop.validation.experiments.acceptance` is imported
 inside the run function, and a missing extra is reported as one line with status 2
 (:func:`~remprop.cli.errors.validation_extra`). The parser is built without torch.
 """

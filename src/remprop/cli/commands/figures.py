@@ -14,7 +14,7 @@ __all__ = ["add_figures_parser", "run_figures"]
 
 def _figure_registry():
     """The registry of reference figures: imported when used (it loads NumPy)."""
-    from remprop.validation.paper_figures import make_figures, supported_figures
+    from remprop.validation.experiments.paper_figures import make_figures, supported_figures
 
     return make_figures, supported_figures
 

@@ -69,8 +69,8 @@ def run_sweep(args) -> int:
     directory = writable_directory(args.out)
     with validation_extra():
         from remprop.validation import SimulatedStack  # noqa: F401 - loads torch: fails here, not in the workers
-        from remprop.validation.measured_diagram import MeasuredDiagram
-        from remprop.validation.sweep import SweepSpec, load_records, run_sweep as sweep_cells
+        from remprop.validation.experiments.measured_diagram import MeasuredDiagram
+        from remprop.validation.experiments.sweep import SweepSpec, load_records, run_sweep as sweep_cells
 
     spec = SweepSpec(arch=arch, betas=np.asarray(args.betas, dtype=float), alphas=np.asarray(args.alphas, dtype=float),
                      depth=args.depth, seeds=args.seeds, sequences=args.sequences, width=args.width,

@@ -26,10 +26,10 @@ import torch
 from remprop.theory import edge_of_chaos as eoc
 from remprop.theory.rem.checks import check_seq_len
 
-from . import layers
-from .backend import STREAM_WEIGHTS, check_positive_int, generator, resolve_device, resolve_dtype
-from .inputs import gaussian_tokens
-from .measurements import token_statistics
+from .. import layers
+from ..backend import STREAM_WEIGHTS, check_positive_int, generator, resolve_device, resolve_dtype
+from ..inputs import gaussian_tokens
+from ..measurements import token_statistics
 
 __all__ = ["simulate_edge_of_chaos"]
 

@@ -1,13 +1,13 @@
 """The acceptance of issue 14, theory side: the theories of every measured case, the rule, the table.
 
-For each case measured by :func:`remprop.validation.acceptance.run_acceptance`:
+For each case measured by :func:`remprop.validation.experiments.acceptance.run_acceptance`:
 
 * ``"mean"`` -- :func:`remprop.theory.propagate` at the simulated T from the measured mean
   input state, as :func:`~remprop.validation.comparison.compare` does it
   (:func:`~remprop.validation.comparison.measured_input_theory`);
 * ``"gram"`` -- :func:`remprop.theory.gram_state.propagate_gram` from each sequence's own
   input Gram matrix ``x x^T / d`` (rebuilt from (seed, sequence):
-  :func:`~remprop.validation.acceptance.input_grams`), the curves averaged over the sequences;
+  :func:`~remprop.validation.experiments.acceptance.input_grams`), the curves averaged over the sequences;
 * ``"sampled"`` -- the same with ``sampled=True``: ``draws`` single-initialisation chains
   instead of the mean Gram (docs/theory.md section 17.1); text cases only. The default
   theories are "mean" (before) and "sampled" (after).
@@ -38,7 +38,7 @@ from .acceptance import ACCEPTANCE_CASES, ACCEPTANCE_FORMAT, AcceptanceCase, Cas
     open_existing_store
 from .cell_runner import run_cells
 from .cell_store import CellStore, json_sha256
-from .comparison import measured_input_theory
+from ..comparison import measured_input_theory
 
 __all__ = ["ACCEPTANCE_TOLERANCE", "STANDARD_ERRORS", "THEORIES", "THEORY_FORMAT", "available_theories",
            "compute_theories", "acceptance_error", "acceptance_table", "acceptance_markdown"]
@@ -247,7 +247,7 @@ def compute_theories(store, theories=("mean", "sampled"), *, draws=8, workers=No
         Monte Carlo draws per attention layer of the Gram theory.
     workers : int, optional
         Processes (default one per core; 0: this process). With dask, a LocalCluster
-        (:func:`~remprop.validation.cell_runner.run_cells`); without it, ``workers`` child
+        (:func:`~remprop.validation.experiments.cell_runner.run_cells`); without it, ``workers`` child
         processes that share the folder's cells through its claims, one BLAS thread each.
     progress : callable, optional
         ``progress(text)``: one line at the start and one at the end.
@@ -375,12 +375,12 @@ def acceptance_table(store, theories=("mean", "sampled"), *, draws=8, workers=No
     Parameters
     ----------
     store : CellStore, str or Path
-        The acceptance folder (:func:`~remprop.validation.acceptance.run_acceptance`), or its store.
+        The acceptance folder (:func:`~remprop.validation.experiments.acceptance.run_acceptance`), or its store.
     theories : sequence of {"mean", "gram", "sampled"}
         ``"mean"``: :func:`remprop.theory.propagate` at the simulated T from the measured
         mean input state (:func:`~remprop.validation.comparison.measured_input_theory`);
         ``"gram"``: ``remprop.theory.gram_state.propagate_gram`` from each sequence's input
-        Gram (:func:`~remprop.validation.acceptance.input_grams`), the curves averaged over the sequences (needs that
+        Gram (:func:`~remprop.validation.experiments.acceptance.input_grams`), the curves averaged over the sequences (needs that
         module); ``"sampled"``: the same with ``sampled=True`` (docs/theory.md section 17.1).
         Default: "mean" (before) and "sampled" (after). Computed by :func:`compute_theories`
         (reused when on disk).
@@ -391,7 +391,7 @@ def acceptance_table(store, theories=("mean", "sampled"), *, draws=8, workers=No
     tolerance, standard_errors
         The rule (:func:`acceptance_error`).
     require_all : bool
-        A ``ValueError`` when a case of :data:`~remprop.validation.acceptance.ACCEPTANCE_CASES` is missing.
+        A ``ValueError`` when a case of :data:`~remprop.validation.experiments.acceptance.ACCEPTANCE_CASES` is missing.
     progress : callable, optional
         ``progress(text)`` lines.
 

@@ -8,7 +8,7 @@ per-layer token and attention statistics are kept (means over the ``seeds x sequ
 samples, and each sample's final cosine).
 
 :func:`run_sweep` computes the cells that are not on disk yet and writes each record the
-moment it finishes (:class:`~remprop.validation.cell_store.CellStore`: one JSON file per
+moment it finishes (:class:`~remprop.validation.experiments.cell_store.CellStore`: one JSON file per
 cell, atomic temporary-file-and-rename), so an interrupted sweep -- an exception, Ctrl-C,
 ``SIGKILL``, a lost cluster -- resumes where it stopped, without recomputing or
 duplicating a cell. Several runs may share one folder at once: each cell is claimed by
@@ -16,7 +16,7 @@ one of them, the others wait for it. Every record carries its cell's coordinates
 of the manifest and a checksum of its result; a damaged one is moved aside and
 recomputed (:func:`record_problem`). Cells run
 
-* on a ``dask.distributed`` cluster (:mod:`remprop.validation.distributed`): a
+* on a ``dask.distributed`` cluster (:mod:`remprop.validation.experiments.distributed`): a
   ``LocalCluster`` with one single-threaded worker process per core by default, or an
   existing cluster given by its scheduler address; each worker simulates on CUDA when it
   has a GPU;
@@ -28,7 +28,7 @@ it ran: on one device a seeded cell is bitwise reproducible, which makes interru
 uninterrupted sweeps identical. (A CUDA run draws other weights than a CPU run of the
 same seed: generators live on their device. Each record notes its device.)
 
-:class:`~remprop.validation.measured_diagram.MeasuredDiagram` classifies the cells and
+:class:`~remprop.validation.experiments.measured_diagram.MeasuredDiagram` classifies the cells and
 sets them against the theory.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c) (trainability diagram).
@@ -219,9 +219,9 @@ def simulate_cell(spec: SweepSpec, alpha_index: int, beta_index: int, device=Non
     """
     import torch
 
-    from .settings import SimulationSettings
-    from .simulator import SimulatedStack, StackTrace
-    from .backend import torch_threads
+    from ..settings import SimulationSettings
+    from ..simulator import SimulatedStack, StackTrace
+    from ..backend import torch_threads
 
     alpha_index = check_count("alpha_index", alpha_index, 0)
     beta_index = check_count("beta_index", beta_index, 0)
@@ -270,10 +270,10 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
     """Compute every cell of ``spec`` that is not yet in ``out``, writing each as it finishes.
 
     Several runs (processes, dask clusters) may share one folder: each takes a cell through
-    a claim before computing it (:meth:`~remprop.validation.cell_store.CellStore.claim`), so
+    a claim before computing it (:meth:`~remprop.validation.experiments.cell_store.CellStore.claim`), so
     a cell is computed once; cells claimed by another live run are waited for, and taken
     over when their claim goes stale (its process died on this host, or it is older than
-    :data:`~remprop.validation.cell_store.CLAIM_STALE_AFTER_S`). A damaged record (unreadable, of
+    :data:`~remprop.validation.experiments.cell_store.CLAIM_STALE_AFTER_S`). A damaged record (unreadable, of
     another cell or sweep, or whose checksum fails: :func:`record_problem`) is moved aside
     as ``<key>.json.corrupt`` with a warning naming it, and its cell computed again. The
     call returns when every cell of the grid is on disk.
@@ -320,7 +320,7 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
     if workers is not None:
         workers = check_count("workers", workers, 0)
     if device not in (None, "auto"):
-        from .backend import resolve_device
+        from ..backend import resolve_device
 
         device = str(resolve_device(device))  # fail early, here, on a bad name
     from . import distributed

@@ -123,7 +123,7 @@ def make_figures(out_dir, *, quick=False, progress=False, only=None, sizes=None,
         Simulation device (default CUDA when available, else CPU).
     workers : int
         Worker processes of the Fig. 1(c) sweep (0: in this process; see
-        :func:`remprop.validation.sweep.run_sweep`).
+        :func:`remprop.validation.experiments.sweep.run_sweep`).
     threads : int, optional
         torch CPU threads while simulating. Default: 1 for small sizes (``quick`` or
         custom ``sizes``: small matrices gain nothing from threads, and on a busy
@@ -149,7 +149,7 @@ def make_figures(out_dir, *, quick=False, progress=False, only=None, sizes=None,
         threads = 1
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-    from .backend import torch_threads  # sets, then restores
+    from ..backend import torch_threads  # sets, then restores
 
     with torch_threads(threads) if simulate and threads is not None else contextlib.nullcontext():
         return _make_figures(_Context(out, sizes, device, workers, progress), chosen, simulate)
@@ -215,7 +215,7 @@ def simulate_1ab(ctx) -> dict:
     from remprop.diagrams.attention_figures import attention_maps_figure
     from remprop.diagrams.paper_figures import FigureResult
 
-    from .attention_maps import attention_map_data
+    from ..attention_maps import attention_map_data
 
     s = ctx.sizes
     with ctx.bar(len(s.map_betas), "fig 1ab") as bar:
@@ -236,7 +236,7 @@ def simulate_7(ctx) -> dict:
     from remprop.diagrams.attention_figures import attention_spectrum_figure
     from remprop.diagrams.paper_figures import FigureResult
 
-    from .attention_maps import attention_spectrum_data
+    from ..attention_maps import attention_spectrum_data
 
     s = ctx.sizes
     with ctx.bar(len(s.spectrum_betas) * s.spectrum_seeds, "fig 7") as bar:
@@ -291,7 +291,7 @@ def _run(ctx, figure_id, name, draw, total, **settings):
 
 def _simulation(ctx, **fields):
     """The :class:`~remprop.validation.SimulationSettings` of a figure: ``fields`` on the run's device."""
-    from .settings import SimulationSettings
+    from ..settings import SimulationSettings
 
     return SimulationSettings(device=ctx.device, **fields)
 
@@ -308,12 +308,12 @@ def _layer_part(ctx, figure_id, depth):
 
 
 def simulate_1d(ctx) -> dict:
-    """Fig. 1(d), simulated: :func:`~remprop.validation.simulated_figures.figure_1d` at the sizes."""
+    """Fig. 1(d), simulated: :func:`~remprop.validation.experiments.simulated_figures.figure_1d` at the sizes."""
     return _layer_part(ctx, "1d", ctx.sizes.depth_1d)
 
 
 def simulate_1e(ctx) -> dict:
-    """Fig. 1(e), simulated: :func:`~remprop.validation.simulated_figures.figure_1e` at the sizes."""
+    """Fig. 1(e), simulated: :func:`~remprop.validation.experiments.simulated_figures.figure_1e` at the sizes."""
     return _layer_part(ctx, "1e", ctx.sizes.depth_1e)
 
 
@@ -413,7 +413,7 @@ def _training_part(ctx, figure_id, name, compute, draw, runs, title) -> dict:
     """``compute(sizes, cache, device)`` over ``runs`` training runs, drawn by ``draw(data, title)``."""
     from remprop.diagrams.paper_figures import FigureResult
 
-    from .training.paper_runs import RUNS_FOLDER, RunCache
+    from ..training.paper_runs import RUNS_FOLDER, RunCache
 
     with ctx.bar(runs, f"fig {figure_id}") as bar:
         cache = RunCache(ctx.out / RUNS_FOLDER, progress=lambda: bar.update(1))
@@ -436,7 +436,7 @@ def simulate_1f(ctx) -> dict:
     """Fig. 1(f), trained: test-loss curves, two initialisations per phase."""
     from remprop.diagrams.training_paper_figures import loss_curves_figure
 
-    from .training.paper_runs import loss_curves_1f
+    from ..training.paper_runs import loss_curves_1f
 
     s = ctx.sizes
     runs = (len(s.alphas_1f_trainable) + len(s.alphas_1f_rank) + len(s.betas_1f_entropy)) * s.train_seeds
@@ -449,7 +449,7 @@ def simulate_3(ctx) -> dict:
     """Fig. 3, trained: one layer, one head, final test loss against beta with beta_c."""
     from remprop.diagrams.training_paper_figures import beta_sweep_figure
 
-    from .training.paper_runs import beta_sweep_3
+    from ..training.paper_runs import beta_sweep_3
 
     s = ctx.sizes
     title = f"one layer, one head, post-LN: {_sizes_text(s, 1)}, lr {s.lr_3:g}"
@@ -461,7 +461,7 @@ def simulate_6(ctx) -> dict:
     """Fig. 6, trained: softmax against gain-controlled attention in a deep post-LN stack."""
     from remprop.diagrams.training_paper_figures import loss_curves_figure
 
-    from .training.paper_runs import gain_control_6
+    from ..training.paper_runs import gain_control_6
 
     s = ctx.sizes
     title = f"post-LN, beta = 0.5: {_sizes_text(s, s.depth_6, s.width_6)}, lr {s.lr_6:g}"
@@ -473,7 +473,7 @@ def simulate_8(ctx) -> dict:
     """Fig. 8, trained: beta above beta_c against beta = 0.5 at several learning rates."""
     from remprop.diagrams.training_paper_figures import loss_curves_figure
 
-    from .training.paper_runs import learning_rates_8
+    from ..training.paper_runs import learning_rates_8
 
     s = ctx.sizes
     title = f"post-LN, alpha_SA = 1: {_sizes_text(s, s.depth_8)}, beta = {s.beta_8:g} against 0.5"

@@ -3,7 +3,7 @@
 Every case of :data:`ACCEPTANCE_CASES` (inputs, norm, beta, alpha_SA, depths) is simulated
 once at ``seeds x sequences`` input sequences (:func:`measure_case`); its per-sequence,
 per-layer measured mean token cosine is set against the theories by
-:mod:`remprop.validation.acceptance_table`.
+:mod:`remprop.validation.experiments.acceptance_table`.
 
 Depths. The weights of layer ``l`` of seed ``s`` come from their own stream ``(s, weights, l)``
 (:meth:`~remprop.validation.simulator.SimulatedStack.weights`), so the first 12 or 30 layers of
@@ -17,9 +17,9 @@ simulation's device), so that the table can rebuild each sequence's input Gram m
 machine (:func:`input_grams`); the table checks the rebuilt inputs against the stored
 layer-0 measurements.
 
-Store. One JSON record per case in a folder (:class:`~remprop.validation.cell_store.CellStore`:
+Store. One JSON record per case in a folder (:class:`~remprop.validation.experiments.cell_store.CellStore`:
 atomic files, a manifest of the sizes, claims so that concurrent runs share the work), run by
-:func:`~remprop.validation.cell_runner.run_cells`; a rerun computes only the missing cases
+:func:`~remprop.validation.experiments.cell_runner.run_cells`; a rerun computes only the missing cases
 (:func:`run_acceptance`).
 
 Reference: docs/validation.md, "Acceptance on real text (issue 14 settings)";
@@ -40,12 +40,12 @@ from remprop.theory import Architecture
 from remprop.theory.checks import as_float_array, check_choice, check_count, check_seeds
 from remprop.theory.rem.checks import check_seq_len
 
-from .backend import check_positive_int, resolve_device, resolve_dtype, torch_threads
+from ..backend import check_positive_int, resolve_device, resolve_dtype, torch_threads
 from .cell_runner import run_cells
 from .cell_store import MANIFEST_NAME, CellStore, json_sha256
-from .inputs import INPUT_KINDS, input_batches
-from .settings import SimulationSettings
-from .simulator import SimulatedStack, StackTrace
+from ..inputs import INPUT_KINDS, input_batches
+from ..settings import SimulationSettings
+from ..simulator import SimulatedStack, StackTrace
 
 __all__ = ["ACCEPTANCE_FORMAT", "ACCEPTANCE_CASES", "GAUSSIAN_Q0", "GAUSSIAN_RHO0", "AcceptanceCase",
            "CaseMeasurement", "case_inputs", "input_grams", "measure_case", "open_store", "open_existing_store",
@@ -304,7 +304,7 @@ def _record_problem(key, record, manifest_sha256, cases_by_key):
 
 def open_store(directory, *, width=720, seq_len=512, seeds=4, sequences=2, dtype="float32", create=True,
                cases=ACCEPTANCE_CASES) -> CellStore:
-    """The acceptance folder for these sizes: a :class:`~remprop.validation.cell_store.CellStore`.
+    """The acceptance folder for these sizes: a :class:`~remprop.validation.experiments.cell_store.CellStore`.
 
     Its manifest pins the sizes (width, T, seeds, sequences, dtype): a folder holding another
     size is refused (``ValueError`` naming the first setting that differs). Records are
@@ -344,7 +344,7 @@ def run_acceptance(directory, *, cases=ACCEPTANCE_CASES, width=720, seq_len=512,
     """Measure every case not yet in the folder ``directory``, one record per case.
 
     Concurrent runs on one folder share the cases (claims); a rerun computes only the
-    missing or damaged ones (:func:`~remprop.validation.cell_runner.run_cells`, in this
+    missing or damaged ones (:func:`~remprop.validation.experiments.cell_runner.run_cells`, in this
     process).
 
     Parameters
@@ -363,7 +363,7 @@ def run_acceptance(directory, *, cases=ACCEPTANCE_CASES, width=720, seq_len=512,
 
     Returns
     -------
-    remprop.validation.cell_runner.SweepReport
+    remprop.validation.experiments.cell_runner.SweepReport
     """
     cases = tuple(_case_of(c) for c in cases)
     if len({c.key for c in cases}) != len(cases):

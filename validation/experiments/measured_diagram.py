@@ -1,6 +1,6 @@
 r"""Measured trainability diagrams: simulated cells classified as the theory classifies.
 
-A sweep (:mod:`remprop.validation.sweep`) leaves, per cell ``(alpha_sa, beta)``, the
+A sweep (:mod:`remprop.validation.experiments.sweep`) leaves, per cell ``(alpha_sa, beta)``, the
 per-layer sample means of the token statistics and each sample's final cosine. The
 measured phase of a cell follows the theory's rule (:func:`remprop.diagrams.classify_phases`
 and :meth:`remprop.theory.Architecture.critical_beta`) with measured numbers in

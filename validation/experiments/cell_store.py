@@ -35,7 +35,7 @@ back), so two runs cannot both take over one claim.
 
 Damaged records. A record is valid when it is a JSON object and the store's ``check``
 accepts it (the sweep checks the cell's own coordinates, a hash of the manifest and a
-checksum of the result, see :mod:`remprop.validation.sweep`). :meth:`CellStore.done`
+checksum of the result, see :mod:`remprop.validation.experiments.sweep`). :meth:`CellStore.done`
 counts valid records only, so a damaged cell is computed again; :meth:`CellStore.read`
 raises one ``ValueError`` naming the file.
 

@@ -31,10 +31,10 @@ from remprop.diagrams.paper_figures import FigureResult
 from remprop.diagrams.style import VARIANT_MARKERS
 from remprop.theory import RunSettings
 
-from .backend import check_scalar, generator
-from .layers import BlockWeights
-from .settings import SimulationSettings, check_simulation
-from .simulator import SimulatedStack, StackTrace
+from ..backend import check_scalar, generator
+from ..layers import BlockWeights
+from ..settings import SimulationSettings, check_simulation
+from ..simulator import SimulatedStack, StackTrace
 
 __all__ = ["ValueBiasStack", "figure_4", "VARIANT_MARKERS"]
 

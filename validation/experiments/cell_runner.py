@@ -1,7 +1,7 @@
-"""Run the cells of a grid into a :class:`~remprop.validation.cell_store.CellStore`: claims, resume, dask.
+"""Run the cells of a grid into a :class:`~remprop.validation.experiments.cell_store.CellStore`: claims, resume, dask.
 
 One claim loop for every grid of the project: the measured sweep
-(:func:`remprop.validation.sweep.run_sweep`) and the trained diagram
+(:func:`remprop.validation.experiments.sweep.run_sweep`) and the trained diagram
 (:func:`remprop.validation.training.trained_grid.run_trained_grid`) hand it their store, their
 cells and a module-level cell function. A cell is claimed before it is computed (so
 concurrent runs on one folder compute it once), a damaged record is moved aside and
@@ -76,7 +76,7 @@ def grid_records(store: CellStore, cells_total: int, *, require_all=True, verb="
 
 @dataclass(frozen=True)
 class SweepReport:
-    """What a call of :func:`~remprop.validation.cell_runner.run_cells` (a sweep, a trained grid) did.
+    """What a call of :func:`~remprop.validation.experiments.cell_runner.run_cells` (a sweep, a trained grid) did.
 
     Attributes
     ----------

@@ -12,8 +12,8 @@ draws it with the one drawing function of :mod:`remprop.diagrams.comparison_figu
 * :func:`figure_5`: participation ratio Y2 against beta;
 * :func:`figure_12`: causal stack, last-token cosine per layer and the error by position.
 
-Fig. 4 is :func:`remprop.validation.layernorm_figure.figure_4`, Fig. 9's simulation
-:func:`remprop.validation.edge_of_chaos_simulation.simulate_edge_of_chaos`. Theory lines
+Fig. 4 is :func:`remprop.validation.experiments.layernorm_figure.figure_4`, Fig. 9's simulation
+:func:`remprop.validation.experiments.edge_of_chaos_simulation.simulate_edge_of_chaos`. Theory lines
 are the ``T -> infinity`` theory of the paper and, dashed, the exact finite-T theory at the
 simulated T (docs/theory.md section 3). Each function returns a :class:`FigureResult`
 (a matplotlib ``Figure`` and JSON-ready data); :meth:`FigureResult.save` writes
@@ -35,10 +35,10 @@ from remprop.diagrams.paper_figures import FigureResult
 from remprop.diagrams.style import NORM_TITLES
 from remprop.theory import Architecture, participation_ratio, propagate, softmax_attention_map
 
-from .causal import causal_comparison
-from .comparison import attention_sweep, compare
-from .gradients import GradientSweep, gradient_sweep
-from .settings import SimulationSettings, check_simulation
+from ..causal import causal_comparison
+from ..comparison import attention_sweep, compare
+from ..gradients import GradientSweep, gradient_sweep
+from ..settings import SimulationSettings, check_simulation
 
 __all__ = ["FigureResult", "FIGURES", "DEFAULT_GRADIENT_BETAS", "figure_1d", "figure_1e", "figure_2", "figure_3c",
            "figure_5", "figure_12"]
