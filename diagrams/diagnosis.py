@@ -27,13 +27,14 @@ import numpy as np
 from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
-from remprop.theory.causal import LAST_TOKENS
+from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 from remprop.theory.checks import check_depth
+from remprop.theory.work_estimates import spread_indices
 
 from .phases import PHASE_LABELS, classify_phases
 from .residual_strength import min_residual_strength
 
-__all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH"]
+__all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
@@ -162,17 +163,26 @@ class Diagnosis:
                  f"key gradient     E|dS/dW_K|^2 = {self.key_gradient_first:.4g} (layer 1), "
                  f"{self.key_gradient_last:.4g} (layer {s.depth})",
                  "", "predicted cosine per layer (rho = p / q)" + (
-                     f"; causal: mean over the last {LAST_TOKENS} positions" if self.rho_last_tokens is not None
+                     f"; causal: mean over the last {compared_last_tokens(s.seq_len)} positions" if self.rho_last_tokens is not None
                      else "")]
-        for layer in range(s.depth + 1):
-            extra = "" if self.rho_last_tokens is None else f"   last {LAST_TOKENS}: {self.rho_last_tokens[layer]:.4f}"
+        last = None if self.rho_last_tokens is None else compared_last_tokens(s.seq_len)
+        layers = spread_indices(s.depth + 1, REPORT_LAYERS)
+        for layer in layers:
+            extra = "" if self.rho_last_tokens is None else f"   last {last}: {self.rho_last_tokens[layer]:.4f}"
             lines.append(f"  layer {layer:3d}   rho = {self.rho[layer]:.4f}   q = {self.q[layer]:.4g}{extra}")
+        if len(layers) < s.depth + 1:
+            lines.append(f"  ({len(layers)} of {s.depth + 1} layers shown, evenly spread; to_dict() and "
+                         "remprop check --json give all)")
         lines += ["", "changes and their predicted effect"]
         for change in self.changes:
             lines.append(f"  - {change.name}: {change.action}")
             lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}")
         lines += ["", "assumptions the model breaks"] + [f"  - {text}" for text in s.assumptions]
         return "\n".join(lines)
+
+
+#: Most layers :meth:`Diagnosis.report` prints (evenly spread, both ends included).
+REPORT_LAYERS = 1001
 
 
 def _num(value) -> str:
@@ -240,7 +250,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     source = f"config.initializer_range = {spec.init_range:g}"
     final_rho, beta_c, phase, traj = _verdict(run, source)
     alpha_star = float(min_residual_strength(run))
-    rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, LAST_TOKENS, q0, rho0)
+    rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, compared_last_tokens(spec.seq_len), q0, rho0)
                 if spec.causal else None)
 
     # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head

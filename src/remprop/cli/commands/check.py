@@ -92,7 +92,7 @@ def run_check(args) -> int:
 
     if (args.config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
-    spec = model_spec(args.config or args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
+    spec = model_spec(args.config if args.config is not None else args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
     if args.width is not None or args.heads is not None:
         with validation_extra(option="--width"):
             from remprop.validation.hf_models import reduced_spec
@@ -168,7 +168,7 @@ def _compared_theory(spec, diagnosis, choice, draws) -> dict:
     default 8), ``p / q`` of the last tokens as the probe measures them (before any final norm).
     Returns ``{"rho", "causal_theory", "theory_label", "theory_reason"[, "gram_draws"]}``.
     """
-    from remprop.theory.causal import LAST_TOKENS, choose_causal_theory, propagate_causal_gram
+    from remprop.theory.causal import choose_causal_theory, compared_last_tokens, propagate_causal_gram
 
     draws = 8 if draws is None else draws
     if not spec.causal:
@@ -187,7 +187,7 @@ def _compared_theory(spec, diagnosis, choice, draws) -> dict:
         return {"rho": diagnosis.compared_rho, **out}
     try:
         trajectory = propagate_causal_gram(spec.architecture, spec.beta, spec.depth, spec.seq_len, spec.q0,
-                                           spec.rho0, last=min(LAST_TOKENS, spec.seq_len), draws=draws, seed=0,
+                                           spec.rho0, last=compared_last_tokens(spec.seq_len), draws=draws, seed=0,
                                            norm_eps=spec.layer_norm_eps)
     except ValueError as err:
         raise CommandLineError(f"--causal-theory gram: {err}") from None
