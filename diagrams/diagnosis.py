@@ -312,7 +312,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     else:
         rho_n, _, phase_n, _ = _verdict(run, source, arch=arch.replace(norm=other))
         changes.append(Change("LayerNorm placement",
-                              f"move {norm_name} to {other}-{'RMS' if arch.norm_type == 'rms' else 'LN'}",
+                              f"move {norm_name} to {other}-{arch.norm_type.short}",
                               rho_n, phase_n, {"norm": other}))
     # 4. gain-controlled attention
     rho_g, _, phase_g, _ = _verdict(run, source, arch=arch.replace(attention="gain-controlled"))

@@ -14,8 +14,8 @@ pytest.importorskip("torch")
 
 from remprop.cli import main  # noqa: E402
 from remprop.theory import Architecture, propagate  # noqa: E402
-from remprop.validation import acceptance as acc  # noqa: E402
-from remprop.validation import acceptance_table as tables  # noqa: E402
+from remprop.validation.experiments import acceptance as acc  # noqa: E402
+from remprop.validation.experiments import acceptance_table as tables  # noqa: E402
 from remprop.validation.experiments.cell_store import atomic_write_json  # noqa: E402
 
 # tiny sizes: each case takes milliseconds on the CPU

@@ -50,6 +50,10 @@ class _Erf(nn.Module):
         return torch.erf(x)
 
 
+#: The activations ACT2FN lacks, as the modules the adapter puts in their place.
+_OWN_ACTIVATIONS = {"erf": _Erf}
+
+
 def _transformers():
     try:
         import transformers
@@ -122,8 +126,8 @@ class HuggingFaceBert:
                     _copy(attn.output.dense, w.output)
                 attn.output.LayerNorm = nn.LayerNorm(d, eps=stack.layer_norm_eps, elementwise_affine=False, **kw)
                 _copy(layer.intermediate.dense, w.mlp.w1, w.mlp.b1)
-                if stack.arch.activation == "erf":
-                    layer.intermediate.intermediate_act_fn = _Erf()
+                if stack.arch.activation in _OWN_ACTIVATIONS:  # BERT's table lacks it
+                    layer.intermediate.intermediate_act_fn = _OWN_ACTIVATIONS[stack.arch.activation]()
                 _copy(layer.output.dense, w.mlp.w2, w.mlp.b2)
                 layer.output.LayerNorm = nn.LayerNorm(d, eps=stack.layer_norm_eps, elementwise_affine=False, **kw)
                 attn.output.register_forward_pre_hook(self._skip_hook(stack.params["alpha_sa"]))

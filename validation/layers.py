@@ -60,6 +60,8 @@ def _identity(u):
 #: (GELU is the exact ``x Phi(x)``, not the tanh approximation).
 ACTIVATION_FUNCTIONS = {"relu": torch.relu, "linear": _identity, "tanh": torch.tanh, "erf": torch.erf,
                         "gelu": F.gelu, "silu": F.silu}
+#: The activations torch applies in place (on a fresh hidden buffer of :func:`mlp`).
+_IN_PLACE_ACTIVATIONS = {"relu": torch.Tensor.relu_, "linear": _identity}
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,11 @@ def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dty
     ``heads``; None: ``heads``) key/value heads give ``W_K``, ``W_V`` of shape
     ``(kv_heads d_H, d)`` and ``b_V`` of ``(kv_heads d_H,)``: the same stream and the same
     weights as before for ``kv_heads`` None or ``heads``.
+
+    Eleven parameters, on purpose: this is the lowest-level draw, called from the simulator,
+    the measurements and the tests with raw sizes and variances (the arguments of
+    :func:`query_key_variance` plus the tensors' generator, dtype and device); the simulations
+    reach it through a :class:`~remprop.validation.SimulationSettings`.
     """
     s_qk2 = query_key_variance(beta, width, seq_len, heads, qk_scaling)
     kv_width = width if kv_heads is None else _kv_width(width, heads, kv_heads)
@@ -471,10 +478,8 @@ def mlp(x, weights: MLPWeights, activation="relu"):
     """
     flat = x.reshape(-1, x.shape[-1])
     hidden = torch.addmm(weights.b1, flat, weights.w1.T)
-    if activation == "relu":
-        hidden.relu_()
-    else:
-        hidden = ACTIVATION_FUNCTIONS[activation](hidden)
+    in_place = _IN_PLACE_ACTIVATIONS.get(activation)  # no second d_ff buffer where torch has one
+    hidden = in_place(hidden) if in_place is not None else ACTIVATION_FUNCTIONS[activation](hidden)
     out = torch.addmm(weights.b2, hidden, weights.w2.T)
     return out.view(*x.shape[:-1], out.shape[-1])
 

@@ -46,6 +46,9 @@ Q, P = sp.symbols("q p", real=True)
 #: The participation ratio ``Y2`` of attention at its input ``(q, p)``, left undefined.
 PARTICIPATION = sp.Function("Y2")
 _M2, _M11 = sp.Function("M2"), sp.Function("M11")
+#: The activations with closed-form Gaussian moments in sympy: ``(q1, p1, kernel) -> (M2, M11)``.
+_CLOSED_FORM_MOMENTS = {"relu": lambda q1, p1, kernel: (q1 / 2, q1 / 2 * kernel(p1 / q1)),
+                        "linear": lambda q1, p1, kernel: (q1, p1)}
 
 
 def participation_function(beta, q, p, seq_len):
@@ -76,11 +79,10 @@ def gaussian_moments(activation, q1, p1, kernel=arc_cosine_kernel):
     a truncated series of it for expansions). Any other activation gives the undefined
     functions ``M2(q1)``, ``M11(q1, p1)``.
     """
-    if activation == "relu":
-        return q1 / 2, q1 / 2 * kernel(p1 / q1)
-    if activation == "linear":
-        return q1, p1
-    return _M2(q1), _M11(q1, p1)
+    closed_form = _CLOSED_FORM_MOMENTS.get(activation)
+    if closed_form is None:
+        return _M2(q1), _M11(q1, p1)
+    return closed_form(q1, p1, kernel)
 
 
 @dataclass(frozen=True)

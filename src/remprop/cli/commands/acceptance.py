@@ -104,8 +104,8 @@ def run_acceptance_command(args) -> int:
     if args.markdown is not None:
         writable_directory(markdown.parent if str(markdown.parent) else ".", option="--markdown")
     with validation_extra():
-        from remprop.validation import acceptance as acc
-        from remprop.validation import acceptance_table as tables
+        from remprop.validation.experiments import acceptance as acc
+        from remprop.validation.experiments import acceptance_table as tables
 
     theories = tables.available_theories() if args.theory == ("auto",) else args.theory
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
