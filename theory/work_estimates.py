@@ -35,7 +35,7 @@ from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_paramet
 __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
            "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
            "kernel_speed", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes", "diagram_bytes",
-           "simulation_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds", "spread_indices"]
+           "simulation_bytes", "gram_theory_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds", "spread_indices"]
 
 #: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
 #: honoured and between two progress updates.
@@ -278,6 +278,25 @@ def simulation_bytes(width, seq_len, batch, dtype_bytes=4, *, d_ff=None, heads=1
     dtype_bytes = check_count("dtype_bytes", dtype_bytes, 1)
     activations = batch * seq_len * (8 * width + 2 * d_ff) + 3 * batch * heads * seq_len ** 2
     return dtype_bytes * (activations + 4 * width ** 2 + 2 * width * d_ff)
+
+
+def gram_theory_bytes(seq_len, depth, draws, *, sampled=False) -> int:
+    r"""Bytes of one run of the Gram-matrix theory (:func:`~remprop.theory.gram_state.propagate_gram`).
+
+    The mean Gram state keeps every draw's correction and its plain sample, two float64
+    arrays of ``draws x T x T`` (``16 draws T^2``); the sampled chains (``sampled=True``)
+    keep the mean cosine, q and p of every chain and layer and one seed sequence per chain
+    (``24 draws (L + 1) + 256 draws``). Both add about twenty ``T x T`` temporaries of one
+    block (the score kernel's square root, scores, probabilities, products):
+
+    .. math:: b = 160\, T^2 + \begin{cases} 16\, n_{draws} T^2 & \text{mean} \\
+              n_{draws} (24 (L + 1) + 256) & \text{sampled} \end{cases}
+    """
+    seq_len = check_count("seq_len", seq_len, 1)
+    depth = check_count("depth", depth, 1)
+    draws = check_count("draws", draws, 1)
+    kept = draws * (24 * (depth + 1) + 256) if sampled else 16 * draws * seq_len ** 2
+    return 160 * seq_len ** 2 + kept
 
 
 def rope_seconds(head_dim) -> float:
