@@ -29,12 +29,14 @@ from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradi
 from remprop.theory import softcap
 from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 from remprop.theory.checks import check_depth
+from remprop.theory import work_estimates
 from remprop.theory.work_estimates import spread_indices
 
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength
+from .residual_strength import min_residual_strength, search_seconds
 
-__all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS"]
+__all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
+           "diagnosis_seconds", "diagnosis_bytes"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
@@ -326,6 +328,58 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes))
+
+
+def _verdict_architectures(arch):
+    """The architectures :func:`diagnose` propagates through the model's depth, with their passes:
+    the model itself (its verdict, the recommended beta, the skip change), the other norm
+    placement (not for a parallel block) and gain-controlled attention."""
+    runs = [(arch, 3), (arch.replace(attention="gain-controlled"), 1)]
+    if not arch.block_form.parallel:
+        runs.append((arch.replace(norm=arch.norm.other.value), 1))
+    return runs
+
+
+def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> float:
+    """Estimated seconds of :func:`diagnose` on this machine, before it runs.
+
+    The depth kernels of the verdicts (:func:`_verdict_architectures`), the ``alpha*`` search
+    (:func:`~remprop.diagrams.residual_strength.search_seconds`) and the collapse-depth run
+    through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
+    rotary positions the mean rotary correlation of the model's T and of each compared late
+    token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
+    tokens' per-position maps, as many cells.
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = model_spec(spec)
+    max_depth = check_depth(max_depth, name="max_depth")
+    arch, depth = spec.architecture, spec.depth
+    seconds = sum(work_estimates.run_seconds(a, 1, depth, passes) for a, passes in _verdict_architectures(arch))
+    seconds += search_seconds(arch, depth, 1) + work_estimates.run_seconds(arch, 1, max_depth)
+    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
+    if arch.positions.rotary:
+        seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
+    if last:
+        seconds += work_estimates.run_seconds(arch, last, depth)
+    return seconds
+
+
+def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> int:
+    """Bytes :func:`diagnose` and its JSON hold at their peak, before it runs.
+
+    Four trajectories through the model's depth alive at once (the verdict's, the
+    recommended beta's and their temporaries), the late tokens' trajectories of a causal
+    model, the collapse-depth trajectory through ``max_depth`` blocks
+    (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
+    :meth:`Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each).
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = model_spec(spec)
+    max_depth = check_depth(max_depth, name="max_depth")
+    depth = spec.depth
+    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
+    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
+            + 300 * (depth + 1))
 
 
 def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, phase, gradient_factor):
