@@ -4,7 +4,8 @@ Left panel: the theory's diagram on a fine grid, drawn by
 :func:`~remprop.diagrams.theory_figures.trainability_figure` (phase regions, the beta_c line
 and the alpha*(L) curve), and over it one marker per trained cell: its *trained* phase by
 shape and fill (the markers of :mod:`remprop.diagrams.measured_figures`; a grey cross for a
-cell that did not train and shows neither collapse at init); cells whose trained phase
+cell that did not train and shows neither collapse at init, a black star for a cell whose
+training diverged); cells whose trained phase
 differs from the prediction carry a thick black ring. Right panel: the trained fraction
 ``f`` of every cell (``cividis``, monotone in lightness, 0 to 1) with the theory's phase
 boundaries drawn over it (white dashed: where the predicted phase changes) and the
@@ -23,10 +24,12 @@ from .measured_figures import MARKERS, fine_prediction
 from .style import NORM_TITLES, PHASE_STYLE
 from .theory_figures import trainability_figure
 
-__all__ = ["trained_diagram_figure", "UNTRAINED_STYLE"]
+__all__ = ["trained_diagram_figure", "UNTRAINED_STYLE", "DIVERGED_STYLE"]
 
 #: Marker and colour of a cell that did not train although its initialisation shows no collapse.
 UNTRAINED_STYLE = dict(marker="X", color="#9e9e9e", text="untrained (no collapse at init)")
+#: Marker and colour of a cell whose training diverged (a non-finite loss or weights).
+DIVERGED_STYLE = dict(marker="*", color="#212121", text="diverged (loss not finite)")
 
 
 def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
@@ -62,6 +65,7 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
     styles = {code: (MARKERS[code], PHASE_STYLE[code]["color"], PHASE_STYLE[code]["text"]) for code in MARKERS}
     untrained = max(styles) + 1
     styles[untrained] = (UNTRAINED_STYLE["marker"], UNTRAINED_STYLE["color"], UNTRAINED_STYLE["text"])
+    styles[untrained + 1] = (DIVERGED_STYLE["marker"], DIVERGED_STYLE["color"], DIVERGED_STYLE["text"])
     handles = []
     for code, (marker, colour, text) in styles.items():
         rows, cols = np.nonzero(diagram.phase == code)

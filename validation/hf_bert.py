@@ -34,7 +34,7 @@ from torch import nn
 
 from .simulator import SimulatedStack, StackTrace, trace_stack
 
-__all__ = ["HuggingFaceBert", "bert_config"]
+__all__ = ["HuggingFaceBert", "bert_config", "check_bert_architecture", "BERT_FIXED_FIELDS"]
 
 #: Our activation names -> Hugging Face ``hidden_act`` (ACT2FN; "gelu" is the exact GELU).
 #: erf has no ACT2FN entry: the config says "linear" and the adapter sets every block's
@@ -54,6 +54,31 @@ class _Erf(nn.Module):
 _OWN_ACTIVATIONS = {"erf": _Erf}
 
 
+#: Architecture fields BertModel has no place for, and the one value each must hold.
+BERT_FIXED_FIELDS = {"norm_type": "layer", "mlp": "dense", "positions": "absolute", "qk_norm": False,
+                     "block_form": "sequential", "branch_norm": False, "final_norm": False, "logit_softcap": None}
+
+
+def check_bert_architecture(arch):
+    """``ValueError`` naming the first field of ``arch`` that ``BertModel`` cannot run.
+
+    BERT is post-LN with LayerNorm, a dense MLP, absolute positions and one key/value head
+    per query head; the other choices (``norm_type``, ``mlp``, ``positions``, ``qk_norm``,
+    ``block_form``, ``branch_norm``, ``final_norm``, ``logit_softcap``, ``head_dim`` other
+    than ``width / heads``, ``kv_heads`` other than ``heads``) would be ignored or break
+    it, so they are refused.
+    """
+    if not arch.norm.normalises_stream:
+        raise ValueError(f"norm must be 'post' for BertModel (post-LN), got {arch.norm!r}")
+    for name, value in BERT_FIXED_FIELDS.items():
+        if getattr(arch, name) != value:
+            raise ValueError(f"{name} must be {value!r} for BertModel, got {getattr(arch, name)!r}")
+    if arch.kv_heads is not None and arch.kv_heads != arch.heads:
+        raise ValueError(f"kv_heads must equal heads ({arch.heads}) for BertModel, got {arch.kv_heads!r}")
+    if arch.head_dim is not None:
+        raise ValueError(f"head_dim must be unset for BertModel (its heads split the width), got {arch.head_dim!r}")
+
+
 def _transformers():
     try:
         import transformers
@@ -67,8 +92,7 @@ def bert_config(stack: SimulatedStack):
     ``stack``, no dropout."""
     if not isinstance(stack, SimulatedStack):
         raise ValueError(f"stack must be a SimulatedStack, got {type(stack).__name__}")
-    if not stack.arch.norm.normalises_stream:
-        raise ValueError(f"norm must be 'post' for BertModel (post-LN), got {stack.arch.norm!r}")
+    check_bert_architecture(stack.arch)
     transformers = _transformers()
     return transformers.BertConfig(
         vocab_size=2, hidden_size=stack.width, num_hidden_layers=stack.depth,

@@ -18,10 +18,12 @@ from remprop.theory.rem.checks import check_seq_len
 
 from ..backend import check_positive_int, check_scalar, check_seed
 
-__all__ = ["TrainConfig", "MODELS"]
+__all__ = ["TrainConfig", "MODELS", "SEED_LIMIT"]
 
 #: Models :func:`~remprop.validation.training.train` can train.
 MODELS = ("remprop", "bert")
+#: Seeds are below this: torch's generators take 64-bit seeds.
+SEED_LIMIT = 2 ** 64
 
 
 def _unit_interval(name, value, *, closed_low=True):
@@ -55,11 +57,13 @@ class TrainConfig:
         Test loss (and checkpoint) every ``eval_every`` steps, on ``eval_batches`` held-out
         batches of ``batch_size`` sequences.
     seed : int
-        Initialisation (the simulator's weight streams) and data order.
+        Initialisation (the simulator's weight streams) and data order, in ``[0, 2**64)``.
     device : str
         ``"cpu"``, ``"cuda[:n]"`` or ``"auto"`` (CUDA with bf16 autocast when present).
     model : {"remprop", "bert"}
-        Our simulated stack with trainable weights, or Hugging Face BERT at the same init.
+        Our simulated stack with trainable weights, or Hugging Face BERT at the same init
+        (an architecture BERT cannot run is refused here,
+        :func:`~remprop.validation.hf_bert.check_bert_architecture`).
     vocab_size : int
         BPE vocabulary of the corpus (>= 64).
     d_ff : int, optional
@@ -104,9 +108,15 @@ class TrainConfig:
         put("grad_clip", check_scalar("grad_clip", self.grad_clip, positive=True, allow_inf=True))
         put("mask_prob", _unit_interval("mask_prob", self.mask_prob, closed_low=False))
         put("seed", check_seed(self.seed))
+        if self.seed >= SEED_LIMIT:
+            raise ValueError(f"seed must be an integer in [0, 2**64) (torch's seeds are 64-bit), got {self.seed}")
         if not isinstance(self.device, str):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:n]', got {self.device!r}")
         put("model", check_choice("model", self.model, MODELS))
+        if self.model == "bert":
+            from ..hf_bert import check_bert_architecture
+
+            check_bert_architecture(self.arch)
         put("vocab_size", check_positive_int("vocab_size", self.vocab_size, 64))
         put("d_ff", None if self.d_ff is None else check_positive_int("d_ff", self.d_ff))
 

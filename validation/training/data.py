@@ -53,6 +53,9 @@ HELD_OUT_EVERY = 8
 EVAL_MASK_SEED = 20250531
 #: Version of the tokenizer recipe, part of the cache key.
 _RECIPE = "bpe-bert-lower-v1"
+#: Largest vocabulary the BPE trainer is asked for (the pydoc topics give a few thousand
+#: tokens at most; a larger request is refused once the trainer stops short of it).
+_TRAINER_VOCAB_LIMIT = 2 ** 16
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,9 @@ class MaskedLMCorpus:
     Parameters
     ----------
     vocab_size : int
-        Size of the BPE vocabulary, special tokens included (>= 64).
+        Size of the BPE vocabulary, special tokens included (>= 64). More than the corpus
+        yields is a ``ValueError`` naming the largest size (the real size is never less
+        than the size asked for).
 
     Attributes
     ----------
@@ -161,8 +166,11 @@ class MaskedLMCorpus:
         texts = pydoc_topic_texts()
         train = [t for k, t in enumerate(texts) if k % HELD_OUT_EVERY != HELD_OUT_EVERY - 1]
         test = [t for k, t in enumerate(texts) if k % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
-        self.tokenizer, path = load_tokenizer(train, vocab_size)
+        self.tokenizer, path = load_tokenizer(train, min(vocab_size, _TRAINER_VOCAB_LIMIT))
         self.vocab_size = self.tokenizer.get_vocab_size()
+        if self.vocab_size < vocab_size:
+            raise ValueError(f"vocab_size must be <= {self.vocab_size}, the most BPE tokens the training split of "
+                             f"the pydoc topics yields (Python {platform.python_version()}), got {vocab_size}")
         self.train_ids = self._stream(train)
         self.test_ids = self._stream(test)
         counts = np.bincount(self.train_ids, minlength=self.vocab_size).astype(np.float64)
@@ -180,6 +188,11 @@ class MaskedLMCorpus:
             pieces.append(np.asarray(encoding.ids, dtype=np.int64))
             pieces.append(np.array([SEP_ID], dtype=np.int64))
         return np.concatenate(pieces)
+
+    def check_seq_len(self, seq_len):
+        """``ValueError`` naming ``seq_len`` unless windows of ``seq_len`` tokens fit both streams."""
+        self._check_length(seq_len, self.train_ids, "training")
+        self._check_length(seq_len, self.test_ids, "held-out")
 
     def _check_length(self, seq_len, stream, name):
         if seq_len > stream.size:

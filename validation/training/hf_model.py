@@ -30,8 +30,10 @@ How each setting of the reference experiments (arXiv 2505.24333, Fig. 1(f)) is m
   parameters (its dense layer and activation are ``nn.Identity``), and the decoder is
   untied from the word embeddings and holds the stack's head ``W ~ N(0, 1/d)``, bias 0.
 
-What cannot be matched: block orders other than post-LN (BERT is post-LN;
-:func:`~remprop.validation.hf_bert.bert_config` raises, naming ``norm``).
+What cannot be matched: block orders other than post-LN (BERT is post-LN), RMSNorm, gated
+MLPs, rotary positions, grouped key/value heads, QK-norm, branch and final norms, parallel
+blocks, logit soft-capping: :func:`~remprop.validation.hf_bert.check_bert_architecture`
+refuses them, naming the field (``TrainConfig(model="bert")`` checks it at construction).
 
 Requires the optional dependency ``transformers``.
 """

@@ -10,15 +10,20 @@ weights and the optimiser stay float32); on the CPU everything is float32.
 Reproducible: the weights are the simulator's draws of ``seed``, batch ``s`` comes from
 ``numpy.random.default_rng([seed, s])`` (:meth:`remprop.validation.training.data.MaskedLMCorpus.train_batch`), and with
 ``out`` every evaluation writes a checkpoint (model, optimiser, schedule, torch RNG, step,
-history) atomically; a later call with the same ``out`` and configuration resumes from it
-and, on the CPU, gives the same losses as an uninterrupted run.
+history) atomically with its SHA-256 (:mod:`~remprop.validation.training.checkpoint`); a later
+call with the same ``out`` and configuration resumes from it and, on the CPU, gives the same
+losses as an uninterrupted run. A damaged checkpoint is moved aside with a warning and the
+run starts again; two runs on one folder are refused (a lock).
+
+Divergence: a run whose training loss, test loss or weights stop being finite (or whose
+numbers overflow float32 inside torch) stops at that step; its result says where and why
+(``TrainResult.diverged``) and its final test loss is NaN. No checkpoint is written past
+the last finite state.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +33,7 @@ import torch.nn.functional as F
 
 from ..backend import resolve_device
 from ..measurements import attention_statistics, token_statistics
+from .checkpoint import CHECKPOINT_NAME, folder_lock, read_checkpoint, write_checkpoint
 from .config import TrainConfig
 from .data import MaskedLMCorpus, masked_lm_corpus
 from .model import MaskedLMStack
@@ -35,8 +41,8 @@ from .result import TrainResult
 
 __all__ = ["train", "build_model", "optimiser", "train_step", "evaluate", "probe", "CHECKPOINT_NAME", "RESULT_NAME"]
 
-#: File names inside ``out``.
-CHECKPOINT_NAME = "checkpoint.pt"
+#: File name of the result inside ``out`` (the checkpoint's is
+#: :data:`~remprop.validation.training.checkpoint.CHECKPOINT_NAME`).
 RESULT_NAME = "result.json"
 
 
@@ -143,26 +149,45 @@ def _config_key(config: TrainConfig) -> str:
     return json.dumps(config.to_dict(), sort_keys=True)
 
 
-def _save_checkpoint(path: Path, state: dict):
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+class _Diverged(Exception):
+    """The run's numbers left the floats: ``step`` and ``reason``."""
+
+    def __init__(self, step, reason):
+        super().__init__(f"diverged at step {step}: {reason}")
+        self.step, self.reason = step, reason
+
+
+def _overflow(err: RuntimeError, step, what):
+    """An overflow inside torch (a scalar beyond float32) as a divergence; anything else re-raised."""
+    if "overflow" not in str(err):
+        raise err
+    return _Diverged(step, f"{what} overflows float32 ({str(err).splitlines()[0]})")
+
+
+def _finite_weights(model) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def _nan_probe(depth) -> dict:
+    return {"qk_grad_norm": [math.nan] * depth, "attention_entropy": [math.nan] * depth,
+            "token_cosine": [math.nan] * (depth + 1)}
+
+
+def _start(config, model, test, device):
+    """The history at step 0 (seeds torch's RNG); raises _Diverged when the initialisation is not finite."""
+    torch.manual_seed(config.seed)
+    history = {"train_loss": [], "eval_steps": [0], "test_loss": [], "init": _nan_probe(config.depth),
+               "seconds": 0.0}
     try:
-        with os.fdopen(handle, "wb") as stream:
-            torch.save(state, stream)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _load_checkpoint(path: Path, config: TrainConfig, model, optimizer, scheduler):
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if state.get("config") != _config_key(config):
-        raise ValueError(f"out holds a checkpoint of another configuration ({path}); use another folder")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    return state["step"], state["history"]
+        history["test_loss"].append(evaluate(model, test, device))
+        history["init"] = {name: np.asarray(value, dtype=float).tolist()
+                           for name, value in probe(model, test, device).items()}
+    except RuntimeError as err:
+        history["test_loss"] = [math.nan]
+        return history, _overflow(err, 0, "the forward pass")
+    if not math.isfinite(history["test_loss"][0]):
+        return history, _Diverged(0, f"the test loss is {history['test_loss'][0]}")
+    return history, None
 
 
 def train(config: TrainConfig, out=None, progress=None) -> TrainResult:
@@ -173,7 +198,10 @@ def train(config: TrainConfig, out=None, progress=None) -> TrainResult:
     config : TrainConfig
     out : str or Path, optional
         Folder for ``checkpoint.pt`` (written at every evaluation) and ``result.json``
-        (at the end). A checkpoint of the same configuration found there is resumed.
+        (at the end). A checkpoint of the same configuration found there is resumed; a
+        damaged one is moved aside (a
+        :class:`~remprop.validation.training.checkpoint.DamagedCheckpointWarning`) and the
+        run starts from step 0. The folder is locked while the run trains.
     progress : callable, optional
         Called as ``progress(step, steps)`` after every step (and once at the resumed step).
 
@@ -185,67 +213,103 @@ def train(config: TrainConfig, out=None, progress=None) -> TrainResult:
     ------
     ValueError
         ``config`` is not a TrainConfig, ``out`` holds another configuration's
-        checkpoint, or ``model="bert"`` with a block order other than post-LN.
+        checkpoint or is in use by another run, or ``model="bert"`` with a block order
+        other than post-LN.
     """
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if out is None:
+        return _train(config, None, progress)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out):
+        return _train(config, out, progress)
+
+
+def _fresh(config, vocab_size, device):
+    model = build_model(config, vocab_size, device)
+    return (model, *optimiser(model, config))
+
+
+def _train(config, out, progress):
     device = resolve_device(config.device)
     corpus: MaskedLMCorpus = masked_lm_corpus(config.vocab_size)
     test = corpus.test_batches(count=config.eval_batches, batch_size=config.batch_size, seq_len=config.seq_len,
                                mask_prob=config.mask_prob)
-    model = build_model(config, corpus.vocab_size, device)
-    optimizer, scheduler = optimiser(model, config)
-    checkpoint = None
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        checkpoint = out / CHECKPOINT_NAME
-    step, history = 0, None
-    if checkpoint is not None and checkpoint.exists():
-        step, history = _load_checkpoint(checkpoint, config, model, optimizer, scheduler)
+    model, optimizer, scheduler = _fresh(config, corpus.vocab_size, device)
+    checkpoint = None if out is None else out / CHECKPOINT_NAME
+    step, history, digest, diverged = 0, None, None, None
+    if checkpoint is not None:
+        state, digest = read_checkpoint(checkpoint, _config_key(config), config.steps)
+        if state is not None:
+            try:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                scheduler.load_state_dict(state["scheduler"])
+                torch.set_rng_state(state["torch_rng"])
+                step, history = state["step"], state["history"]
+            except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
+                from .checkpoint import quarantine
+
+                quarantine(checkpoint, f"it does not fit the model: {type(err).__name__}")
+                model, optimizer, scheduler = _fresh(config, corpus.vocab_size, device)
+                digest = None
     if history is None:
-        torch.manual_seed(config.seed)
-        history = {"train_loss": [], "eval_steps": [0], "test_loss": [evaluate(model, test, device)],
-                   "init": probe(model, test, device), "seconds": 0.0}
-        if checkpoint is not None:
-            _save(checkpoint, config, step, model, optimizer, scheduler, history)
+        history, diverged = _start(config, model, test, device)
+        if checkpoint is not None and diverged is None:
+            digest = _save(checkpoint, config, step, model, optimizer, scheduler, history, digest)
     if progress is not None:
         progress(step, config.steps)
 
     model.train()
     started = time.perf_counter()
     seconds_before = history["seconds"]
-    while step < config.steps:
+    while step < config.steps and diverged is None:
         batch = corpus.train_batch(seed=config.seed, step=step, batch_size=config.batch_size,
                                    seq_len=config.seq_len, mask_prob=config.mask_prob)
-        loss = train_step(model, batch, optimizer, scheduler, config, device)
+        try:
+            loss = float(train_step(model, batch, optimizer, scheduler, config, device))
+        except RuntimeError as err:
+            diverged = _overflow(err, step + 1, "the update")
+            break
         step += 1
-        history["train_loss"].append(float(loss))
+        history["train_loss"].append(loss)
+        if not math.isfinite(loss):
+            diverged = _Diverged(step, f"the training loss is {loss}")
+            break
         if step % config.eval_every == 0 or step == config.steps:
             history["eval_steps"].append(step)
             history["test_loss"].append(evaluate(model, test, device))
             history["seconds"] = seconds_before + time.perf_counter() - started
-            if checkpoint is not None:
-                _save(checkpoint, config, step, model, optimizer, scheduler, history)
+            if not math.isfinite(history["test_loss"][-1]):
+                diverged = _Diverged(step, f"the test loss is {history['test_loss'][-1]}")
+            elif not _finite_weights(model):
+                diverged = _Diverged(step, "a weight is not finite after the update")
+            elif checkpoint is not None:
+                digest = _save(checkpoint, config, step, model, optimizer, scheduler, history, digest)
         if progress is not None:
             progress(step, config.steps)
 
-    final = probe(model, test, device)
-    seconds = history["seconds"]
-    tokens = config.steps * config.batch_size * config.seq_len
+    final = _nan_probe(config.depth) if diverged is not None else probe(model, test, device)
+    seconds = history["seconds"] if diverged is None else seconds_before + time.perf_counter() - started
+    tokens = step * config.batch_size * config.seq_len
     result = TrainResult(config=config, eval_steps=np.asarray(history["eval_steps"], dtype=np.int64),
                          train_loss=np.asarray(history["train_loss"]), test_loss=np.asarray(history["test_loss"]),
-                         unigram_loss=corpus.unigram_loss(test), init=history["init"], final=final,
+                         unigram_loss=corpus.unigram_loss(test),
+                         init={name: np.asarray(value, dtype=float) for name, value in history["init"].items()},
+                         final={name: np.asarray(value, dtype=float) for name, value in final.items()},
                          corpus=corpus.description,
                          run={"device": str(device), "autocast": "bfloat16" if device.type == "cuda" else None,
                               "torch": torch.__version__, "threads": torch.get_num_threads(),
-                              "seconds": seconds, "tokens_per_second": tokens / seconds if seconds > 0 else None})
+                              "seconds": seconds, "tokens_per_second": tokens / seconds if seconds > 0 else None},
+                         diverged=None if diverged is None else {"step": diverged.step, "reason": diverged.reason})
     if out is not None:
         result.save(out / RESULT_NAME)
     return result
 
 
-def _save(path, config, step, model, optimizer, scheduler, history):
-    _save_checkpoint(path, {"config": _config_key(config), "step": step, "model": model.state_dict(),
-                            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                            "torch_rng": torch.get_rng_state(), "history": history})
+def _save(path, config, step, model, optimizer, scheduler, history, previous):
+    """Checkpoint (tensors and plain types only); returns its digest."""
+    return write_checkpoint(path, {"config": _config_key(config), "step": step, "model": model.state_dict(),
+                                   "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                                   "torch_rng": torch.get_rng_state(), "history": history}, previous)

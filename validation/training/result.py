@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,10 @@ class TrainResult:
         The corpus and tokenizer (Python version, documents, tokens).
     run : dict
         Device, precision, seconds, training tokens per second.
+    diverged : dict or None
+        None for a run that finished; for a run whose numbers stopped being finite,
+        ``{"step": s, "reason": "..."}``: it stopped at step ``s`` (0: at
+        initialisation), its curves end there and its final measurements are NaN.
     """
 
     config: TrainConfig
@@ -60,11 +65,12 @@ class TrainResult:
     final: dict
     corpus: dict = field(default_factory=dict)
     run: dict = field(default_factory=dict)
+    diverged: dict | None = None
 
     @property
     def final_test_loss(self) -> float:
-        """The test loss after the last step."""
-        return float(self.test_loss[-1])
+        """The test loss after the last step (NaN for a diverged run)."""
+        return math.nan if self.diverged is not None else float(self.test_loss[-1])
 
     def to_dict(self) -> dict:
         """JSON-ready dict (non-finite numbers as the strings of ``remprop._json``)."""
@@ -72,7 +78,7 @@ class TrainResult:
                             "train_loss": self.train_loss, "test_loss": self.test_loss,
                             "final_test_loss": self.final_test_loss, "unigram_loss": self.unigram_loss,
                             "init": _arrays(self.init), "final": _arrays(self.final),
-                            "corpus": self.corpus, "run": self.run})
+                            "corpus": self.corpus, "run": self.run, "diverged": self.diverged})
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainResult":
@@ -86,7 +92,8 @@ class TrainResult:
                    unigram_loss=float(data["unigram_loss"]),
                    init={k: floats(v) for k, v in data["init"].items()},
                    final={k: floats(v) for k, v in data["final"].items()},
-                   corpus=dict(data.get("corpus", {})), run=dict(data.get("run", {})))
+                   corpus=dict(data.get("corpus", {})), run=dict(data.get("run", {})),
+                   diverged=data.get("diverged"))
 
     def save(self, path) -> Path:
         """Write :meth:`to_dict` as strict JSON to ``path``, atomically; returns the path."""

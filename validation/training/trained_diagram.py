@@ -40,6 +40,10 @@ initialisation (``result.init``, mean over seeds), exactly as the theory names i
 * else **untrained** (:data:`UNTRAINED`): it did not train and the initialisation shows
   neither signature (too few steps, a too large learning rate, ...).
 
+A cell with a run whose numbers stopped being finite (``TrainResult.diverged``: its final
+test loss is NaN) is **diverged** (:data:`DIVERGED`): an outcome of the grid, not an error,
+and not trainable (``f = 0``); the reference ``R`` is the best finite loss.
+
 Entropy collapse wins when both signatures are there, as in
 :func:`remprop.diagrams.classify_phases`. A trainable cell is trainable whatever its
 initialisation shows: training is the verdict, the initialisation only names failures.
@@ -77,7 +81,7 @@ from ..experiments.cell_runner import cell_key
 from .trained_grid import TrainedGridSpec, load_trained_records
 
 __all__ = ["TrainedDiagram", "classify_trained", "trained_fraction", "TRAINED_FRACTION", "ENTROPY_FRACTION",
-           "UNTRAINED", "TRAINED_LABELS"]
+           "UNTRAINED", "DIVERGED", "TRAINED_LABELS"]
 
 #: A cell is trainable when its trained fraction is at least this.
 TRAINED_FRACTION = 0.5
@@ -85,8 +89,10 @@ TRAINED_FRACTION = 0.5
 ENTROPY_FRACTION = 0.5
 #: Code of a cell that did not train and whose initialisation shows neither collapse.
 UNTRAINED = 3
-#: Phase code -> label of the trained diagram (the theory's three, and UNTRAINED).
-TRAINED_LABELS = {**PHASE_LABELS, UNTRAINED: "untrained"}
+#: Code of a cell with a run that diverged (a non-finite loss or weights).
+DIVERGED = 4
+#: Phase code -> label of the trained diagram (the theory's three, UNTRAINED and DIVERGED).
+TRAINED_LABELS = {**PHASE_LABELS, UNTRAINED: "untrained", DIVERGED: "diverged"}
 #: The format of the JSON-only files this type wrote before the grid result's format.
 _FORMAT_V1 = "remprop.trained_diagram/1"
 #: The arrays of a trained grid and their axes (all listed in its JSON summary too).
@@ -102,6 +108,7 @@ _RULES = {
     "rank_collapse": "not trainable, not entropy-collapsed, token cosine after the last block at "
                      "init > threshold",
     "untrained": "not trainable and neither signature at init",
+    "diverged": "a run's loss or weights stopped being finite (its final test loss is NaN)",
 }
 
 
@@ -116,32 +123,56 @@ def trained_fraction(final_loss, unigram_loss, reference_loss=None):
     """
     loss = np.asarray(final_loss, dtype=float)
     unigram = np.asarray(unigram_loss, dtype=float)
-    reference = float(np.nanmin(loss)) if reference_loss is None else float(reference_loss)
+    reference = _best(loss) if reference_loss is None else float(reference_loss)
     gain = np.broadcast_to(unigram, loss.shape) - reference
     with np.errstate(invalid="ignore", divide="ignore"):
         f = np.where(gain > 0, (unigram - loss) / np.where(gain > 0, gain, 1.0), 0.0)
     return np.where(np.isfinite(f), f, 0.0)
 
 
-def classify_trained(fraction, init_entropy_min, init_cosine_final, seq_len, threshold=DEFAULT_THRESHOLD):
-    """Trained phase code of each cell (module docstring): TRAINABLE when ``fraction >= 1/2``,
-    else ENTROPY_COLLAPSE when ``init_entropy_min < ENTROPY_FRACTION log T``, else
-    RANK_COLLAPSE when ``not init_cosine_final <= threshold``, else UNTRAINED."""
-    fraction, entropy, cosine = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in
-                                                      (fraction, init_entropy_min, init_cosine_final)))
+def _best(loss) -> float:
+    """The smallest finite loss (NaN when none is finite)."""
+    finite = np.asarray(loss, dtype=float)[np.isfinite(loss)]
+    return float(finite.min()) if finite.size else float("nan")
+
+
+def classify_trained(fraction, init_entropy_min, init_cosine_final, seq_len, threshold=DEFAULT_THRESHOLD,
+                     diverged=False):
+    """Trained phase code of each cell (module docstring): DIVERGED where ``diverged``, else
+    TRAINABLE when ``fraction >= 1/2``, else ENTROPY_COLLAPSE when
+    ``init_entropy_min < ENTROPY_FRACTION log T``, else RANK_COLLAPSE when
+    ``not init_cosine_final <= threshold``, else UNTRAINED."""
+    fraction, entropy, cosine, diverged = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (fraction, init_entropy_min, init_cosine_final)),
+        np.asarray(diverged, dtype=bool))
     phase = np.full(fraction.shape, UNTRAINED, dtype=np.int8)
     with np.errstate(invalid="ignore"):
         phase[~(cosine <= threshold)] = RANK_COLLAPSE
         phase[entropy < ENTROPY_FRACTION * np.log(seq_len)] = ENTROPY_COLLAPSE
         phase[fraction >= TRAINED_FRACTION] = TRAINABLE
+    phase[diverged] = DIVERGED
     return phase
+
+
+def _eval_steps(config) -> list:
+    """The steps of a finished run's test loss: 0, every ``eval_every``, the last."""
+    return sorted({0, *range(config.eval_every, config.steps + 1, config.eval_every), config.steps})
+
+
+def _curve(result, length) -> np.ndarray:
+    """A run's test-loss curve, NaN after a divergence (padded to ``length``)."""
+    curve = np.full(length, np.nan)
+    values = np.asarray([float(v) for v in result["test_loss"]], dtype=float)[:length]
+    curve[:values.size] = values
+    return curve
 
 
 def _cell_arrays(spec, records, name, part, reduce):
     """``reduce`` over layers of ``result[part][name]``, mean over seeds, per cell (alpha, beta)."""
     out = np.full(spec.shape, np.nan)
     for a, b in spec.cells():
-        values = [reduce(np.asarray(r[part][name], dtype=float)) for r in records[cell_key(a, b)]["results"]]
+        values = [reduce(np.asarray([float(v) for v in r[part][name]], dtype=float))
+                  for r in records[cell_key(a, b)]["results"]]
         out[a, b] = float(np.mean(values))
     return out
 
@@ -219,22 +250,23 @@ class TrainedDiagram(ComparedView):
         fraction = trained_fraction(loss, unigram)
         entropy = _cell_arrays(spec, records, "attention_entropy", "init", np.min)
         cosine = _cell_arrays(spec, records, "token_cosine", "init", lambda v: v[-1])
-        phase = classify_trained(fraction, entropy, cosine, cfg.seq_len, spec.threshold)
+        phase = classify_trained(fraction, entropy, cosine, cfg.seq_len, spec.threshold, ~np.isfinite(loss))
         # the input cosine, where the per-layer cosine includes the input (depth + 1 values)
-        first = [np.asarray(r["init"]["token_cosine"], dtype=float) for rec in records.values()
+        first = [np.asarray([float(v) for v in r["init"]["token_cosine"]], dtype=float) for rec in records.values()
                  for r in rec["results"]]
-        input_rho = float(np.clip(np.mean([v[0] for v in first]), -1.0, 1.0)) \
-            if all(v.size == cfg.depth + 1 for v in first) else 0.0
+        starts = [v[0] for v in first if v.size == cfg.depth + 1 and np.isfinite(v[0])]
+        input_rho = float(np.clip(np.mean(starts), -1.0, 1.0)) \
+            if starts and all(v.size == cfg.depth + 1 for v in first) else 0.0
         predicted = trainability_diagram(theory_architecture(cfg.arch, theory, cfg.seq_len), np.asarray(spec.betas),
                                          np.asarray(spec.alphas), cfg.depth, spec.threshold, q0=1.0, rho0=input_rho)
-        steps = np.asarray(runs(0, 0)[0]["eval_steps"], dtype=float)
-        curves = np.array([[np.mean([np.asarray(r["test_loss"], dtype=float) for r in runs(a, b)], axis=0)
+        steps = np.asarray(_eval_steps(cfg), dtype=float)
+        curves = np.array([[np.mean([_curve(r, steps.size) for r in runs(a, b)], axis=0)
                             for b in range(spec.shape[1])] for a in range(spec.shape[0])])
         devices = sorted({str(r.get("run", {}).get("device", "?")) for r in records.values()})
         arrays = dict(phase=phase, final_test_loss=loss, final_test_loss_std=spread, fraction=fraction,
                       init_entropy_min=entropy, init_cosine_final=cosine, eval_steps=steps, test_loss=curves)
         agrees_trainable = (phase == TRAINABLE) == (predicted.phase == TRAINABLE)
-        values = {"unigram_loss": unigram, "reference_loss": float(np.nanmin(loss)), "input_rho": input_rho,
+        values = {"unigram_loss": unigram, "reference_loss": _best(loss), "input_rho": input_rho,
                   **cls.comparison_values(phase, predicted.phase, TRAINED_LABELS),
                   "agreement_trainable": float(agrees_trainable.mean())}
         grid = GridResult("trained", spec.alphas, spec.betas, arrays, dict(_ARRAYS), TRAINED_LABELS,
@@ -311,7 +343,8 @@ class TrainedDiagram(ComparedView):
                 f"({100 * self.agreement:.1f}%), trainable-or-not in {int(self.agrees_trainable.sum())}/{n} "
                 f"({100 * self.agreement_trainable:.1f}%); {self.spec.shape[1]} betas x {self.spec.shape[0]} alphas, "
                 f"depth {cfg.depth}, d={cfg.width}, T={cfg.seq_len}, {cfg.steps} steps, "
-                f"{len(self.spec.seeds)} seed(s) per cell")
+                f"{len(self.spec.seeds)} seed(s) per cell"
+                + (f"; {diverged} cell(s) diverged" if (diverged := int((self.phase == DIVERGED).sum())) else ""))
 
     # -- output ---------------------------------------------------------------------------
     def figure(self, fine_points=120):

@@ -27,12 +27,13 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from remprop._json import to_jsonable
 from remprop.theory import DEFAULT_THRESHOLD, Architecture
 from remprop.theory.checks import check_count, check_grid_axis, check_seeds
 
-from ..experiments.cell_store import CellStore, json_sha256
+from ..experiments.cell_store import CELLS_FOLDER, MANIFEST_NAME, CellStore, json_sha256, stored_manifest
 from ..experiments.cell_runner import SweepReport, cell_key, grid_record_problem, grid_records, run_cells
 
 __all__ = ["TrainedGridSpec", "train_cell", "run_trained_grid", "run_cells", "load_trained_records",
@@ -91,6 +92,10 @@ class TrainedGridSpec:
         set_("alphas", tuple(float(a) for a in check_grid_axis("alphas", self.alphas, allow_scalar=True,
                                                                 nonnegative=True)))
         set_("seeds", check_seeds(self.seeds))
+        try:  # the largest seed through the training configuration's own check (torch takes 64-bit seeds)
+            dataclasses.replace(self.config, seed=max(self.seeds))
+        except ValueError as err:
+            raise ValueError(f"seeds: {err}") from None
         threshold = float(self.threshold)
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must lie in (0, 1), got {self.threshold!r}")
@@ -231,7 +236,32 @@ def run_trained_grid(spec: TrainedGridSpec, out, *, train=None, workers=None, sc
         from ..backend import resolve_device
 
         resolve_device(spec.config.device)  # fail here, on a bad name, not in every cell
+    folder = Path(out)
+    records = {folder / CELLS_FOLDER / f"{cell_key(a, b)}.json" for a, b in spec.cells()}
+    for record in sorted(records | set((folder / CELLS_FOLDER).glob("*.json"))):
+        if record.exists() and not record.is_file():
+            raise ValueError(f"out: {record} is a folder, not a cell record; move it away or use another folder")
+    new = stored_manifest(folder) is None and not (folder / MANIFEST_NAME).exists()
     store = _open_store(spec, out)
     cells = {cell_key(a, b): (spec, a, b, train) for a, b in spec.cells()}
-    return run_cells(store, cells, train_cell_on_worker, workers=workers, scheduler=scheduler, client=client,
-                     progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s)
+    try:
+        return run_cells(store, cells, train_cell_on_worker, workers=workers, scheduler=scheduler, client=client,
+                         progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s)
+    except BaseException:
+        if new:
+            _forget_unused(folder)
+        raise
+
+
+def _forget_unused(folder: Path):
+    """Remove the manifest this run wrote when the run failed before any cell was on disk,
+    so that a corrected rerun is not refused as "a different sweep" (a folder where any
+    cell file, claim or record, exists is left alone: another run may be using it)."""
+    cells = folder / CELLS_FOLDER
+    try:
+        if any(cells.iterdir()):
+            return
+        cells.rmdir()
+        (folder / MANIFEST_NAME).unlink()
+    except OSError:
+        pass

@@ -99,6 +99,8 @@ def writable_directory(path, option="--out") -> Path:
     exit status 2) rather than after a long sweep. The check writes and removes a
     temporary file: permission bits alone say nothing when running as root.
     """
+    if isinstance(path, str) and not path.strip():
+        raise CommandLineError(f"argument {option}: must name a folder, got {path!r} (use '.' for this folder)")
     directory = Path(path)
     try:
         directory.mkdir(parents=True, exist_ok=True)

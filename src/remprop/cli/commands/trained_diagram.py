@@ -3,22 +3,30 @@
 Needs the ``validation`` extra (torch, tokenizers); dask (the ``distributed`` extra) runs the
 cells in parallel. The parser is built without them; :mod:`remprop.validation` is imported
 inside the run function, and a missing extra is one line with status 2.
+
+Everything is checked before the folder is touched: the inputs, the corpus's vocabulary,
+the output files, a folder holding another grid (naming the options that differ) and the
+estimated memory and time of all the runs (``--max-memory``, ``--max-seconds``). A cell
+whose training diverges is an outcome (``diverged``), not an error.
 """
 from __future__ import annotations
 
+import os
+
 from ..converters import count, layer_count, open_unit_real, positive_real, seed_list
-from ..errors import CommandLineError, one_line, validation_extra
-from ..options import (add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
-                       add_output_options, add_progress_option, architecture_from_args, point_at_option)
+from ..errors import CommandLineError, validation_extra
+from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_cluster_options, add_command,
+                       add_grid_options, add_output_options, add_progress_option, add_work_limit_options,
+                       point_at_option)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
-from .training import TRAIN_OPTIONS
+from .training import TRAIN_OPTIONS, check_output_files, check_training_work, training_architecture
 
 __all__ = ["add_trained_diagram_parser", "run_trained_diagram"]
 
 #: Option of each training or grid parameter, to name it in an error message.
 OPTIONS = {**TRAIN_OPTIONS, "seeds": "--seeds", "betas": "--betas", "alphas": "--alphas", "alpha_sa": "--alphas",
            "threshold": "--threshold", "threads": "--threads", "workers": "--workers", "scheduler": "--scheduler",
-           "out": "--out", "theory": "--theory"}
+           "out": "--out", "theory": "--theory", "max_seconds": "--max-seconds", "max_memory": "--max-memory"}
 
 
 def add_trained_diagram_parser(commands):
@@ -60,7 +68,38 @@ def add_trained_diagram_parser(commands):
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     add_cluster_options(parser)
     add_progress_option(parser)
+    add_work_limit_options(parser)
     add_architecture_arguments(parser, alpha_sa=False, theory_seq_len=False)
+
+
+def _differences(stored: dict, wanted: dict, args) -> list:
+    """The options whose values differ between a folder's grid manifest and this run's."""
+    out = []
+    for key in sorted(set(stored) | set(wanted)):
+        old, new = stored.get(key), wanted.get(key)
+        if key == "config" and isinstance(old, dict) and isinstance(new, dict):
+            out += _differences(old, new, args)
+        elif key == "arch" and isinstance(old, dict) and isinstance(new, dict):
+            out += [f"{ARCHITECTURE_OPTIONS.get(k, k)}: stored {old.get(k)!r}, asked {new.get(k)!r}"
+                    for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        elif old != new:
+            option = OPTIONS.get(key, key)
+            if key == "eval_every" and args.eval_every is None:
+                option += " (steps / 10 unless set)"
+            out.append(f"{option}: stored {old!r}, asked {new!r}")
+    return out
+
+
+def _check_folder(directory, spec, args):
+    """One line naming the options that differ when ``directory`` holds another trained grid."""
+    from remprop.validation.experiments.cell_store import stored_manifest
+
+    stored = stored_manifest(directory)
+    if stored is not None and stored.get("format") == spec.manifest()["format"]:
+        differences = _differences(stored, spec.manifest(), args)
+        if differences:
+            raise CommandLineError(f"argument --out: {directory} holds a trained grid of other settings "
+                                   f"({'; '.join(differences)}); use another folder or the same settings")
 
 
 def run_trained_diagram(args) -> int:
@@ -78,10 +117,12 @@ def run_trained_diagram(args) -> int:
     """
     import numpy as np
 
-    arch = architecture_from_args(args)
+    arch = training_architecture(args)
     directory = writable_directory(args.out)
+    check_output_files(*(directory / f"trained_diagram.{ext}" for ext in ("png", "npz", "json")))
     with validation_extra():
-        from remprop.validation.training import TrainConfig
+        from remprop.validation.experiments import distributed
+        from remprop.validation.training import TrainConfig, masked_lm_corpus
         from remprop.validation.training.trained_diagram import TrainedDiagram
         from remprop.validation.training.trained_grid import (TrainedGridSpec, load_trained_records,
                                                               run_trained_grid)
@@ -92,6 +133,19 @@ def run_trained_diagram(args) -> int:
                              eval_every=args.eval_every or max(args.steps // 10, 1), device=args.device)
         spec = TrainedGridSpec(config, np.asarray(args.betas, dtype=float), np.asarray(args.alphas, dtype=float),
                                args.seeds, args.threshold, args.threads)
+        corpus = masked_lm_corpus(config.vocab_size)
+        corpus.check_seq_len(config.seq_len)
+    except ValueError as err:
+        raise CommandLineError(point_at_option(err, OPTIONS)) from None
+    _check_folder(directory, spec, args)
+    runs = len(spec.cells()) * len(spec.seeds)
+    parallel = args.workers if args.workers is not None else \
+        ((os.cpu_count() or 1) if distributed.dask_installed() else 1)
+    try:
+        check_training_work(args, spec.run_config(0, 0, spec.seeds[0]),
+                            corpus.vocab_size, runs=runs, parallel=parallel or 1,
+                            task=f"training {runs} run(s) of {config.steps} steps, depth {config.depth}, width "
+                                 f"{config.width}, {config.batch_size} x {config.seq_len} tokens")
         report = run_trained_grid(spec, directory, workers=args.workers, scheduler=args.scheduler,
                                   progress=show_progress(args))
         diagram = TrainedDiagram.from_records(spec, load_trained_records(spec, directory), theory=args.theory)

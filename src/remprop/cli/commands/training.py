@@ -4,22 +4,35 @@ The stack is the simulator's (``--norm``, ``--alpha``, ``--heads``, ... and ``--
 mean what they mean everywhere else); it is trained on the pydoc topics with the
 reference recipe (:mod:`remprop.validation.training`). Writes ``OUT/NAME.json``
 (:meth:`remprop.validation.training.TrainResult.to_dict`) and ``OUT/NAME.png`` (:func:`remprop.diagrams.training_figures.training_figure`);
-``OUT/checkpoint.pt`` makes an interrupted run resume where it stopped. ``--model bert``
-trains Hugging Face ``BertForMaskedLM`` holding the same initial weights
-(:mod:`remprop.validation.training.hf_model`; post-LN only).
+``OUT/checkpoint.pt`` makes an interrupted run resume where it stopped (a damaged one is
+moved aside with a warning and the run starts again; a second run on the same folder is
+refused). ``--model bert`` trains Hugging Face ``BertForMaskedLM`` holding the same initial
+weights (:mod:`remprop.validation.training.hf_model`; post-LN BERT only: options it has no
+place for are refused).
+
+Before it starts, the run's memory and time are estimated
+(:mod:`remprop.validation.training.work`) and refused above ``--max-memory`` /
+``--max-seconds`` (exit status 2, one line with the estimate). A run whose loss or weights
+stop being finite stops there, writes its files (``diverged`` in the JSON) and exits with
+status 2, one line saying at which step and why.
 """
 from __future__ import annotations
 
 import contextlib
 import sys
 
+from pathlib import Path
+
 from ..converters import count, layer_count, nonnegative_real, positive_real
 from ..errors import CommandLineError, one_line, validation_extra
+from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
-                       add_progress_option, architecture_from_args, point_at_option)
+                       add_progress_option, add_work_limit_options, architecture_from_args, point_at_option,
+                       work_limits)
 from ..output import dumps, show_progress, writable_directory
 
-__all__ = ["add_train_parser", "run_train", "TRAIN_OPTIONS"]
+__all__ = ["add_train_parser", "run_train", "TRAIN_OPTIONS", "training_architecture", "check_training_work",
+           "check_output_files"]
 
 #: TrainConfig field -> option, to name the option of a rejected value.
 TRAIN_OPTIONS = {"beta": "--beta", "depth": "--depth", "width": "--width", "seq_len": "--seq-len",
@@ -72,7 +85,41 @@ def add_train_parser(commands):
     add_output_options(train, out="remprop-train", name="train",
                        out_help="output folder, created if needed; a checkpoint there resumes the run")
     add_progress_option(train)
+    add_work_limit_options(train)
     add_architecture_arguments(train, theory_seq_len=False)
+
+
+def training_architecture(args, **overrides):
+    """The Architecture of a training command: its T is ``--seq-len`` where the architecture
+    needs one (rotary positions, QK-norm), as the trained sequences have that length."""
+    if getattr(args, "positions", None) == "rope" or getattr(args, "qk_norm", False):
+        overrides.setdefault("seq_len", args.seq_len)
+    return architecture_from_args(args, **overrides)
+
+
+def check_output_files(*paths):
+    """One line naming the first of ``paths`` that is a folder (or else not a file), before any work."""
+    for path in paths:
+        path = Path(path)
+        if path.exists() and not path.is_file():
+            raise CommandLineError(f"argument --out: {path} is a folder, not a file; move it away or use another "
+                                   "--out")
+
+
+def check_training_work(args, config, vocab_size, runs=1, parallel=1, task=None):
+    """Refuse training above --max-memory / --max-seconds (one line with the estimate).
+
+    ``runs`` training runs of ``config`` (``parallel`` at a time), on ``config.device``.
+    """
+    from remprop.validation.backend import resolve_device
+    from remprop.validation.training.work import training_bytes, training_seconds
+
+    parallel = max(1, min(parallel, runs))
+    nbytes = training_bytes(config, vocab_size) * parallel
+    seconds = training_seconds(config, vocab_size, resolve_device(config.device)) * runs / parallel
+    task = task or (f"training {config.steps} steps of depth {config.depth}, width {config.width}, "
+                    f"{config.batch_size} x {config.seq_len} tokens, vocabulary {vocab_size}")
+    check_work(task, seconds=seconds, nbytes=nbytes, **work_limits(args))
 
 
 def _config(args, arch):
@@ -86,19 +133,21 @@ def _config(args, arch):
         option = next((o for k, o in TRAIN_OPTIONS.items() if " " in k and message.startswith(k)), None)
         if option:
             raise CommandLineError(f"{message} (option {option})") from None
-        raise CommandLineError(point_at_option(message, TRAIN_OPTIONS)) from None
+        raise CommandLineError(point_at_option(message, {**ARCHITECTURE_OPTIONS, **TRAIN_OPTIONS})) from None
 
 
 def run_train(args) -> int:
     """Train one stack; write OUT/NAME.json and OUT/NAME.png; print a summary (or --json)."""
-    arch = architecture_from_args(args)
+    arch = training_architecture(args)
     directory = writable_directory(args.out)
+    json_path, png_path = directory / f"{args.name}.json", directory / f"{args.name}.png"
+    check_output_files(json_path, png_path)
     with validation_extra():
         from tqdm import tqdm
 
         from remprop.diagrams.training_figures import training_figure
         from remprop.validation.backend import torch_threads
-        from remprop.validation.training import train
+        from remprop.validation.training import masked_lm_corpus, train
 
         config = _config(args, arch)
         try:
@@ -108,22 +157,32 @@ def run_train(args) -> int:
         except ValueError as err:
             raise CommandLineError(f"{one_line(err)} (option --device)") from None
         threads = contextlib.nullcontext() if args.threads is None else torch_threads(args.threads)
-        with threads, tqdm(total=config.steps, disable=not show_progress(args), desc="train", unit="step",
-                           file=sys.stderr) as bar:
-            def progress(step, total):
-                bar.update(step - bar.n)
-
+        with threads:
             try:
-                result = train(config, out=directory, progress=progress)
+                corpus = masked_lm_corpus(config.vocab_size)
+                corpus.check_seq_len(config.seq_len)
             except ValueError as err:
-                # ARCHITECTURE_OPTIONS: model 'bert' refuses a block order other than post-LN ("norm must be ...")
-                raise CommandLineError(point_at_option(err, {**ARCHITECTURE_OPTIONS, **TRAIN_OPTIONS,
-                                                                        "out": "--out"})) from None
+                raise CommandLineError(point_at_option(err, TRAIN_OPTIONS)) from None
+            check_training_work(args, config, corpus.vocab_size)
+            with tqdm(total=config.steps, disable=not show_progress(args), desc="train", unit="step",
+                      file=sys.stderr) as bar:
+                def progress(step, total):
+                    bar.update(step - bar.n)
+
+                try:
+                    result = train(config, out=directory, progress=progress)
+                except ValueError as err:
+                    # ARCHITECTURE_OPTIONS: model 'bert' refuses a block order other than post-LN ("norm must be ...")
+                    raise CommandLineError(point_at_option(err, {**ARCHITECTURE_OPTIONS, **TRAIN_OPTIONS,
+                                                                            "out": "--out"})) from None
     summary = result.to_dict()
-    json_path = directory / f"{args.name}.json"
     result.save(json_path)
-    png_path = directory / f"{args.name}.png"
     training_figure(summary).savefig(png_path, dpi=120)
+    if result.diverged is not None:
+        step, reason = result.diverged["step"], result.diverged["reason"]
+        where = "at initialisation" if step == 0 else f"at step {step} of {config.steps}"
+        raise CommandLineError(f"the run diverged {where}: {reason}; recorded as diverged in {json_path} "
+                               "(a smaller --lr, --beta or --alpha may train)")
     if args.json:
         print(dumps({"files": [str(json_path), str(png_path)], **summary}))
     else:

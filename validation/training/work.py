@@ -1,0 +1,92 @@
+r"""How much memory and time a training run will take, before it starts.
+
+The command line refuses a run above ``--max-memory`` / ``--max-seconds``
+(:func:`remprop.cli.limits.check_work`) from these estimates; the library itself trains
+whatever it is asked.
+
+**Memory** (:func:`training_bytes`, float32, 4 bytes a number). With ``L`` blocks of width
+``d``, MLP width ``f``, ``H`` heads, ``V`` tokens, ``B`` sequences of ``T`` tokens and
+``n = mask_prob B T + B`` selected tokens a batch:
+
+* the parameters ``P = L (4 d^2 + 3 d f + 4 d + 2 f) + 2 V d + T d + V`` (queries, keys,
+  values and output; up to three MLP matrices; the word table, the head and the position
+  table), held ten times: weights, gradients, AdamW's two moments, and the serialised
+  model and optimiser of a checkpoint with its copy;
+* the activations kept for the backward pass, ``L (B T (12 d + 3 f) + 3 B H T^2) + 2 B T d``
+  (every block's stream, normalised copies, queries, keys, values, MLP hidden layers,
+  scores and probabilities), and ``3 n V`` for the logits, their softmax and its gradient.
+
+**Time** (:func:`training_seconds`): the floating-point operations of the run -- three
+forward passes a step (forward and backward), one a held-out batch at each evaluation,
+three for each of the two probes, a forward pass costing
+``2 B T L (4 d^2 + 3 d f) + 4 B T^2 d L + 2 n V d`` -- divided by the matrix-multiply
+rate measured on the device (:func:`flop_rate`, once per process), plus a fixed cost per
+block and step for the many small operations of a step (:data:`SECONDS_PER_BLOCK_STEP`).
+It is a lower bound of the order of magnitude, enough to refuse runs of hours or years.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import time
+
+import torch
+
+__all__ = ["training_bytes", "training_flops", "training_seconds", "flop_rate", "SECONDS_PER_BLOCK_STEP"]
+
+#: Time of the small operations (launches, normalisations, activations) of one block in one step.
+SECONDS_PER_BLOCK_STEP = 2e-3
+_FLOAT_BYTES = 4
+
+
+def _sizes(config, vocab_size):
+    d, L, T, B = config.width, config.depth, config.seq_len, config.batch_size
+    f = config.d_ff or d
+    V = config.vocab_size if vocab_size is None else int(vocab_size)
+    n = math.ceil(config.mask_prob * B * T) + B
+    return d, f, L, T, B, V, n, config.arch.heads
+
+
+def training_bytes(config, vocab_size=None) -> int:
+    """Estimated peak memory (bytes) of training ``config`` (module docstring).
+
+    ``vocab_size``: the corpus's real vocabulary (default ``config.vocab_size``).
+    """
+    d, f, L, T, B, V, n, H = _sizes(config, vocab_size)
+    parameters = L * (4 * d * d + 3 * d * f + 4 * d + 2 * f) + 2 * V * d + T * d + V
+    activations = L * (B * T * (12 * d + 3 * f) + 3 * B * H * T * T) + 2 * B * T * d + 3 * n * V
+    return _FLOAT_BYTES * (10 * parameters + activations)
+
+
+def training_flops(config, vocab_size=None) -> float:
+    """Floating-point operations of training ``config`` (module docstring)."""
+    d, f, L, T, B, V, n, _ = _sizes(config, vocab_size)
+    forward = 2.0 * B * T * L * (4 * d * d + 3 * d * f) + 4.0 * B * T * T * d * L + 2.0 * n * V * d
+    evaluations = config.steps // config.eval_every + 2
+    return forward * (3 * config.steps + evaluations * config.eval_batches + 6 * config.eval_batches)
+
+
+@functools.lru_cache(maxsize=8)
+def _measured_rate(device: str, threads: int) -> float:
+    size, repeats = 256, 8
+    a = torch.randn(size, size, device=device)
+    (a @ a).sum().item()  # warm up
+    start = time.perf_counter()
+    for _ in range(repeats):
+        b = a @ a
+    b.sum().item()
+    elapsed = max(time.perf_counter() - start, 1e-6)
+    return 2.0 * size ** 3 * repeats / elapsed
+
+
+def flop_rate(device) -> float:
+    """Floating-point operations per second of a float32 matrix product on ``device``
+    (measured once per process, device and torch thread count)."""
+    return _measured_rate(str(torch.device(device)), torch.get_num_threads())
+
+
+def training_seconds(config, vocab_size=None, device="cpu") -> float:
+    """Estimated seconds to train ``config`` on ``device`` (module docstring)."""
+    evaluations = config.steps // config.eval_every + 2
+    small = SECONDS_PER_BLOCK_STEP * config.depth * (config.steps + evaluations * config.eval_batches)
+    return training_flops(config, vocab_size) / flop_rate(device) + small
