@@ -121,10 +121,10 @@ def writable_file(path, option) -> Path:
     """
     text = str(path)
     if not text.strip():
-        raise CommandLineError(f"argument {option}: expected a file name, got {text!r}")
+        raise CommandLineError(f"argument {option}: must name a file, got {text!r}")
     file = Path(path)
     if file.is_dir():
-        raise CommandLineError(f"argument {option}: {text!r} is a folder, expected a file name in it")
+        raise CommandLineError(f"argument {option}: {text} is a folder, not a file")
     writable_directory(file.parent, option=option)
     if file.exists():
         try:

@@ -171,10 +171,13 @@ def _check_work(args, spec) -> None:
     """
     from remprop.diagrams.diagnosis import diagnosis_bytes, diagnosis_seconds
     from remprop.theory import work_estimates as work
-    from remprop.theory.causal import causal_gram_flops, choose_causal_theory
+    from remprop.theory.causal import causal_gram_flops
 
     limits = work_limits(args)
     model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
+    draws = 8 if args.gram_draws is None else args.gram_draws
+    # the compared theory first: a choice that cannot run is the input's error, before any estimate
+    compared = _causal_theory_name(spec, args.causal_theory, draws) if args.simulate else None
     if args.simulate:
         check_work(f"simulating {args.sequences} sequence(s) of {model} (--sequences, --seq-len, --width)",
                    nbytes=work.simulation_bytes(spec.width, spec.seq_len, args.sequences, 4, d_ff=spec.d_ff,
@@ -182,18 +185,11 @@ def _check_work(args, spec) -> None:
     check_work(f"the diagnosis of {model} with --max-depth {args.max_depth}",
                seconds=diagnosis_seconds(spec, max_depth=args.max_depth),
                nbytes=diagnosis_bytes(spec, max_depth=args.max_depth), **limits)
-    if args.simulate and spec.causal:
-        draws = 8 if args.gram_draws is None else args.gram_draws
-        try:
-            name, _ = choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws,
-                                           choice=args.causal_theory or "auto")
-        except ValueError:
-            return  # reported, naming --causal-theory, where the theory is chosen
-        if name == "gram":
-            flops = causal_gram_flops(spec.architecture, spec.depth, spec.seq_len, draws)
-            check_work(f"the causal Gram state of {model} with {draws} draws (--gram-draws)",
-                       seconds=work.flops_seconds(flops), nbytes=work.gram_theory_bytes(spec.seq_len, spec.depth, 1),
-                       **limits)
+    if compared is not None and compared[0] == "gram":
+        flops = causal_gram_flops(spec.architecture, spec.depth, spec.seq_len, draws)
+        check_work(f"the causal Gram state of {model} with {draws} draws (--gram-draws)",
+                   seconds=work.flops_seconds(flops), nbytes=work.gram_theory_bytes(spec.seq_len, spec.depth, 1),
+                   **limits)
 
 
 #: What each compared theory is called in the report, the JSON and the figure.
@@ -211,20 +207,14 @@ def _compared_theory(spec, diagnosis, choice, draws) -> dict:
     default 8), ``p / q`` of the last tokens as the probe measures them (before any final norm).
     Returns ``{"rho", "causal_theory", "theory_label", "theory_reason"[, "gram_draws"]}``.
     """
-    from remprop.theory.causal import choose_causal_theory, compared_last_tokens, propagate_causal_gram
+    from remprop.theory.causal import compared_last_tokens, propagate_causal_gram
 
     draws = 8 if draws is None else draws
     if not spec.causal:
-        if choice == "gram":
-            raise CommandLineError(f"--causal-theory gram: {spec.name} is not a causal model (its tokens are "
-                                   "compared with the layer maps)")
+        _causal_theory_name(spec, choice, draws)  # --causal-theory gram on an encoder: refused
         return {"rho": diagnosis.compared_rho, "causal_theory": None, "theory_label": _THEORY_LABELS["encoder"],
                 "theory_reason": None}
-    try:
-        name, reason = choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws,
-                                            choice=choice or "auto")
-    except ValueError as err:
-        raise CommandLineError(f"--causal-theory: {err}") from None
+    name, reason = _causal_theory_name(spec, choice, draws)
     out = {"causal_theory": name, "theory_label": _THEORY_LABELS[name], "theory_reason": reason}
     if name == "maps":
         return {"rho": diagnosis.compared_rho, **out}
@@ -235,6 +225,23 @@ def _compared_theory(spec, diagnosis, choice, draws) -> dict:
     except ValueError as err:
         raise CommandLineError(f"--causal-theory gram: {err}") from None
     return {"rho": trajectory.rho, **out, "gram_draws": draws}
+
+
+def _causal_theory_name(spec, choice, draws):
+    """(name, reason) of the causal theory --simulate compares with (None for an encoder), or one
+    line naming --causal-theory where the choice cannot run
+    (:func:`remprop.theory.causal.choose_causal_theory`)."""
+    from remprop.theory.causal import choose_causal_theory
+
+    if not spec.causal:
+        if choice == "gram":
+            raise CommandLineError(f"--causal-theory gram: {spec.name} is not a causal model (its tokens are "
+                                   "compared with the layer maps)")
+        return None
+    try:
+        return choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws, choice=choice or "auto")
+    except ValueError as err:
+        raise CommandLineError(f"--causal-theory: {err}") from None
 
 
 def _z_text(z) -> str:
