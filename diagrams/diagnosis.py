@@ -343,7 +343,8 @@ def _verdict_architectures(arch):
 def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> float:
     """Estimated seconds of :func:`diagnose` on this machine, before it runs.
 
-    The depth kernels of the verdicts (:func:`_verdict_architectures`), the ``alpha*`` search
+    The depth kernels of the verdicts (the model three times: its verdict, the recommended beta,
+    the skip change; the other norm placement; gain-controlled attention), the ``alpha*`` search
     (:func:`~remprop.diagrams.residual_strength.search_seconds`) and the collapse-depth run
     through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
     rotary positions the mean rotary correlation of the model's T and of each compared late
