@@ -27,13 +27,16 @@ import numpy as np
 from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
-from remprop.theory.causal import LAST_TOKENS
+from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 from remprop.theory.checks import check_depth
+from remprop.theory import work_estimates
+from remprop.theory.work_estimates import spread_indices
 
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength
+from .residual_strength import min_residual_strength, search_seconds
 
-__all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH"]
+__all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
+           "diagnosis_seconds", "diagnosis_bytes"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
@@ -162,17 +165,26 @@ class Diagnosis:
                  f"key gradient     E|dS/dW_K|^2 = {self.key_gradient_first:.4g} (layer 1), "
                  f"{self.key_gradient_last:.4g} (layer {s.depth})",
                  "", "predicted cosine per layer (rho = p / q)" + (
-                     f"; causal: mean over the last {LAST_TOKENS} positions" if self.rho_last_tokens is not None
+                     f"; causal: mean over the last {compared_last_tokens(s.seq_len)} positions" if self.rho_last_tokens is not None
                      else "")]
-        for layer in range(s.depth + 1):
-            extra = "" if self.rho_last_tokens is None else f"   last {LAST_TOKENS}: {self.rho_last_tokens[layer]:.4f}"
+        last = None if self.rho_last_tokens is None else compared_last_tokens(s.seq_len)
+        layers = spread_indices(s.depth + 1, REPORT_LAYERS)
+        for layer in layers:
+            extra = "" if self.rho_last_tokens is None else f"   last {last}: {self.rho_last_tokens[layer]:.4f}"
             lines.append(f"  layer {layer:3d}   rho = {self.rho[layer]:.4f}   q = {self.q[layer]:.4g}{extra}")
+        if len(layers) < s.depth + 1:
+            lines.append(f"  ({len(layers)} of {s.depth + 1} layers shown, evenly spread; to_dict() and "
+                         "remprop check --json give all)")
         lines += ["", "changes and their predicted effect"]
         for change in self.changes:
             lines.append(f"  - {change.name}: {change.action}")
             lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}")
         lines += ["", "assumptions the model breaks"] + [f"  - {text}" for text in s.assumptions]
         return "\n".join(lines)
+
+
+#: Most layers :meth:`Diagnosis.report` prints (evenly spread, both ends included).
+REPORT_LAYERS = 1001
 
 
 def _num(value) -> str:
@@ -240,7 +252,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     source = f"config.initializer_range = {spec.init_range:g}"
     final_rho, beta_c, phase, traj = _verdict(run, source)
     alpha_star = float(min_residual_strength(run))
-    rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, LAST_TOKENS, q0, rho0)
+    rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, compared_last_tokens(spec.seq_len), q0, rho0)
                 if spec.causal else None)
 
     # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head
@@ -316,6 +328,59 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes))
+
+
+def _verdict_architectures(arch):
+    """The architectures :func:`diagnose` propagates through the model's depth, with their passes:
+    the model itself (its verdict, the recommended beta, the skip change), the other norm
+    placement (not for a parallel block) and gain-controlled attention."""
+    runs = [(arch, 3), (arch.replace(attention="gain-controlled"), 1)]
+    if not arch.block_form.parallel:
+        runs.append((arch.replace(norm=arch.norm.other.value), 1))
+    return runs
+
+
+def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> float:
+    """Estimated seconds of :func:`diagnose` on this machine, before it runs.
+
+    The depth kernels of the verdicts (the model three times: its verdict, the recommended beta,
+    the skip change; the other norm placement; gain-controlled attention), the ``alpha*`` search
+    (:func:`~remprop.diagrams.residual_strength.search_seconds`) and the collapse-depth run
+    through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
+    rotary positions the mean rotary correlation of the model's T and of each compared late
+    token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
+    tokens' per-position maps, as many cells.
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = model_spec(spec)
+    max_depth = check_depth(max_depth, name="max_depth")
+    arch, depth = spec.architecture, spec.depth
+    seconds = sum(work_estimates.run_seconds(a, 1, depth, passes) for a, passes in _verdict_architectures(arch))
+    seconds += search_seconds(arch, depth, 1) + work_estimates.run_seconds(arch, 1, max_depth)
+    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
+    if arch.positions.rotary:
+        seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
+    if last:
+        seconds += work_estimates.run_seconds(arch, last, depth)
+    return seconds
+
+
+def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> int:
+    """Bytes :func:`diagnose` and its JSON hold at their peak, before it runs.
+
+    Four trajectories through the model's depth alive at once (the verdict's, the
+    recommended beta's and their temporaries), the late tokens' trajectories of a causal
+    model, the collapse-depth trajectory through ``max_depth`` blocks
+    (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
+    :meth:`Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each).
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = model_spec(spec)
+    max_depth = check_depth(max_depth, name="max_depth")
+    depth = spec.depth
+    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
+    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
+            + 300 * (depth + 1))
 
 
 def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, phase, gradient_factor):

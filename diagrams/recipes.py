@@ -54,17 +54,17 @@ from typing import Callable
 
 import numpy as np
 
-from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, propagate
+from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state, work_estimates
 from remprop.theory.checks import check_depth
 
 from .depth_recipes import inverse_sqrt_depth, residual_scaling, scale_architecture
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength
+from .residual_strength import min_residual_strength, search_seconds
 
 __all__ = ["Recipe", "RecipePrediction", "RECIPES", "DEFAULT_WIDTH", "scaled_variances", "branch_gains",
            "base", "deepnorm", "rezero", "t_fixup", "t_fixup_decoder", "scaled_output_projections",
            "mup_attention", "inverse_sqrt_branches", "recipe_predictions", "check_recipe_names",
-           "recipes_figure"]
+           "recipes_figure", "recipes_seconds", "FIGURE_RESOLUTION"]
 
 #: Model width d used by the recipes that depend on it (muP) when none is given.
 DEFAULT_WIDTH = 768
@@ -302,13 +302,16 @@ RECIPES = {recipe.name: recipe for recipe in (
 
 
 def check_recipe_names(names) -> tuple:
-    """Validated recipe names (all of :data:`RECIPES` for None), in the order given."""
+    """Validated recipe names (all of :data:`RECIPES` for None), in the order given, each once."""
     if names is None:
         return tuple(RECIPES)
     names = tuple(names)
     unknown = [name for name in names if name not in RECIPES]
     if unknown or not names:
         raise ValueError(f"only must name recipes among {', '.join(RECIPES)}, got {', '.join(unknown) or 'none'}")
+    repeated = sorted({name for name in names if names.count(name) > 1}, key=names.index)
+    if repeated:
+        raise ValueError(f"only must name each recipe once, got {', '.join(repeated)} more than once")
     return names
 
 
@@ -363,7 +366,8 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     r"""Apply each recipe to ``arch`` at ``depth`` and predict its phase.
 
     For every recipe, ``(arch_r, beta_r) = recipe(arch, depth, beta)`` is propagated through
-    ``depth`` blocks from ``(q0, rho0)`` (:func:`~remprop.theory.propagate`); the phase is
+    ``depth`` blocks from ``(q0, rho0)`` (:func:`~remprop.theory.final_state`: the last layer
+    alone, in constant memory at any depth); the phase is
     :func:`~remprop.diagrams.classify_phases` of ``beta_r`` against
     ``arch_r.critical_beta`` and of ``rho_L`` against ``threshold`` (docs/theory.md
     section 6), and ``alpha*(L)`` is :func:`~remprop.diagrams.min_residual_strength`.
@@ -394,25 +398,61 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     >>> rows[0].phase, round(rows[0].rho_final, 6)
     ('trainable', 0.3)
     """
-    names = check_recipe_names(names)
-    base_run = RunSettings(arch, beta, depth, q0, rho0, threshold)
     out = []
-    for name in names:
-        recipe = RECIPES[name]
-        arch_r, beta_r = recipe(base_run.arch, base_run.depth, float(base_run.beta), width=width)
-        run = base_run.replace(arch=arch_r, beta=beta_r)
-        traj = propagate(run)
-        beta_c = float(run.arch.critical_beta(traj.beta_critical))
-        rho_final = float(traj.rho[-1])
+    for recipe, run in _recipe_runs(arch, depth, beta, names, width, q0, rho0, threshold):
+        final = final_state(run)  # the last layer alone: any depth in constant memory
+        beta_c = float(run.arch.critical_beta(first=final["beta_critical_first"],
+                                              smallest=final["beta_critical_min"]))
+        rho_final = float(final["rho"])
         phase = PHASE_LABELS[int(classify_phases(run.beta, beta_c, rho_final, run.threshold))]
-        branch = float(arch_r.numeric()["sigma_o2"]) > 0
-        alpha_star = float(min_residual_strength(run)) if branch else None
-        out.append(RecipePrediction(recipe, run, float(traj.q[-1]), rho_final, beta_c, phase, alpha_star))
+        alpha_star = float(min_residual_strength(run)) if _has_branch(run) else None
+        out.append(RecipePrediction(recipe, run, float(final["q"]), rho_final, beta_c, phase, alpha_star))
     return tuple(out)
 
 
+def _recipe_runs(arch, depth, beta, names, width, q0, rho0, threshold):
+    """``(recipe, run)`` of each named recipe applied to the base run."""
+    names = check_recipe_names(names)
+    base_run = RunSettings(arch, beta, depth, q0, rho0, threshold)
+    for name in names:
+        recipe = RECIPES[name]
+        arch_r, beta_r = recipe(base_run.arch, base_run.depth, float(base_run.beta), width=width)
+        yield recipe, base_run.replace(arch=arch_r, beta=beta_r)
+
+
+def _has_branch(run) -> bool:
+    """Whether the recipe leaves an attention branch (ReZero zeroes it: no alpha* to search)."""
+    return float(run.arch.numeric()["sigma_o2"]) > 0
+
+
+def recipes_seconds(arch: Architecture, depth: int, beta, *, names=None, width=DEFAULT_WIDTH, figure=True,
+                    resolution=None) -> float:
+    """Estimated seconds of :func:`recipe_predictions` (and, with ``figure``, of :func:`recipes_figure`).
+
+    Per recipe, on this machine (:mod:`remprop.theory.work_estimates`): the final state of one
+    cell through ``depth`` blocks and the search for ``alpha*``
+    (:func:`~remprop.diagrams.residual_strength.search_seconds`); the figure adds the
+    recipe's diagram of ``resolution x resolution`` cells (default :data:`FIGURE_RESOLUTION`)
+    with an ``alpha*`` search per beta. The memory is bounded whatever the depth (the
+    predictions keep the final state alone; a panel's diagram holds its cells).
+    """
+    resolution = FIGURE_RESOLUTION if resolution is None else int(resolution)
+    seconds = 0.0
+    for _, run in _recipe_runs(arch, depth, beta, names, width, 1.0, 0.0, DEFAULT_THRESHOLD):
+        seconds += work_estimates.run_seconds(run.arch, 1, run.depth)
+        seconds += search_seconds(run.arch, run.depth, 1) if _has_branch(run) else 0.0
+        if figure:
+            seconds += (work_estimates.run_seconds(run.arch, resolution ** 2, run.depth)
+                        + search_seconds(run.arch, run.depth, resolution))
+    return seconds
+
+
 # -- figure --------------------------------------------------------------------------------
-def recipes_figure(predictions, *, resolution=48, columns=4):
+#: Grid points per axis of each panel of :func:`recipes_figure`.
+FIGURE_RESOLUTION = 48
+
+
+def recipes_figure(predictions, *, resolution=None, columns=4):
     r"""Every recipe as a marker on the trainability diagram of its own architecture.
 
     A recipe that changes the branch variances or the block order moves the phase
@@ -427,8 +467,8 @@ def recipes_figure(predictions, *, resolution=48, columns=4):
     ----------
     predictions : sequence of RecipePrediction
         From :func:`recipe_predictions`.
-    resolution : int
-        Grid points per axis of each panel.
+    resolution : int, optional
+        Grid points per axis of each panel (default :data:`FIGURE_RESOLUTION`).
     columns : int
         Panels per row.
 
@@ -440,6 +480,7 @@ def recipes_figure(predictions, *, resolution=48, columns=4):
     from .theory_figures import trainability_figure
     from .trainability import trainability_diagram
 
+    resolution = FIGURE_RESOLUTION if resolution is None else resolution
     predictions = tuple(predictions)
     if not predictions:
         raise ValueError("predictions must hold at least one RecipePrediction")

@@ -23,7 +23,8 @@ from .components import attention_scale as scale
 from .components import block as assembly
 from .components.attention import AttentionKind, Positions
 from .components.block import BlockForm, MLPForm, NormPlacement, NormType
-from .rem import ROPE_BASE, QKScaling, check_heads, check_seq_len, rope_mean_correlation
+from .rem import ROPE_BASE, QKScaling, check_heads, check_seq_len
+from .rem.rope import _check_rope as check_rope
 
 __all__ = ["Architecture", "NORMS", "ATTENTIONS", "NORM_TYPES", "MLPS", "POSITIONS", "BLOCK_FORMS", "NUMERIC_FIELDS",
            "OPTIONAL_FIELDS", "BETA_CRITICAL_RULES"]
@@ -186,7 +187,7 @@ class Architecture:
                 if getattr(self, name) is None:
                     raise ValueError(f"{name} is required with positions='rope' ({why}")
         try:
-            rope_mean_correlation(2, 2 if self.head_dim is None else self.head_dim, self.rope_base)
+            check_rope(2 if self.head_dim is None else self.head_dim, self.rope_base)  # O(1): no frequency sum
         except ValueError as err:
             raise ValueError(str(err).replace("base must", "rope_base must", 1)) from None
         object.__setattr__(self, "rope_base", float(self.rope_base))

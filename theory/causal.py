@@ -95,12 +95,22 @@ __all__ = [
     "AUTO_GRAM_FLOPS",
     "CAUSAL_THEORIES",
     "LAST_TOKENS",
+    "compared_last_tokens",
     "MAX_GRAM_SEQ_LEN",
 ]
 
 #: Late tokens of a causal model that follow the encoder maps: the reference experiment
 #: averages the last 50 positions of T = 512 (docs/theory.md section 8).
 LAST_TOKENS = 50
+
+
+def compared_last_tokens(seq_len) -> int:
+    """How many late tokens of a causal model of ``seq_len`` tokens are compared: :data:`LAST_TOKENS`,
+    or ``seq_len - 1`` for shorter sequences (every token but the first, which attends to itself
+    alone: :func:`last_tokens_cosine` needs ``last <= seq_len - 1``). The one rule of the
+    diagnosis, the causal Gram state and the measurement, so that they average the same tokens.
+    """
+    return min(LAST_TOKENS, check_seq_len(seq_len, allow_none=False) - 1)
 
 
 @dataclass(repr=False)

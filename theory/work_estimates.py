@@ -35,7 +35,7 @@ from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_paramet
 __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
            "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
            "kernel_speed", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes", "diagram_bytes",
-           "simulation_bytes", "spread_indices"]
+           "simulation_bytes", "gram_theory_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds", "spread_indices"]
 
 #: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
 #: honoured and between two progress updates.
@@ -278,6 +278,67 @@ def simulation_bytes(width, seq_len, batch, dtype_bytes=4, *, d_ff=None, heads=1
     dtype_bytes = check_count("dtype_bytes", dtype_bytes, 1)
     activations = batch * seq_len * (8 * width + 2 * d_ff) + 3 * batch * heads * seq_len ** 2
     return dtype_bytes * (activations + 4 * width ** 2 + 2 * width * d_ff)
+
+
+def gram_theory_bytes(seq_len, depth, draws, *, sampled=False) -> int:
+    r"""Bytes of one run of the Gram-matrix theory (:func:`~remprop.theory.gram_state.propagate_gram`).
+
+    The mean Gram state keeps every draw's correction and its plain sample, two float64
+    arrays of ``draws x T x T`` (``16 draws T^2``); the sampled chains (``sampled=True``)
+    keep the mean cosine, q and p of every chain and layer and one seed sequence per chain
+    (``24 draws (L + 1) + 256 draws``). Both add about twenty ``T x T`` temporaries of one
+    block (the score kernel's square root, scores, probabilities, products):
+
+    .. math:: b = 160\, T^2 + \begin{cases} 16\, n_{draws} T^2 & \text{mean} \\
+              n_{draws} (24 (L + 1) + 256) & \text{sampled} \end{cases}
+    """
+    seq_len = check_count("seq_len", seq_len, 1)
+    depth = check_count("depth", depth, 1)
+    draws = check_count("draws", draws, 1)
+    kept = draws * (24 * (depth + 1) + 256) if sampled else 16 * draws * seq_len ** 2
+    return 160 * seq_len ** 2 + kept
+
+
+def rope_seconds(head_dim) -> float:
+    """Estimated seconds of the mean rotary correlation ``cbar_T`` of one head of width ``head_dim``.
+
+    :func:`~remprop.theory.rem.rope_mean_correlation` sums ``head_dim / 2`` frequencies (in
+    bounded memory, once per ``(T, d_H, base)``: it is cached); the time per frequency is
+    timed on this machine once per process. Heads up to ``2**21`` wide are not timed (well
+    under a second) and count as 0.
+    """
+    head_dim = check_count("head_dim", head_dim, 2)
+    if head_dim <= _SMALL_ROPE_HEAD:
+        return 0.0
+    global _ROPE_FREQUENCY_SECONDS
+    if _ROPE_FREQUENCY_SECONDS is None:
+        from .rem.rope import _mean_correlation
+
+        width = 2 * 2 ** 18
+        best = np.inf
+        for base in (10000.0, 10001.0):  # two bases: the cached first call is not timed again
+            start = time.perf_counter()
+            _mean_correlation(512, width, base + np.random.default_rng().random())
+            best = min(best, time.perf_counter() - start)
+        _ROPE_FREQUENCY_SECONDS = best / (width // 2)
+    return head_dim // 2 * _ROPE_FREQUENCY_SECONDS
+
+
+#: Head widths whose rotary sum is not timed (:func:`rope_seconds`).
+_SMALL_ROPE_HEAD = 1 << 21
+#: Seconds per frequency of the rotary sum on this machine (timed once by :func:`rope_seconds`).
+_ROPE_FREQUENCY_SECONDS = None
+#: Floating-point operations per second assumed by :func:`flops_seconds`: the low end of the
+#: 10-20 GFLOP/s of one CPU core on the matrix products of the causal Gram walker
+#: (:data:`remprop.theory.causal.AUTO_GRAM_FLOPS`).
+FLOPS_PER_SECOND = 1e10
+
+
+def flops_seconds(flops) -> float:
+    """Estimated seconds of ``flops`` floating-point operations on one CPU core
+    (``flops /`` :data:`FLOPS_PER_SECOND`): dense matrix work such as
+    :func:`~remprop.theory.causal.causal_gram_flops` counts."""
+    return float(flops) / FLOPS_PER_SECOND
 
 
 def spread_indices(count, at_most):

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from remprop.theory import ModelSpec, model_spec
-from remprop.theory.causal import LAST_TOKENS
+from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 
 from remprop._json import to_jsonable
 
@@ -399,7 +399,8 @@ class ModelMeasurement:
         return {"model": self.spec.name, "depth": self.spec.depth, "width": self.spec.width,
                 "heads": self.spec.heads, "seq_len": self.spec.seq_len,
                 "seeds": list(self.seeds), "sequences": int(self.rho.shape[1]), "streamed": self.streamed,
-                "compared": "all tokens" if self.rho_last is None else f"last {LAST_TOKENS} tokens",
+                "compared": ("all tokens" if self.rho_last is None
+                             else f"last {compared_last_tokens(self.spec.seq_len)} tokens"),
                 "max_error": float(self.error.max()), "mean_error": float(self.error.mean()),
                 "max_abs_z": float(np.nanmax(z)) if np.isfinite(z).any() else None,
                 "y2_first": float(y2_first.mean()),
@@ -457,7 +458,7 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
     cells = None
     if store is not None:
         manifest = {"format": "remprop.simulate_model/1", "model": spec.to_dict(), "sequences": sequences,
-                    "dtype": str(dtype), "last_tokens": LAST_TOKENS if spec.causal else None}
+                    "dtype": str(dtype), "last_tokens": compared_last_tokens(spec.seq_len) if spec.causal else None}
         if streamed:  # a store of the full model stays readable: the key is there only when streamed
             manifest["streamed"] = True
         cells = CellStore(store, to_jsonable(manifest))
@@ -519,7 +520,7 @@ def simulate_blocks(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", d
     spec, seeds, sequences, theory = _run_arguments(spec, seeds, sequences, theory)
     sim = SimulationSettings(width=spec.width, seq_len=spec.seq_len, d_ff=spec.d_ff, causal=spec.causal, dtype=dtype,
                              device=device, layer_norm_eps=spec.layer_norm_eps)
-    last = min(LAST_TOKENS, spec.seq_len) if spec.causal else None
+    last = compared_last_tokens(spec.seq_len) if spec.causal else None
     rows = {"rho": [], "q": [], "p": [], "y2": [], "rho_last": []}
     for seed in seeds:
         stack = SimulatedStack(spec.architecture, spec.beta, spec.depth, sim=sim, seed=seed)
@@ -573,5 +574,5 @@ def _measure_seed(spec, seed, sequences, dtype, device, streamed=False) -> dict:
     trace = probe(model, inputs)
     record = {name: getattr(trace, name).tolist() for name in ("rho", "q", "p", "y2")}
     if spec.causal:
-        record["rho_last"] = probe(model, inputs, last=min(LAST_TOKENS, spec.seq_len)).rho.tolist()
+        record["rho_last"] = probe(model, inputs, last=compared_last_tokens(spec.seq_len)).rho.tolist()
     return record

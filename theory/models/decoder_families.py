@@ -86,8 +86,9 @@ def _gemma2_spec(cfg, *, seq_len=None, pixel_std=1.0):
     scalar = _positive_real(cfg, "query_pre_attn_scalar", default=head_dim)
     cap = cfg.get("attn_logit_softcapping")
     source = "config.initializer_range"
+    kv_heads = _kv_heads(cfg, heads)  # the config's own field, named itself
     new_arch = _from_config(source, lambda: arch.replace(
-        heads=heads, kv_heads=_kv_heads(cfg, heads), head_dim=head_dim, sigma_o2=r * r * heads * head_dim,
+        heads=heads, kv_heads=kv_heads, head_dim=head_dim, sigma_o2=r * r * heads * head_dim,
         branch_norm=True, final_norm=True))
     beta = r * r * width * math.sqrt(head_dim / scalar) / math.sqrt(math.log(new_arch.seq_len))
     q0 = r * r * width
@@ -139,8 +140,9 @@ def _olmo2_spec(cfg, *, seq_len=None, pixel_std=1.0):
     """
     spec, heads, head_dim, width = _decoder_base(cfg, seq_len, pixel_std)
     arch = spec.architecture
+    kv_heads = _kv_heads(cfg, heads)  # the config's own field, named itself
     new_arch = _from_config("config.initializer_range", lambda: arch.replace(
-        norm="none", heads=heads, kv_heads=_kv_heads(cfg, heads), head_dim=head_dim, branch_norm=True,
+        norm="none", heads=heads, kv_heads=kv_heads, head_dim=head_dim, branch_norm=True,
         final_norm=True, qk_norm=True, qk_norm_dim=heads * head_dim))
     settings = RunSettings(new_arch, 1.0, spec.depth, spec.q0, spec.rho0)
     notes = (f"QK-norm over the full projections (n = H d_H = {heads * head_dim}): initializer_range does not enter "

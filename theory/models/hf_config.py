@@ -108,6 +108,9 @@ def load_hf_config(config) -> dict:
         out = dict(config)
     elif isinstance(config, (str, os.PathLike)):
         text = os.fspath(config)
+        if not text.strip():
+            raise ValueError(f"config: got an empty name {text!r} (expected a Hugging Face config.json, the folder "
+                             "holding one, or a shipped name)")
         path = Path(text)
         if path.is_dir():
             if not (path / "config.json").is_file():
@@ -234,10 +237,16 @@ def _get(cfg, *names, default=None, required=True):
     raise ValueError(f"config.{names[0]} is missing (model_type {cfg.get('model_type')!r})")
 
 
+def _field(cfg, *names):
+    """The first of ``names`` the config sets (the one :func:`_get` read), else the first name:
+    the field an error blames."""
+    return next((name for name in names if cfg.get(name) is not None), names[0])
+
+
 def _positive_int(cfg, *names, default=None):
     value = _get(cfg, *names, default=default)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"config.{names[0]} must be a positive integer, got {value!r}")
+        raise ValueError(f"config.{_field(cfg, *names)} must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -246,10 +255,28 @@ def _positive_real(cfg, *names, default=None, allow_zero=False):
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"config.{names[0]} must be a real number, got {value!r}") from None
+        raise ValueError(f"config.{_field(cfg, *names)} must be a real number, got {value!r}") from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"config.{names[0]} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise ValueError(f"config.{_field(cfg, *names)} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     return value
+
+
+#: The MLP width ``intermediate_size`` a ``transformers`` config of each model type takes when
+#: its file leaves it out (the default of ``LlamaConfig``, ``MistralConfig``, ... in
+#: transformers 5.x, e.g. 11008 for LLaMA whatever the width); GPT-2's ``n_inner = None``
+#: means ``4 d``.
+LIBRARY_D_FF = {"bert": 3072, "roberta": 3072, "vit": 3072, "llama": 11008, "mistral": 14336,
+                "qwen2": 22016, "phi3": 8192, "gemma2": 9216, "olmo2": 11008}
+
+
+def _with_library_defaults(cfg):
+    """The config with ``intermediate_size`` set to its library default (:data:`LIBRARY_D_FF`)
+    where it is left out, the model type whose default it is kept in ``_d_ff_default_of`` for
+    the assumptions (Phi-3, Gemma 2 and OLMo 2, read through the LLaMA reader, keep their own)."""
+    family = cfg.get("model_type")
+    if family in LIBRARY_D_FF and cfg.get("intermediate_size") is None and cfg.get("n_inner") is None:
+        cfg = dict(cfg, intermediate_size=LIBRARY_D_FF[family], _d_ff_default_of=family)
+    return cfg
 
 
 def _from_config(source, build):
@@ -296,7 +323,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     Giorlandino & Goldt, arXiv 2505.24333 (the maps); Radford et al. 2019 (GPT-2's
     ``1/sqrt(2L)`` residual projections); Devlin et al. 2019 (BERT); Dosovitskiy et al. 2021 (ViT).
     """
-    cfg = load_hf_config(config)
+    cfg = _with_library_defaults(load_hf_config(config))
     if cfg.get("model_type") in FAMILY_READERS:  # read through another family, or rejected
         return FAMILY_READERS[cfg["model_type"]](cfg, seq_len=seq_len, pixel_std=pixel_std)
     family = cfg.get("model_type")
@@ -325,6 +352,9 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
                          f"{', '.join(_ACTIVATIONS)}, got {act_name!r}")
     activation, exact_activation = _ACTIVATIONS[act_name]
     assumptions = []
+    if cfg.get("_d_ff_default_of"):
+        assumptions.append(f"intermediate_size is not in the config: d_ff = {d_ff}, the default of transformers' "
+                           f"{cfg['_d_ff_default_of']} config whatever the width (not 4 d)")
 
     # sequence length and input state
     if family == "vit":
@@ -404,14 +434,16 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     # every variance, beta and (GPT-2, ViT) q0 derive from initializer_range: an error in
     # them names that field, never an option of a command line that does not have it
     source = "config.initializer_range" + (" (with pixel_std)" if family == "vit" else "")
+    # the config's own fields are checked first, naming themselves (not initializer_range)
+    rope = dict(positions="rope", rope_base=_rope_base(cfg), head_dim=width // heads,
+                kv_heads=_kv_heads(cfg, heads)) if llama else {}
     arch = _from_config(source, lambda: Architecture(
         norm=FAMILIES[family], norm_type="rms" if llama else "layer", mlp="gated" if llama else "dense",
         attention="softmax", activation=activation,
         sigma_w2=r * r * width, sigma_b2=0.0, sigma_v2=r * r * width, alpha_sa=1.0, alpha_mlp=1.0,
         seq_len=seq_len, heads=heads, qk_scaling="model",
         sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale,
-        **(dict(positions="rope", rope_base=_rope_base(cfg), head_dim=width // heads,
-                kv_heads=_kv_heads(cfg, heads)) if llama else {})))
+        **rope))
     beta = r * r * width / math.sqrt(math.log(seq_len))
     settings = _from_config(source, lambda: RunSettings(arch, beta, depth, q0, rho0))
     name = str(cfg.get("_name_or_path") or family)
@@ -450,9 +482,10 @@ def _rope_base(cfg):
     A config whose two fields disagree, or whose layer types rotate with different bases,
     is refused: the engine has one base for every layer.
     """
-    thetas = {_positive_real(p, "rope_theta") for p in _rope_parameters(cfg) if p.get("rope_theta") is not None}
+    thetas = {_rope_theta(p, "rope_parameters.rope_theta") for p in _rope_parameters(cfg)
+              if p.get("rope_theta") is not None}
     if cfg.get("rope_theta") is not None:
-        theta = _positive_real(cfg, "rope_theta")
+        theta = _rope_theta(cfg, "rope_theta")
         if thetas - {theta}:
             raise ValueError(f"config.rope_theta ({theta:g}) disagrees with config.rope_parameters "
                              f"(rope_theta {', '.join(f'{t:g}' for t in sorted(thetas))})")
@@ -461,6 +494,15 @@ def _rope_base(cfg):
         raise ValueError(f"config.rope_parameters gives layers different rope_theta "
                          f"({', '.join(f'{t:g}' for t in sorted(thetas))}): the engine has one rotary base")
     return thetas.pop() if thetas else ROPE_BASE
+
+
+def _rope_theta(cfg, field):
+    """``rope_theta`` of ``cfg``: a base > 1 (``b^(-2i/d_H)`` rotates slower with i), named ``config.field``."""
+    theta = _positive_real(cfg, "rope_theta")
+    if not theta > 1.0:
+        raise ValueError(f"config.{field} must be > 1 (the RoPE base b of the frequencies b^(-2i/d_H)), "
+                         f"got {cfg['rope_theta']!r}")
+    return theta
 
 
 def _rope_scaling(cfg):

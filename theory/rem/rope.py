@@ -54,6 +54,8 @@ Probab. Statist. 40, 481 (2004); L.-P. Arguin & O. Zindy, Ann. Appl. Probab. 24,
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..checks import as_float_array, check_count, check_overlap, scalar_or_array
@@ -173,15 +175,38 @@ def rope_mean_correlation(seq_len, head_dim=64, base=ROPE_BASE):
     0.414
     """
     seq_len = check_seq_len(seq_len)
-    theta = rope_frequencies(head_dim, base)
-    if seq_len is None:
-        return float(np.mean(theta == 0.0))
-    t = float(seq_len)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fejer = (np.sin(0.5 * t * theta) / np.sin(0.5 * theta)) ** 2
-        ratio = (fejer - t) / (t * (t - 1.0))
-    series = 1.0 - theta ** 2 * t * (t + 1.0) / 12.0
-    return float(np.mean(np.where(t * theta < _SMALL_ANGLE, series, ratio)))
+    head_dim, base = _check_rope(head_dim, base)
+    return _mean_correlation(seq_len, head_dim, base)
+
+
+#: Frequencies summed at a time by :func:`rope_mean_correlation`: a head of any width is
+#: averaged in bounded memory (a few arrays of this many float64).
+_FREQUENCY_CHUNK = 1 << 20
+
+
+@functools.lru_cache(maxsize=256)
+def _mean_correlation(seq_len, head_dim, base):
+    """``cbar_T`` of checked arguments, summed :data:`_FREQUENCY_CHUNK` frequencies at a time.
+
+    Cached: a wide head (``d_H = 1e9``) costs seconds once, and every architecture built
+    from the same fields asks again (each replace validates).
+    """
+    half = head_dim // 2
+    total = 0.0
+    for start in range(0, half, _FREQUENCY_CHUNK):
+        exponent = 2.0 * np.arange(start, min(half, start + _FREQUENCY_CHUNK)) / head_dim
+        with np.errstate(divide="ignore", under="ignore"):
+            theta = np.where(exponent == 0.0, 1.0, np.power(base, -exponent))
+        if seq_len is None:
+            total += float(np.count_nonzero(theta == 0.0))
+            continue
+        t = float(seq_len)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fejer = (np.sin(0.5 * t * theta) / np.sin(0.5 * theta)) ** 2
+            ratio = (fejer - t) / (t * (t - 1.0))
+        series = 1.0 - theta ** 2 * t * (t + 1.0) / 12.0
+        total += float(np.sum(np.where(t * theta < _SMALL_ANGLE, series, ratio)))
+    return total / half
 
 
 def rope_score_covariance(distance_1, distance_2, q, p, beta, seq_len, head_dim=64, base=ROPE_BASE):

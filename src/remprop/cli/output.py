@@ -17,7 +17,7 @@ JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the
              '"-inf", "nan" (alpha_star = "inf": no alpha_SA up to the search bound avoids rank collapse).')
 
 __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
-           "show_progress", "progress_bar", "writable_directory"]
+           "show_progress", "progress_bar", "writable_directory", "writable_file"]
 
 
 def format_number(value, digits=6) -> str:
@@ -110,3 +110,27 @@ def writable_directory(path, option="--out") -> Path:
         reason = err.strerror or type(err).__name__
         raise CommandLineError(f"argument {option}: cannot write to {str(path)!r}: {reason}") from None
     return directory
+
+
+def writable_file(path, option) -> Path:
+    """Check before any computation that the file ``path`` can be written (one line, exit 2, otherwise).
+
+    Refused: an empty name, a folder, a file that cannot be opened for writing; its folder is
+    created if needed and checked by :func:`writable_directory`. An existing file is opened to
+    append (its content kept) and closed; nothing is created in its place.
+    """
+    text = str(path)
+    if not text.strip():
+        raise CommandLineError(f"argument {option}: must name a file, got {text!r}")
+    file = Path(path)
+    if file.is_dir():
+        raise CommandLineError(f"argument {option}: {text} is a folder, not a file")
+    writable_directory(file.parent, option=option)
+    if file.exists():
+        try:
+            with open(file, "a", encoding="utf-8"):
+                pass
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+            raise CommandLineError(f"argument {option}: cannot write to {text!r}: {reason}") from None
+    return file

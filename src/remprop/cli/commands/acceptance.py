@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ..converters import count, seed_list
 from ..errors import CommandLineError, one_line, validation_extra
-from ..options import COMPARED_THEORIES_HELP, add_command
-from ..output import dumps, writable_directory
+from ..limits import check_work
+from ..options import COMPARED_THEORIES_HELP, add_command, add_work_limit_options, work_limits
+from ..output import dumps, writable_directory, writable_file
 
 __all__ = ["add_acceptance_parser", "run_acceptance_command"]
 
@@ -74,6 +75,7 @@ def add_acceptance_parser(commands):
     table.add_argument("--markdown", default=None, metavar="FILE",
                        help="write the table in Markdown to FILE (default: STORE/acceptance.md)")
     table.add_argument("--json", action="store_true", help="print the table as JSON instead of Markdown")
+    add_work_limit_options(parser, seconds=False)
 
 
 def _sizes(args) -> dict:
@@ -96,18 +98,27 @@ def run_acceptance_command(args) -> int:
     under STORE/theory/. The table -- per case and depth: the largest
     absolute error of the theory's mean cosine over layers 1..L, its layer, 2 standard errors
     of the measured mean there, and pass (the error is at most max(0.02, 2 s.e.) at every
-    layer) -- is written to --markdown (default STORE/acceptance.md) and printed.
+    layer) -- is written to --markdown (default STORE/acceptance.md) and printed. The memory of
+    one case's simulation and of the theory's workers is estimated first, and --store and
+    --markdown are checked: above --max-memory, or with a path that cannot be written, the run
+    is refused before any measurement.
     """
     sizes = _sizes(args)
     directory = writable_directory(args.store, option="--store")
-    markdown = Path(args.markdown) if args.markdown is not None else directory / "acceptance.md"
-    if args.markdown is not None:
-        writable_directory(markdown.parent if str(markdown.parent) else ".", option="--markdown")
+    # every output path is checked before the measurements
+    markdown = (writable_file(args.markdown, option="--markdown") if args.markdown is not None
+                else writable_file(directory / "acceptance.md", option="--store"))
     with validation_extra():
         from remprop.validation.experiments import acceptance as acc
         from remprop.validation.experiments import acceptance_table as tables
+        from remprop.validation.text import pydoc_corpus
 
     theories = tables.available_theories() if args.theory == ("auto",) else args.theory
+    corpus = pydoc_corpus().stream.size
+    if sizes["seq_len"] > corpus:
+        raise CommandLineError(f"argument --sim-seq-len: the text cases take windows of T consecutive tokens of the "
+                               f"pydoc corpus: T must be <= {corpus}, got {sizes['seq_len']}")
+    _check_memory(args, sizes, () if args.measure_only else theories)
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     try:
         acc.open_store(directory, **sizes, dtype=args.dtype)
@@ -127,3 +138,34 @@ def run_acceptance_command(args) -> int:
     print(dumps({"table": table, "markdown": str(markdown), "sizes": sizes, "theories": list(theories)})
           if args.json else text, end="" if not args.json else "\n")
     return 0
+
+
+def _check_memory(args, sizes, theories) -> None:
+    """Refuse an acceptance run whose simulation or theory would exceed --max-memory (one line with the estimate).
+
+    The simulation of one seed's ``sequences`` sequences through one block at a time
+    (:func:`~remprop.theory.work_estimates.simulation_bytes`); the theory: the input Gram
+    matrices of every sequence (``8 n T^2``) and, per worker process, the largest Gram-theory
+    run (:func:`~remprop.theory.work_estimates.gram_theory_bytes`) at the cases' deepest depth.
+    """
+    import os
+
+    from remprop.theory import work_estimates as work
+
+    from remprop.validation.experiments.acceptance import ACCEPTANCE_CASES
+
+    width, seq_len, sequences = sizes["width"], sizes["seq_len"], sizes["sequences"]
+    dtype_bytes = {"float32": 4, "float64": 8}[args.dtype]
+    seeds = len(sizes["seeds"]) if isinstance(sizes["seeds"], (list, tuple)) else int(sizes["seeds"])
+    check_work(f"simulating {sequences} sequence(s) of {seq_len} tokens of width {width} in {args.dtype} (--width, "
+               "--sim-seq-len, --sequences)", nbytes=work.simulation_bytes(width, seq_len, sequences, dtype_bytes),
+               **work_limits(args))
+    gram = [name for name in theories if name in ("gram", "sampled")]
+    if not gram:
+        return
+    depth = max(case.depth for case in ACCEPTANCE_CASES)
+    workers = max(1, os.cpu_count() or 1) if args.workers is None else max(1, args.workers)
+    one = max(work.gram_theory_bytes(seq_len, depth, args.draws, sampled=name == "sampled") for name in gram)
+    check_work(f"the Gram theory with {args.draws} draws at T = {seq_len} on {workers} worker(s) (--draws, "
+               "--sim-seq-len, --workers)", nbytes=8 * seeds * sequences * seq_len ** 2 + workers * one,
+               **work_limits(args))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real, seed_list
 from ..errors import CommandLineError, validation_extra
-from ..options import add_command, add_output_options
+from ..limits import check_work
+from ..options import add_command, add_output_options, add_work_limit_options, work_limits
 from ..output import dumps, format_number, format_table, writable_directory
 
 __all__ = ["add_check_parser", "run_check"]
@@ -64,6 +65,7 @@ def add_check_parser(commands):
     check.add_argument("--gram-draws", type=count(1), default=None, metavar="N",
                        help="Monte Carlo draws per attention layer of the causal Gram state (default: 8)")
     add_output_options(check)
+    add_work_limit_options(check)
     check.add_argument("--name", type=file_stem, default=None, help="file name stem (default: check-<model>)")
     check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -84,6 +86,9 @@ def run_check(args) -> int:
     Causal models are compared with the per-position maps or the causal Gram state
     (--causal-theory, see :func:`remprop.theory.causal.choose_causal_theory`); the report, the
     JSON (``simulation.causal_theory``, ``theory_label``, ``theory_reason``) and the figure name it.
+    The time and memory of the diagnosis, the memory of one simulated block and the time of the
+    causal Gram state are estimated first: above --max-seconds or --max-memory the run is refused.
+    The report prints at most 1001 evenly spread layers (--json gives all).
     """
     import re
 
@@ -92,7 +97,7 @@ def run_check(args) -> int:
 
     if (args.config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
-    spec = model_spec(args.config or args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
+    spec = model_spec(args.config if args.config is not None else args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
     if args.width is not None or args.heads is not None:
         with validation_extra(option="--width"):
             from remprop.validation.hf_models import reduced_spec
@@ -107,6 +112,7 @@ def run_check(args) -> int:
     for option, value in (("--causal-theory", args.causal_theory), ("--gram-draws", args.gram_draws)):
         if value is not None and not args.simulate:
             raise CommandLineError(f"{option} chooses the theory compared with --simulate: give --simulate too")
+    _check_work(args, spec)
     diagnosis = diagnose(spec, args.threshold, max_depth=args.max_depth)
     measured = None
     if args.simulate:
@@ -153,6 +159,39 @@ def run_check(args) -> int:
     return 0
 
 
+def _check_work(args, spec) -> None:
+    """Refuse a check whose estimated work exceeds --max-seconds or --max-memory (one line with the estimate).
+
+    The diagnosis (:func:`~remprop.diagrams.diagnosis.diagnosis_seconds`, ``diagnosis_bytes``:
+    the model's depth, --max-depth, rotary heads); with --simulate the tensors of one block of
+    --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a model too
+    large for memory is run one block at a time) and, where the causal Gram state is the theory
+    compared, its floating-point work (:func:`~remprop.theory.causal.causal_gram_flops`, at
+    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`).
+    """
+    from remprop.diagrams.diagnosis import diagnosis_bytes, diagnosis_seconds
+    from remprop.theory import work_estimates as work
+    from remprop.theory.causal import causal_gram_flops
+
+    limits = work_limits(args)
+    model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
+    draws = 8 if args.gram_draws is None else args.gram_draws
+    # the compared theory first: a choice that cannot run is the input's error, before any estimate
+    compared = _causal_theory_name(spec, args.causal_theory, draws) if args.simulate else None
+    if args.simulate:
+        check_work(f"simulating {args.sequences} sequence(s) of {model} (--sequences, --seq-len, --width)",
+                   nbytes=work.simulation_bytes(spec.width, spec.seq_len, args.sequences, 4, d_ff=spec.d_ff,
+                                                heads=spec.heads), **limits)
+    check_work(f"the diagnosis of {model} with --max-depth {args.max_depth}",
+               seconds=diagnosis_seconds(spec, max_depth=args.max_depth),
+               nbytes=diagnosis_bytes(spec, max_depth=args.max_depth), **limits)
+    if compared is not None and compared[0] == "gram":
+        flops = causal_gram_flops(spec.architecture, spec.depth, spec.seq_len, draws)
+        check_work(f"the causal Gram state of {model} with {draws} draws (--gram-draws)",
+                   seconds=work.flops_seconds(flops), nbytes=work.gram_theory_bytes(spec.seq_len, spec.depth, 1),
+                   **limits)
+
+
 #: What each compared theory is called in the report, the JSON and the figure.
 _THEORY_LABELS = {"maps": "per-position maps", "gram": "causal Gram state",
                  "encoder": "layer maps"}
@@ -168,30 +207,41 @@ def _compared_theory(spec, diagnosis, choice, draws) -> dict:
     default 8), ``p / q`` of the last tokens as the probe measures them (before any final norm).
     Returns ``{"rho", "causal_theory", "theory_label", "theory_reason"[, "gram_draws"]}``.
     """
-    from remprop.theory.causal import LAST_TOKENS, choose_causal_theory, propagate_causal_gram
+    from remprop.theory.causal import compared_last_tokens, propagate_causal_gram
 
     draws = 8 if draws is None else draws
     if not spec.causal:
-        if choice == "gram":
-            raise CommandLineError(f"--causal-theory gram: {spec.name} is not a causal model (its tokens are "
-                                   "compared with the layer maps)")
+        _causal_theory_name(spec, choice, draws)  # --causal-theory gram on an encoder: refused
         return {"rho": diagnosis.compared_rho, "causal_theory": None, "theory_label": _THEORY_LABELS["encoder"],
                 "theory_reason": None}
-    try:
-        name, reason = choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws,
-                                            choice=choice or "auto")
-    except ValueError as err:
-        raise CommandLineError(f"--causal-theory: {err}") from None
+    name, reason = _causal_theory_name(spec, choice, draws)
     out = {"causal_theory": name, "theory_label": _THEORY_LABELS[name], "theory_reason": reason}
     if name == "maps":
         return {"rho": diagnosis.compared_rho, **out}
     try:
         trajectory = propagate_causal_gram(spec.architecture, spec.beta, spec.depth, spec.seq_len, spec.q0,
-                                           spec.rho0, last=min(LAST_TOKENS, spec.seq_len), draws=draws, seed=0,
+                                           spec.rho0, last=compared_last_tokens(spec.seq_len), draws=draws, seed=0,
                                            norm_eps=spec.layer_norm_eps)
     except ValueError as err:
         raise CommandLineError(f"--causal-theory gram: {err}") from None
     return {"rho": trajectory.rho, **out, "gram_draws": draws}
+
+
+def _causal_theory_name(spec, choice, draws):
+    """(name, reason) of the causal theory --simulate compares with (None for an encoder), or one
+    line naming --causal-theory where the choice cannot run
+    (:func:`remprop.theory.causal.choose_causal_theory`)."""
+    from remprop.theory.causal import choose_causal_theory
+
+    if not spec.causal:
+        if choice == "gram":
+            raise CommandLineError(f"--causal-theory gram: {spec.name} is not a causal model (its tokens are "
+                                   "compared with the layer maps)")
+        return None
+    try:
+        return choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws, choice=choice or "auto")
+    except ValueError as err:
+        raise CommandLineError(f"--causal-theory: {err}") from None
 
 
 def _z_text(z) -> str:

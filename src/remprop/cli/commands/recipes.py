@@ -12,8 +12,9 @@ import argparse
 from pathlib import Path
 
 from ..converters import count
+from ..limits import check_work
 from ..options import add_architecture_arguments, add_command, add_output_options, add_run_options, \
-    architecture_from_args
+    add_work_limit_options, architecture_from_args, work_limits
 from ..output import describe, dumps, format_number, format_table, run_inputs, writable_directory
 
 __all__ = ["add_recipes_parser", "run_recipes"]
@@ -44,6 +45,7 @@ def add_recipes_parser(commands):
     add_output_options(recipes, name="recipes")
     recipes.add_argument("--no-figure", dest="figure", action="store_false",
                          help="skip the PNG (the table alone is quick)")
+    add_work_limit_options(recipes, memory=False)
     add_architecture_arguments(recipes, alpha_sa=True)
 
 
@@ -58,12 +60,20 @@ def run_recipes(args) -> int:
     branches (Noci et al.). Printed per recipe: alpha_SA, the branch variances, beta, the
     phase, the final cosine rho_L, beta_c and alpha*(L). Writes OUT/NAME.json and
     OUT/NAME.png (one panel per recipe: the diagram of the recipe's own architecture with the
-    recipe marked) unless --no-figure.
+    recipe marked) unless --no-figure. The time is estimated first (timed on this machine):
+    above --max-seconds the run is refused; the memory does not grow with the depth.
     """
-    from remprop.diagrams.recipes import recipe_predictions
+    from remprop.diagrams.recipes import recipe_predictions, recipes_seconds
 
+    from .theory import check_rope_work
+
+    check_rope_work(args)
     arch = architecture_from_args(args)
     directory = writable_directory(args.out)
+    check_work(f"{len(args.only or ()) or 'the'} recipe(s) at depth {args.depth}"
+               + (" with their figure" if args.figure else ""),
+               seconds=recipes_seconds(arch, args.depth, args.beta, names=args.only, width=args.width,
+                                       figure=args.figure), **work_limits(args))
     predictions = recipe_predictions(arch, args.depth, args.beta, names=args.only, width=args.width,
                                      q0=args.q0, rho0=args.rho0, threshold=args.threshold)
     stem = directory / args.name

@@ -130,8 +130,8 @@ def run_validate(args) -> int:
     Writes OUT/NAME.png (theory line, measured dots with std error bars) and OUT/NAME.json
     (settings, per-layer table, errors, per-sequence measurements) and prints the per-layer
     table and the maximum and mean absolute error. Needs the validation extra: pip install
-    'remprop[validation]'. The memory of a batch's simulation is estimated first: above
-    --max-memory the run is refused.
+    'remprop[validation]'. The memory of a batch's simulation and of the Gram theory (its
+    --gram-draws) is estimated first: above --max-memory the run is refused.
     """
     arch = architecture_from_args(args)
     if args.theory in ("gram", "sampled"):
@@ -142,6 +142,7 @@ def run_validate(args) -> int:
             raise CommandLineError(f"--theory {args.theory}: {problem}")
     # compare() simulates min(sequences, 16) sequences at a time unless --batch-size says otherwise
     _check_simulation_memory(args, arch, batch=args.batch_size or min(args.sequences, 16), d_ff=args.d_ff)
+    _check_gram_memory(args, arch)
     directory = writable_directory(args.out)
     with validation_extra():
         from tqdm import tqdm
@@ -187,3 +188,23 @@ def _check_simulation_memory(args, arch, *, batch, d_ff=None):
                                    d_ff=d_ff, heads=arch.heads)
     check_work(f"simulating {batch} sequence(s) of {args.sim_seq_len} tokens of width {args.width} "
                f"in {args.dtype}", nbytes=nbytes, **work_limits(args))
+
+
+def _check_gram_memory(args, arch):
+    """Refuse a Gram-matrix theory (``--theory gram``/``sampled``, or ``auto`` on the text inputs of an
+    encoder) whose draws would exceed --max-memory: one run per simulated sequence, one at a time
+    (:func:`~remprop.theory.work_estimates.gram_theory_bytes`), beside the input Gram matrices of
+    every sequence."""
+    from remprop.theory import work_estimates as work
+    from remprop.theory.gram_state import gram_support_problem
+
+    kind = args.theory
+    if kind == "auto":  # compare()'s rule
+        kind = "sampled" if args.inputs == "text" and not args.causal and gram_support_problem(arch) is None else "mean"
+    if kind not in ("gram", "sampled"):
+        return
+    sequences = len(args.seeds) * args.sequences
+    nbytes = (8 * sequences * args.sim_seq_len ** 2
+              + work.gram_theory_bytes(args.sim_seq_len, args.depth, args.gram_draws, sampled=kind == "sampled"))
+    check_work(f"the {kind} Gram theory with {args.gram_draws} draws (--gram-draws) at T = {args.sim_seq_len}",
+               nbytes=nbytes, **work_limits(args))

@@ -18,7 +18,7 @@ from ..output import (describe, dumps, format_number, format_table, progress_bar
                       writable_directory)
 
 __all__ = ["add_diagram_parser", "add_min_alpha_parser", "add_propagate_parser",
-           "run_diagram", "run_min_alpha", "run_propagate"]
+           "run_diagram", "run_min_alpha", "run_propagate", "check_rope_work"]
 
 
 # -- remprop diagram ---------------------------------------------------------------------
@@ -165,6 +165,7 @@ def run_propagate(args) -> int:
 
     from remprop.theory import propagate, propagate_at_layers, work_estimates as work
 
+    check_rope_work(args)
     arch = architecture_from_args(args)
     shown = args.depth + 1 if args.json else min(args.depth + 1, TABLE_LAYERS)
     # the arrays kept, plus the JSON text of five numbers per layer (a Python float and ~50 characters each)
@@ -200,6 +201,17 @@ def run_propagate(args) -> int:
     if note is not None:
         print(f"note: {note}")
     return 0
+
+
+def check_rope_work(args) -> None:
+    """Refuse rotary positions whose mean correlation over ``--head-dim / 2`` frequencies would
+    take longer than --max-seconds (:func:`~remprop.theory.work_estimates.rope_seconds`); checked
+    before the Architecture is built, which already sums them."""
+    from remprop.theory import work_estimates as work
+
+    if getattr(args, "positions", None) == "rope" and getattr(args, "head_dim", None) is not None:
+        check_work(f"the rotary correlation of a head of width {args.head_dim} (--head-dim)",
+                   seconds=work.rope_seconds(args.head_dim), **work_limits(args))
 
 
 #: Fields whose zero can make a sublayer and its skip both vanish (the stream's q = p = 0).
