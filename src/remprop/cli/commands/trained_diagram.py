@@ -18,8 +18,8 @@ from ..errors import CommandLineError, validation_extra
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_cluster_options, add_command,
                        add_grid_options, add_output_options, add_progress_option, add_work_limit_options,
                        point_at_option)
-from ..output import describe, dumps, run_inputs, show_progress, writable_directory
-from .training import TRAIN_OPTIONS, check_output_files, check_training_work, training_architecture
+from ..output import describe, dumps, run_inputs, show_progress, writable_directory, writable_file
+from .training import TRAIN_OPTIONS, check_training_work, training_architecture
 
 __all__ = ["add_trained_diagram_parser", "run_trained_diagram"]
 
@@ -119,7 +119,8 @@ def run_trained_diagram(args) -> int:
 
     arch = training_architecture(args)
     directory = writable_directory(args.out)
-    check_output_files(*(directory / f"trained_diagram.{ext}" for ext in ("png", "npz", "json")))
+    for ext in ("png", "npz", "json"):
+        writable_file(directory / f"trained_diagram.{ext}", "--out")
     with validation_extra():
         from remprop.validation.experiments import distributed
         from remprop.validation.training import TrainConfig, masked_lm_corpus

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from pathlib import Path
 
 from ..converters import count, layer_count, nonnegative_real, positive_real
 from ..errors import CommandLineError, one_line, validation_extra
@@ -29,10 +28,9 @@ from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
                        add_progress_option, add_work_limit_options, architecture_from_args, point_at_option,
                        work_limits)
-from ..output import dumps, show_progress, writable_directory
+from ..output import dumps, show_progress, writable_directory, writable_file
 
-__all__ = ["add_train_parser", "run_train", "TRAIN_OPTIONS", "training_architecture", "check_training_work",
-           "check_output_files"]
+__all__ = ["add_train_parser", "run_train", "TRAIN_OPTIONS", "training_architecture", "check_training_work"]
 
 #: TrainConfig field -> option, to name the option of a rejected value.
 TRAIN_OPTIONS = {"beta": "--beta", "depth": "--depth", "width": "--width", "seq_len": "--seq-len",
@@ -97,15 +95,6 @@ def training_architecture(args, **overrides):
     return architecture_from_args(args, **overrides)
 
 
-def check_output_files(*paths):
-    """One line naming the first of ``paths`` that is a folder (or else not a file), before any work."""
-    for path in paths:
-        path = Path(path)
-        if path.exists() and not path.is_file():
-            raise CommandLineError(f"argument --out: {path} is a folder, not a file; move it away or use another "
-                                   "--out")
-
-
 def check_training_work(args, config, vocab_size, runs=1, parallel=1, task=None):
     """Refuse training above --max-memory / --max-seconds (one line with the estimate).
 
@@ -141,7 +130,8 @@ def run_train(args) -> int:
     arch = training_architecture(args)
     directory = writable_directory(args.out)
     json_path, png_path = directory / f"{args.name}.json", directory / f"{args.name}.png"
-    check_output_files(json_path, png_path)
+    for path in (json_path, png_path):
+        writable_file(path, "--out")
     with validation_extra():
         from tqdm import tqdm
 
