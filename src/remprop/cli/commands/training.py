@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import sys
 
-
 from ..converters import count, layer_count, nonnegative_real, positive_real
 from ..errors import CommandLineError, one_line, validation_extra
 from ..limits import check_work
