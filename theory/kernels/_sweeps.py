@@ -30,7 +30,11 @@ block step, ``s = 2**-e`` (the last slot of the step's row):
   stream with branch norms grows only linearly with depth and is not rescaled.
 * post-LN needs none (LayerNorm sets ``q = 1`` twice per block); no LN with any other
   activation is not rescaled (its moments are not homogeneous) and is reported as leaving
-  float64 when it does.
+  float64 when it does. Within a post-LN block a skip is read only up to scale (a norm
+  follows it: ``build.output_scale_free``), so above
+  :data:`~remprop.theory.components.residual.SCALED_SKIP_ABOVE` it returns its state divided by
+  ``alpha**2``, finite where ``alpha**2`` would overflow (``alpha`` > 1.3e154): the norm's
+  output, the skip-dominated limit, is the same.
 
 With ``e = 0`` the parameters are multiplied by exactly 1, and ``s`` is a power of two, so
 results are bit-identical to a kernel without a scale; the cosine ``p / q`` needs no scale at all.

@@ -176,16 +176,20 @@ def run_propagate(args) -> int:
              and work.trajectory_bytes(1, args.depth + 1) <= work.SEGMENT_BYTES)
     if short:  # one kernel call either way: the whole trajectory
         trajectory = propagate(arch, args.beta, args.depth, q0=args.q0, rho0=args.rho0)
-        q, p, rho = (values[layers] for values in (trajectory.q, trajectory.p, trajectory.rho))
+        q, p, rho, log2_q = (values[layers] for values in (trajectory.q, trajectory.p, trajectory.rho,
+                                                            trajectory.log2_q))
         beta_c = np.r_[np.nan, trajectory.beta_critical][layers]
     else:
         with progress_bar(args, total=args.depth, unit="layer", desc="propagate") as advance:
             sampled = propagate_at_layers(arch, args.beta, layers, q0=args.q0, rho0=args.rho0, progress=advance)
-        q, p, rho, beta_c = sampled.q, sampled.p, sampled.rho, sampled.beta_critical
+        q, p, rho, beta_c, log2_q = sampled.q, sampled.p, sampled.rho, sampled.beta_critical, sampled.log2_q
     undefined, note = _undefined_cosine(arch, rho, layers)
+    overflow, overflow_note = _overflowed_norm(q, rho, log2_q, layers)
+    note = "; ".join(text for text in (note, overflow_note) if text) or None
     if args.json:
-        print(dumps({"layer": layers.tolist(), "q": q, "p": p, "rho": rho,
-                     "beta_critical": beta_c[1:], "undefined_from_layer": undefined, "note": note,
+        print(dumps({"layer": layers.tolist(), "q": q, "p": p, "rho": rho, "log2_q": log2_q,
+                     "beta_critical": beta_c[1:], "undefined_from_layer": undefined,
+                     "overflow_from_layer": overflow, "note": note,
                      **run_inputs(args, arch, beta=args.beta)}))
         return 0
     print(f"order parameters layer by layer: {describe(arch, args.depth)}, "
@@ -224,6 +228,24 @@ def _undefined_cosine(arch, rho, layers):
     first = int(layers[bad[0]])
     return first, (f"rho is undefined (nan) from layer {first} on: the stream vanished{cause}, "
                    "q = p = 0 (a sublayer and its skip both give zero), or left float64")
+
+
+def _overflowed_norm(q, rho, log2_q, layers):
+    """(first of ``layers`` whose q reads inf with a finite rho, a note saying why), or (None, None).
+
+    A pre-LN or no-LN stream grows like ``alpha**(2L)``; past float64's largest number (1.8e308)
+    its q and p read inf, while the kernels carry the scale apart (docs/theory.md section 5):
+    rho and ``log2 q`` stay exact.
+    """
+    import numpy as np
+
+    big = np.flatnonzero(np.isinf(q) & np.isfinite(rho))
+    if big.size == 0:
+        return None, None
+    first = int(layers[big[0]])
+    return first, (f"q and p read inf from layer {first} on: their true values exceed float64's largest number "
+                   f"(1.8e308; log2 q = {log2_q[big[0]]:.6g} at layer {first}); rho is exact (the scale is "
+                   "carried apart), --json gives log2_q for every layer")
 
 
 #: Most layers printed by ``remprop propagate`` (evenly spread, ends included).
