@@ -69,6 +69,16 @@ def test_min_residual_strength_with_a_huge_bound_is_the_default_bound_answer():
     assert wide == pytest.approx(default, abs=1e-7)  # both brackets narrower than tol = 1e-8
 
 
+@pytest.mark.parametrize("norm", ["pre", "none"])
+def test_final_states_carry_the_scale_of_a_fast_growing_stream_as_propagate_does(norm):
+    # four blocks between renormalisations grew q by alpha**16: nan from alpha ~1e20 in the
+    # diagram's final states while propagate (renormalised every block) stayed finite
+    alphas = np.array([1.5, 1e20, 1e77, 1e130])[:, None]
+    arch = Architecture(norm=norm, alpha_sa=alphas)
+    final = final_state(arch, 0.5, 10)["rho"]
+    assert np.all(np.isfinite(final)) and np.array_equal(final, propagate(arch, 0.5, 10).rho[..., -1])
+
+
 def test_propagate_at_alpha_1e300_is_finite(capsys):
     code, out, err = run_cli(capsys, "propagate", "--alpha", "1e300", "--depth", 5, "--json")
     data = json.loads(out)
