@@ -79,6 +79,18 @@ def test_final_states_carry_the_scale_of_a_fast_growing_stream_as_propagate_does
     assert np.all(np.isfinite(final)) and np.array_equal(final, propagate(arch, 0.5, 10).rho[..., -1])
 
 
+def test_diagram_says_which_cells_have_no_final_cosine(capsys, tmp_path):
+    # pre-LN at alpha 1e300: one block's alpha**2 leaves float64 even with the carried scale
+    code, out, err = run_cli(capsys, "diagram", "--norm", "pre", "--betas", 0.5, "--alphas", "1,1e300",
+                             "--depth", 3, "--out", tmp_path, "--json")
+    data = json.loads(out)
+    assert code == 0 and err == "" and data["undefined_cells"] == 1
+    assert "the first at alpha 1e+300, beta 0.5" in data["note"] and "left float64" in data["note"]
+    code, out, err = run_cli(capsys, "diagram", "--betas", 0.5, "--alphas", "1,1e300", "--depth", 3,
+                             "--out", tmp_path, "--json")
+    assert code == 0 and json.loads(out)["undefined_cells"] == 0 and json.loads(out)["note"] is None
+
+
 def test_propagate_at_alpha_1e300_is_finite(capsys):
     code, out, err = run_cli(capsys, "propagate", "--alpha", "1e300", "--depth", 5, "--json")
     data = json.loads(out)

@@ -67,9 +67,10 @@ def run_diagram(args) -> int:
     files = [str(path) for path in (png, Path(f"{stem}.npz"), Path(f"{stem}.json")) if path.exists()]
     alpha_star = np.atleast_1d(np.asarray(result.alpha_star, dtype=float))
     beta_c = np.atleast_1d(np.asarray(result.beta_critical, dtype=float))
+    undefined, note = _undefined_cells(result)
     if args.json:
         print(dumps({"files": files, "beta": betas, "alpha_star": alpha_star, "beta_critical": beta_c,
-                     "alpha": alphas, **run_inputs(args, arch)}))
+                     "alpha": alphas, "undefined_cells": undefined, "note": note, **run_inputs(args, arch)}))
         return 0
     print(f"trainability diagram: {describe(arch, args.depth, args.threshold)}")
     print(f"grid: {betas.size} betas in [{format_number(betas.min())}, {format_number(betas.max())}], "
@@ -84,7 +85,24 @@ def run_diagram(args) -> int:
             for k in work.spread_indices(betas.size, 9)]
     print(format_table(("beta", "alpha*", "beta_c"), rows))
     print("wrote " + ", ".join(files))
+    if note is not None:
+        print(f"note: {note}")
     return 0
+
+
+def _undefined_cells(result):
+    """(number of cells whose final cosine is nan, a note saying where and why), or (0, None)."""
+    import numpy as np
+
+    undefined = np.isnan(result.rho_final)
+    count = int(undefined.sum())
+    if count == 0:
+        return 0, None
+    i, j = np.argwhere(undefined)[0]
+    return count, (f"{count} of {undefined.size} cells have no final cosine (nan; the first at alpha "
+                   f"{format_number(result.alphas[i])}, beta {format_number(result.betas[j])}): the stream "
+                   "vanished (q = p = 0) or left float64 (without post-LN, from alpha about 7e134); "
+                   "they are drawn as rank-collapsed")
 
 
 def _draw(result, path: Path) -> None:
