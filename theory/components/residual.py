@@ -81,7 +81,7 @@ class Residual(Component):
         return skip_core(q_branch, p_branch, q, p, self.alpha)
 
     def apply_up_to_scale(self, q, p):
-        """:meth:`apply` divided by ``alpha**2`` where ``alpha`` exceeds :data:`SCALED_SKIP_ABOVE`
+        """The map (``apply``) divided by ``alpha**2`` where ``alpha`` exceeds :data:`SCALED_SKIP_ABOVE`
         (a norm follows, which reads only the cosine)."""
         return scaled_skip(self.branch.apply(q, p), q, p, self.alpha)
 
