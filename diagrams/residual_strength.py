@@ -122,7 +122,7 @@ def min_residual_strength(arch: Architecture, depth: int = None, beta=None, thre
         ``alpha*``: ``0.0`` when ``alpha_sa = 0`` already stays below the threshold,
         ``inf`` (``math.inf`` for scalars) when no ``alpha_sa <= alpha_max`` does. A float for scalar inputs,
         otherwise an array of the broadcast shape of ``beta``, the numeric fields other
-        than ``alpha_sa``, ``q0`` and ``rho0``.
+        than ``alpha_sa``, ``q0`` and ``rho0`` (empty for an empty ``beta``).
 
     Raises
     ------
@@ -155,6 +155,8 @@ def min_residual_strength(arch: Architecture, depth: int = None, beta=None, thre
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     # alpha_sa is the unknown: drop the architecture's own value (and any array shape).
     shape, size, rows = pack_parameters(run if run is not None else arch, beta, q0, rho0, alpha_sa=0.0)
+    if size == 0:  # an empty beta (or field) array: nothing to search, as propagate and final_state
+        return np.empty(shape)
     if segment is None:
         cells, chunks = min(size, CHUNK_ROWS), -(-size // CHUNK_ROWS)
         passes = search_block_steps(arch, depth, cells, alpha_max, tol) // (cells * depth)

@@ -102,7 +102,7 @@ def trainability_figure(diagram, ax=None):
     elif two_d:
         with np.errstate(invalid="ignore"):
             gap = betas[None, :] - beta_c_cells
-        if np.nanmin(gap) < 0 < np.nanmax(gap):
+        if np.isfinite(gap).any() and np.nanmin(gap) < 0 < np.nanmax(gap):  # all nan: no contour, no warning
             ax.contour(betas, alphas, gap, levels=[0.0], colors=LINE["beta_critical"]["color"],
                        linestyles=LINE["beta_critical"]["linestyle"],
                        linewidths=LINE["beta_critical"]["linewidth"])
@@ -115,8 +115,8 @@ def trainability_figure(diagram, ax=None):
     ax.plot(diagram.betas, np.where(beyond, alpha_star, np.nan),
             **{**LINE["alpha_star"], "linestyle": ":", "color": "0.85"})  # light: readable on dark red
     handles.append(Line2D([], [], label=rf"$\alpha^*(L)$, $L = {diagram.depth}$", **LINE["alpha_star"]))
-    ax.set_xlim(betas.min(), betas.max())
-    ax.set_ylim(alphas.min(), alphas.max())
+    ax.set_xlim(*_span(betas))
+    ax.set_ylim(*_span(alphas))
     ax.set_xlabel(r"query/key scale $\beta$")
     ax.set_ylabel(r"attention skip strength $\alpha_{SA}$")
     arch = diagram.arch
@@ -164,8 +164,8 @@ def attention_phase_figure(betas=None, input_cosines=None, *, sigma_v2=1.0, sigm
     inside = np.isfinite(data["beta_critical"]) & (data["beta_critical"] <= betas.max())
     left.plot(data["beta_critical"][inside], cosines[inside], color="white", linestyle="--", linewidth=2.0,
               label=r"$\beta_c(\rho) = \sqrt{2 / (q^2 (1 - \rho))}$")
-    left.set_xlim(betas.min(), betas.max())
-    left.set_ylim(cosines.min(), cosines.max())
+    left.set_xlim(*_span(betas))
+    left.set_ylim(*_span(cosines))
     left.set_xlabel(r"query/key scale $\beta$")
     left.set_ylabel(r"input cosine $\rho$")
     left.set_title("one attention layer: output cosine", fontsize=10)
@@ -179,7 +179,7 @@ def attention_phase_figure(betas=None, input_cosines=None, *, sigma_v2=1.0, sigm
     for k, (rho, y2) in enumerate(zip(data["y2_cosines"], data["y2"])):
         right.plot(betas, y2, linestyle=styles[k % len(styles)], linewidth=1.8,
                            label=rf"$\rho = {rho:g}$ ($\beta_c = {data['y2_beta_critical'][k]:.3g}$)")
-    right.set_xlim(betas.min(), betas.max())
+    right.set_xlim(*_span(betas))
     right.set_ylim(-0.02, 1.0)
     right.set_xlabel(r"query/key scale $\beta$")
     right.set_ylabel(r"participation ratio $Y_2$")
@@ -227,6 +227,16 @@ def layernorm_placement_figure(run=None, *, sigma_bv2=0.0, data=None, ax=None):
     ax.legend(loc="lower right", fontsize=8, title=note, title_fontsize=7, framealpha=0.9)
     ax.grid(alpha=0.3)
     return ax.figure
+
+
+def _span(values):
+    """Axis limits of a grid axis: its smallest and largest value, widened by 5% of the value
+    (or 0.05 at zero) on each side when the axis holds one value (matplotlib warns on equal limits)."""
+    low, high = float(np.min(values)), float(np.max(values))
+    if low == high:
+        pad = 0.05 * abs(low) if low else 0.05
+        return low - pad, high + pad
+    return low, high
 
 
 def _interior_point(mask):

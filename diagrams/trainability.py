@@ -13,7 +13,7 @@ from remprop.theory.propagation import CHUNK_ROWS
 from remprop.theory.work_estimates import segment_layers
 
 from .grid_result import CELL_AXES, GridResult, GridView, cell_array, check_arrays, require, scalar_member, text_member
-from .phases import PHASE_LABELS, classify_phases
+from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, classify_phases
 from .residual_strength import ALPHA_MAX, min_residual_strength
 
 __all__ = ["TrainabilityDiagram", "trainability_diagram", "BETA_CRITICAL_RULES"]
@@ -121,6 +121,7 @@ class TrainabilityDiagram(GridView):
             raise ValueError(f"settings.arch: {err}") from None
         run = RunSettings(arch, grid.betas, s["depth"], s["q0"], s["rho0"], s["threshold"])
         as_float_array("alpha_max", check_real_scalar("alpha_max", s["alpha_max"]), positive=True)
+        _check_phases(grid, run.threshold)
         return cls(grid, run)
 
     @classmethod
@@ -270,6 +271,32 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     return TrainabilityDiagram.from_arrays(
         run, alphas, phase=phase, rho_final=rho_final, beta_critical_cells=beta_critical_cells,
         beta_critical=beta_critical_cells.min(axis=0), alpha_star=alpha_star.reshape(betas.shape), alpha_max=ALPHA_MAX)
+
+
+def _check_phases(grid, threshold):
+    """``ValueError`` naming ``rho_final`` (or ``beta_critical_cells``) unless the stored phases are
+    the ones :func:`~remprop.diagrams.phases.classify_phases` gives from the stored final cosines and
+    critical betas: a damaged array (all ``nan``, cosines outside [-1, 1]) would otherwise be read as
+    the diagram it disagrees with."""
+    arrays = grid.arrays
+    for name in ("rho_final", "beta_critical_cells"):
+        values = np.asarray(arrays[name])
+        if values.dtype.kind != "f":
+            raise ValueError(f"{name}: holds {values.dtype} values, not floats")
+    rho = np.asarray(arrays["rho_final"], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        outside = np.abs(rho) > 1.0 + 1e-9
+    if outside.any():
+        raise ValueError(f"rho_final: a final cosine must lie in [-1, 1], got {rho[outside].flat[0]!r}")
+    expected = classify_phases(grid.betas[None, :], arrays["beta_critical_cells"], rho, threshold)
+    wrong = np.asarray(arrays["phase"]) != expected
+    if wrong.any():
+        i, j = np.argwhere(wrong)[0]
+        stored_entropy = arrays["phase"][i, j] == ENTROPY_COLLAPSE
+        culprit = "beta_critical_cells" if stored_entropy != (expected[i, j] == ENTROPY_COLLAPSE) else "rho_final"
+        raise ValueError(f"{culprit}: {int(wrong.sum())} of {wrong.size} cells disagree with the stored phase "
+                         f"(first at alpha {grid.alphas[i]:g}, beta {grid.betas[j]:g}: rho_final "
+                         f"{float(rho[i, j])!r}, beta_critical_cells {float(arrays['beta_critical_cells'][i, j])!r})")
 
 
 def _final_states(run, progress, segment):

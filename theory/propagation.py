@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kernels import PARAMS, kernels_for, packed_table
-from .checks import as_float_array, check_depth, check_simplex_cosine
+from .activations import activation_spec
+from .checks import ParameterError, as_float_array, check_depth, check_simplex_cosine
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .settings import given_run
 from . import softcap
@@ -236,6 +237,7 @@ def propagate(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=No
         stop = min(size, start + CHUNK_ROWS)
         q[start:stop], p[start:stop], exponent[start:stop], beta_c[start:stop] = kernels.trajectories(
             rows(start, stop), depth, table)
+    _check_activation_finite(arch, q, exponent)
     q, p, rho, log2_q = scaled_state(q, p, exponent)
     if arch.final_norm:
         q[:, -1], p[:, -1] = arch.stack_output(np.ones(size), rho[:, -1])   # (1, rho): the scale drops out
@@ -269,6 +271,10 @@ def final_state(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=
     for start in range(0, size, CHUNK_ROWS):
         stop = min(size, start + CHUNK_ROWS)
         out[start:stop] = kernels.final_states(rows(start, stop), depth, table)
+        if not activation_spec(arch.activation).builtin and np.isnan(out[start:stop, 0]).any():
+            row = start + int(np.flatnonzero(np.isnan(out[start:stop, 0]))[0])
+            q_row, _, e_row, _ = kernels.trajectories(rows(row, row + 1), depth, table)
+            _check_activation_finite(arch, q_row, e_row)
         if progress is not None:
             progress(stop - start)
     q, p, rho, log2_q = scaled_state(out[:, 0], out[:, 1], out[:, 4])
@@ -279,6 +285,30 @@ def final_state(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=
             "log2_q": log2_q.reshape(shape),
             "beta_critical_first": out[:, 2].reshape(shape),
             "beta_critical_min": out[:, 3].reshape(shape)}
+
+
+def _check_activation_finite(arch: Architecture, q, log2_scale):
+    """Refuse trajectories in which a user-registered activation broke a finite state.
+
+    A registered activation is checked on ``[-32, 32]`` only (:func:`~remprop.theory.register_activation`);
+    where it raises or returns a non-finite value at a quadrature node beyond, the kernels
+    (which cannot raise) read ``nan``. A state that turns ``nan`` from a finite positive ``q`` (a
+    stream leaving float64 reads ``inf`` first) is that failure: :class:`~remprop.theory.checks.ParameterError`
+    naming ``activation``, the block and the input ``q``. Built-in activations are defined
+    everywhere and pass. ``q``, ``log2_scale``: the kernels' trajectories, shape ``(n, depth + 1)``.
+    """
+    if activation_spec(arch.activation).builtin:
+        return
+    with np.errstate(invalid="ignore"):
+        broken = np.isnan(q[:, 1:]) & np.isfinite(q[:, :-1]) & (q[:, :-1] > 0.0)
+    if broken.any():
+        row, layer = np.argwhere(broken)[0]
+        with np.errstate(over="ignore"):
+            q_in = float(q[row, layer] * np.exp2(log2_scale[row, layer]))
+        raise ParameterError("activation", f"activation {arch.activation!r}: the state turned nan in block "
+                             f"{layer + 1} from a finite input (q = {q_in:.4g}): the activation raised or returned "
+                             "a non-finite value at an input beyond [-32, 32], the range it was checked on; "
+                             "register a function that is finite on the whole real line")
 
 
 def final_state_rows(arch: Architecture, rows, depth: int):

@@ -47,8 +47,9 @@ def logit_softcap_change(arch, beta, q0=1.0):
         return scalar_or_array(np.zeros(np.shape(beta)))
     beta = as_float_array("beta", beta, positive=True)
     s_max = beta * _largest_score_per_beta(arch, q0)
-    with np.errstate(over="ignore"):
-        return scalar_or_array(np.expm1(4.0 * s_max ** 3 / (3.0 * arch.logit_softcap ** 2)))
+    # D = s^3 / (3 c^2) written as (4/3) s (s/c)^2: no c^2 to overflow (c = 1e300) or vanish (c = 1e-300)
+    with np.errstate(over="ignore", under="ignore"):
+        return scalar_or_array(np.expm1(4.0 / 3.0 * s_max * np.square(s_max / np.float64(arch.logit_softcap))))
 
 def _largest_score_per_beta(arch, q0):
     """``s_max / beta`` of :func:`logit_softcap_change` (linear in beta)."""
@@ -68,7 +69,8 @@ def logit_softcap_max_beta(arch, q0=1.0):
     """
     if arch.logit_softcap is None:
         return math.inf
-    limit = (0.75 * arch.logit_softcap ** 2 * math.log1p(SOFTCAP_TOLERANCE)) ** (1.0 / 3.0)
+    # (3/4 c^2 log(1 + eps))^(1/3) with c^(2/3) apart: no c^2 to overflow or vanish
+    limit = float(arch.logit_softcap) ** (2.0 / 3.0) * (0.75 * math.log1p(SOFTCAP_TOLERANCE)) ** (1.0 / 3.0)
     return scalar_or_array(limit / _largest_score_per_beta(arch, q0))
 
 def check_logit_softcap(arch, beta, q0=1.0):

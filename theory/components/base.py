@@ -98,6 +98,14 @@ class Component:
         """The map ``(q, p) -> (q', p')`` on validated float arrays."""
         raise NotImplementedError
 
+    def apply_up_to_scale(self, q, p):
+        """The map up to a positive factor, for a consumer that reads only its cosine (a
+        :attr:`scale_free` map follows it: the norm after a post-LN sublayer). :meth:`apply` by
+        default; a skip whose ``alpha**2`` would leave float64 returns its state divided by
+        ``alpha**2`` (:class:`~remprop.theory.components.Residual`), so that its cosine stays
+        finite. The kernel face gets the same request through ``build.output_scale_free``."""
+        return self.apply(q, p)
+
     def symbolic(self, q, p, symbols):  # pragma: no cover - abstract
         """The same map on sympy expressions ``(q, p)``, unchecked.
 
@@ -239,8 +247,17 @@ class Serial(Component):
     name = "serial"
 
     def apply(self, q, p):
-        for layer in self.layers:
-            q, p = layer.apply(q, p)
+        return self._apply(q, p, False)
+
+    def apply_up_to_scale(self, q, p):
+        return self._apply(q, p, True)
+
+    def _apply(self, q, p, free):
+        """The layers in turn; a layer followed by a :attr:`~Component.scale_free` one (or the last,
+        with ``free``) runs up to scale (:meth:`Component.apply_up_to_scale`)."""
+        for index, layer in enumerate(self.layers):
+            after = self.layers[index + 1].scale_free if index + 1 < len(self.layers) else free
+            q, p = layer.apply_up_to_scale(q, p) if after else layer.apply(q, p)
         return q, p
 
     def symbolic(self, q, p, symbols):
@@ -284,10 +301,15 @@ class Serial(Component):
 
     def kernel(self, build):
         """The first layer's step, then the rest's (a serial of the remaining layers, so a
-        serial of n layers is n - 1 two-step compositions)."""
+        serial of n layers is n - 1 two-step compositions). A layer followed by a
+        :attr:`~Component.scale_free` one is built with ``output_scale_free`` (its output is read
+        only up to scale, :meth:`Component.apply_up_to_scale`), as is the last when this
+        serial's own output is."""
+        free = build.output_scale_free
         if len(self.layers) == 1:
-            return build.child(self.layers[0])
-        first, rest = build.child(self.layers[0]), build.child(Serial(self.layers[1:]))
+            return build.child(self.layers[0], output_scale_free=free)
+        first = build.child(self.layers[0], output_scale_free=self.layers[1].scale_free)
+        rest = build.child(Serial(self.layers[1:]), output_scale_free=free)
 
         def step(q, p, row, table):
             q, p, beta_c = first(q, p, row, table)

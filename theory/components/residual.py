@@ -9,7 +9,14 @@ from numba.extending import register_jitable
 from ..checks import as_float_array, check_overlap, output_pair
 from .base import Component, least, merge_rescaled, parameter
 
-__all__ = ["skip_map", "Residual", "Parallel", "BranchSum", "residual", "parallel"]
+__all__ = ["skip_map", "Residual", "Parallel", "BranchSum", "residual", "parallel", "SCALED_SKIP_ABOVE"]
+
+#: Skip strength above which a skip read only up to scale (a norm follows it: post-LN) is
+#: computed divided by ``alpha**2`` (``skip_over_alpha2_core``): ``alpha**2 q`` leaves
+#: float64 from ``alpha`` about 1.3e154, while the normalised state has a finite limit (the skip
+#: dominates, the cosine is the input's). Below it the skip is the plain ``skip_core``,
+#: bit for bit (:meth:`Residual.apply_up_to_scale`, the kernel step of :class:`Residual`).
+SCALED_SKIP_ABOVE = 2.0 ** 64
 
 
 @register_jitable
@@ -17,6 +24,14 @@ def skip_core(q_branch, p_branch, q, p, alpha):
     """(q', p') = (q_F + alpha^2 q, p_F + alpha^2 p)."""
     a2 = alpha * alpha
     return q_branch + a2 * q, p_branch + a2 * p
+
+
+@register_jitable
+def skip_over_alpha2_core(q_branch, p_branch, q, p, alpha):
+    """``(q_F / alpha^2 + q, p_F / alpha^2 + p)``: :func:`skip_core` divided by ``alpha^2``, finite
+    where ``alpha^2`` overflows (the branch's share then underflows to 0)."""
+    r = 1.0 / alpha
+    return q_branch * r * r + q, p_branch * r * r + p
 
 
 def skip_map(q_branch, p_branch, q, p, alpha=1.0):
@@ -65,6 +80,11 @@ class Residual(Component):
         q_branch, p_branch = self.branch.apply(q, p)
         return skip_core(q_branch, p_branch, q, p, self.alpha)
 
+    def apply_up_to_scale(self, q, p):
+        """The map (``apply``) divided by ``alpha**2`` where ``alpha`` exceeds :data:`SCALED_SKIP_ABOVE`
+        (a norm follows, which reads only the cosine)."""
+        return scaled_skip(self.branch.apply(q, p), q, p, self.alpha)
+
     def symbolic(self, q, p, symbols):
         q_branch, p_branch = self.branch.symbolic(q, p, symbols)
         return skip_core(q_branch, p_branch, q, p, symbols.parameter(self.alpha))
@@ -97,11 +117,16 @@ class Residual(Component):
         1 unless the kernels carry a pre-LN stream's scale, :mod:`remprop.theory.kernels`), then
         the skip."""
         alpha, branch, scale = build.parameter(self.alpha), build.child(self.branch), build.stream_scale
+        free = build.output_scale_free  # a norm follows: past SCALED_SKIP_ABOVE, the skip over alpha^2
 
         def step(q, p, row, table):
             q_branch, p_branch, beta_c = branch(q, p, row, table)
             s = scale(row)
-            q, p = skip_core(s * q_branch, s * p_branch, q, p, alpha(row))
+            a = alpha(row)
+            if free and a > SCALED_SKIP_ABOVE:
+                q, p = skip_over_alpha2_core(s * q_branch, s * p_branch, q, p, a)
+            else:
+                q, p = skip_core(s * q_branch, s * p_branch, q, p, a)
             return q, p, beta_c
 
         return step
@@ -117,6 +142,10 @@ class Parallel(Component):
 
     def apply(self, q, p):
         return self._sum(q, p, [branch.apply(q, p) for branch in self.branches], self.alpha)
+
+    def apply_up_to_scale(self, q, p):
+        """:meth:`Residual.apply_up_to_scale` around the branches' sum."""
+        return scaled_skip(BranchSum(self.branches).apply(q, p), q, p, self.alpha)
 
     def symbolic(self, q, p, symbols):
         return self._sum(q, p, [branch.symbolic(q, p, symbols) for branch in self.branches],
@@ -187,6 +216,19 @@ class BranchSum(Component):
             return q_head + q_last, p_head + p_last, least(beta_c, beta_c_last)
 
         return step
+
+
+def scaled_skip(branch_out, q, p, alpha):
+    """The skip around ``branch_out = (q_F, p_F)``, divided by ``alpha**2`` where ``alpha`` exceeds
+    :data:`SCALED_SKIP_ABOVE` (elementwise; the plain :func:`skip_core` elsewhere)."""
+    q_branch, p_branch = branch_out
+    huge = np.asarray(alpha) > SCALED_SKIP_ABOVE
+    if not np.any(huge):
+        return skip_core(q_branch, p_branch, q, p, alpha)
+    with np.errstate(over="ignore", invalid="ignore"):
+        plain = skip_core(q_branch, p_branch, q, p, alpha)
+    scaled = skip_over_alpha2_core(q_branch, p_branch, q, p, np.where(huge, alpha, 1.0))
+    return np.where(huge, scaled[0], plain[0]), np.where(huge, scaled[1], plain[1])
 
 
 def residual(alpha, branch: Component) -> Component:

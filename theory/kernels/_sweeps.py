@@ -30,7 +30,11 @@ block step, ``s = 2**-e`` (the last slot of the step's row):
   stream with branch norms grows only linearly with depth and is not rescaled.
 * post-LN needs none (LayerNorm sets ``q = 1`` twice per block); no LN with any other
   activation is not rescaled (its moments are not homogeneous) and is reported as leaving
-  float64 when it does.
+  float64 when it does. Within a post-LN block a skip is read only up to scale (a norm
+  follows it: ``build.output_scale_free``), so above
+  :data:`~remprop.theory.components.residual.SCALED_SKIP_ABOVE` it returns its state divided by
+  ``alpha**2``, finite where ``alpha**2`` would overflow (``alpha`` > 1.3e154): the norm's
+  output, the skip-dominated limit, is the same.
 
 With ``e = 0`` the parameters are multiplied by exactly 1, and ``s`` is a power of two, so
 results are bit-identical to a kernel without a scale; the cosine ``p / q`` needs no scale at all.
@@ -50,8 +54,9 @@ from ..components.base import Component
 from ..rem import cross_overlap_table, participation_table
 from ._tree import COLUMNS, NO_SCALE, PARAMS, SCALE_INPUTS, KernelBuilder, digest, stream_scaling
 
-ALPHA_SA, QK_NORM_DIM, Q0, P0, LOG2_SCALE = (PARAMS.index(name) for name in
-                                             ("alpha_sa", "qk_norm_dim", "q0", "p0", "log2_scale"))
+ALPHA_SA, ALPHA_MLP, QK_NORM_DIM, Q0, P0, LOG2_SCALE = (PARAMS.index(name) for name in
+                                                        ("alpha_sa", "alpha_mlp", "qk_norm_dim", "q0", "p0",
+                                                         "log2_scale"))
 #: Stand-in table for asymptotic kernels (never read).
 NO_TABLE = np.zeros(8)
 NO_TABLE.setflags(write=False)
@@ -64,6 +69,10 @@ BATCH = 32
 SCALE_EXPONENT = 128
 _BIG = 2.0 ** SCALE_EXPONENT
 _SMALL = 2.0 ** -SCALE_EXPONENT
+#: A carried scale is renormalised every fourth block, or every block in a batch with a skip
+#: strength above this: four blocks grow q by up to ``alpha**16`` (pre-LN), which leaves float64
+#: from ``2**128 alpha**16`` (alpha about 2**56); one block at a time holds up to about 7e134.
+_FAST_GROWTH = 2.0 ** 32
 
 
 @register_jitable
@@ -191,6 +200,10 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
     def advance(q, p, e, s, beta_c_first, beta_c_min, prm, alpha_sa, count, first_layer, depth, table):
         """Advance ``count`` cells of a batch by ``depth`` blocks, in place (state ``(q, p) 2**e``,
         ``s = 2**-e``). Twelve arguments: the batch's buffers, passed apart (numba hot loop)."""
+        every = 3  # renormalise after blocks 4k - 1 (and the last), or after every block (fast growth)
+        for j in range(count):
+            if alpha_sa[j] > _FAST_GROWTH or prm[ALPHA_MLP, j] > _FAST_GROWTH:
+                every = 0
         for layer in range(depth):
             for j in range(count):
                 q_new, p_new, beta_c = step(q[j], p[j], cell_row(prm, j, alpha_sa[j], s[j]), table)
@@ -201,7 +214,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
                 if first_layer and layer == 0:
                     beta_c_first[j] = beta_c
                 beta_c_min[j] = min(beta_c_min[j], beta_c)
-            if mode != NO_SCALE and ((layer & 3) == 3 or layer == depth - 1):
+            if mode != NO_SCALE and ((layer & every) == every or layer == depth - 1):
                 for j in range(count):
                     if (q[j] > _BIG or q[j] < _SMALL) and q[j] > 0.0 and q[j] < np.inf:
                         mantissa, exponent = math.frexp(q[j])

@@ -94,6 +94,7 @@ class KernelBuilder:
         self.mode, self.rescaled = mode, dict(rescaled or {})
         self._context = (mode, tuple(sorted(self.rescaled.items())))
         self._frames = []
+        self._free = [False]
 
     # -- what a component's kernel face calls ----------------------------------------------------
     def parameter(self, value):
@@ -130,26 +131,39 @@ class KernelBuilder:
         the tree's kernels then need the table (:func:`remprop.theory.kernels.packed_table`)."""
         self._frames[-1].reads_table = True
 
-    def child(self, component):
-        """The step function of ``component`` (built once per structure)."""
-        step = self.build(component)
+    @property
+    def output_scale_free(self):
+        """Whether the step being built may return its output up to a positive factor: the
+        map after it reads only the cosine (a :attr:`~remprop.theory.components.Component.scale_free`
+        norm follows, as after a post-LN sublayer; :meth:`Component.apply_up_to_scale
+        <remprop.theory.components.Component.apply_up_to_scale>`). A skip then keeps a finite
+        state where ``alpha**2`` would leave float64 (:class:`~remprop.theory.components.Residual`)."""
+        return self._free[-1]
+
+    def child(self, component, output_scale_free=False):
+        """The step function of ``component`` (built once per structure); ``output_scale_free``:
+        what :attr:`output_scale_free` tells its kernel face."""
+        step = self.build(component, output_scale_free)
         self._frames[-1].add(step)
         return step.function
 
     # -- the walk ---------------------------------------------------------------------------------
-    def build(self, component) -> Step:
-        """The :class:`Step` of ``component``'s subtree."""
+    def build(self, component, output_scale_free=False) -> Step:
+        """The :class:`Step` of ``component``'s subtree (its output read up to scale with
+        ``output_scale_free``, :attr:`output_scale_free`)."""
         if not isinstance(component, Component):
             raise ValueError(f"kernel trees are made of components, got {component!r}")
-        key = (component.kernel_key(), self._context)
+        key = (component.kernel_key(), self._context) + (("output_scale_free",) if output_scale_free else ())
         if key in _STEPS:
             return _STEPS[key]
         frame = _Frame()
         self._frames.append(frame)
+        self._free.append(bool(output_scale_free))
         try:
             function = component.kernel(self)
         finally:
             self._frames.pop()
+            self._free.pop()
         if function in _REGISTERED:  # a child's step returned as this component's own
             step = _REGISTERED[function]
         elif not callable(function):

@@ -252,8 +252,10 @@ class CellStore:
         if not create and not path.exists():
             raise ValueError(f"out: {self.directory} holds no sweep (no {MANIFEST_NAME})")
         self.cells_dir.mkdir(parents=True, exist_ok=True)
+        #: Whether this object wrote the manifest (a new sweep): :meth:`discard_if_unused` may take it back.
+        self.created = False
         if not path.exists() and _create_exclusive_json(path, wanted):
-            stored = wanted
+            stored, self.created = wanted, True
         else:
             try:
                 stored = json.loads(path.read_text(encoding="utf-8"))
@@ -264,6 +266,22 @@ class CellStore:
                              " use another folder or the same settings")
         self.manifest = wanted
         self.reap_stale()
+
+    def discard_if_unused(self) -> bool:
+        """Take back the manifest this object wrote when no cell was kept: a run refused or
+        failed before its first record, so that the folder does not stay pinned to settings
+        that computed nothing (the corrected rerun would be refused as "a different sweep").
+
+        Removes the manifest only when this object created it (``created``) and the cells
+        folder holds no record, no damaged record and no claim (another run that opened the
+        same sweep and took a cell keeps it). Returns whether the manifest was removed.
+        """
+        if not self.created:
+            return False
+        if any(path.name.endswith((".json", CORRUPT_SUFFIX, CLAIM_SUFFIX)) for path in self.cells_dir.iterdir()):
+            return False
+        self.created = False
+        return _unlink(self.directory / MANIFEST_NAME)
 
     # -- records --------------------------------------------------------------------------
     def path(self, key: str) -> Path:

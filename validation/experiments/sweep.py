@@ -276,7 +276,10 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
     :data:`~remprop.validation.experiments.cell_store.CLAIM_STALE_AFTER_S`). A damaged record (unreadable, of
     another cell or sweep, or whose checksum fails: :func:`record_problem`) is moved aside
     as ``<key>.json.corrupt`` with a warning naming it, and its cell computed again. The
-    call returns when every cell of the grid is on disk.
+    call returns when every cell of the grid is on disk. A run that fails before any cell
+    is on disk takes back the manifest it wrote
+    (:meth:`~remprop.validation.experiments.cell_store.CellStore.discard_if_unused`), so that the
+    corrected rerun may use the folder.
 
     Parameters
     ----------
@@ -329,8 +332,12 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
         raise ValueError(f"scheduler: dask.distributed is not installed ({distributed.INSTALL_HINT})")
     store = _open_store(spec, out)
     cells = {cell_key(a, b): (spec, a, b, device) for a, b in spec.cells()}
-    return run_cells(store, cells, simulate_cell_on_worker, workers=workers, scheduler=scheduler, client=client,
-                     progress=progress, desc="sweep", on_cell=on_cell, poll_s=poll_s)
+    try:
+        return run_cells(store, cells, simulate_cell_on_worker, workers=workers, scheduler=scheduler,
+                         client=client, progress=progress, desc="sweep", on_cell=on_cell, poll_s=poll_s)
+    except BaseException:
+        store.discard_if_unused()  # refused or failed before any cell: the folder is not pinned to it
+        raise
 
 
 def simulate_cell_on_worker(spec, alpha_index, beta_index, device=None):

@@ -7,8 +7,10 @@ where a long run stopped: ``remprop propagate: interrupted at layer N of M``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import warnings
 
 from .commands import COMMANDS
 from .errors import CommandLineError, one_line
@@ -76,6 +78,24 @@ def _report(prog, message):
     print(f"{prog}: error: {message}", file=sys.stderr)
 
 
+@contextlib.contextmanager
+def plain_warnings(prog):
+    """Show each Python warning raised while a command runs as one line on stderr,
+    ``remprop CMD: warning: ...``, without the file, line and source that
+    :func:`warnings.showwarning` prints (the previous display is restored after)."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        try:
+            print(f"{prog}: warning: {one_line(message)}", file=sys.stderr if file is None else file)
+        except (OSError, ValueError):  # stderr closed: a warning is not worth a failure
+            pass
+
+    previous, warnings.showwarning = warnings.showwarning, show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
 def main(argv=None) -> int:
     """Run ``remprop`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
@@ -91,7 +111,8 @@ def main(argv=None) -> int:
     prog = f"remprop {command}" if command in COMMANDS else "remprop"
     debug = bool(os.environ.get(DEBUG_VARIABLE))
     try:
-        return _dispatch(argv)
+        with plain_warnings(prog):
+            return _dispatch(argv)
     except CommandLineError as err:
         _report(err.prog or prog, err)
         return 2

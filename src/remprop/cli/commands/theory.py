@@ -67,9 +67,10 @@ def run_diagram(args) -> int:
     files = [str(path) for path in (png, Path(f"{stem}.npz"), Path(f"{stem}.json")) if path.exists()]
     alpha_star = np.atleast_1d(np.asarray(result.alpha_star, dtype=float))
     beta_c = np.atleast_1d(np.asarray(result.beta_critical, dtype=float))
+    undefined, note = _undefined_cells(result)
     if args.json:
         print(dumps({"files": files, "beta": betas, "alpha_star": alpha_star, "beta_critical": beta_c,
-                     "alpha": alphas, **run_inputs(args, arch)}))
+                     "alpha": alphas, "undefined_cells": undefined, "note": note, **run_inputs(args, arch)}))
         return 0
     print(f"trainability diagram: {describe(arch, args.depth, args.threshold)}")
     print(f"grid: {betas.size} betas in [{format_number(betas.min())}, {format_number(betas.max())}], "
@@ -84,7 +85,24 @@ def run_diagram(args) -> int:
             for k in work.spread_indices(betas.size, 9)]
     print(format_table(("beta", "alpha*", "beta_c"), rows))
     print("wrote " + ", ".join(files))
+    if note is not None:
+        print(f"note: {note}")
     return 0
+
+
+def _undefined_cells(result):
+    """(number of cells whose final cosine is nan, a note saying where and why), or (0, None)."""
+    import numpy as np
+
+    undefined = np.isnan(result.rho_final)
+    count = int(undefined.sum())
+    if count == 0:
+        return 0, None
+    i, j = np.argwhere(undefined)[0]
+    return count, (f"{count} of {undefined.size} cells have no final cosine (nan; the first at alpha "
+                   f"{format_number(result.alphas[i])}, beta {format_number(result.betas[j])}): the stream "
+                   "vanished (q = p = 0) or left float64 (without post-LN, from alpha about 7e134); "
+                   "they are drawn as rank-collapsed")
 
 
 def _draw(result, path: Path) -> None:
@@ -177,16 +195,20 @@ def run_propagate(args) -> int:
              and work.trajectory_bytes(1, args.depth + 1) <= work.SEGMENT_BYTES)
     if short:  # one kernel call either way: the whole trajectory
         trajectory = propagate(arch, args.beta, args.depth, q0=args.q0, rho0=args.rho0)
-        q, p, rho = (values[layers] for values in (trajectory.q, trajectory.p, trajectory.rho))
+        q, p, rho, log2_q = (values[layers] for values in (trajectory.q, trajectory.p, trajectory.rho,
+                                                            trajectory.log2_q))
         beta_c = np.r_[np.nan, trajectory.beta_critical][layers]
     else:
         with progress_bar(args, total=args.depth, unit="layer", desc="propagate") as advance:
             sampled = propagate_at_layers(arch, args.beta, layers, q0=args.q0, rho0=args.rho0, progress=advance)
-        q, p, rho, beta_c = sampled.q, sampled.p, sampled.rho, sampled.beta_critical
+        q, p, rho, beta_c, log2_q = sampled.q, sampled.p, sampled.rho, sampled.beta_critical, sampled.log2_q
     undefined, note = _undefined_cosine(arch, rho, layers)
+    overflow, overflow_note = _overflowed_norm(q, rho, log2_q, layers)
+    note = "; ".join(text for text in (note, overflow_note) if text) or None
     if args.json:
-        print(dumps({"layer": layers.tolist(), "q": q, "p": p, "rho": rho,
-                     "beta_critical": beta_c[1:], "undefined_from_layer": undefined, "note": note,
+        print(dumps({"layer": layers.tolist(), "q": q, "p": p, "rho": rho, "log2_q": log2_q,
+                     "beta_critical": beta_c[1:], "undefined_from_layer": undefined,
+                     "overflow_from_layer": overflow, "note": note,
                      **run_inputs(args, arch, beta=args.beta)}))
         return 0
     print(f"order parameters layer by layer: {describe(arch, args.depth)}, "
@@ -236,6 +258,24 @@ def _undefined_cosine(arch, rho, layers):
     first = int(layers[bad[0]])
     return first, (f"rho is undefined (nan) from layer {first} on: the stream vanished{cause}, "
                    "q = p = 0 (a sublayer and its skip both give zero), or left float64")
+
+
+def _overflowed_norm(q, rho, log2_q, layers):
+    """(first of ``layers`` whose q reads inf with a finite rho, a note saying why), or (None, None).
+
+    A pre-LN or no-LN stream grows like ``alpha**(2L)``; past float64's largest number (1.8e308)
+    its q and p read inf, while the kernels carry the scale apart (docs/theory.md section 5):
+    rho and ``log2 q`` stay exact.
+    """
+    import numpy as np
+
+    big = np.flatnonzero(np.isinf(q) & np.isfinite(rho))
+    if big.size == 0:
+        return None, None
+    first = int(layers[big[0]])
+    return first, (f"q and p read inf from layer {first} on: their true values exceed float64's largest number "
+                   f"(1.8e308; log2 q = {log2_q[big[0]]:.6g} at layer {first}); rho is exact (the scale is "
+                   "carried apart), --json gives log2_q for every layer")
 
 
 #: Most layers printed by ``remprop propagate`` (evenly spread, ends included).
