@@ -15,28 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from remprop.cli import main
 from remprop.theory import Architecture, activation_moments, model_spec, propagate, register_activation
 from remprop.theory.models.hf_config import load_hf_config
-
-
-def run_cli(capsys, *argv):
-    """main(argv) -> (exit status, stdout, stderr)."""
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_line_error(code, err, *names, absent=()):
-    """Exit 2, exactly one line on stderr that names every ``names`` and none of ``absent``."""
-    assert code == 2, err
-    lines = err.strip("\n").split("\n")
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and "unexpected" not in err, err
-    for name in names:
-        assert name in lines[0], lines[0]
-    for name in absent:
-        assert name not in lines[0], lines[0]
+from cli_checks import run_cli, assert_one_line_error  # noqa: E402
 
 
 # -- item 5: silent NaN ------------------------------------------------------------------

@@ -14,29 +14,12 @@ import numpy as np
 import pytest
 
 import remprop.theory
-from remprop.cli import main
 from remprop.diagrams import (ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram, min_residual_strength,
                               trainability_diagram)
 from remprop.theory import Architecture, RunSettings, final_state, propagate, register_activation
 from remprop.theory.checks import ParameterError
 from remprop.theory.components.residual import SCALED_SKIP_ABOVE
-
-
-def run_cli(capsys, *argv):
-    """main(argv) -> (exit status, stdout, stderr)."""
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_line_error(code, err, *names):
-    """Exit 2, exactly one line on stderr naming every ``names``, no traceback."""
-    assert code == 2, err
-    lines = err.strip("\n").split("\n")
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and "unexpected" not in err, err
-    for name in names:
-        assert name in lines[0], lines[0]
+from cli_checks import run_cli, assert_one_line_error  # noqa: E402
 
 
 # -- item 5: post-LN at a skip strength whose square leaves float64 ----------------------------

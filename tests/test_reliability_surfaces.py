@@ -32,28 +32,10 @@ import time
 import numpy as np
 import pytest
 
-from remprop.cli import main
 from remprop.theory import Architecture, model_spec, propagate
 from remprop.theory.models.hf_config import LIBRARY_D_FF, load_hf_config
 from remprop.theory.rem import rope_mean_correlation
-
-
-def run_cli(capsys, *argv):
-    """main(argv) -> (exit status, stdout, stderr)."""
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_line(code, err, *names, absent=()):
-    """Exit 2, exactly one line on stderr naming every ``names`` and none of ``absent``, no traceback."""
-    assert code == 2, err
-    lines = err.strip("\n").split("\n")
-    assert len(lines) == 1 and "Traceback" not in err and "unexpected" not in err, err
-    for name in names:
-        assert name in lines[0], lines[0]
-    for name in absent:
-        assert name not in lines[0], lines[0]
+from cli_checks import run_cli, assert_one_line_error  # noqa: E402
 
 
 def write_config(tmp_path, base="smollm2-135m", **changes):
@@ -79,9 +61,11 @@ def limited_run(code, *, memory=2 * 2 ** 30, timeout=60):
 def test_recipes_refuses_a_run_past_the_time_limit_up_front(capsys, tmp_path, argv):
     start = time.perf_counter()
     code, out, err = run_cli(capsys, "recipes", *argv, "--only", "deepnorm", "--no-figure", "--out", tmp_path)
-    assert_one_line(code, err, "max_seconds", "--max-seconds", f"depth {argv[1]}")
+    assert_one_line_error(code, err, "max_seconds", "--max-seconds", f"depth {argv[1]}")
     assert out == "" and not (tmp_path / "recipes.json").exists()
-    assert time.perf_counter() - start < 20  # the estimate, not the run
+    # the estimate, not the run: estimating compiles and times the recipe's kernel (about 16 s cold on
+    # two loaded cores), the run itself would take 7.5 min at depth 1e7 and hours at 1e9
+    assert time.perf_counter() - start < 120
 
 
 def test_recipe_predictions_keep_the_final_state_alone():
@@ -109,7 +93,7 @@ def test_deep_recipe_runs_in_bounded_memory():
 
 def test_recipe_named_twice_is_refused(capsys, tmp_path):
     code, out, err = run_cli(capsys, "recipes", "--only", "deepnorm,deepnorm", "--no-figure", "--out", tmp_path)
-    assert_one_line(code, err, "--only", "deepnorm", "once")
+    assert_one_line_error(code, err, "--only", "deepnorm", "once")
 
 
 # -- item 1: rotary heads ------------------------------------------------------------------
@@ -136,20 +120,20 @@ def test_propagate_refuses_a_rotary_head_past_the_time_limit(capsys):
     start = time.perf_counter()
     code, out, err = run_cli(capsys, "propagate", "--positions", "rope", "--head-dim", 10 ** 11,
                              "--theory-seq-len", 512, "--depth", 3)
-    assert_one_line(code, err, "--head-dim", "--max-seconds")
-    assert time.perf_counter() - start < 10
+    assert_one_line_error(code, err, "--head-dim", "--max-seconds")
+    assert time.perf_counter() - start < 60  # an estimate of seconds, on a loaded machine; the sum takes about 35 min
 
 
 # -- item 1: check ---------------------------------------------------------------------------
 def test_check_refuses_a_huge_max_depth_up_front(capsys, tmp_path):
     code, out, err = run_cli(capsys, "check", "bert-base", "--max-depth", 10 ** 12, "--out", tmp_path, "--no-figure")
-    assert_one_line(code, err, "--max-depth 1000000000000", "--max-")
+    assert_one_line_error(code, err, "--max-depth 1000000000000", "--max-")
 
 
 def test_check_refuses_a_million_layers_past_a_time_limit(capsys, tmp_path):
     path = write_config(tmp_path, "bert-base", num_hidden_layers=10 ** 6)
     code, out, err = run_cli(capsys, "check", path, "--max-seconds", 5, "--out", tmp_path, "--no-figure")
-    assert_one_line(code, err, "1000000 layers", "--max-seconds")
+    assert_one_line_error(code, err, "1000000 layers", "--max-seconds")
 
 
 def test_check_report_prints_at_most_1001_layers():
@@ -171,7 +155,7 @@ def test_check_report_prints_at_most_1001_layers():
 def test_check_simulate_of_a_huge_model_is_refused_before_torch(capsys, tmp_path, changes):
     path = write_config(tmp_path, **changes)
     code, out, err = run_cli(capsys, "check", path, "--simulate", "--out", tmp_path, "--no-figure")
-    assert_one_line(code, err, "max_memory", "--max-memory")
+    assert_one_line_error(code, err, "max_memory", "--max-memory")
 
 
 def test_check_refuses_gram_draws_past_the_time_limit(capsys, tmp_path):
@@ -179,7 +163,7 @@ def test_check_refuses_gram_draws_past_the_time_limit(capsys, tmp_path):
     code, out, err = run_cli(capsys, "check", "smollm2-135m", "--simulate", "--width", 64, "--depth", 2,
                              "--seq-len", 16, "--causal-theory", "gram", "--gram-draws", 10 ** 9,
                              "--out", tmp_path, "--no-figure")
-    assert_one_line(code, err, "--gram-draws", "--max-seconds")
+    assert_one_line_error(code, err, "--gram-draws", "--max-seconds")
     assert not (tmp_path / "check-HuggingFaceTB_SmolLM2-135M.simulation").exists()
 
 
@@ -205,13 +189,13 @@ def test_check_simulates_a_short_decoder(capsys, tmp_path):
 def test_check_blames_the_config_field(capsys, tmp_path, changes, named):
     path = write_config(tmp_path, **changes)
     code, _, err = run_cli(capsys, "check", path, "--out", tmp_path, "--no-figure")
-    assert_one_line(code, err, named, absent=("initializer_range", "rope_base", "n_inner"))
+    assert_one_line_error(code, err, named, absent=("initializer_range", "rope_base", "n_inner"))
 
 
 @pytest.mark.parametrize("value", ["", " "])
 def test_check_with_an_empty_config_name_says_so(capsys, tmp_path, value):
     code, _, err = run_cli(capsys, "check", "--hf-config", value, "--out", tmp_path)
-    assert_one_line(code, err, "--hf-config", "empty", absent=("NoneType",))
+    assert_one_line_error(code, err, "--hf-config", "empty", absent=("NoneType",))
 
 
 # -- item 9: a config without intermediate_size ---------------------------------------------------
@@ -248,15 +232,15 @@ def test_acceptance_is_refused_before_any_measurement(capsys, tmp_path, argv, na
     store = tmp_path / "store"
     start = time.perf_counter()
     code, out, err = run_cli(capsys, "acceptance", "--quick", *argv, "--store", store)
-    assert_one_line(code, err, *names)
+    assert_one_line_error(code, err, *names)
     assert not (store / "cells").exists() or not any((store / "cells").iterdir())
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 60  # refused before the measurements (minutes), on a loaded machine
 
 
 def test_validate_counts_the_gram_draws_in_its_memory(capsys, tmp_path):
     code, out, err = run_cli(capsys, "validate", "--theory", "sampled", "--gram-draws", 10 ** 9, "--width", 16,
                              "--sim-seq-len", 8, "--depth", 2, "--out", tmp_path)
-    assert_one_line(code, err, "--gram-draws", "--max-memory")
+    assert_one_line_error(code, err, "--gram-draws", "--max-memory")
 
 
 def test_writable_file_refuses_folders_and_empty_names(tmp_path):

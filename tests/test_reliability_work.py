@@ -26,29 +26,12 @@ import time
 import numpy as np
 import pytest
 
-from remprop.cli import main
 from remprop.cli.limits import check_work
 from remprop.diagrams import min_residual_strength, trainability_diagram
 from remprop.theory import Architecture, propagate, propagate_at_layers, work_estimates
 from remprop.theory.propagation import final_state_rows, pack_parameters
 from remprop.theory.work_estimates import WorkInterrupted
-
-
-def run_cli(capsys, *argv):
-    """main(argv) -> (exit status, stdout, stderr)."""
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_line(err, *names, code=None, status=2):
-    """Exactly one line on stderr naming every ``names``, no traceback (and the exit status)."""
-    if code is not None:
-        assert code == status, err
-    lines = err.strip("\n").split("\n")
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for name in names:
-        assert name in lines[0], lines[0]
+from cli_checks import run_cli, assert_one_line  # noqa: E402
 
 
 ARCHITECTURES = [dict(), dict(norm="pre", alpha_sa=1.2), dict(norm="none", sigma_b2=0.01),
