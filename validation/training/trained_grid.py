@@ -33,7 +33,7 @@ from remprop._json import to_jsonable
 from remprop.theory import DEFAULT_THRESHOLD, Architecture
 from remprop.theory.checks import check_count, check_grid_axis, check_seeds
 
-from ..experiments.cell_store import CELLS_FOLDER, MANIFEST_NAME, CellStore, json_sha256, stored_manifest
+from ..experiments.cell_store import CELLS_FOLDER, CellStore, json_sha256
 from ..experiments.cell_runner import SweepReport, cell_key, grid_record_problem, grid_records, run_cells
 
 __all__ = ["TrainedGridSpec", "train_cell", "run_trained_grid", "run_cells", "load_trained_records",
@@ -241,27 +241,12 @@ def run_trained_grid(spec: TrainedGridSpec, out, *, train=None, workers=None, sc
     for record in sorted(records | set((folder / CELLS_FOLDER).glob("*.json"))):
         if record.exists() and not record.is_file():
             raise ValueError(f"out: {record} is a folder, not a cell record; move it away or use another folder")
-    new = stored_manifest(folder) is None and not (folder / MANIFEST_NAME).exists()
     store = _open_store(spec, out)
     cells = {cell_key(a, b): (spec, a, b, train) for a, b in spec.cells()}
     try:
         return run_cells(store, cells, train_cell_on_worker, workers=workers, scheduler=scheduler, client=client,
                          progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s)
     except BaseException:
-        if new:
-            _forget_unused(folder)
+        store.discard_if_unused()  # failed before any cell: the folder is not pinned to this grid
         raise
 
-
-def _forget_unused(folder: Path):
-    """Remove the manifest this run wrote when the run failed before any cell was on disk,
-    so that a corrected rerun is not refused as "a different sweep" (a folder where any
-    cell file, claim or record, exists is left alone: another run may be using it)."""
-    cells = folder / CELLS_FOLDER
-    try:
-        if any(cells.iterdir()):
-            return
-        cells.rmdir()
-        (folder / MANIFEST_NAME).unlink()
-    except OSError:
-        pass
