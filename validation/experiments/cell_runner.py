@@ -108,7 +108,8 @@ class SweepReport:
 
 
 def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler=None, client=None,
-              progress=False, desc="cells", on_cell=None, poll_s=0.1) -> SweepReport:
+              progress=False, desc="cells", on_cell=None, poll_s=0.1, group_by=None,
+              group_args=None) -> SweepReport:
     """Compute the cells of ``store`` that are not on disk yet, writing each as it finishes.
 
     A cell is claimed before it is computed (so concurrent runs on one folder compute it
@@ -135,6 +136,11 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
         ``on_cell(key, record)`` after each computed cell is on disk.
     poll_s : float
         First wait (seconds, doubling up to 2 s) for cells held by another run.
+    group_by, group_args : callable, optional
+        Cells computed together: ``group_by(key)`` labels each cell, the claimed cells of one
+        label are one job ``compute(*group_args(keys))``, which returns their records (a
+        list). Each cell is still claimed, checked and written on its own, so a grid resumes
+        cell by cell; in this process one group's cells are claimed at a time.
     """
     from tqdm import tqdm
 
@@ -151,7 +157,11 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
                file=sys.stderr, dynamic_ncols=True)
     computed = []
 
-    def finished(record):
+    def finished(result):
+        for record in (result if isinstance(result, list) else [result]):
+            one_finished(record)
+
+    def one_finished(record):
         problem = store.check(record["key"], record) if store.check is not None else None
         if problem is not None:
             raise RuntimeError(f"cell record {record.get('key')!r} does not belong to this grid ({problem})")
@@ -171,7 +181,9 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
             while waiting:
                 mine, later = [], []
                 for key in waiting:
-                    if len(mine) >= batch or not store.claim(key):
+                    full = len(mine) >= batch if group_by is None or on_cluster else \
+                        bool(mine) and group_by(key) != group_by(mine[0])
+                    if full or not store.claim(key):
                         later.append(key)
                         continue
                     record, problem = store.inspect(key)
@@ -186,7 +198,7 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
                     if run is None:
                         backend, n_workers, run = resources.enter_context(
                             _runner(compute, len(waiting), workers, scheduler, client, on_cluster))
-                    run([cells[key] for key in mine], finished)
+                    run(_jobs(mine, cells, group_by, group_args), finished)
                     delay = poll_s
                 elif later:
                     elsewhere = {key for key in later if store.inspect(key)[0] is not None}
@@ -201,6 +213,16 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
         bar.close()
     return SweepReport(store.directory, backend, len(cells), len(cells) - len(computed), len(computed), n_workers,
                        time.perf_counter() - start)
+
+
+def _jobs(keys, cells, group_by, group_args) -> list:
+    """The argument tuples of the jobs computing ``keys``: one per cell, or one per group."""
+    if group_by is None:
+        return [cells[key] for key in keys]
+    groups = {}
+    for key in keys:
+        groups.setdefault(group_by(key), []).append(key)
+    return [group_args(members) for members in groups.values()]
 
 
 @contextlib.contextmanager

@@ -2,6 +2,8 @@
 
 * :class:`TrainConfig` -- one run: an Architecture, beta, sizes, the optimiser's settings;
 * :func:`train` -- AdamW with linear warm-up and decay, clipping, seeded, resumable from a folder;
+* :func:`train_batched` -- many runs of one shape as one stacked model (each run's losses
+  are its single run's to float rounding);
 * :class:`TrainResult` -- loss curves, the unigram baseline, per-layer query/key gradient
   norms, attention entropy and token cosine at initialisation and at the end; strict JSON;
 * :func:`masked_lm_corpus` -- the pydoc topics split by document, a cached BPE tokenizer,
@@ -20,7 +22,7 @@ from __future__ import annotations
 from remprop._lazy import lazy_attributes
 
 _EXPORTS = {
-    "TrainConfig": "config", "TrainResult": "result", "train": "loop", "build_model": "loop",
+    "TrainConfig": "config", "TrainResult": "result", "train": "loop", "build_model": "loop", "train_batched": "batched",
     "masked_lm_corpus": "data", "MaskedLMCorpus": "data", "MaskedLMStack": "model", "BertMaskedLM": "hf_model",
 }
 

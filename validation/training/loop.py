@@ -113,14 +113,20 @@ def probe(model, batches, device) -> dict:
             "token_cosine": cosine / len(batches)}
 
 
-def optimiser(model, config: TrainConfig):
+def optimiser(model, config: TrainConfig, *, cell_axes: int = 0):
     """AdamW (weight decay on the matrices only) and its linear warm-up / decay schedule.
 
     Learning rate at step s of S: ``lr * s / s_w`` for ``s < s_w``, then
     ``lr * (S - s) / (S - s_w)`` (``s_w = config.warmup_steps``). Returns ``(optimizer, scheduler)``.
+
+    ``model`` is a module or an iterable of parameters; ``cell_axes`` leading axes of every
+    parameter stack the runs of several cells (:mod:`~remprop.validation.training.batched`):
+    a matrix is a parameter with at least ``2 + cell_axes`` axes. AdamW's update is elementwise,
+    so one optimiser over stacked parameters updates each cell as its own optimiser would.
     """
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
+    params = list(model.parameters() if hasattr(model, "parameters") else model)
+    decay = [p for p in params if p.ndim >= 2 + cell_axes]
+    rest = [p for p in params if p.ndim < 2 + cell_axes]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=config.lr)
     warm, total = config.warmup_steps, config.steps
@@ -292,20 +298,26 @@ def _train(config, out, progress):
 
     final = _nan_probe(config.depth) if diverged is not None else probe(model, test, device)
     seconds = history["seconds"] if diverged is None else seconds_before + time.perf_counter() - started
-    tokens = step * config.batch_size * config.seq_len
-    result = TrainResult(config=config, eval_steps=np.asarray(history["eval_steps"], dtype=np.int64),
-                         train_loss=np.asarray(history["train_loss"]), test_loss=np.asarray(history["test_loss"]),
-                         unigram_loss=corpus.unigram_loss(test),
-                         init={name: np.asarray(value, dtype=float) for name, value in history["init"].items()},
-                         final={name: np.asarray(value, dtype=float) for name, value in final.items()},
-                         corpus=corpus.description,
-                         run={"device": str(device), "autocast": "bfloat16" if device.type == "cuda" else None,
-                              "torch": torch.__version__, "threads": torch.get_num_threads(),
-                              "seconds": seconds, "tokens_per_second": tokens / seconds if seconds > 0 else None},
-                         diverged=None if diverged is None else {"step": diverged.step, "reason": diverged.reason})
+    result = _result(config, corpus, test, device, history, final, step, seconds, diverged)
     if out is not None:
         result.save(out / RESULT_NAME)
     return result
+
+
+def _result(config, corpus, test, device, history, final, step, seconds, diverged, **run) -> TrainResult:
+    """The TrainResult of a run at ``step`` (``run``: more entries of ``TrainResult.run``)."""
+    tokens = step * config.batch_size * config.seq_len
+    return TrainResult(config=config, eval_steps=np.asarray(history["eval_steps"], dtype=np.int64),
+                       train_loss=np.asarray(history["train_loss"]), test_loss=np.asarray(history["test_loss"]),
+                       unigram_loss=corpus.unigram_loss(test),
+                       init={name: np.asarray(value, dtype=float) for name, value in history["init"].items()},
+                       final={name: np.asarray(value, dtype=float) for name, value in final.items()},
+                       corpus=corpus.description,
+                       run={"device": str(device), "autocast": "bfloat16" if device.type == "cuda" else None,
+                            "torch": torch.__version__, "threads": torch.get_num_threads(),
+                            "seconds": seconds, "tokens_per_second": tokens / seconds if seconds > 0 else None,
+                            **run},
+                       diverged=None if diverged is None else {"step": diverged.step, "reason": diverged.reason})
 
 
 def _save(path, config, step, model, optimizer, scheduler, history, previous):

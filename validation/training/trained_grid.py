@@ -36,7 +36,7 @@ from remprop.theory.checks import check_count, check_grid_axis, check_seeds
 from ..experiments.cell_store import CELLS_FOLDER, CellStore, json_sha256
 from ..experiments.cell_runner import SweepReport, cell_key, grid_record_problem, grid_records, run_cells
 
-__all__ = ["TrainedGridSpec", "train_cell", "run_trained_grid", "run_cells", "load_trained_records",
+__all__ = ["TrainedGridSpec", "train_cell", "train_cells", "run_trained_grid", "run_cells", "load_trained_records",
            "trained_record_problem", "TRAINED_FORMAT"]
 
 #: Format tag of the manifest and of every cell record.
@@ -170,13 +170,74 @@ def train_cell(spec: TrainedGridSpec, alpha_index: int, beta_index: int, device=
         raise ValueError(f"cell ({alpha_index}, {beta_index}) lies outside the {spec.shape} grid")
     start = time.perf_counter()
     with torch_threads(spec.threads):
-        results = [to_jsonable(train(spec.run_config(alpha_index, beta_index, seed, device)).to_dict())
-                   for seed in spec.seeds]
+        results = [train(spec.run_config(alpha_index, beta_index, seed, device)) for seed in spec.seeds]
+    return _cell_record(spec, alpha_index, beta_index, results, device, time.perf_counter() - start)
+
+
+def _cell_record(spec, alpha_index, beta_index, results, device, elapsed_s, cells=1) -> dict:
+    """The record of one cell from its runs' TrainResults (seed order)."""
+    results = [to_jsonable(result.to_dict()) for result in results]
     used = device if device is not None else spec.config.device
+    run = {"device": str(used), "elapsed_s": elapsed_s, "pid": os.getpid()}
+    if cells > 1:
+        run["cells_trained_together"] = cells
     return {"format": TRAINED_FORMAT, "key": cell_key(alpha_index, beta_index), "alpha_index": alpha_index,
             "beta_index": beta_index, "alpha": spec.alphas[alpha_index], "beta": spec.betas[beta_index],
             "results": results, "checksum": json_sha256(results), "manifest_sha256": json_sha256(spec.manifest()),
-            "run": {"device": str(used), "elapsed_s": time.perf_counter() - start, "pid": os.getpid()}}
+            "run": run}
+
+
+def train_cells(spec: TrainedGridSpec, cells, device=None, train=None) -> list:
+    """Train several cells at once and return their records (those of :func:`train_cell`).
+
+    The runs (every cell, every seed) whose configurations share a
+    :func:`~remprop.validation.training.batched.batch_key` are trained as one stacked model
+    (:func:`~remprop.validation.training.batched.train_batched`: each run's losses are its
+    one-at-a-time run's to float rounding); a run that shares none is trained alone. With
+    ``train`` given, every run is ``train(config)``, one at a time. ``elapsed_s`` of each
+    record is the wall time of all the cells together (``run["cells_trained_together"]``).
+
+    Parameters
+    ----------
+    spec : TrainedGridSpec
+    cells : sequence of (alpha_index, beta_index)
+    device : str, optional
+        Overrides ``spec.config.device``.
+    train : callable, optional
+        ``train(config) -> TrainResult``; default: batched training.
+    """
+    from ..backend import torch_threads
+
+    cells = [(check_count("alpha_index", a, 0), check_count("beta_index", b, 0)) for a, b in cells]
+    for a, b in cells:
+        if a >= len(spec.alphas) or b >= len(spec.betas):
+            raise ValueError(f"cell ({a}, {b}) lies outside the {spec.shape} grid")
+    runs = [(cell, seed) for cell in cells for seed in spec.seeds]
+    configs = {run: spec.run_config(*run[0], run[1], device) for run in runs}
+    start = time.perf_counter()
+    results = {}
+    with torch_threads(spec.threads):
+        if train is not None:
+            results = {run: train(config) for run, config in configs.items()}
+        else:
+            from .batched import batch_key, train_batched
+
+            groups = {}
+            for run, config in configs.items():
+                key = batch_key(config)
+                groups.setdefault(run if key is None else key, []).append(run)
+            for members in groups.values():
+                results.update(zip(members, train_batched([configs[run] for run in members])))
+    elapsed = time.perf_counter() - start
+    return [_cell_record(spec, a, b, [results[((a, b), seed)] for seed in spec.seeds], device, elapsed, len(cells))
+            for a, b in cells]
+
+
+def train_cells_on_worker(spec, cells, train=None):
+    """:func:`train_cells` on a dask worker, on the worker's own device (``config.device`` "auto")."""
+    from ..experiments import distributed
+
+    return train_cells(spec, cells, distributed.worker_device(spec.config.device), train)
 
 
 def train_cell_on_worker(spec, alpha_index, beta_index, train=None):
@@ -223,15 +284,20 @@ def load_trained_records(spec: TrainedGridSpec, out, *, require_all=True) -> dic
 
 # -- running the grid -----------------------------------------------------------------------
 def run_trained_grid(spec: TrainedGridSpec, out, *, train=None, workers=None, scheduler=None, client=None,
-                     progress=False, on_cell=None, poll_s=0.1) -> SweepReport:
+                     progress=False, on_cell=None, poll_s=0.1, batch=1) -> SweepReport:
     """Train every cell of ``spec`` not yet in folder ``out`` (see :func:`run_cells`).
 
     ``train`` (default the training core's ``train``) must be a module-level function when
-    cells run on dask. A folder holding another grid's manifest, or a device that is not
-    there (checked here unless the cells run on a remote cluster), is a ``ValueError``.
+    cells run on dask. ``batch`` > 1: up to ``batch`` cells whose runs can share one stacked
+    model (one alpha_SA row, :func:`~remprop.validation.training.batched.batch_key`) are
+    trained together with all their seeds (:func:`train_cells`); each cell is still claimed
+    and written on its own, so the grid resumes cell by cell. A folder holding another grid's
+    manifest, or a device that is not there (checked here unless the cells run on a remote
+    cluster), is a ``ValueError``.
     """
     if not isinstance(spec, TrainedGridSpec):
         raise ValueError(f"spec must be a TrainedGridSpec, got {type(spec).__name__}")
+    batch = check_count("batch", batch)
     if spec.config.device != "auto" and scheduler is None and client is None:
         from ..backend import resolve_device
 
@@ -243,10 +309,28 @@ def run_trained_grid(spec: TrainedGridSpec, out, *, train=None, workers=None, sc
             raise ValueError(f"out: {record} is a folder, not a cell record; move it away or use another folder")
     store = _open_store(spec, out)
     cells = {cell_key(a, b): (spec, a, b, train) for a, b in spec.cells()}
+    grouping = {} if batch == 1 else dict(group_by=_batch_groups(spec, batch).__getitem__,
+                                         group_args=lambda keys: (spec, tuple(cells[k][1:3] for k in keys), train))
     try:
-        return run_cells(store, cells, train_cell_on_worker, workers=workers, scheduler=scheduler, client=client,
-                         progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s)
+        if batch == 1:
+            return run_cells(store, cells, train_cell_on_worker, workers=workers, scheduler=scheduler,
+                             client=client, progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s)
+        return run_cells(store, cells, train_cells_on_worker, workers=workers, scheduler=scheduler, client=client,
+                         progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s, **grouping)
     except BaseException:
         store.discard_if_unused()  # failed before any cell: the folder is not pinned to this grid
         raise
 
+
+
+def _batch_groups(spec: TrainedGridSpec, batch: int) -> dict:
+    """Cell key -> its group: cells whose runs share a batch key, in row order, ``batch`` at a time."""
+    from .batched import batch_key
+
+    members, label = {}, {}
+    for a, b in spec.cells():
+        key = batch_key(spec.run_config(a, b, spec.seeds[0]))
+        shared = members.setdefault(cell_key(a, b) if key is None else key, [])
+        label[cell_key(a, b)] = (key, len(shared) // batch) if key is not None else cell_key(a, b)
+        shared.append(cell_key(a, b))
+    return label
