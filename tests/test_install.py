@@ -1,15 +1,20 @@
-"""Packaging: the regular (non-editable) install works on its own.
+"""Packaging: the distribution builds, passes ``twine check``, and installs on its own.
 
 The development environment uses an editable install, which would hide packaging
 mistakes (a sub-package missing from ``pyproject.toml``, a module that imports from the
-source tree, a folder mapped under the wrong name). Here the project is installed with
-``pip install --target`` into a temporary directory and used from a process whose
-working directory is elsewhere, so only the installed copy can be imported.
+source tree, a folder mapped under the wrong name). Here ``python -m build`` makes the
+sdist and, from the sdist, the wheel (as a user's ``pip install remprop-*.tar.gz`` would),
+``twine check --strict`` reads both, the wheel is compared file by file with the source
+folders, and it is installed with ``pip install --target`` into a temporary directory and
+used from a process whose working directory is elsewhere, so only the installed copy can
+be imported.
 """
 from __future__ import annotations
 
 import json
 import math
+import tarfile
+import zipfile
 import os
 import shutil
 import subprocess
@@ -53,17 +58,95 @@ def _copy_source_tree(destination: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """Directory holding a regular ``pip install --target`` of the project."""
-    pytest.importorskip("setuptools", reason="--no-build-isolation needs setuptools in this environment")
+def distributions(tmp_path_factory):
+    """``python -m build`` of a copy of the source tree: {"sdist": path, "wheel": path}.
+
+    Without build isolation (the environment's setuptools, no download), as the install
+    below; the wheel is built from the sdist, so a file the sdist lacks is missing there too.
+    """
+    pytest.importorskip("setuptools", reason="--no-isolation needs setuptools in this environment")
+    pytest.importorskip("build", reason="the test extra installs build")
     source = _copy_source_tree(tmp_path_factory.mktemp("source"))
+    out = tmp_path_factory.mktemp("dist")
+    result = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sdists, wheels = sorted(out.glob("remprop-*.tar.gz")), sorted(out.glob("remprop-*.whl"))
+    assert len(sdists) == 1 and len(wheels) == 1, sorted(p.name for p in out.iterdir())
+    return {"sdist": sdists[0], "wheel": wheels[0]}
+
+
+@pytest.fixture(scope="module")
+def installed(distributions, tmp_path_factory):
+    """Directory holding a regular ``pip install --target`` of the built wheel."""
     target = tmp_path_factory.mktemp("site")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--no-warn-script-location", "--target", str(target), str(source)],
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         "--disable-pip-version-check", "--no-warn-script-location", "--target", str(target),
+         str(distributions["wheel"])],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     return target
+
+
+def _shipped_sources() -> dict:
+    """Installed path -> source path of every file the distribution must hold: each ``.py``
+    of the ``package-dir`` folders and the package data (the model configurations)."""
+    from test_python_versions import _pyproject
+
+    setuptools = _pyproject()["tool"]["setuptools"]
+    files = {}
+    for package, folder in setuptools["package-dir"].items():
+        for path in (REPO_ROOT / folder).rglob("*.py"):
+            files["/".join([*package.split("."), *path.relative_to(REPO_ROOT / folder).parts])] = path
+    for package, patterns in setuptools["package-data"].items():
+        parts = package.split(".")
+        # the folder of a package: its longest mapped ancestor's folder, then the rest of its name
+        mapped = max((p for p in setuptools["package-dir"] if parts[:len(p.split("."))] == p.split(".")),
+                     key=lambda p: len(p.split(".")))
+        home = (REPO_ROOT / setuptools["package-dir"][mapped]).joinpath(*parts[len(mapped.split(".")):])
+        for pattern in patterns:
+            for path in home.glob(pattern):
+                files["/".join([*parts, *path.relative_to(home).parts])] = path
+    return files
+
+
+def test_twine_accepts_the_sdist_and_the_wheel(distributions):
+    pytest.importorskip("twine", reason="the test extra installs twine")
+    result = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                             str(distributions["sdist"]), str(distributions["wheel"])],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("PASSED") == 2, result.stdout
+
+
+def test_the_wheel_holds_every_module_and_the_model_configs(distributions):
+    expected = _shipped_sources()
+    configs = [name for name in expected if name.startswith("remprop/theory/models/configs/")]
+    assert len(configs) >= 10 and all(name.endswith(".json") for name in configs)  # the data was found
+    with zipfile.ZipFile(distributions["wheel"]) as wheel:
+        names = set(wheel.namelist())
+        assert sorted(set(expected) - names) == []
+        for name in configs:  # the same bytes as the source's
+            assert wheel.read(name) == expected[name].read_bytes(), name
+        metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        text = wheel.read(metadata).decode()
+        entry_points = wheel.read(metadata.replace("METADATA", "entry_points.txt")).decode()
+    # every folder holding modules is a package of the wheel (none left out of pyproject.toml)
+    packages = {name.rsplit("/", 1)[0] for name in expected if name.endswith(".py")}
+    assert sorted(p for p in packages if f"{p}/__init__.py" not in names) == []
+    assert not any(name.startswith(("theory/", "diagrams/", "validation/", "tests/")) for name in names)
+    assert "Requires-Python: >=3.10" in text and "Classifier: Programming Language :: Python :: 3.13" in text
+    assert "Description-Content-Type: text/markdown" in text
+    assert "remprop = remprop.cli:main" in entry_points
+
+
+def test_the_sdist_holds_the_sources_and_the_readme(distributions):
+    with tarfile.open(distributions["sdist"]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    expected = {str(path.relative_to(REPO_ROOT)) for path in _shipped_sources().values()}
+    assert sorted(expected - names) == []
+    assert {"pyproject.toml", "README.md", "PKG-INFO"} <= names
 
 
 def _run_installed(target: Path, cwd: Path, *argv):
