@@ -24,8 +24,8 @@ from remprop.diagrams import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE, trainab
 from remprop.theory import Architecture  # noqa: E402
 from remprop.validation.experiments.cell_store import DamagedRecordWarning  # noqa: E402
 from remprop.validation.training.config import TrainConfig  # noqa: E402
-from remprop.validation.training.trained_diagram import (UNTRAINED, TrainedDiagram, classify_trained,  # noqa: E402
-                                                         trained_fraction)
+from remprop.validation.training.trained_diagram import (TRAINED_FRACTION, UNTRAINED, TrainedDiagram,  # noqa: E402
+                                                         classify_trained, trained_fraction)
 from remprop.validation.training.trained_grid import (TrainedGridSpec, load_trained_records,  # noqa: E402
                                                       run_trained_grid, train_cell)
 
@@ -88,7 +88,9 @@ def test_classification_rule_and_its_edges():
     # nothing beat the unigram loss: no cell is trainable
     np.testing.assert_array_equal(trained_fraction([6.5, 7.0], 6.0), [0.0, 0.0])
     log_t = np.log(64)
-    phase = classify_trained(fraction=[0.5, 0.49, 0.2, 0.2, 0.0, 0.9],
+    # the rule's edge is TRAINED_FRACTION itself (3/4, fixed from a pilot before any grid ran)
+    edge = TRAINED_FRACTION
+    phase = classify_trained(fraction=[edge, np.nextafter(edge, 0.0), 0.2, 0.2, 0.0, 0.9],
                              init_entropy_min=[0.1, 0.49 * log_t, 0.51 * log_t, 0.1, 3.0, 0.1],
                              init_cosine_final=[1.0, 0.2, 0.999, 0.999, 0.5, 1.0], seq_len=64, threshold=0.99)
     # trainable wins over any init signature; entropy over rank collapse; neither -> untrained

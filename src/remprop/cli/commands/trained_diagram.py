@@ -108,7 +108,7 @@ def run_trained_diagram(args) -> int:
     Each cell is a short masked-LM training run per seed (AdamW, linear warm-up schedule, real
     text) with that query/key scale and attention skip strength, written to OUT/cells/ as it
     finishes (an interrupted grid resumes cell by cell; two runs on one folder train each cell
-    once). A cell is trainable when its trained fraction f = (U - L) / (U - R) is at least 1/2
+    once). A cell is trainable when its trained fraction f = (U - L) / (U - R) is at least 3/4
     (L its final test loss, U the unigram loss, R the best cell's loss); a cell that did not
     train is called entropy-collapsed when some layer's attention entropy at init is below
     (1/2) log T, else rank-collapsed when its token cosine after the last block at init is
