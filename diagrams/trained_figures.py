@@ -9,7 +9,7 @@ training diverged); cells whose trained phase
 differs from the prediction carry a thick black ring. Right panel: the trained fraction
 ``f`` of every cell (``cividis``, monotone in lightness, 0 to 1) with the theory's phase
 boundaries drawn over it (white dashed: where the predicted phase changes) and the
-``f = 1/2`` contour (solid black) that separates trainable cells. The title gives both
+contour ``f = diagram.TRAINED_FRACTION`` (solid black) that separates trainable cells. The title gives both
 agreements.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c, f).
@@ -93,10 +93,11 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
                       linestyles="--", linewidths=1.8)
         legend.append(Line2D([], [], color="white", linestyle="--", linewidth=1.8,
                              label="predicted phase boundaries"))
-    gap = diagram.fraction - 0.5
+    level = diagram.TRAINED_FRACTION
+    gap = diagram.fraction - level
     if len(betas) > 1 and len(alphas) > 1 and gap.min() < 0 < gap.max():
         right.contour(betas, alphas, gap, levels=[0.0], colors="black", linewidths=1.8)
-        legend.append(Line2D([], [], color="black", linewidth=1.8, label=r"trained $f = 1/2$"))
+        legend.append(Line2D([], [], color="black", linewidth=1.8, label=rf"trained $f = {level:g}$"))
     right.set_xlim(b_lo, b_hi)
     right.set_ylim(a_lo, a_hi)
     right.set_facecolor("0.35")  # shows behind a contour legend on light cells too

@@ -24,8 +24,8 @@ from remprop.diagrams import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE, trainab
 from remprop.theory import Architecture  # noqa: E402
 from remprop.validation.experiments.cell_store import DamagedRecordWarning  # noqa: E402
 from remprop.validation.training.config import TrainConfig  # noqa: E402
-from remprop.validation.training.trained_diagram import (UNTRAINED, TrainedDiagram, classify_trained,  # noqa: E402
-                                                         trained_fraction)
+from remprop.validation.training.trained_diagram import (TRAINED_FRACTION, UNTRAINED, TrainedDiagram,  # noqa: E402
+                                                         classify_trained, trained_fraction)
 from remprop.validation.training.trained_grid import (TrainedGridSpec, load_trained_records,  # noqa: E402
                                                       run_trained_grid, train_cell)
 
@@ -88,7 +88,9 @@ def test_classification_rule_and_its_edges():
     # nothing beat the unigram loss: no cell is trainable
     np.testing.assert_array_equal(trained_fraction([6.5, 7.0], 6.0), [0.0, 0.0])
     log_t = np.log(64)
-    phase = classify_trained(fraction=[0.5, 0.49, 0.2, 0.2, 0.0, 0.9],
+    # the rule's edge is TRAINED_FRACTION itself (3/4, fixed from a pilot before any grid ran)
+    edge = TRAINED_FRACTION
+    phase = classify_trained(fraction=[edge, np.nextafter(edge, 0.0), 0.2, 0.2, 0.0, 0.9],
                              init_entropy_min=[0.1, 0.49 * log_t, 0.51 * log_t, 0.1, 3.0, 0.1],
                              init_cosine_final=[1.0, 0.2, 0.999, 0.999, 0.5, 1.0], seq_len=64, threshold=0.99)
     # trainable wins over any init signature; entropy over rank collapse; neither -> untrained
@@ -252,7 +254,7 @@ def test_trained_diagram_reads_back_from_its_files(tmp_path):
 @pytest.mark.parametrize("argv, option", [
     (["--steps", "0"], "--steps"), (["--betas", "1,-2"], "--betas"), (["--threshold", "1.5"], "--threshold"),
     (["--width", "15", "--heads", "2"], "--width"), (["--device", "tpu"], "--device"),
-    (["--alphas", "-1"], "--alphas"), (["--depth", "0"], "--depth"),
+    (["--alphas", "-1"], "--alphas"), (["--depth", "0"], "--depth"), (["--batch-cells", "0"], "--batch-cells"),
 ])
 def test_command_bad_input_is_one_line_naming_the_option(capsys, tmp_path, argv, option):
     assert main(["trained-diagram", "--out", str(tmp_path), "--workers", "0", *argv]) == 2
@@ -266,7 +268,7 @@ def test_tiny_real_grid_through_the_command(capsys, tmp_path):
         pytest.skip("the training core (remprop.validation.training.train) is not there yet")
     argv = ["trained-diagram", "--betas", "0.5,8", "--alphas", "0.2,1", "--depth", "2", "--width", "16",
             "--seq-len", "16", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--workers", "0",
-            "--device", "cpu", "--out", str(tmp_path), "--json"]
+            "--device", "cpu", "--batch-cells", "2", "--out", str(tmp_path), "--json"]
     assert main(argv) == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out)
     assert summary["cells"] == 4 and summary["cells_computed"] == 4

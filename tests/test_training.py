@@ -174,3 +174,38 @@ def test_trainable_beats_both_collapsed_phases():
     for name in ("rank collapse", "entropy collapse"):
         margin = 2 * np.sqrt((SPREAD["trainable"] ** 2 + SPREAD[name] ** 2) / len(SEEDS))
         assert finals[name] - finals["trainable"] > margin, (name, finals)
+
+
+def test_verdict_sets_the_theory_phase_at_init_beside_the_trained_outcome(tmp_path, capsys):
+    from dataclasses import replace
+
+    from remprop.diagrams import ENTROPY_COLLAPSE, PHASE_LABELS, TRAINABLE, trainability_diagram
+    from remprop.validation.training.trained_diagram import run_verdict
+
+    argv = ["train", "--depth", "1", "--width", "16", "--seq-len", "16", "--batch-size", "4", "--steps", "3",
+            "--eval-every", "3", "--eval-batches", "1", "--vocab-size", "1024", "--device", "cpu",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    result = TrainResult.load(tmp_path / "train.json")
+    verdict = run_verdict(result)
+    assert last == verdict["line"] and last.startswith("verdict: theory's phase at init (finite-T theory")
+    # the phase is the trained diagram's theory at the run's (alpha_SA, beta), from the measured input cosine
+    cfg = result.config
+    for beta in (0.5, 40.0):
+        expected = trainability_diagram(cfg.arch.replace(seq_len=cfg.seq_len), np.array([beta]),
+                                        np.array([cfg.arch.alpha_sa]), cfg.depth,
+                                        rho0=float(result.init["token_cosine"][0])).phase[0, 0]
+        shown = run_verdict(replace(result, config=cfg.replace(beta=beta)))
+        assert shown["theory_phase"] == PHASE_LABELS[expected] and f": {PHASE_LABELS[expected]};" in shown["line"]
+    assert {run_verdict(replace(result, config=cfg.replace(beta=b)))["theory_phase"] for b in (0.5, 40.0)} == \
+        {PHASE_LABELS[TRAINABLE], PHASE_LABELS[ENTROPY_COLLAPSE]}
+    # the outcome: the final loss against the unigram loss, in either direction
+    assert verdict["gain"] == pytest.approx(result.unigram_loss - result.final_test_loss)
+    worse = run_verdict(replace(result, test_loss=np.append(result.test_loss[:-1], result.unigram_loss + 0.5)))
+    assert not worse["beat_unigram"] and "0.5000 nats not below the unigram loss" in worse["line"]
+    assert "did not beat" in worse["line"]
+    better = run_verdict(replace(result, test_loss=np.append(result.test_loss[:-1], result.unigram_loss - 0.25)))
+    assert better["beat_unigram"] and "0.2500 nats below the unigram loss" in better["line"]
+    diverged = run_verdict(replace(result, diverged={"step": 2, "reason": "x"}))
+    assert diverged["diverged"] and diverged["line"].endswith("trained: diverged")

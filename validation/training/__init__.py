@@ -22,7 +22,8 @@ from __future__ import annotations
 from remprop._lazy import lazy_attributes
 
 _EXPORTS = {
-    "TrainConfig": "config", "TrainResult": "result", "train": "loop", "build_model": "loop", "train_batched": "batched",
+    "TrainConfig": "config", "TrainResult": "result", "train": "loop", "build_model": "loop",
+    "train_batched": "batched",
     "masked_lm_corpus": "data", "MaskedLMCorpus": "data", "MaskedLMStack": "model", "BertMaskedLM": "hf_model",
 }
 

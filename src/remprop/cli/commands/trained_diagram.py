@@ -26,7 +26,8 @@ __all__ = ["add_trained_diagram_parser", "run_trained_diagram"]
 #: Option of each training or grid parameter, to name it in an error message.
 OPTIONS = {**TRAIN_OPTIONS, "seeds": "--seeds", "betas": "--betas", "alphas": "--alphas", "alpha_sa": "--alphas",
            "threshold": "--threshold", "threads": "--threads", "workers": "--workers", "scheduler": "--scheduler",
-           "out": "--out", "theory": "--theory", "max_seconds": "--max-seconds", "max_memory": "--max-memory"}
+           "out": "--out", "theory": "--theory", "max_seconds": "--max-seconds", "max_memory": "--max-memory",
+           "batch": "--batch-cells"}
 
 
 def add_trained_diagram_parser(commands):
@@ -61,6 +62,10 @@ def add_trained_diagram_parser(commands):
                        help="test loss every N steps (default: steps / 10)")
     train.add_argument("--threads", type=count(1), default=1, metavar="N",
                        help="torch CPU threads per cell (default: %(default)s, fixed so that results are reproducible)")
+    train.add_argument("--batch-cells", type=count(1), default=1, metavar="N",
+                       help="train up to N cells of one alpha_SA row, with all their seeds, as one stacked model "
+                            "(each run equals its one-at-a-time run to float rounding; still written and resumed "
+                            "cell by cell; default: %(default)s, one run at a time)")
     train.add_argument("--device", default="auto", help="auto (each worker's GPU where there is one), cpu or "
                                                         "cuda[:n] (default: auto)")
     add_output_options(parser, out="remprop-trained",
@@ -108,7 +113,7 @@ def run_trained_diagram(args) -> int:
     Each cell is a short masked-LM training run per seed (AdamW, linear warm-up schedule, real
     text) with that query/key scale and attention skip strength, written to OUT/cells/ as it
     finishes (an interrupted grid resumes cell by cell; two runs on one folder train each cell
-    once). A cell is trainable when its trained fraction f = (U - L) / (U - R) is at least 1/2
+    once). A cell is trainable when its trained fraction f = (U - L) / (U - R) is at least 3/4
     (L its final test loss, U the unigram loss, R the best cell's loss); a cell that did not
     train is called entropy-collapsed when some layer's attention entropy at init is below
     (1/2) log T, else rank-collapsed when its token cosine after the last block at init is
@@ -148,7 +153,7 @@ def run_trained_diagram(args) -> int:
                             task=f"training {runs} run(s) of {config.steps} steps, depth {config.depth}, width "
                                  f"{config.width}, {config.batch_size} x {config.seq_len} tokens")
         report = run_trained_grid(spec, directory, workers=args.workers, scheduler=args.scheduler,
-                                  progress=show_progress(args))
+                                  progress=show_progress(args), batch=args.batch_cells)
         diagram = TrainedDiagram.from_records(spec, load_trained_records(spec, directory), theory=args.theory)
     except ValueError as err:
         raise CommandLineError(point_at_option(err, OPTIONS)) from None

@@ -125,7 +125,9 @@ def _config(args, arch):
 
 
 def run_train(args) -> int:
-    """Train one stack; write OUT/NAME.json and OUT/NAME.png; print a summary (or --json)."""
+    """Train one stack; write OUT/NAME.json and OUT/NAME.png; print a summary (or --json) ending with
+    the verdict: the theory's phase at init beside the final test loss against the unigram loss
+    (:func:`remprop.validation.training.trained_diagram.run_verdict`)."""
     arch = training_architecture(args)
     directory = writable_directory(args.out)
     json_path, png_path = directory / f"{args.name}.json", directory / f"{args.name}.png"
@@ -172,10 +174,14 @@ def run_train(args) -> int:
         where = "at initialisation" if step == 0 else f"at step {step} of {config.steps}"
         raise CommandLineError(f"the run diverged {where}: {reason}; recorded as diverged in {json_path} "
                                "(a smaller --lr, --beta or --alpha may train)")
+    from remprop.validation.training.trained_diagram import run_verdict
+
+    verdict = run_verdict(result)
     if args.json:
-        print(dumps({"files": [str(json_path), str(png_path)], **summary}))
+        print(dumps({"files": [str(json_path), str(png_path)], **summary, "verdict": verdict}))
     else:
         print(f"final test loss {result.final_test_loss:.4f} nats (unigram baseline {result.unigram_loss:.4f}, "
               f"at init {result.test_loss[0]:.4f}) after {config.steps} steps")
         print(f"wrote {json_path} and {png_path}")
+        print(verdict["line"])
     return 0
