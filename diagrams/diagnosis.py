@@ -8,8 +8,9 @@ and predicts, from the theory alone:
   its attention inputs, its skip strength ``alpha_sa = 1`` against the minimum
   ``alpha*(L)`` that keeps the depth-L stack out of rank collapse, and the phase;
 * the mean cosine of two tokens layer by layer (causal models: also the average over
-  the last 50 positions, docs/theory.md section 8), and the depth at which rank collapse would
-  set in if the stack were deeper;
+  the last 50 positions, docs/theory.md section 8, by the best causal theory affordable at the
+  model's T: the causal Gram state, else the per-position maps, :func:`last_tokens_theory`),
+  and the depth at which rank collapse would set in if the stack were deeper;
 * the expected squared norm of the query gradient ``E|dS/dW_Q|^2`` of the first and of
   the last attention layer (Result 2: it vanishes as ``rho -> 1`` and for small beta);
 * concrete changes -- skip scaling, query/key std, LayerNorm placement, gain-controlled
@@ -27,7 +28,8 @@ import numpy as np
 from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
-from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
+from remprop.theory.causal import (LAST_TOKENS, causal_gram_flops, choose_causal_theory, compared_last_tokens,
+                                   propagate_causal_gram)
 from remprop.theory.checks import check_depth
 from remprop.theory import work_estimates
 from remprop.theory.work_estimates import spread_indices
@@ -36,12 +38,28 @@ from .phases import PHASE_LABELS, classify_phases
 from .residual_strength import min_residual_strength, search_seconds
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
-           "diagnosis_seconds", "diagnosis_bytes"]
+           "diagnosis_seconds", "diagnosis_bytes", "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
+           "COMFORTABLE_MARGINS", "GRADES"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
 #: Safety margin on alpha* when a larger skip strength is recommended.
 ALPHA_MARGIN = 1.1
+#: Margins of a trainable model that :attr:`Diagnosis.verdict` calls comfortable (docs/real_models.md
+#: section 3): ``alpha_SA >= 1.5 alpha*(L)`` (alpha* grows with depth: BERT-base's 48-layer version has
+#: ``alpha_SA = 1.13 alpha*`` and ends at cosine 0.97, a thin margin); ``beta <= beta_c / 2`` (the REM's
+#: annealed regime ends at beta_c / 2, docs/theory.md section 3.3: above it the rows concentrate and the
+#: query gradient starts to fall, section 7); the last attention layer's query gradient at least 1/10
+#: of the first's (docs/theory.md section 7: it vanishes through (q - p)^2 as the cosine approaches 1);
+#: rank collapse not before twice the model's depth.
+COMFORTABLE_MARGINS = {"alpha_ratio": 1.5, "beta_ratio": 0.5, "gradient_decay": 10.0, "collapse_depth_ratio": 2.0}
+#: The graded verdicts of :attr:`Diagnosis.verdict` and their words.
+GRADES = {"comfortable": "trainable, comfortable margin", "marginal": "trainable, marginal",
+          "rank-collapse": "rank collapse", "entropy-collapse": "entropy collapse"}
+#: Monte Carlo draws per attention layer of the causal Gram state of a diagnosis.
+GRAM_DRAWS = 8
+#: What each theory of the last tokens is called in the report, the JSON and the figure.
+CAUSAL_THEORY_LABELS = {"maps": "per-position maps", "gram": "causal Gram state"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +105,8 @@ class Diagnosis:
     q, rho : ndarray, shape (depth + 1,)
         Predicted order parameters per layer (0 = input of block 1).
     rho_last_tokens : ndarray or None
-        Causal models: predicted mean cosine of the last :data:`~remprop.theory.causal.LAST_TOKENS` positions.
+        Causal models: predicted mean cosine of the last :data:`~remprop.theory.causal.LAST_TOKENS`
+        positions, by the theory ``last_tokens_theory`` names.
     beta_critical : float
         Critical beta deciding entropy collapse (first attention layer for post-LN,
         smallest over layers otherwise).
@@ -106,6 +125,18 @@ class Diagnosis:
     key_gradient_first, key_gradient_last : float
         The same for ``W_K`` (:func:`~remprop.theory.key_gradient_norm`).
     changes : tuple of Change
+    rho_last_tokens_maps : ndarray or None
+        Causal models: the same cosine by the per-position maps (equal to ``rho_last_tokens``
+        when they are the theory used; kept for comparison when the Gram state is).
+    last_tokens_theory : {"gram", "maps"} or None
+        Causal models: the theory of ``rho_last_tokens`` (:func:`last_tokens_theory`).
+    last_tokens_reason : str or None
+        Why that theory: the work it takes, or why the Gram state cannot run.
+    gram_draws : int or None
+        Monte Carlo draws per attention layer of the Gram state (when it is used).
+    query_gradient : ndarray, shape (depth,) or None
+        ``E|dS/dW_Q|_F^2`` of every attention layer (``gradient_first`` and ``gradient_last``
+        are its ends).
     """
 
     spec: ModelSpec
@@ -124,6 +155,65 @@ class Diagnosis:
     key_gradient_first: float
     key_gradient_last: float
     changes: tuple
+    rho_last_tokens_maps: np.ndarray | None = None
+    last_tokens_theory: str | None = None
+    last_tokens_reason: str | None = None
+    gram_draws: int | None = None
+    query_gradient: np.ndarray | None = None
+
+    @property
+    def alpha_sa(self) -> float:
+        """The model's attention skip strength (1 for a plain residual stream)."""
+        return float(self.spec.architecture.alpha_sa)
+
+    @property
+    def margins(self) -> dict:
+        """How far the model sits from each collapse (docs/real_models.md section 3).
+
+        ``alpha_ratio = alpha_SA / alpha*(L)`` (> 1: out of rank collapse; inf when alpha* = 0,
+        0 when no alpha_SA avoids it); ``beta_ratio = beta / beta_c`` (< 1: out of entropy
+        collapse; 0 when beta_c = inf); ``gradient_decay`` the factor by which the query gradient
+        ``E|dS/dW_Q|^2`` falls from the first to the last attention layer (docs/theory.md
+        section 7); ``collapse_depth`` the first depth at which rank collapse sets in (None: not
+        within ``max_depth``) and ``collapse_depth_ratio`` that depth over the model's.
+        """
+        a = self.alpha_star
+        alpha_ratio = math.inf if a == 0 else self.alpha_sa / a if math.isfinite(a) else 0.0
+        beta_c = self.beta_critical
+        beta_ratio = self.spec.beta / beta_c if math.isfinite(beta_c) else 0.0
+        decay = self.gradient_first / self.gradient_last if self.gradient_last > 0 else math.inf
+        depth_ratio = None if self.collapse_depth is None else self.collapse_depth / self.spec.depth
+        return {"alpha_ratio": alpha_ratio, "beta_ratio": beta_ratio, "gradient_decay": decay,
+                "collapse_depth": self.collapse_depth, "collapse_depth_ratio": depth_ratio}
+
+    @property
+    def verdict(self) -> dict:
+        """The graded verdict: ``{"grade", "text", "thin"}``.
+
+        ``grade`` is ``"entropy-collapse"`` or ``"rank-collapse"`` (the phase), else
+        ``"comfortable"`` when every margin of :attr:`margins` clears
+        :data:`COMFORTABLE_MARGINS` and ``"marginal"`` otherwise; ``thin`` names the margins
+        that do not (one phrase each), ``text`` says it in words (:data:`GRADES`).
+        """
+        m, bound = self.margins, COMFORTABLE_MARGINS
+        if self.phase == "entropy-collapse":
+            return {"grade": "entropy-collapse", "thin": [],
+                    "text": f"{GRADES['entropy-collapse']} (beta / beta_c = {m['beta_ratio']:.3g} > 1)"}
+        if self.phase == "rank-collapse":
+            where = (f"from layer {self.collapse_depth}" if self.collapse_depth is not None
+                     else f"final cosine above {self.threshold:g}")
+            return {"grade": "rank-collapse", "thin": [], "text": f"{GRADES['rank-collapse']} ({where})"}
+        thin = []
+        if m["alpha_ratio"] < bound["alpha_ratio"]:
+            thin.append(f"alpha_SA / alpha* = {m['alpha_ratio']:.3g} < {bound['alpha_ratio']:g}")
+        if m["beta_ratio"] > bound["beta_ratio"]:
+            thin.append(f"beta / beta_c = {m['beta_ratio']:.3g} > {bound['beta_ratio']:g}")
+        if m["gradient_decay"] > bound["gradient_decay"]:
+            thin.append(f"query gradient falls {m['gradient_decay']:.3g}x over the stack > {bound['gradient_decay']:g}x")
+        if m["collapse_depth_ratio"] is not None and m["collapse_depth_ratio"] < bound["collapse_depth_ratio"]:
+            thin.append(f"rank collapse from layer {m['collapse_depth']} < {bound['collapse_depth_ratio']:g} x depth")
+        grade = "marginal" if thin else "comfortable"
+        return {"grade": grade, "thin": thin, "text": GRADES[grade] + (f" ({'; '.join(thin)})" if thin else "")}
 
     @property
     def compared_rho(self) -> np.ndarray:
@@ -131,14 +221,33 @@ class Diagnosis:
         for causal models ``rho_last_tokens`` (the late tokens that follow the encoder maps)."""
         return self.rho if self.rho_last_tokens is None else self.rho_last_tokens
 
+    def summary(self) -> dict:
+        """The numbers that decide the verdict, for a before/after comparison (``check --alpha``):
+        ``alpha_sa``, ``alpha_star``, ``alpha_ratio``, ``beta``, ``beta_critical``, ``beta_ratio``,
+        ``final_rho``, ``final_rho_last_tokens`` (None for an encoder), ``collapse_depth``,
+        ``gradient_decay``, ``phase`` and ``verdict`` (its text)."""
+        m = self.margins
+        return {"alpha_sa": self.alpha_sa, "alpha_star": self.alpha_star, "alpha_ratio": m["alpha_ratio"],
+                "beta": float(self.spec.beta), "beta_critical": self.beta_critical, "beta_ratio": m["beta_ratio"],
+                "final_rho": float(self.rho[-1]),
+                "final_rho_last_tokens": None if self.rho_last_tokens is None else float(self.rho_last_tokens[-1]),
+                "collapse_depth": self.collapse_depth, "gradient_decay": m["gradient_decay"],
+                "phase": self.phase, "verdict": self.verdict["text"]}
+
     def to_dict(self) -> dict:
         """JSON-ready content (non-finite numbers stay floats; use ``remprop._json``)."""
         return {
             "model": self.spec.to_dict(), "threshold": self.threshold,
             "q": self.q.tolist(), "rho": self.rho.tolist(),
             "rho_last_tokens": None if self.rho_last_tokens is None else self.rho_last_tokens.tolist(),
-            "beta": self.spec.beta, "beta_critical": self.beta_critical, "alpha_sa": 1.0,
+            "rho_last_tokens_maps": None if self.rho_last_tokens_maps is None else self.rho_last_tokens_maps.tolist(),
+            "last_tokens_theory": self.last_tokens_theory,
+            "last_tokens_theory_label": CAUSAL_THEORY_LABELS.get(self.last_tokens_theory),
+            "last_tokens_theory_reason": self.last_tokens_reason, "gram_draws": self.gram_draws,
+            "beta": self.spec.beta, "beta_critical": self.beta_critical, "alpha_sa": self.alpha_sa,
             "alpha_star": self.alpha_star, "phase": self.phase, "collapse_depth": self.collapse_depth,
+            "margins": self.margins, "verdict": self.verdict, "comfortable_margins": dict(COMFORTABLE_MARGINS),
+            "query_gradient": None if self.query_gradient is None else self.query_gradient.tolist(),
             "max_depth": self.max_depth, "y2_first": self.y2_first,
             "gradient_first": self.gradient_first, "gradient_last": self.gradient_last,
             "key_gradient_first": self.key_gradient_first, "key_gradient_last": self.key_gradient_last,
@@ -154,33 +263,55 @@ class Diagnosis:
                  + (", residual projections / sqrt(2L)" if s.family == "gpt2" else ""),
                  f"query/key        beta = {s.beta:.4f}   beta_c = {self.beta_critical:.4f}   "
                  f"beta / beta_c = {s.beta / self.beta_critical:.3f}   Y2(layer 1) = {self.y2_first:.4f}",
-                 f"skip             alpha_SA = 1   alpha*(L = {s.depth}) = {_num(self.alpha_star)}",
+                 f"skip             alpha_SA = {self.alpha_sa:g}   alpha*(L = {s.depth}) = {_num(self.alpha_star)}   "
+                 f"alpha_SA / alpha* = {self.margins['alpha_ratio']:.3g}",
                  f"phase            {self.phase} (final cosine {self.rho[-1]:.4f}, threshold {self.threshold:g})",
+                 f"verdict          {self.verdict['text']}",
                  "collapse depth   " + (f"rank collapse sets in at layer {self.collapse_depth}"
                                         if self.collapse_depth is not None
                                         else f"no rank collapse within {self.max_depth} layers"),
                  f"query gradient   E|dS/dW_Q|^2 = {self.gradient_first:.4g} (layer 1), "
                  f"{self.gradient_last:.4g} (layer {s.depth})" + (
-                     f"; ratio {self.gradient_last / self.gradient_first:.3g}" if self.gradient_first > 0 else ""),
+                     f"; falls {self.margins['gradient_decay']:.3g}x over the stack" if self.gradient_first > 0 else ""),
                  f"key gradient     E|dS/dW_K|^2 = {self.key_gradient_first:.4g} (layer 1), "
                  f"{self.key_gradient_last:.4g} (layer {s.depth})",
-                 "", "predicted cosine per layer (rho = p / q)" + (
-                     f"; causal: mean over the last {compared_last_tokens(s.seq_len)} positions" if self.rho_last_tokens is not None
-                     else "")]
-        last = None if self.rho_last_tokens is None else compared_last_tokens(s.seq_len)
+                 ""]
+        lines += self._cosine_lines()
+        lines += self._changes_lines()
+        return "\n".join(lines)
+
+    def _cosine_lines(self) -> list:
+        """The per-layer cosine of :meth:`report`; causal models with the last tokens' theory named."""
+        s = self.spec
+        lines = ["predicted cosine per layer (rho = p / q; phase and alpha* from these layer maps, the diagram's)"]
+        gram = self.last_tokens_theory == "gram"
+        if self.rho_last_tokens is not None:
+            last = compared_last_tokens(s.seq_len)
+            lines.append(f"causal: mean over the last {last} positions by the "
+                         f"{CAUSAL_THEORY_LABELS[self.last_tokens_theory]}"
+                         + (f" ({self.gram_draws} draws per layer)" if gram else "")
+                         + f": {self.last_tokens_reason}")
         layers = spread_indices(s.depth + 1, REPORT_LAYERS)
         for layer in layers:
-            extra = "" if self.rho_last_tokens is None else f"   last {last}: {self.rho_last_tokens[layer]:.4f}"
+            extra = ""
+            if self.rho_last_tokens is not None:
+                extra = f"   last {last}: {self.rho_last_tokens[layer]:.4f}"
+                if gram:
+                    extra += f"   (per-position maps {self.rho_last_tokens_maps[layer]:.4f})"
             lines.append(f"  layer {layer:3d}   rho = {self.rho[layer]:.4f}   q = {self.q[layer]:.4g}{extra}")
         if len(layers) < s.depth + 1:
             lines.append(f"  ({len(layers)} of {s.depth + 1} layers shown, evenly spread; to_dict() and "
                          "remprop check --json give all)")
-        lines += ["", "changes and their predicted effect"]
+        return lines
+
+    def _changes_lines(self) -> list:
+        s = self.spec
+        lines = ["", "changes and their predicted effect"]
         for change in self.changes:
             lines.append(f"  - {change.name}: {change.action}")
             lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}")
         lines += ["", "assumptions the model breaks"] + [f"  - {text}" for text in s.assumptions]
-        return "\n".join(lines)
+        return lines
 
 
 #: Most layers :meth:`Diagnosis.report` prints (evenly spread, both ends included).
@@ -214,7 +345,57 @@ def _collapse_depth(run: RunSettings, max_depth):
     return int(above[0]) + 1 if above.size else None
 
 
-def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH) -> Diagnosis:
+def last_tokens_theory(spec, choice="auto", draws=GRAM_DRAWS):
+    """Which theory gives a causal model's last-token cosine in :func:`diagnose`, and why.
+
+    The causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`: each late row
+    with its true keys, docs/theory.md section 8; docs/real_models.md section 5.4 measures it
+    against the real modules) where it can run the model and is affordable, else the
+    per-position maps: :func:`~remprop.theory.causal.choose_causal_theory` at the model's
+    architecture, depth and T (``"auto"``: the Gram state up to
+    :data:`~remprop.theory.causal.AUTO_GRAM_FLOPS` floating-point operations).
+
+    Parameters
+    ----------
+    spec : ModelSpec
+    choice : {"auto", "maps", "gram"}
+    draws : int
+        Monte Carlo draws per attention layer of the Gram state.
+
+    Returns
+    -------
+    (str, str) or None
+        ``("gram" | "maps", reason)``; None for an encoder (no last tokens). An explicit
+        ``"gram"`` that cannot run, or one asked of an encoder, is a ValueError naming
+        ``causal_theory``.
+    """
+    if not spec.causal:
+        if choice == "gram":
+            raise ValueError(f"causal_theory='gram': {spec.name} is not a causal model (its tokens follow the "
+                             "layer maps)")
+        return None
+    return choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws, choice=choice)
+
+
+def _last_tokens(spec, choice, draws):
+    """(best cosine, per-position maps' cosine, theory, reason) of a causal model's last tokens
+    (:func:`last_tokens_theory`), all None for an encoder. The Gram state is evaluated at the
+    model's beta, depth, T, input state and norm eps (seed 0), ``p / q`` of the last tokens."""
+    chosen = last_tokens_theory(spec, choice, draws)
+    if chosen is None:
+        return None, None, None, None
+    name, reason = chosen
+    last = compared_last_tokens(spec.seq_len)
+    maps = last_tokens_cosine(spec.architecture, spec.beta, spec.depth, spec.seq_len, last, spec.q0, spec.rho0)
+    if name == "maps":
+        return maps, maps, name, reason
+    gram = propagate_causal_gram(spec.architecture, spec.beta, spec.depth, spec.seq_len, spec.q0, spec.rho0,
+                                 last=last, draws=draws, seed=0, norm_eps=spec.layer_norm_eps).rho
+    return gram, maps, name, reason
+
+
+def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
+             gram_draws=GRAM_DRAWS) -> Diagnosis:
     r"""Place a model on its trainability diagram and predict the effect of changes.
 
     Parameters
@@ -226,6 +407,11 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
         Rank-collapse threshold on the final cosine, in (0, 1).
     max_depth : int
         Deepest stack searched for the onset of rank collapse.
+    causal_theory : {"auto", "maps", "gram"}
+        Causal models: the theory of the last tokens' cosine (:func:`last_tokens_theory`;
+        ``"auto"``: the causal Gram state where affordable, else the per-position maps).
+    gram_draws : int
+        Monte Carlo draws per attention layer of the causal Gram state.
 
     Returns
     -------
@@ -252,8 +438,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     source = f"config.initializer_range = {spec.init_range:g}"
     final_rho, beta_c, phase, traj = _verdict(run, source)
     alpha_star = float(min_residual_strength(run))
-    rho_last = (last_tokens_cosine(arch, beta, depth, spec.seq_len, compared_last_tokens(spec.seq_len), q0, rho0)
-                if spec.causal else None)
+    rho_last, rho_last_maps, last_theory, last_reason = _last_tokens(spec, causal_theory, gram_draws)
 
     # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head
     # runs at the effective beta
@@ -269,11 +454,17 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
     target = min(target, float(softcap.logit_softcap_max_beta(arch, q0)))
     rho_b, _, phase_b, traj_b = _verdict(run, source, beta=target)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
+    # and of every layer in between (the decay over the stack)
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
     gradient_args = dict(sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm.has_norm else None)
-    gradient_first, gradient_last, gradient_b = (float(g) for g in query_gradient_norm(
-        arch.effective_beta(np.array([beta, beta, target])), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len,
-        **gradient_args))
+    layer_inputs = np.array([np.broadcast_to(v, (depth,)) for v in arch.attention_input(traj.q[:depth], traj.p[:depth])],
+                            dtype=np.float64)
+    all_inputs = np.concatenate([layer_inputs, inputs[2:].T], axis=1)
+    gradients = np.asarray(query_gradient_norm(
+        arch.effective_beta(np.append(np.full(depth, beta), target)), all_inputs[0], all_inputs[1], spec.width,
+        spec.seq_len, **gradient_args), dtype=np.float64)
+    query_gradient = gradients[:depth]
+    gradient_first, gradient_last, gradient_b = float(gradients[0]), float(gradients[depth - 1]), float(gradients[depth])
     key_first, key_last = (float(g) for g in key_gradient_norm(
         head_beta, inputs[:2, 0], inputs[:2, 1], spec.width, spec.seq_len, **gradient_args))
 
@@ -292,10 +483,10 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
             rho_a, phase_a, {"alpha_sa": alpha, "alpha_star": alpha_star}))
     else:
         changes.append(Change(
-            "skip scaling", (f"none needed: alpha_SA = 1 is {1.0 / alpha_star:.3g}x the minimum alpha* = "
-                             f"{alpha_star:.3f} (at alpha_SA = alpha* the final cosine reaches {threshold:g})"
-                             if alpha_star > 0 else "none needed: even alpha_SA = 0 avoids rank collapse"),
-            final_rho, phase, {"alpha_sa": 1.0, "alpha_star": alpha_star}))
+            "skip scaling", (f"none needed: alpha_SA = {arch.alpha_sa:g} is {arch.alpha_sa / alpha_star:.3g}x the "
+                             f"minimum alpha* = {alpha_star:.3f} (at alpha_SA = alpha* the final cosine reaches "
+                             f"{threshold:g})" if alpha_star > 0 else "none needed: even alpha_SA = 0 avoids rank collapse"),
+            final_rho, phase, {"alpha_sa": float(arch.alpha_sa), "alpha_star": alpha_star}))
     # 2. query/key std
     if not math.isfinite(beta_c):
         changes.append(Change("query/key std", "none helps: the tokens entering attention are identical "
@@ -327,7 +518,9 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH)
                      collapse_depth=_collapse_depth(run, max_depth),
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
-                     changes=tuple(changes))
+                     changes=tuple(changes), rho_last_tokens_maps=rho_last_maps, last_tokens_theory=last_theory,
+                     last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None,
+                     query_gradient=query_gradient)
 
 
 def _verdict_architectures(arch):
@@ -340,7 +533,7 @@ def _verdict_architectures(arch):
     return runs
 
 
-def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> float:
+def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
     """Estimated seconds of :func:`diagnose` on this machine, before it runs.
 
     The depth kernels of the verdicts (the model three times: its verdict, the recommended beta,
@@ -349,7 +542,9 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> float:
     through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
     rotary positions the mean rotary correlation of the model's T and of each compared late
     token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
-    tokens' per-position maps, as many cells.
+    tokens' per-position maps, as many cells, and where :func:`last_tokens_theory` takes it the
+    causal Gram state (:func:`~remprop.theory.causal.causal_gram_flops` at
+    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`).
     """
     if not isinstance(spec, ModelSpec):
         spec = model_spec(spec)
@@ -362,25 +557,35 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> float:
         seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
     if last:
         seconds += work_estimates.run_seconds(arch, last, depth)
+    if _uses_gram(spec, causal_theory, gram_draws):
+        seconds += work_estimates.flops_seconds(causal_gram_flops(arch, depth, spec.seq_len, gram_draws))
     return seconds
 
 
-def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH) -> int:
+def _uses_gram(spec, causal_theory, gram_draws) -> bool:
+    chosen = last_tokens_theory(spec, causal_theory, gram_draws)
+    return chosen is not None and chosen[0] == "gram"
+
+
+def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> int:
     """Bytes :func:`diagnose` and its JSON hold at their peak, before it runs.
 
     Four trajectories through the model's depth alive at once (the verdict's, the
     recommended beta's and their temporaries), the late tokens' trajectories of a causal
     model, the collapse-depth trajectory through ``max_depth`` blocks
     (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
-    :meth:`Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each).
+    :meth:`Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each);
+    where :func:`last_tokens_theory` takes it, the causal Gram state
+    (:func:`~remprop.theory.work_estimates.gram_theory_bytes`).
     """
     if not isinstance(spec, ModelSpec):
         spec = model_spec(spec)
     max_depth = check_depth(max_depth, name="max_depth")
     depth = spec.depth
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
+    gram = work_estimates.gram_theory_bytes(spec.seq_len, depth, 1) if _uses_gram(spec, causal_theory, gram_draws) else 0
     return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
-            + 300 * (depth + 1))
+            + 300 * (depth + 1) + gram)
 
 
 def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, phase, gradient_factor):

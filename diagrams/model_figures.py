@@ -18,15 +18,18 @@ from .theory_figures import trainability_figure
 from .style import new_figure
 from .trainability import trainability_diagram
 
-__all__ = ["model_figure", "model_diagram"]
+__all__ = ["model_figure", "model_diagram", "MODEL_DIAGRAM_RESOLUTION"]
+
+#: Grid points per axis of :func:`model_diagram` (both axes).
+MODEL_DIAGRAM_RESOLUTION = 120
 
 
-def model_diagram(diagnosis, *, resolution=120, depth=None):
+def model_diagram(diagnosis, *, resolution=MODEL_DIAGRAM_RESOLUTION, depth=None):
     """The trainability diagram around a diagnosed model.
 
     The beta axis spans ``(0, 1.5 max(beta, beta_c))`` (``beta_c = inf``: ``max(2 beta, sqrt 2)``
     in its place), the alpha axis
-    ``[0, max(2, 1.5 alpha*)]``.
+    ``[0, max(2, 1.5 alpha*, 1.25 alpha_SA)]``.
 
     Parameters
     ----------
@@ -41,13 +44,13 @@ def model_diagram(diagnosis, *, resolution=120, depth=None):
     beta_c = diagnosis.beta_critical if np.isfinite(diagnosis.beta_critical) else max(2 * spec.beta, np.sqrt(2))
     beta_max = 1.5 * max(spec.beta, beta_c)
     alpha_max = max(2.0, 1.5 * diagnosis.alpha_star) if np.isfinite(diagnosis.alpha_star) else 3.0
+    alpha_max = max(alpha_max, 1.25 * diagnosis.alpha_sa)  # the model's own alpha_SA (check --alpha) inside
     betas = np.linspace(beta_max / resolution, beta_max, resolution)
     alphas = np.linspace(0.0, alpha_max, resolution)
-    return trainability_diagram(spec.architecture, betas, alphas, depth or spec.depth, diagnosis.threshold,
-                                q0=spec.q0, rho0=spec.rho0)
+    return trainability_diagram(spec, betas, alphas, depth, diagnosis.threshold)
 
 
-def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
+def model_figure(diagnosis, measured=None, *, diagram=None, resolution=MODEL_DIAGRAM_RESOLUTION):
     """Draw a diagnosed model on its trainability diagram and its per-layer cosine.
 
     Parameters
@@ -74,10 +77,10 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=120):
     left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1.0]})
     diagram = model_diagram(diagnosis, resolution=resolution) if diagram is None else diagram
     trainability_figure(diagram, ax=left)
-    left.plot([spec.beta], [1.0], marker="*", markersize=17, color="#f2c200", markeredgecolor="black",
+    left.plot([spec.beta], [diagnosis.alpha_sa], marker="*", markersize=17, color="#f2c200", markeredgecolor="black",
               linestyle="none", label=f"{spec.name} at init", zorder=5)
     if np.isfinite(diagnosis.beta_critical):
-        left.plot([0.5 * diagnosis.beta_critical], [1.0], marker="o", markersize=11, markerfacecolor="none",
+        left.plot([0.5 * diagnosis.beta_critical], [diagnosis.alpha_sa], marker="o", markersize=11, markerfacecolor="none",
                   markeredgecolor="black", markeredgewidth=1.6, linestyle="none",
                   label=r"query/key std at $\beta_c/2$", zorder=5)
     left.legend(loc="upper right", fontsize=8, framealpha=0.9)

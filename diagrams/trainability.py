@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state, propagate_at_layers
+from remprop.theory import DEFAULT_THRESHOLD, Architecture, ModelSpec, RunSettings, final_state, propagate_at_layers
 from remprop.theory.checks import as_float_array, check_grid_axis, check_real_scalar
 from remprop.theory.architecture import BETA_CRITICAL_RULES, NUMERIC_FIELDS, OPTIONAL_FIELDS
 from remprop.theory.propagation import CHUNK_ROWS
@@ -191,8 +191,8 @@ class TrainabilityDiagram(GridView):
         """
         return super().load(path)
 
-def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshold=DEFAULT_THRESHOLD, *,
-                         q0=1.0, rho0=0.0, progress=False, segment=None) -> TrainabilityDiagram:
+def trainability_diagram(arch: Architecture, betas, alphas, depth: int | None = None, threshold=DEFAULT_THRESHOLD, *,
+                         q0=None, rho0=None, progress=False, segment=None) -> TrainabilityDiagram:
     r"""Phase of a depth-L stack on a grid of query/key scales and attention skip strengths.
 
     Each cell ``(alpha, beta)`` is propagated through ``depth`` blocks of ``arch`` with
@@ -215,19 +215,24 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
 
     Parameters
     ----------
-    arch : Architecture
+    arch : Architecture or ModelSpec
         Block order, attention, activation and variances. Numeric fields must be scalars;
-        ``alpha_sa`` is ignored (the grid's ``alphas`` replace it).
+        ``alpha_sa`` is ignored (the grid's ``alphas`` replace it). A real model's
+        :class:`~remprop.theory.ModelSpec` (:func:`~remprop.theory.model_spec` of a Hugging Face
+        config) gives its architecture, and its depth and input state ``(q0, rho0)`` as the
+        defaults: the diagram ``remprop check`` places the model on (one route from a model to
+        its diagram).
     betas : array_like
         1-d, non-empty, > 0: query/key scales (``s_qk^2 = beta sqrt(log T) / d``).
     alphas : array_like
         1-d, non-empty, >= 0: attention skip strengths (``x -> alpha x + SA(x)``).
     depth : int
-        Number of blocks L, >= 1.
+        Number of blocks L, >= 1 (default: a ModelSpec's depth; required with an Architecture).
     threshold : float
         Collapse threshold on the final mean cosine, in (0, 1); default 0.99.
     q0, rho0 : float
-        Input mean squared norm (> 0) and mean cosine (in [-1, 1]).
+        Input mean squared norm (> 0) and mean cosine (in [-1, 1]) (default: a ModelSpec's input
+        state, else 1 and 0).
     progress : bool
         Show a tqdm progress bar over the grid cells.
     segment : int, optional
@@ -253,6 +258,13 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     (4, 5)
     """
     # the door: everything is checked here, once; the functions below trust the run
+    if isinstance(arch, ModelSpec):  # a real model: its architecture, depth and input state
+        spec, arch = arch, arch.architecture
+        depth = spec.depth if depth is None else depth
+        q0, rho0 = (spec.q0 if q0 is None else q0), (spec.rho0 if rho0 is None else rho0)
+    elif depth is None:
+        raise ValueError("depth must be given with an Architecture (a ModelSpec brings its own)")
+    q0, rho0 = (1.0 if q0 is None else q0), (0.0 if rho0 is None else rho0)
     run = RunSettings(arch, check_grid_axis("betas", betas, positive=True), depth, q0, rho0, threshold)
     for name in NUMERIC_FIELDS + OPTIONAL_FIELDS:
         if name != "alpha_sa" and np.ndim(getattr(arch, name)) != 0:

@@ -187,9 +187,9 @@ def test_diagnosis_rejects_bad_threshold():
 
 
 def test_causal_model_reports_last_tokens():
-    d = diagnose(model_spec("gpt2").with_depth(3))
-    assert d.rho_last_tokens is not None and d.rho_last_tokens.shape == (4,)
-    # late tokens see ~T keys: the late-token theory is close to the encoder maps
+    d = diagnose(model_spec("gpt2").with_depth(3), causal_theory="maps")
+    assert d.rho_last_tokens is not None and d.rho_last_tokens.shape == (4,) and d.last_tokens_theory == "maps"
+    # late tokens see ~T keys: the per-position maps of the late tokens are close to the encoder maps
     np.testing.assert_allclose(d.rho_last_tokens, d.rho, atol=2e-3)
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "ARCHITECTURE_OPTIONS",
     "add_architecture_arguments",
     "architecture_from_args",
+    "architecture_overrides",
     "add_run_options",
     "add_grid_options",
     "add_simulation_options",
@@ -157,7 +158,7 @@ def _dest(field: str) -> str:
     return _DEST_OF.get(field, field)
 
 
-def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
+def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, model_overrides=False, exclude=()):
     """Add the options that mirror :class:`remprop.theory.Architecture` to ``parser``.
 
     Parameters
@@ -170,6 +171,11 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
     theory_seq_len : bool
         Add ``--theory-seq-len`` (``seq_len``: the T of the theory's finite-T attention
         maps). ``sweep`` leaves it out: its ``--theory`` compares at the simulated T.
+    model_overrides : bool
+        The options change a given model's settings (``check``): every default is None, "the
+        model's", and :func:`architecture_overrides` reads back the options given.
+    exclude : tuple of str
+        Fields whose option the command defines itself (``check``: ``heads``).
 
     Returns
     -------
@@ -188,8 +194,25 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
     from remprop.theory.architecture import BLOCK_FORMS, POSITIONS
 
     defaults = {f.name: f.default for f in dataclasses.fields(Architecture)}
-    group = parser.add_argument_group(
-        "architecture", "the transformer block (defaults: post-LN BERT of the reference experiments)")
+    if model_overrides:
+        group = parser.add_argument_group(
+            "what-if", "overrides of the model's settings; the report shows the model before and after")
+    else:
+        group = parser.add_argument_group(
+            "architecture", "the transformer block (defaults: post-LN BERT of the reference experiments)")
+    skipped = {ARCHITECTURE_OPTIONS[name] for name in exclude}
+    add = group.add_argument
+
+    def add_argument(option, **kwargs):  # the one place where model_overrides and exclude act
+        if option in skipped:
+            return
+        if model_overrides:
+            kwargs["default"] = None
+            kwargs["help"] = re.sub(r"\(default: [^()]*(\([^()]*\)[^()]*)*\)$", "(default: the model's)",
+                                    kwargs["help"])
+        add(option, **kwargs)
+
+    group.add_argument = add_argument
     group.add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
                        help="LayerNorm placement: post (BERT), pre (GPT-2) or none (default: %(default)s)")
     group.add_argument("--norm-type", choices=tuple(NORM_TYPES), default=defaults["norm_type"],
@@ -259,7 +282,15 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True):
         group.add_argument("--theory-seq-len", dest=_dest("seq_len"), type=count(2), default=None, metavar="T",
                            help="sequence length T of the theory's attention maps (exact finite-T "
                                 "participation ratios; default: T -> infinity)")
+    group.add_argument = add
     return group
+
+
+def architecture_overrides(args) -> dict:
+    """The Architecture fields given on the command line of :func:`add_architecture_arguments`
+    with ``model_overrides=True`` (field name -> value; the options left out are absent)."""
+    return {name: getattr(args, _dest(name)) for name in ARCHITECTURE_OPTIONS
+            if getattr(args, _dest(name), None) is not None}
 
 
 def architecture_from_args(args, **overrides):

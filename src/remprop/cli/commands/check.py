@@ -3,24 +3,33 @@
 Here one sequence length ``--seq-len`` sets everything at once: the query/key scale beta
 of the model (``s_qk^2 = beta sqrt(log T) / d``), the theory's finite-T maps and, with
 ``--simulate``, the tokens of each simulated sequence -- a model is checked at the T it
-runs at, so the theory's T and the simulated T cannot differ.
+runs at, so the theory's T and the simulated T cannot differ. Its default is a length a
+model is trained at, ``min(maximum context, DEFAULT_SEQ_LEN)``, not the maximum context.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real, seed_list
 from ..errors import CommandLineError, validation_extra
 from ..limits import check_work
-from ..options import add_command, add_output_options, add_work_limit_options, work_limits
+from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
+                       add_work_limit_options, architecture_overrides, point_at_option, work_limits)
 from ..output import dumps, format_number, format_table, writable_directory
 
-__all__ = ["add_check_parser", "run_check"]
+__all__ = ["add_check_parser", "run_check", "DEFAULT_SEQ_LEN"]
+
+#: Default T of ``check``: ``min(the model's maximum context, DEFAULT_SEQ_LEN)``, the length a model is
+#: pre-trained at for most of its steps (LLaMA 2 and 3 at 4096 and 8192 before long-context
+#: extension, GPT-2 at 1024; 131072 for Llama 3.2 1B is an extension, not the training length).
+DEFAULT_SEQ_LEN = 2048
 
 
 def add_check_parser(commands):
     from remprop.diagrams import DEFAULT_THRESHOLD
+    from remprop.diagrams.diagnosis import GRAM_DRAWS
     from remprop.theory import shipped_configs
     from remprop.theory.causal import CAUSAL_THEORIES
 
@@ -32,7 +41,8 @@ def add_check_parser(commands):
                        help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
     check.add_argument("--seq-len", type=count(2), default=None, metavar="T",
                        help="the model's sequence length T: it sets the model's beta, the theory's finite-T "
-                            "maps and the tokens of each --simulate sequence (default: the model's maximum)")
+                            "maps and the tokens of each --simulate sequence (default: a length a model trains "
+                            f"at, the smaller of the model's maximum context and {DEFAULT_SEQ_LEN})")
     check.add_argument("--depth", type=layer_count, default=None, metavar="L",
                        help="override the number of layers (default: the config's)")
     check.add_argument("--width", type=count(2), default=None, metavar="D",
@@ -58,17 +68,34 @@ def add_check_parser(commands):
                        help="random input sequences per initialisation (default: %(default)s)")
     check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
     check.add_argument("--causal-theory", choices=CAUSAL_THEORIES, default=None,
-                       help="with --simulate on a causal model: the theory the last tokens are compared with, "
-                            "'maps' (per-position maps, fast) or 'gram' (the causal Gram state: each late row "
-                            "with its true keys, O(draws T^3) per layer); 'auto' (default) takes 'gram' when it "
-                            "runs the model at T <= 4096 within 1e12 floating-point operations, else 'maps'")
+                       help="causal models: the theory of the last tokens' cosine, reported and compared with "
+                            "--simulate: 'maps' (per-position maps, fast) or 'gram' (the causal Gram state: each "
+                            "late row with its true keys, the accurate one, O(draws T^3) per layer); 'auto' "
+                            "(default) takes 'gram' when it runs the model at T <= 4096 within 1e12 "
+                            "floating-point operations, else 'maps', and the report says which and why")
     check.add_argument("--gram-draws", type=count(1), default=None, metavar="N",
-                       help="Monte Carlo draws per attention layer of the causal Gram state (default: 8)")
+                       help=f"Monte Carlo draws per attention layer of the causal Gram state (default: {GRAM_DRAWS})")
     add_output_options(check)
     add_work_limit_options(check)
+    _add_what_if_options(check)
     check.add_argument("--name", type=file_stem, default=None, help="file name stem (default: check-<model>)")
     check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
+    check.add_argument("--diagram", action="store_true",
+                       help="also keep the trainability diagram around the model (its architecture, depth and input "
+                            "state, as remprop.diagrams.trainability_diagram(model_spec(...)) gives it): "
+                            "OUT/NAME.diagram.npz and .json, drawn in the PNG, alpha*(L) at the model's beta printed")
+    check.add_argument("--threads", type=count(1), default=None, metavar="N",
+                       help="CPU threads of the theory's kernels and of --simulate's torch (default: all cores)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _add_what_if_options(check) -> None:
+    """The architecture options (``--alpha``, ``--norm``, ``--sigma-w2``, ...) and ``--beta`` as
+    overrides of the model's settings: the report shows the model before and after."""
+    group = add_architecture_arguments(check, theory_seq_len=False, model_overrides=True, exclude=("heads",))
+    group.add_argument("--beta", type=positive_real, default=None, metavar="B",
+                       help="query/key scale beta > 0 (s_qk^2 = beta sqrt(log T) / d) (default: the model's, "
+                            "from its initializer_range)")
 
 
 def run_check(args) -> int:
@@ -83,58 +110,71 @@ def run_check(args) -> int:
     each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes.
     A model whose parameters would take more than half the available memory is measured one block
     at a time, the block redrawn for each layer (:mod:`remprop.validation.streamed_layers`).
-    Causal models are compared with the per-position maps or the causal Gram state
-    (--causal-theory, see :func:`remprop.theory.causal.choose_causal_theory`); the report, the
-    JSON (``simulation.causal_theory``, ``theory_label``, ``theory_reason``) and the figure name it.
-    The time and memory of the diagnosis, the memory of one simulated block and the time of the
-    causal Gram state are estimated first: above --max-seconds or --max-memory the run is refused.
+    T defaults to a length models train at, min(maximum context, 2048), and the report says so.
+    A causal model's last tokens are predicted by the best theory affordable at T: the causal
+    Gram state where it can run within the work bound, else the per-position maps
+    (--causal-theory, see :func:`remprop.diagrams.diagnosis.last_tokens_theory`); the report,
+    the JSON (``last_tokens_theory``, ``last_tokens_theory_reason``; with --simulate
+    ``simulation.causal_theory``, ``theory_label``, ``theory_reason``) and the figure name it.
+    The time and memory of the diagnosis (the causal Gram state included) and the memory of one
+    simulated block are estimated first: above --max-seconds or --max-memory the run is refused.
     The report prints at most 1001 evenly spread layers (--json gives all).
+    Margins: alpha_SA / alpha*, beta / beta_c, the fall of the query gradient over the stack and
+    the collapse depth, with a graded verdict (comfortable, marginal, rank or entropy collapse;
+    JSON schema in docs/real_models.md section 3). What-if: the architecture options (--alpha,
+    --norm, --sigma-w2, ...) and --beta override the model's settings; the report shows the model
+    before and after. --diagram keeps the trainability diagram around the model
+    (OUT/NAME.diagram.npz, .json), the one :func:`remprop.diagrams.trainability_diagram` gives
+    from the model's spec and input state.
     """
     import re
 
-    from remprop.diagrams import diagnose
-    from remprop.theory import model_spec
-
-    if (args.config is None) == (args.model is None):
-        raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
-    spec = model_spec(args.config if args.config is not None else args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
-    if args.width is not None or args.heads is not None:
-        with validation_extra(option="--width"):
-            from remprop.validation.hf_models import reduced_spec
-
-            spec = reduced_spec(spec, depth=args.depth, width=args.width, heads=args.heads)
-    elif args.depth is not None:
-        spec = spec.with_depth(args.depth)
-    if args.rho0 is not None:
-        spec = spec.with_settings(rho0=args.rho0)
+    spec, length = _model_spec(args)
     directory = writable_directory(args.out)
     stem = directory / (args.name or "check-" + re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("_"))
-    for option, value in (("--causal-theory", args.causal_theory), ("--gram-draws", args.gram_draws)):
-        if value is not None and not args.simulate:
-            raise CommandLineError(f"{option} chooses the theory compared with --simulate: give --simulate too")
-    _check_work(args, spec)
-    diagnosis = diagnose(spec, args.threshold, max_depth=args.max_depth)
+    theory = _theory_choice(args)
+    changed, overrides = _what_if(spec, args)
+    _check_work(args, spec, theory)
+    if overrides:
+        _check_work(args, changed, theory)
+    if args.threads is not None:
+        _set_threads(args.threads)
+    before = None
+    if overrides:
+        before, spec = _diagnose(spec, args, theory), changed
+    diagnosis = _diagnose(spec, args, theory)
     measured = None
     if args.simulate:
-        theory = _compared_theory(spec, diagnosis, args.causal_theory, args.gram_draws)
+        compared = _compared_theory(diagnosis)
         progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if sys.stderr.isatty() else None
         with validation_extra(option="--simulate"):
             from remprop.validation import simulate_model
+            from remprop.validation.backend import torch_threads
 
-            measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
-                                         theory=theory["rho"], progress=progress,
-                                         store=Path(f"{stem}.simulation"))
+            with contextlib.nullcontext() if args.threads is None else torch_threads(args.threads):
+                measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
+                                             theory=compared["rho"], progress=progress,
+                                             store=Path(f"{stem}.simulation"))
         measured = measurement.summary()
-        measured.update({key: value for key, value in theory.items() if key != "rho"})
+        measured.update({key: value for key, value in compared.items() if key != "rho"})
     result = diagnosis.to_dict()
+    result["seq_len_choice"] = length
+    if before is not None:
+        result["what_if"] = {"overrides": overrides, "before": before.summary(), "after": diagnosis.summary()}
     if measured is not None:
         result["simulation"] = measured
-    files = []
+    files, diagram = [], None
+    if args.diagram:
+        diagram, written = _diagram(diagnosis, stem)
+        files += written
+        result["diagram"] = {"files": written, "alpha_star": _diagram_alpha_star(diagram, spec.beta),
+                             "betas": [float(diagram.betas[0]), float(diagram.betas[-1]), int(diagram.betas.size)],
+                             "alphas": [float(diagram.alphas[0]), float(diagram.alphas[-1]), int(diagram.alphas.size)]}
     if args.figure:
         from remprop.diagrams import model_figure
 
         png = Path(f"{stem}.png")
-        figure = model_figure(diagnosis, measured)
+        figure = model_figure(diagnosis, measured, diagram=diagram)
         figure.savefig(png, dpi=120)
         files.append(str(png))
     json_path = Path(f"{stem}.json")
@@ -144,104 +184,217 @@ def run_check(args) -> int:
     if args.json:
         print(dumps(result))
         return 0
+    print(_length_line(length))
     print(diagnosis.report())
+    if before is not None:
+        _print_what_if(overrides, before, diagnosis)
     if measured is not None:
-        streamed = ", one block redrawn per layer (the model does not fit)" if measured.get("streamed") else ""
-        print(f"\nsimulated at random init ({len(measured['seeds'])} seeds x {measured['sequences']} "
-              f"sequences, {measured['compared']}{streamed}): |theory - measured| max {measured['max_error']:.4f}, "
-              f"mean {measured['mean_error']:.4f}" + _z_text(measured["max_abs_z"]))
-        print(f"theory compared: {measured['theory_label']}" + (
-            f" ({measured['theory_reason']})" if measured.get("theory_reason") else ""))
-        rows = [(str(layer), format_number(t, 4), format_number(m, 4), format_number(e, 3))
-                for layer, (t, m, e) in enumerate(zip(measured["theory"], measured["rho_mean"], measured["rho_std"]))]
-        print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
+        _print_simulation(measured)
+    if diagram is not None:
+        print(f"\ntrainability diagram around the model ({diagram.betas.size} betas x {diagram.alphas.size} alphas, "
+              f"from the model's q0 = {spec.q0:.4g}, rho0 = {spec.rho0:.4g}): alpha*(L = {spec.depth}) at the "
+              f"model's beta = {format_number(result['diagram']['alpha_star'], 4)}")
     print("wrote " + ", ".join(files))
     return 0
 
 
-def _check_work(args, spec) -> None:
+def _model_spec(args):
+    """The checked model (MODEL or --hf-config at --seq-len, reduced by --depth/--width/--heads,
+    --rho0) and how its T was chosen: ``{"seq_len", "max_seq_len", "source"}`` with source
+    ``"--seq-len"`` or ``"default"`` (``min(max_seq_len, DEFAULT_SEQ_LEN)``)."""
+    from remprop.theory import model_spec
+
+    if (args.config is None) == (args.model is None):
+        raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
+    config = args.config if args.config is not None else args.model
+    spec = model_spec(config, pixel_std=args.pixel_std)  # at the model's maximum context
+    longest = spec.seq_len
+    seq_len = args.seq_len if args.seq_len is not None else min(longest, DEFAULT_SEQ_LEN)
+    # a ViT's T is fixed by its image: its default stays, a --seq-len is checked by model_spec
+    if args.seq_len is not None or (seq_len != longest and spec.family != "vit"):
+        spec = model_spec(config, seq_len=seq_len, pixel_std=args.pixel_std)
+    if args.width is not None or args.heads is not None:
+        with validation_extra(option="--width"):
+            from remprop.validation.hf_models import reduced_spec
+
+            spec = reduced_spec(spec, depth=args.depth, width=args.width, heads=args.heads)
+    elif args.depth is not None:
+        spec = spec.with_depth(args.depth)
+    if args.rho0 is not None:
+        spec = spec.with_settings(rho0=args.rho0)
+    return spec, {"seq_len": spec.seq_len, "max_seq_len": longest,
+                  "source": "--seq-len" if args.seq_len is not None else "default"}
+
+
+def _set_threads(count) -> None:
+    """The theory's numba kernels on ``count`` threads (at most numba's own maximum); --simulate's
+    torch threads are set around the simulation (:func:`remprop.validation.backend.torch_threads`)."""
+    import numba
+
+    numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
+
+
+def _diagram(diagnosis, stem):
+    """The trainability diagram around the diagnosed model (:func:`remprop.diagrams.model_diagram`:
+    the model's architecture, depth and input state), saved as ``STEM.diagram.npz`` and ``.json``."""
+    from remprop.diagrams import model_diagram
+
+    diagram = model_diagram(diagnosis)
+    return diagram, [str(path) for path in diagram.save(f"{stem}.diagram")]
+
+
+def _diagram_alpha_star(diagram, beta) -> float:
+    """alpha*(L) of the diagram at the model's beta (linear between the two nearest grid betas)."""
+    import numpy as np
+
+    alpha_star = np.asarray(diagram.alpha_star, dtype=float)
+    return float(np.interp(beta, diagram.betas, alpha_star))
+
+
+def _what_if(spec, args):
+    """(the model with the what-if options applied, {option: value} of those given); ({}: none given).
+
+    The architecture options replace the fields of ``spec.architecture``, ``--beta`` its query/key
+    scale; a value the Architecture refuses is one line naming the option. --simulate measures
+    the model its config builds, so it does not combine with overrides.
+    """
+    fields = architecture_overrides(args)
+    options = {ARCHITECTURE_OPTIONS[name]: value for name, value in fields.items()}
+    if args.beta is not None:
+        options["--beta"] = args.beta
+    if not options:
+        return spec, {}
+    if args.simulate:
+        raise CommandLineError(f"{', '.join(options)}: what-if overrides change the theory's model only; "
+                               "--simulate measures the model its config builds (leave one out)")
+    try:
+        arch = spec.architecture.replace(**fields)
+    except ValueError as err:
+        raise CommandLineError(point_at_option(err, ARCHITECTURE_OPTIONS)) from None
+    changes = {"arch": arch}
+    if args.beta is not None:
+        changes["beta"] = args.beta
+    return spec.with_settings(**changes), {option: _plain(value) for option, value in options.items()}
+
+
+def _plain(value):
+    """An option's value as JSON writes it (an enum choice as its string)."""
+    return getattr(value, "value", value)
+
+
+def _print_what_if(overrides, before, after) -> None:
+    """The before/after table of the what-if options (:meth:`remprop.diagrams.Diagnosis.summary`)."""
+    given = " ".join(f"{option} {value}" if value is not True else option for option, value in overrides.items())
+    old, new = before.summary(), after.summary()
+    rows = [(key, _cell(old[key]), _cell(new[key])) for key in old if key != "verdict"]
+    rows.append(("verdict", old["verdict"], new["verdict"]))
+    print(f"\nwhat-if: the model as its config builds it, and with {given}")
+    print(format_table(("", "model", "with " + given), rows))
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return format_number(value, 4) if isinstance(value, float) else str(value)
+
+
+def _length_line(length) -> str:
+    """The report's first line: the T checked and where it comes from."""
+    if length["source"] == "--seq-len":
+        return f"sequence length  T = {length['seq_len']} (--seq-len; the model's maximum context: {length['max_seq_len']})"
+    return (f"sequence length  T = {length['seq_len']} (default: the smaller of the model's maximum context "
+            f"{length['max_seq_len']} and {DEFAULT_SEQ_LEN}, a length models train at; --seq-len sets it)")
+
+
+def _theory_choice(args):
+    """(choice, draws) of the causal theory: --causal-theory (default auto) and --gram-draws."""
+    from remprop.diagrams.diagnosis import GRAM_DRAWS
+
+    return (args.causal_theory or "auto", GRAM_DRAWS if args.gram_draws is None else args.gram_draws)
+
+
+def _diagnose(spec, args, theory):
+    """:func:`remprop.diagrams.diagnose` of ``spec`` with the causal theory ``theory`` = (choice, draws)."""
+    from remprop.diagrams import diagnose
+
+    choice, draws = theory
+    try:
+        return diagnose(spec, args.threshold, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws)
+    except ValueError as err:
+        if "causal_theory" in str(err):
+            raise CommandLineError(f"--causal-theory {choice}: {err}") from None
+        raise
+
+
+def _print_simulation(measured) -> None:
+    """The text report of a --simulate run: its comparison with the theory, layer by layer."""
+    streamed = ", one block redrawn per layer (the model does not fit)" if measured.get("streamed") else ""
+    print(f"\nsimulated at random init ({len(measured['seeds'])} seeds x {measured['sequences']} "
+          f"sequences, {measured['compared']}{streamed}): |theory - measured| max {measured['max_error']:.4f}, "
+          f"mean {measured['mean_error']:.4f}" + _z_text(measured["max_abs_z"]))
+    print(f"theory compared: {measured['theory_label']}" + (
+        f" ({measured['theory_reason']})" if measured.get("theory_reason") else ""))
+    rows = [(str(layer), format_number(t, 4), format_number(m, 4), format_number(e, 3))
+            for layer, (t, m, e) in enumerate(zip(measured["theory"], measured["rho_mean"], measured["rho_std"]))]
+    print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
+
+
+def _check_work(args, spec, theory) -> None:
     """Refuse a check whose estimated work exceeds --max-seconds or --max-memory (one line with the estimate).
 
     The diagnosis (:func:`~remprop.diagrams.diagnosis.diagnosis_seconds`, ``diagnosis_bytes``:
-    the model's depth, --max-depth, rotary heads); with --simulate the tensors of one block of
-    --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a model too
-    large for memory is run one block at a time) and, where the causal Gram state is the theory
-    compared, its floating-point work (:func:`~remprop.theory.causal.causal_gram_flops`, at
-    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`).
+    the model's depth, --max-depth, rotary heads and, where it is the last tokens' theory, the
+    causal Gram state: :func:`~remprop.theory.causal.causal_gram_flops` at
+    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); with --simulate the tensors of one
+    block of --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a
+    model too large for memory is run one block at a time).
     """
-    from remprop.diagrams.diagnosis import diagnosis_bytes, diagnosis_seconds
+    from remprop.diagrams.diagnosis import diagnosis_bytes, diagnosis_seconds, last_tokens_theory
     from remprop.theory import work_estimates as work
-    from remprop.theory.causal import causal_gram_flops
 
     limits = work_limits(args)
     model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
-    draws = 8 if args.gram_draws is None else args.gram_draws
-    # the compared theory first: a choice that cannot run is the input's error, before any estimate
-    compared = _causal_theory_name(spec, args.causal_theory, draws) if args.simulate else None
+    choice, draws = theory
+    # the causal theory first: a choice that cannot run is the input's error, before any estimate
+    try:
+        chosen = last_tokens_theory(spec, choice, draws)
+    except ValueError as err:
+        raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
         check_work(f"simulating {args.sequences} sequence(s) of {model} (--sequences, --seq-len, --width)",
                    nbytes=work.simulation_bytes(spec.width, spec.seq_len, args.sequences, 4, d_ff=spec.d_ff,
                                                 heads=spec.heads), **limits)
-    check_work(f"the diagnosis of {model} with --max-depth {args.max_depth}",
-               seconds=diagnosis_seconds(spec, max_depth=args.max_depth),
-               nbytes=diagnosis_bytes(spec, max_depth=args.max_depth), **limits)
-    if compared is not None and compared[0] == "gram":
-        flops = causal_gram_flops(spec.architecture, spec.depth, spec.seq_len, draws)
-        check_work(f"the causal Gram state of {model} with {draws} draws (--gram-draws)",
-                   seconds=work.flops_seconds(flops), nbytes=work.gram_theory_bytes(spec.seq_len, spec.depth, 1),
-                   **limits)
+    gram = f" and the causal Gram state with {draws} draws (--gram-draws)" if chosen and chosen[0] == "gram" else ""
+    check_work(f"the diagnosis of {model} with --max-depth {args.max_depth}{gram}",
+               seconds=diagnosis_seconds(spec, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws),
+               nbytes=diagnosis_bytes(spec, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws),
+               **limits)
+    if args.diagram:
+        from remprop.diagrams.model_figures import MODEL_DIAGRAM_RESOLUTION as n
+        from remprop.diagrams.residual_strength import search_seconds
+
+        check_work(f"the trainability diagram around {model} ({n} x {n} cells, --diagram)",
+                   seconds=work.run_seconds(spec.architecture, n * n, spec.depth)
+                   + search_seconds(spec.architecture, spec.depth, n),
+                   nbytes=work.diagram_bytes(n, n), **limits)
 
 
-#: What each compared theory is called in the report, the JSON and the figure.
-_THEORY_LABELS = {"maps": "per-position maps", "gram": "causal Gram state",
-                 "encoder": "layer maps"}
+def _compared_theory(diagnosis) -> dict:
+    """The predicted cosine per layer that ``--simulate`` compares with -- the diagnosis' own
+    (:attr:`~remprop.diagrams.Diagnosis.compared_rho`: for a causal model the last tokens by the
+    theory :func:`~remprop.diagrams.diagnosis.last_tokens_theory` chose) -- and which theory it is.
 
-
-def _compared_theory(spec, diagnosis, choice, draws) -> dict:
-    """The predicted cosine per layer that ``--simulate`` compares with, and which theory it is.
-
-    Encoders: the diagnosis' maps (``--causal-theory gram`` is an error). Causal models:
-    :func:`remprop.theory.causal.choose_causal_theory` picks the per-position maps of the
-    diagnosis or :func:`remprop.theory.causal.propagate_causal_gram` at the spec's architecture,
-    beta, depth, T, input state and norm eps (seed 0, ``draws`` draws per attention layer,
-    default 8), ``p / q`` of the last tokens as the probe measures them (before any final norm).
     Returns ``{"rho", "causal_theory", "theory_label", "theory_reason"[, "gram_draws"]}``.
     """
-    from remprop.theory.causal import compared_last_tokens, propagate_causal_gram
+    from remprop.diagrams.diagnosis import CAUSAL_THEORY_LABELS
 
-    draws = 8 if draws is None else draws
-    if not spec.causal:
-        _causal_theory_name(spec, choice, draws)  # --causal-theory gram on an encoder: refused
-        return {"rho": diagnosis.compared_rho, "causal_theory": None, "theory_label": _THEORY_LABELS["encoder"],
-                "theory_reason": None}
-    name, reason = _causal_theory_name(spec, choice, draws)
-    out = {"causal_theory": name, "theory_label": _THEORY_LABELS[name], "theory_reason": reason}
-    if name == "maps":
-        return {"rho": diagnosis.compared_rho, **out}
-    try:
-        trajectory = propagate_causal_gram(spec.architecture, spec.beta, spec.depth, spec.seq_len, spec.q0,
-                                           spec.rho0, last=compared_last_tokens(spec.seq_len), draws=draws, seed=0,
-                                           norm_eps=spec.layer_norm_eps)
-    except ValueError as err:
-        raise CommandLineError(f"--causal-theory gram: {err}") from None
-    return {"rho": trajectory.rho, **out, "gram_draws": draws}
-
-
-def _causal_theory_name(spec, choice, draws):
-    """(name, reason) of the causal theory --simulate compares with (None for an encoder), or one
-    line naming --causal-theory where the choice cannot run
-    (:func:`remprop.theory.causal.choose_causal_theory`)."""
-    from remprop.theory.causal import choose_causal_theory
-
-    if not spec.causal:
-        if choice == "gram":
-            raise CommandLineError(f"--causal-theory gram: {spec.name} is not a causal model (its tokens are "
-                                   "compared with the layer maps)")
-        return None
-    try:
-        return choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws, choice=choice or "auto")
-    except ValueError as err:
-        raise CommandLineError(f"--causal-theory: {err}") from None
+    name = diagnosis.last_tokens_theory
+    out = {"rho": diagnosis.compared_rho, "causal_theory": name,
+           "theory_label": CAUSAL_THEORY_LABELS[name] if name else "layer maps",
+           "theory_reason": diagnosis.last_tokens_reason}
+    if name == "gram":
+        out["gram_draws"] = diagnosis.gram_draws
+    return out
 
 
 def _z_text(z) -> str:
