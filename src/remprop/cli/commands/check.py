@@ -27,7 +27,8 @@ def add_check_parser(commands):
     check = add_command(commands, "check", run_check,
                         help="diagnose a real model (Hugging Face config) at its default initialisation")
     check.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                       help="a shipped model name or a config path (same as --hf-config)")
+                       help="a shipped model name or a config path (same as --hf-config), or a folder with config.json "
+                            "and *.safetensors: the model measured on its own weights")
     check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
                        help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
     check.add_argument("--seq-len", type=count(2), default=None, metavar="T",
@@ -94,10 +95,15 @@ def run_check(args) -> int:
 
     from remprop.diagrams import diagnose
     from remprop.theory import model_spec
+    from remprop.theory.models.measured_weights import holds_weights
 
     if (args.config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
-    spec = model_spec(args.config if args.config is not None else args.model, seq_len=args.seq_len, pixel_std=args.pixel_std)
+    source = args.config if args.config is not None else args.model
+    if holds_weights(source):  # a folder with the model's own weights: measured, not the library's init
+        spec = _own_weights_spec(args, source)
+    else:
+        spec = model_spec(source, seq_len=args.seq_len, pixel_std=args.pixel_std)
     if args.width is not None or args.heads is not None:
         with validation_extra(option="--width"):
             from remprop.validation.hf_models import reduced_spec
@@ -157,6 +163,19 @@ def run_check(args) -> int:
         print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
     print("wrote " + ", ".join(files))
     return 0
+
+
+def _own_weights_spec(args, folder):
+    """``remprop check DIR`` on a folder of safetensors weights: the model measured on them
+    (:func:`remprop.validation.own_weights.own_weights_spec`); options that resize or redraw it are refused."""
+    for option, value in (("--width", args.width), ("--heads", args.heads), ("--depth", args.depth),
+                          ("--simulate", args.simulate or None)):
+        if value is not None:
+            raise CommandLineError(f"{option} does not apply to {folder}: its weights are measured as they are")
+    with validation_extra(option="MODEL (a folder of weights)"):
+        from remprop.validation.own_weights import own_weights_spec
+
+        return own_weights_spec(folder, seq_len=args.seq_len)
 
 
 def _check_work(args, spec) -> None:
