@@ -319,3 +319,36 @@ def test_import_remprop_stays_torch_free():
     code = ("import sys, remprop; assert 'torch' not in sys.modules; assert 'check' in dir(remprop); "
             "f = remprop.check; assert 'torch' in sys.modules and f.__module__ == 'remprop.validation.own_weights'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_depth_dependent_init_is_averaged_and_noted():
+    """W_O drawn with std r / sqrt(l + 1) in layer l: the engine takes the mean over layers, and
+    the report names the spread (far beyond the sampling error 5 sqrt(2/(d^2)) of one layer)."""
+    model = _bert(layers=4)
+    r = model.config.initializer_range
+    with torch.no_grad():
+        for index, layer in enumerate(model.encoder.layer):
+            layer.attention.output.dense.weight.normal_(0.0, r / math.sqrt(index + 1))
+    spec = remprop.check(model, max_depth=50).spec
+    mean = np.mean([r * r / (index + 1) for index in range(4)])
+    _within(spec.architecture.sigma_o2, mean * WIDTH, 4 * WIDTH * WIDTH)
+    note = next(n for n in spec.assumptions if n.startswith("W_O: layers differ"))
+    assert "factor 4" in note or "factor 3.9" in note or "factor 4.1" in note, note
+
+
+def test_zero_query_weights_are_refused():
+    """muP's zero query init gives beta = 0, outside the engine's domain: one line naming the weights."""
+    model = _bert()
+    with torch.no_grad():
+        for layer in model.encoder.layer:
+            layer.attention.self.query.weight.zero_()
+    with pytest.raises(ValueError, match="query weights of BertModel have mean square 0"):
+        remprop.check(model)
+
+
+def test_measured_weights_doctests():
+    import doctest
+
+    from remprop.theory.models import measured_weights
+
+    assert doctest.testmod(measured_weights).failed == 0

@@ -140,7 +140,7 @@ def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, 
 
     >>> p = weight_parameters(*[0.02**2 * 64] * 5, 0.02**2 * 256, seq_len=128)
     >>> round(p["beta"], 5), round(p["sigma_w2_out"], 4)
-    (0.01164, 0.1024)
+    (0.01162, 0.1024)
     """
     from ..rem import check_seq_len
 
@@ -173,7 +173,7 @@ def input_state(q_tables, p_tables, *, norm_gain2=None, stream_gain2=1.0):
     Parameters
     ----------
     q_tables, p_tables : sequence of float
-        Per table, its mean square ``q_i > 0`` and mean overlap ``p_i`` (|p_i| <= q_i).
+        Per table, its mean square ``q_i > 0`` and mean overlap ``p_i`` (``|p_i| <= q_i``).
     norm_gain2 : float, optional
         Mean squared gain of a norm after the sum (None: no norm).
     stream_gain2 : float
@@ -245,7 +245,7 @@ class MatrixScale:
 
     def layer_spread(self) -> float | None:
         """``max / min`` of the per-layer mean squares where it exceeds the sampling error of one
-        layer by :data:`SIGNIFICANCE` standard deviations, else None (layers alike)."""
+        layer by ``SIGNIFICANCE = 5`` standard deviations, else None (layers alike)."""
         layers = np.asarray(self.layers, dtype=np.float64)
         if layers.size < 2 or not np.all(layers > 0):
             return None
