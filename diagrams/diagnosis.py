@@ -259,8 +259,7 @@ class Diagnosis:
         s, a = self.spec, self.spec.architecture
         lines = [f"model            {s.name} ({s.family}: {a.norm}-LN, {s.depth} layers, d = {s.width}, "
                  f"d_ff = {s.d_ff}, {s.heads} heads, T = {s.seq_len}{', causal' if s.causal else ''})",
-                 f"initialisation   N(0, {s.init_range:g}^2) weights, zero biases"
-                 + (", residual projections / sqrt(2L)" if s.family == "gpt2" else ""),
+                 f"initialisation   {s.initialisation}",
                  f"query/key        beta = {s.beta:.4f}   beta_c = {self.beta_critical:.4f}   "
                  f"beta / beta_c = {s.beta / self.beta_critical:.3f}   Y2(layer 1) = {self.y2_first:.4f}",
                  f"skip             alpha_SA = {self.alpha_sa:g}   alpha*(L = {s.depth}) = {_num(self.alpha_star)}   "

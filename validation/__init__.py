@@ -16,6 +16,8 @@ layer by layer, and draws both side by side.
 * :func:`gradient_sweep`, :func:`figure_3c` -- query/key gradients against autograd (Fig. 3c);
 * :func:`causal_comparison`, :func:`figure_12` -- causal stacks, last tokens and error by position;
 * :func:`multihead_participation` -- H heads under both query/key variance conventions;
+* :func:`own_weights_spec`, :func:`measure_weights` -- a model's own weights measured and mapped
+  onto the theory's parameters (``remprop.check(model)``, ``remprop check DIR``);
 * :func:`probe` -- q, p, rho, cosine and attention Y2 layer by layer of any torch transformer
   (Hugging Face models, ``nn.TransformerEncoder``) at initialisation, from forward hooks.
 
@@ -52,6 +54,7 @@ _EXPORTS = {
     "probe": "probing", "ProbeTrace": "probing",
     "build_model": "hf_models", "model_inputs": "hf_models", "simulate_model": "hf_models",
     "ModelMeasurement": "hf_models",
+    "own_weights_spec": "own_weights", "measure_weights": "own_weights",
 }
 
 __all__ = sorted(_EXPORTS)

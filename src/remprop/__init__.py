@@ -20,6 +20,10 @@ imports torch or matplotlib):
 ``remprop.cli``
     the ``remprop`` command line
 
+``remprop.check(model)`` diagnoses a ``transformers`` model (or a folder of its
+safetensors weights) as its weights are (:func:`remprop.validation.own_weights.check`;
+imports torch on first use).
+
 Reference: A. Giorlandino & S. Goldt, "Two failure modes of deep transformers and how
 to avoid them: a unified theory of signal propagation at initialisation",
 arXiv 2505.24333.
@@ -39,6 +43,9 @@ except _PackageNotFoundError:  # running from a source tree that is not installe
 #: Sub-packages and modules reachable as attributes of ``remprop``, imported lazily.
 _LAZY_SUBMODULES = ("theory", "diagrams", "validation", "cli")
 
-__all__ = ["__version__"]
+#: Functions reachable as attributes of ``remprop``, imported on first use (torch stays unloaded).
+_LAZY_EXPORTS = {"check": "validation.own_weights"}
 
-__getattr__, __dir__ = _lazy_attributes(__name__, submodules=_LAZY_SUBMODULES)
+__all__ = ["__version__", "check"]
+
+__getattr__, __dir__ = _lazy_attributes(__name__, exports=_LAZY_EXPORTS, submodules=_LAZY_SUBMODULES)

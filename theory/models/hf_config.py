@@ -59,6 +59,7 @@ import numpy as np
 from ..architecture import Architecture
 from ..rem import ROPE_BASE, check_seq_len, query_key_variance
 from ..settings import RunSettings
+from .measured_weights import input_state, weight_parameters
 
 __all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]
 
@@ -166,6 +167,10 @@ class ModelSpec:
         ViT: the std of the i.i.d. input pixels behind ``q0`` (1 for token models).
     config : dict
         The configuration it was built from.
+    weights : MeasuredWeights or None
+        The scales measured on the model's own weights, when its parameters come from them
+        (:func:`~remprop.theory.models.measured_weights.measured_spec`); None: the library's
+        default initialisation.
     """
 
     name: str
@@ -182,6 +187,7 @@ class ModelSpec:
     assumptions: tuple
     pixel_std: float
     config: dict = field(repr=False)
+    weights: object = field(default=None, repr=False)
 
     # -- the run's settings, one copy each -----------------------------------------------
     architecture = property(lambda self: self.settings.arch, doc="The theory's Architecture.")
@@ -191,6 +197,14 @@ class ModelSpec:
     rho0 = property(lambda self: self.settings.rho0, doc="Input mean cosine of the first block.")
     seq_len = property(lambda self: self.settings.arch.seq_len, doc="Sequence length T.")
     heads = property(lambda self: self.settings.arch.heads, doc="Attention heads H.")
+
+    @property
+    def initialisation(self) -> str:
+        """The initialisation in words: the library's default, or the measured weights' source."""
+        if self.weights is not None:
+            return f"measured on the weights of {self.weights.source}"
+        return (f"N(0, {self.init_range:g}^2) weights, zero biases"
+                + (", residual projections / sqrt(2L)" if self.family == "gpt2" else ""))
 
     def with_settings(self, **changes) -> "ModelSpec":
         """The same model with some run settings changed (``arch``, ``beta``, ``q0``, ``rho0``, ...).
@@ -208,6 +222,9 @@ class ModelSpec:
         """
         from ..checks import check_depth
 
+        if self.weights is not None:
+            raise ValueError("depth: a model measured on its own weights has the depth of its weights "
+                             f"({self.depth} layers)")
         key = "n_layer" if self.family == "gpt2" else "num_hidden_layers"
         config = dict(self.config, **{key: check_depth(depth)})
         return model_spec(config, seq_len=self.seq_len, pixel_std=self.pixel_std)
@@ -225,7 +242,9 @@ class ModelSpec:
                 "init_range": self.init_range, "q0": self.q0, "rho0": self.rho0,
                 "embedding_layer_norm": self.embedding_layer_norm, "final_layer_norm": self.final_layer_norm,
                 "layer_norm_eps": self.layer_norm_eps, "hidden_act": self.hidden_act,
-                "pixel_std": self.pixel_std, "assumptions": list(self.assumptions)}
+                "pixel_std": self.pixel_std, "assumptions": list(self.assumptions),
+                "initialisation": self.initialisation,
+                "weights": None if self.weights is None else self.weights.to_dict()}
 
 
 def _get(cfg, *names, default=None, required=True):
@@ -385,13 +404,15 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
                                "the engine's attention has none (absolute position embeddings only)")
         vocab = _positive_int(cfg, "vocab_size")
         shared = 1.0 if _get(cfg, "type_vocab_size", default=2) >= 1 else 0.0
-        q0, rho0 = 1.0, (shared + 1.0 / vocab) / (2.0 + shared)
+        # word, position and (shared by every token) token-type tables, then the LayerNorm
+        q0, rho0 = input_state([r * r] * (2 + int(shared)), [r * r / vocab, 0.0] + [r * r] * int(shared),
+                               norm_gain2=1.0)
         assumptions.append(
             f"input: all tokens share one token-type embedding, so the normalised embeddings start at "
             f"rho0 = {rho0:.4f}, not 0 (uniformly drawn ids; repeated words raise it)")
     elif gpt:
         vocab = _positive_int(cfg, "vocab_size")
-        q0, rho0 = 2.0 * r * r, 1.0 / (2.0 * vocab)
+        q0, rho0 = input_state([r * r, r * r], [r * r / vocab, 0.0])  # word and position tables
         if eps > 0:
             assumptions.append(
                 f"LayerNorm eps = {eps:g} against the embeddings' q0 = 2 r^2 = {q0:.2g}: the first "
@@ -437,14 +458,16 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     # the config's own fields are checked first, naming themselves (not initializer_range)
     rope = dict(positions="rope", rope_base=_rope_base(cfg), head_dim=width // heads,
                 kv_heads=_kv_heads(cfg, heads)) if llama else {}
+    # every weight N(0, r^2): variance times fan-in r^2 d (r^2 d_ff for the MLP's second layer),
+    # through the rule a model's measured weights take too (measured_weights.weight_parameters)
+    params = _from_config(source, lambda: weight_parameters(
+        r * r * width, r * r * width, r * r * width, r * r * width * out_scale, r * r * width,
+        r * r * d_ff * out_scale, 0.0, seq_len=seq_len))
+    beta = params.pop("beta")
     arch = _from_config(source, lambda: Architecture(
         norm=FAMILIES[family], norm_type="rms" if llama else "layer", mlp="gated" if llama else "dense",
-        attention="softmax", activation=activation,
-        sigma_w2=r * r * width, sigma_b2=0.0, sigma_v2=r * r * width, alpha_sa=1.0, alpha_mlp=1.0,
-        seq_len=seq_len, heads=heads, qk_scaling="model",
-        sigma_o2=r * r * width * out_scale, sigma_w2_out=r * r * d_ff * out_scale,
-        **rope))
-    beta = r * r * width / math.sqrt(math.log(seq_len))
+        attention="softmax", activation=activation, alpha_sa=1.0, alpha_mlp=1.0,
+        seq_len=seq_len, heads=heads, qk_scaling="model", **params, **rope))
     settings = _from_config(source, lambda: RunSettings(arch, beta, depth, q0, rho0))
     name = str(cfg.get("_name_or_path") or family)
     return ModelSpec(
@@ -522,7 +545,7 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     share their word with probability ``1/V`` (uniform ids): ``rho0 = 1/V``.
     """
     vocab = _positive_int(cfg, "vocab_size")
-    q0, rho0 = r * r, 1.0 / vocab
+    q0, rho0 = input_state([r * r], [r * r / vocab])  # the word table only
     notes = []
     if eps > 0:
         notes.append(f"RMSNorm eps = {eps:g} against the embeddings' q0 = r^2 = {q0:.2g}: the first RMSNorm "

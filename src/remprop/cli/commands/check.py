@@ -36,7 +36,8 @@ def add_check_parser(commands):
     check = add_command(commands, "check", run_check,
                         help="diagnose a real model (Hugging Face config) at its default initialisation")
     check.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                       help="a shipped model name or a config path (same as --hf-config)")
+                       help="a shipped model name or a config path (same as --hf-config), or a folder with config.json "
+                            "and *.safetensors: the model measured on its own weights")
     check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
                        help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
     check.add_argument("--seq-len", type=count(2), default=None, metavar="T",
@@ -203,10 +204,20 @@ def _model_spec(args):
     --rho0) and how its T was chosen: ``{"seq_len", "max_seq_len", "source"}`` with source
     ``"--seq-len"`` or ``"default"`` (``min(max_seq_len, DEFAULT_SEQ_LEN)``)."""
     from remprop.theory import model_spec
+    from remprop.theory.models.measured_weights import holds_weights
 
     if (args.config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
     config = args.config if args.config is not None else args.model
+    if holds_weights(config):  # a folder with the model's own weights: measured, not the library's init
+        spec = _own_weights_spec(args, config, args.seq_len)  # at the model's maximum context unless given
+        longest = spec.seq_len
+        if args.seq_len is None and longest > DEFAULT_SEQ_LEN:
+            spec = _own_weights_spec(args, config, DEFAULT_SEQ_LEN)
+        if args.rho0 is not None:
+            spec = spec.with_settings(rho0=args.rho0)
+        return spec, {"seq_len": spec.seq_len, "max_seq_len": longest,
+                      "source": "--seq-len" if args.seq_len is not None else "default"}
     spec = model_spec(config, pixel_std=args.pixel_std)  # at the model's maximum context
     longest = spec.seq_len
     seq_len = args.seq_len if args.seq_len is not None else min(longest, DEFAULT_SEQ_LEN)
@@ -337,6 +348,19 @@ def _print_simulation(measured) -> None:
     rows = [(str(layer), format_number(t, 4), format_number(m, 4), format_number(e, 3))
             for layer, (t, m, e) in enumerate(zip(measured["theory"], measured["rho_mean"], measured["rho_std"]))]
     print(format_table(("layer", "theory", "measured", "std over seeds"), rows))
+
+
+def _own_weights_spec(args, folder, seq_len):
+    """``remprop check DIR`` on a folder of safetensors weights: the model measured on them
+    (:func:`remprop.validation.own_weights.own_weights_spec`); options that resize or redraw it are refused."""
+    for option, value in (("--width", args.width), ("--heads", args.heads), ("--depth", args.depth),
+                          ("--simulate", args.simulate or None)):
+        if value is not None:
+            raise CommandLineError(f"{option} does not apply to {folder}: its weights are measured as they are")
+    with validation_extra(option="MODEL (a folder of weights)"):
+        from remprop.validation.own_weights import own_weights_spec
+
+        return own_weights_spec(folder, seq_len=seq_len)
 
 
 def _check_work(args, spec, theory) -> None:

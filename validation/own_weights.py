@@ -1,0 +1,278 @@
+"""A model's own weights, diagnosed as they are: ``remprop.check(model)`` and ``remprop check DIR``.
+
+:func:`check` takes a ``transformers`` model (any initialisation: the library's, muP's,
+DeepNorm's, a user's own, or trained weights) or a folder holding its ``config.json`` and
+``*.safetensors`` files, measures the second moment of every query, key, value, output and
+MLP matrix, of every norm gain and of the embedding tables the tokens read
+(:func:`measure_weights`), maps them onto the theory's parameters
+(:func:`remprop.theory.models.measured_weights.measured_spec`: beta of the query/key product,
+the value/output and MLP variances, ``sigma_b2``, the input state) and returns the same
+:class:`~remprop.diagrams.Diagnosis` that ``remprop check NAME`` prints for a configuration
+at its default initialisation.
+
+The configuration still gives the block structure, the sizes, the activation and the
+sequence length; only the scales come from the weights. Read families: BERT, RoBERTa,
+GPT-2 and the LLaMA-style decoders (LLaMA, Mistral, Qwen2), with any prefix (``bert.``,
+``transformer.``, ``model.``: the ``...ForMaskedLM`` / ``...ForCausalLM`` wrappers too).
+
+Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333; docs/real_models.md section 6.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from remprop.theory import model_spec
+from remprop.theory.models.hf_config import load_hf_config
+from remprop.theory.models.measured_weights import (MEASURED_FAMILIES, EmbeddingTable, MatrixScale, MeasuredWeights,
+                                                    holds_weights, measured_spec)
+
+__all__ = ["check", "own_weights_spec", "measure_weights", "named_tensors"]
+
+_BERT = {
+    "query": r"layer\.(\d+)\.attention\.self\.query\.weight", "key": r"layer\.(\d+)\.attention\.self\.key\.weight",
+    "value": r"layer\.(\d+)\.attention\.self\.value\.weight",
+    "output": r"layer\.(\d+)\.attention\.output\.dense\.weight",
+    "mlp_in": r"layer\.(\d+)\.intermediate\.dense\.weight", "mlp_out": r"layer\.(\d+)\.output\.dense\.weight",
+    # post-LN: the attention reads the stream the previous block's output norm left, the MLP the attention's norm
+    "attention_norm": r"layer\.(\d+)\.output\.LayerNorm\.weight",
+    "mlp_norm": r"layer\.(\d+)\.attention\.output\.LayerNorm\.weight",
+    "embedding_norm": r"()embeddings\.LayerNorm\.weight",
+    "mlp_bias": r"layer\.(\d+)\.intermediate\.dense\.bias",
+    "query bias": r"layer\.(\d+)\.attention\.self\.query\.bias", "key bias": r"layer\.(\d+)\.attention\.self\.key\.bias",
+    "value bias": r"layer\.(\d+)\.attention\.self\.value\.bias",
+    "output bias": r"layer\.(\d+)\.attention\.output\.dense\.bias",
+    "MLP output bias": r"layer\.(\d+)\.output\.dense\.bias",
+    "norm shift": r"(\d+)?\.?(?:output\.)?LayerNorm\.bias",
+    "word": r"()embeddings\.word_embeddings\.weight", "position": r"()embeddings\.position_embeddings\.weight",
+    "token type": r"()embeddings\.token_type_embeddings\.weight",
+}
+_GPT2 = {
+    "qkv": r"h\.(\d+)\.attn\.c_attn\.weight", "output": r"h\.(\d+)\.attn\.c_proj\.weight",
+    "mlp_in": r"h\.(\d+)\.mlp\.c_fc\.weight", "mlp_out": r"h\.(\d+)\.mlp\.c_proj\.weight",
+    "attention_norm": r"h\.(\d+)\.ln_1\.weight", "mlp_norm": r"h\.(\d+)\.ln_2\.weight",
+    "mlp_bias": r"h\.(\d+)\.mlp\.c_fc\.bias", "qkv bias": r"h\.(\d+)\.attn\.c_attn\.bias",
+    "output bias": r"h\.(\d+)\.attn\.c_proj\.bias", "MLP output bias": r"h\.(\d+)\.mlp\.c_proj\.bias",
+    "norm shift": r"h\.(\d+)\.ln_[12]\.bias",
+    "word": r"()wte\.weight", "position": r"()wpe\.weight",
+}
+_LLAMA = {
+    "query": r"layers\.(\d+)\.self_attn\.q_proj\.weight", "key": r"layers\.(\d+)\.self_attn\.k_proj\.weight",
+    "value": r"layers\.(\d+)\.self_attn\.v_proj\.weight", "output": r"layers\.(\d+)\.self_attn\.o_proj\.weight",
+    "mlp_in": r"layers\.(\d+)\.mlp\.(?:gate|up)_proj\.weight", "mlp_out": r"layers\.(\d+)\.mlp\.down_proj\.weight",
+    "attention_norm": r"layers\.(\d+)\.input_layernorm\.weight",
+    "mlp_norm": r"layers\.(\d+)\.post_attention_layernorm\.weight",
+    "query bias": r"layers\.(\d+)\.self_attn\.q_proj\.bias", "key bias": r"layers\.(\d+)\.self_attn\.k_proj\.bias",
+    "value bias": r"layers\.(\d+)\.self_attn\.v_proj\.bias", "output bias": r"layers\.(\d+)\.self_attn\.o_proj\.bias",
+    "word": r"()embed_tokens\.weight",
+}
+#: model_type -> {role: pattern}; a pattern matches the end of a tensor's name after any prefix
+#: and captures the layer index (empty for tensors outside the blocks).
+ROLE_PATTERNS = {"bert": _BERT, "roberta": _BERT, "gpt2": _GPT2, "llama": _LLAMA, "mistral": _LLAMA,
+                 "qwen2": _LLAMA}
+_MATRIX_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
+_GAIN_ROLES = ("attention_norm", "mlp_norm", "embedding_norm")
+#: Families whose matrices are ``Conv1D`` (``(in, out)``, fan-in the first dimension).
+_CONV1D = ("gpt2",)
+
+
+def named_tensors(source):
+    """``(name, tensor)`` pairs of a model's weights: a ``nn.Module``'s ``state_dict`` or the
+    ``*.safetensors`` files of a folder (read one tensor at a time)."""
+    if isinstance(source, nn.Module):
+        yield from source.state_dict().items()
+        return
+    from safetensors import safe_open
+
+    for path in sorted(Path(source).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                for name in handle.keys():
+                    yield name, handle.get_tensor(name)
+        except Exception as err:  # a damaged or foreign file: one line naming it
+            raise ValueError(f"weights: cannot read {str(path)!r} as safetensors ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else ''})") from None
+
+
+class _Sums:
+    """Running sums of one role: per layer, the sum of squares, the sum and the count."""
+
+    def __init__(self):
+        self.layers = defaultdict(lambda: [0.0, 0.0, 0])
+        self.fan_in = None
+
+    def add(self, layer, tensor, fan_in=1):
+        x = tensor.detach().to(dtype=torch.float64)
+        total = self.layers[layer]
+        total[0] += float((x * x).sum())
+        total[1] += float(x.sum())
+        total[2] += x.numel()
+        if self.fan_in is not None and fan_in != self.fan_in:
+            raise ValueError(f"weights: matrices of one role have fan-ins {self.fan_in} and {fan_in}")
+        self.fan_in = fan_in
+
+    def scale(self) -> MatrixScale:
+        keys = sorted(self.layers, key=lambda k: (k is None, k))
+        squares = sum(self.layers[k][0] for k in keys)
+        sums = sum(self.layers[k][1] for k in keys)
+        count = sum(self.layers[k][2] for k in keys)
+        return MatrixScale(mean_square=squares / count, mean=sums / count, fan_in=int(self.fan_in or 1),
+                           entries=int(count), layers=tuple(self.layers[k][0] / self.layers[k][2] for k in keys))
+
+
+def measure_weights(spec, tensors, source) -> MeasuredWeights:
+    """The scales of a model's weights, by role (:class:`~remprop.theory.models.MeasuredWeights`).
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model's configuration (family, sizes, sequence length T: the position rows read).
+    tensors : iterable of (str, torch.Tensor)
+        Named weights (:func:`named_tensors`).
+    source : str
+        Where they come from, for messages.
+
+    Returns
+    -------
+    MeasuredWeights
+        Per matrix role the mean square over all its entries and layers and its fan-in; per
+        norm the mean squared gain; per embedding table the mean square ``q`` of the rows the
+        tokens read and the mean overlap ``p`` of two tokens' rows: words drawn uniformly
+        (``p = |mean row|^2 / d``), positions ``0 .. T-1`` (RoBERTa: from 2) distinct
+        (``p = (|sum_t P_t|^2 - sum_t |P_t|^2) / (T (T - 1) d)``), the token type of id 0 shared
+        (``p = q``).
+    """
+    family = spec.family
+    if family not in ROLE_PATTERNS:
+        raise ValueError(f"weights: measured weights are read for model_type {', '.join(MEASURED_FAMILIES)}; "
+                         f"got {family!r}")
+    patterns = {role: re.compile(r"(?:^|\.)" + pattern + "$") for role, pattern in ROLE_PATTERNS[family].items()}
+    sums = defaultdict(_Sums)
+    tables = {}
+    blocks = set()
+    conv1d = family in _CONV1D
+    for name, tensor in tensors:
+        for role, pattern in patterns.items():
+            match = pattern.search(name)
+            if match is None:
+                continue
+            layer = int(match.group(1)) if match.groups() and match.group(1) else None
+            if role in ("word", "position", "token type"):
+                tables[role] = _table(role, tensor, spec)
+            elif role == "qkv":  # GPT-2's fused Conv1D (d, 3d): query, key, value side by side
+                blocks.add(layer)
+                for part, chunk in zip(("query", "key", "value"), tensor.chunk(3, dim=1)):
+                    sums[part].add(layer, chunk, chunk.shape[0])
+            elif role in _MATRIX_ROLES:
+                blocks.add(layer)
+                sums[role].add(layer, tensor, tensor.shape[0] if conv1d else tensor.shape[1])
+            else:
+                sums[role].add(layer, tensor)
+            break
+    if blocks and len(blocks) != spec.depth:
+        raise ValueError(f"weights: {source} holds {len(blocks)} blocks, its config.json says {spec.depth}")
+    order = [t for t in ("word", "position", "token type") if t in tables]
+    return MeasuredWeights(
+        source=source,
+        matrices={role: sums[role].scale() for role in _MATRIX_ROLES if role in sums},
+        gains={role: sums[role].scale() for role in _GAIN_ROLES if role in sums},
+        embeddings=tuple(tables[t] for t in order),
+        mlp_bias=sums["mlp_bias"].scale() if "mlp_bias" in sums else None,
+        other_biases={role: sums[role].scale() for role in sums
+                      if role not in _MATRIX_ROLES + _GAIN_ROLES + ("mlp_bias",)})
+
+
+def _table(role, tensor, spec) -> EmbeddingTable:
+    """One embedding table as the tokens read it (see :func:`measure_weights`)."""
+    x = tensor.detach().to(dtype=torch.float64)
+    width = x.shape[1]
+    if role == "word":
+        return EmbeddingTable("word", float((x * x).mean()), float((x.mean(dim=0) ** 2).sum()) / width)
+    if role == "token type":
+        q = float((x[0] * x[0]).mean())
+        return EmbeddingTable("token type", q, q)
+    start = 2 if spec.family == "roberta" else 0  # RoBERTa counts positions from padding_idx + 1
+    rows = x[start:start + spec.seq_len]
+    count = rows.shape[0]
+    total = rows.sum(dim=0)
+    p = (float((total * total).sum()) - float((rows * rows).sum())) / (count * (count - 1) * width)
+    return EmbeddingTable("position", float((rows * rows).mean()), p)
+
+
+def own_weights_spec(model, *, seq_len=None):
+    """The :class:`~remprop.theory.ModelSpec` of a model with its parameters measured on its weights.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel, str or os.PathLike
+        A ``transformers`` model (an ``nn.Module`` with a ``config``; ``...ForMaskedLM`` and
+        ``...ForCausalLM`` wrappers too), or a folder holding its ``config.json`` and
+        ``*.safetensors`` weights (what ``save_pretrained`` writes).
+    seq_len : int, optional
+        Sequence length T (default: the model's maximum, as :func:`~remprop.theory.model_spec`).
+
+    Returns
+    -------
+    ModelSpec
+        ``spec.weights`` holds the measured scales.
+
+    Raises
+    ------
+    ValueError
+        ``model`` is neither (naming what it got), the folder holds no weights or no
+        ``config.json``, or the model's family is not read.
+    """
+    if isinstance(model, (str, os.PathLike)):
+        folder = Path(model)
+        if not folder.is_dir():
+            raise ValueError(f"model: no folder {str(model)!r} (expected a transformers model or a folder with "
+                             "config.json and *.safetensors)")
+        if not holds_weights(folder):
+            raise ValueError(f"model: the folder {str(model)!r} holds no *.safetensors weights")
+        config, source, weights = load_hf_config(folder), str(folder), folder
+    elif isinstance(model, nn.Module) and hasattr(getattr(model, "config", None), "to_dict"):
+        config, source, weights = model.config, type(model).__name__, model
+    else:
+        raise ValueError(f"model must be a transformers model (an nn.Module with a config) or a folder with "
+                         f"config.json and *.safetensors, got {type(model).__name__}")
+    spec = model_spec(config, seq_len=seq_len)
+    if spec.family not in MEASURED_FAMILIES:
+        raise ValueError(f"model: measured weights are read for model_type {', '.join(MEASURED_FAMILIES)}; "
+                         f"got {spec.family!r}")
+    return measured_spec(spec, measure_weights(spec, named_tensors(weights), source))
+
+
+def check(model, *, seq_len=None, threshold=None, max_depth=None):
+    """Diagnose a model as its weights are: ``print(remprop.check(model).report())``.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel, str or os.PathLike
+        See :func:`own_weights_spec`.
+    seq_len : int, optional
+        Sequence length T (default: the model's maximum).
+    threshold : float, optional
+        Rank-collapse threshold on the final cosine (default:
+        :data:`remprop.diagrams.DEFAULT_THRESHOLD`).
+    max_depth : int, optional
+        Deepest stack searched for the onset of rank collapse (default:
+        :data:`remprop.diagrams.diagnosis.MAX_COLLAPSE_DEPTH`).
+
+    Returns
+    -------
+    remprop.diagrams.Diagnosis
+        What ``remprop check`` prints (``.report()``, ``.to_dict()``), with the measured
+        scales in ``.spec.weights``.
+    """
+    from remprop.diagrams import DEFAULT_THRESHOLD, diagnose
+    from remprop.diagrams.diagnosis import MAX_COLLAPSE_DEPTH
+
+    spec = own_weights_spec(model, seq_len=seq_len)
+    return diagnose(spec, DEFAULT_THRESHOLD if threshold is None else threshold,
+                    max_depth=MAX_COLLAPSE_DEPTH if max_depth is None else max_depth)
