@@ -208,8 +208,7 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
             return
         if model_overrides:
             kwargs["default"] = None
-            kwargs["help"] = re.sub(r"\(default: [^()]*(\([^()]*\)[^()]*)*\)$", "(default: the model's)",
-                                    kwargs["help"])
+            kwargs["help"] = re.sub(r"default: [^()]*(\([^()]*\)[^()]*)*\)$", "default: the model's)", kwargs["help"])
         add(option, **kwargs)
 
     group.add_argument = add_argument
