@@ -2,7 +2,7 @@
 
 1. Exact ``Y2`` and two-key moment per point, and the table build per T (cold cache).
 2. Post-LN ReLU diagram 500 x 500 (beta, alpha) x 60 layers with ``final_state``:
-   asymptotic maps against ``seq_len=512`` in the same run (target: within 3x; the
+   asymptotic maps against ``seq_len=512`` in the same run (target, issue 27: within 2x; the
    table build is reported separately and included in a second ratio).
 3. Acceptance: ``Y2`` within 3 % relative (or 0.005 absolute) of an independent
    computation over T in [64, 4096], beta in [0.1, 6], rho in [0, 0.9] (Y2 depends on
@@ -26,7 +26,8 @@ from scipy import integrate
 
 from _common import best_of, machine, print_table, write_json
 
-TARGET_RATIO = 3.0
+#: issue 27: the finite-T diagram within 2x of the asymptotic one (was 3x).
+TARGET_RATIO = 2.0
 
 
 def monte_carlo(x, seq_len, rng, target_rel=0.01, target_abs=0.001, pilot=400, max_samples=60000):
@@ -159,7 +160,7 @@ def main():
         (f"ReLU diagram, seq_len = 512, best of {args.repeat}", fin_best, "s"),
         ("finite / asymptotic (table cached)", ratio, "x"),
         ("finite incl. cold table build / asymptotic", ratio_with_build, "x"),
-        ("target: finite within 3x", "met" if ratio <= TARGET_RATIO else "NOT met", ""),
+        (f"target: finite within {TARGET_RATIO:g}x", "met" if ratio <= TARGET_RATIO else "NOT met", ""),
         ("accuracy sweep points (T x x)", len(sweep), ""),
         ("max |Y2 - MC| / MC", max(r["rel_err_mc"] for r in sweep), ""),
         ("max |Y2 - MC|", max(r["abs_err_mc"] for r in sweep), ""),

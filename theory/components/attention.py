@@ -23,8 +23,8 @@ from numba.extending import register_jitable
 from ..choices import Choice
 from ..checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from ..rem import (after_table, asymptotic_participation_core, check_seq_len, critical_beta_core, cross_overlap,
-                   cross_overlap_core, cross_overlap_table, participation_ratio, participation_table,
-                   qk_norm_energy_core, table_lookup)
+                   cross_overlap_at, cross_overlap_table, participation_ratio, participation_table,
+                   qk_norm_energy_core, table_lookup_at, table_position)
 from .base import Column, Component, kernel_key_of, merge_rescaled, parameter, rescaled_bias
 
 __all__ = [
@@ -321,14 +321,16 @@ class Attention(Component):
                 p_rem = p * c if rope else p
                 beta_c = critical_beta_core(q, p_rem)
                 x = beta(row) * math.sqrt(max(q * (q - p_rem), 0.0))
-            y2 = table_lookup(table, x)
+            position = table_position(table, x)  # one division for both tables (the same u = x / (x + x_s))
+            y2 = table_lookup_at(table, x, position)
             if gain_controlled:
                 q_a, p_a = gain_controlled_attention_core(q, p, y2 - 1.0 / table[0], sigma_v2(row), sigma_b2(row))
             else:
                 if rope and c < 1.0:
                     cross = 1.0 / table[0]
                 else:
-                    cross = cross_overlap_core(after_table(table), x, p / q, y2)
+                    cross_table = after_table(table)  # its x position: u / du = position du_Y (1 / du_C)
+                    cross = cross_overlap_at(cross_table, position * (table[2] * cross_table[3]), p / q, y2)
                 q_a, p_a = softmax_attention_overlap_core(q, p, y2, cross, sigma_v2(row), sigma_b2(row))
             return q_a, p_a, beta_c
 

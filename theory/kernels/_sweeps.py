@@ -3,7 +3,10 @@
 Each row of a parameter grid is packed as :data:`PARAMS`; the tree's structure (which
 components, their non-numeric choices, the activation, finite T) is compile-time: the step
 is composed from the tree (``_tree``) and :func:`kernels_for` compiles the sweeps around
-it. Cells run in batches of :data:`BATCH`, batches in parallel (``numba.prange``).
+it. Cells run in batches of :data:`BATCH`; ranges of batches run in parallel on
+:func:`numba.get_num_threads` threads (:func:`run_batches`; the compiled sweeps are serial and
+release the GIL: a serial kernel compiles in about half the time of a ``prange`` one, and a
+call compiles only the sweep it runs).
 
 The carried scale
 -----------------
@@ -42,11 +45,14 @@ results are bit-identical to a kernel without a scale; the cosine ``p / q`` need
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import threading
 from typing import Callable, NamedTuple
 
 import numpy as np
-from numba import njit, prange
+import numba
+from numba import njit
 from numba.extending import register_jitable
 
 from .._jit import borrowed, specialised
@@ -124,6 +130,53 @@ class Kernels(NamedTuple):
     columns: tuple = ()
 
 
+#: Batches per unit of work handed to a thread (several units per thread balance cells of
+#: unequal cost, e.g. bisections that stop early); a call with fewer runs on the caller's thread.
+_UNITS_PER_THREAD = 4
+
+
+def _contiguous(params):
+    """The packed rows as a C-contiguous float64 array: one type signature per sweep."""
+    return np.ascontiguousarray(params, dtype=np.float64)
+
+
+def run_batches(n, sweep):
+    """Run ``sweep(b0, b1)`` over the batches ``0 .. ceil(n / BATCH)`` on :func:`numba.get_num_threads`
+    threads (the compiled sweeps release the GIL).
+
+    The caller's thread takes part; the other threads are daemons, so that an interrupt, which
+    reaches the caller once its own unit returns, is not held up by theirs. Units of
+    ``ceil(batches / (4 threads))`` batches are handed out in order from a shared counter.
+    """
+    batches = (n + BATCH - 1) // BATCH
+    threads = max(1, min(numba.get_num_threads(), batches))
+    if threads == 1:
+        sweep(0, batches)
+        return
+    size = max(1, -(-batches // (_UNITS_PER_THREAD * threads)))
+    units = itertools.count()
+    errors = []
+
+    def work():
+        try:
+            while True:
+                b0 = next(units) * size
+                if b0 >= batches:
+                    return
+                sweep(b0, min(b0 + size, batches))
+        except BaseException as error:  # re-raised on the caller's thread
+            errors.append(error)
+
+    helpers = [threading.Thread(target=work, daemon=True) for _ in range(threads - 1)]
+    for helper in helpers:
+        helper.start()
+    work()
+    for helper in helpers:
+        helper.join()
+    if errors:
+        raise errors[0]
+
+
 #: Kernels by the tree's kernel key (an unbounded cache, like ``functools.lru_cache(None)``).
 _KERNELS: dict = {}
 
@@ -160,7 +213,7 @@ def _kernels(tree, key):
     mode, rescaled = stream_scaling(tree)
     step = KernelBuilder(mode, rescaled).build(tree)
     finite, columns = step.reads_table, tuple(name for name in COLUMNS if name in step.columns)
-    jit = dict(cache=step.cacheable, error_model="numpy")
+    jit = dict(cache=step.cacheable, error_model="numpy", nogil=True)
     sweeps = _compile_sweeps(step.function, mode, mode == SCALE_INPUTS and "beta" in rescaled, jit,
                              f"{type(tree).__name__}_{digest((key, mode))}")
 
@@ -178,13 +231,26 @@ def _kernels(tree, key):
         return np.ascontiguousarray(table, dtype=np.float64)
 
     def run_trajectories(params, depth, table=None):
-        return sweeps[0](params, depth, checked(params, table))
+        params, table, depth = _contiguous(params), checked(params, table), int(depth)
+        n = params.shape[0]
+        q, p, e, beta_c = np.empty((n, depth + 1)), np.empty((n, depth + 1)), np.empty((n, depth + 1)), \
+            np.empty((n, depth))
+        run_batches(n, lambda b0, b1: sweeps[0](params, depth, table, b0, b1, q, p, e, beta_c))
+        return q, p, e, beta_c
 
     def run_final_states(params, depth, table=None):
-        return sweeps[1](params, depth, checked(params, table))
+        params, table, depth = _contiguous(params), checked(params, table), int(depth)
+        out = np.empty((params.shape[0], 5))
+        run_batches(params.shape[0], lambda b0, b1: sweeps[1](params, depth, table, b0, b1, out))
+        return out
 
     def run_min_alpha_bisection(params, depth, threshold, alpha_max, iterations, table=None):
-        return sweeps[2](params, depth, threshold, alpha_max, iterations, checked(params, table))
+        params, table, depth = _contiguous(params), checked(params, table), int(depth)
+        threshold, alpha_max, iterations = float(threshold), float(alpha_max), int(iterations)
+        out = np.empty(params.shape[0])
+        run_batches(params.shape[0], lambda b0, b1: sweeps[2](params, depth, threshold, alpha_max, iterations,
+                                                               table, b0, b1, out))
+        return out
 
     run_trajectories.__doc__, run_final_states.__doc__, run_min_alpha_bisection.__doc__ = (
         function.__doc__ for function in sweeps)
@@ -254,15 +320,10 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
 
     batch = register_jitable(specialised(batch, tag))
 
-    def trajectories(params, depth, table):
-        """Whole trajectories: q, p, their log2 scale of shape (n, depth + 1) and beta_c of shape (n, depth)."""
+    def trajectories(params, depth, table, b0, b1, q_out, p_out, e_out, beta_c_out):
+        """Whole trajectories of batches ``b0:b1``, into q, p, their log2 scale (n, depth + 1) and beta_c (n, depth)."""
         table = borrowed(table)
-        n = params.shape[0]
-        q_out = np.empty((n, depth + 1))
-        p_out = np.empty((n, depth + 1))
-        e_out = np.empty((n, depth + 1))
-        beta_c_out = np.empty((n, depth))
-        for b in prange((n + BATCH - 1) // BATCH):
+        for b in range(b0, b1):
             start, count, prm, q, p, e, s, first, low = batch(params, b)
             for j in range(count):
                 q_out[start + j, 0] = q[j]
@@ -277,16 +338,14 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
                     p_out[start + j, layer + 1] = p[j]
                     e_out[start + j, layer + 1] = e[j]
                     beta_c_out[start + j, layer] = low[j]
-        return q_out, p_out, e_out, beta_c_out
 
-    trajectories = njit(parallel=True, **jit)(specialised(trajectories, tag))
+    trajectories = njit(**jit)(specialised(trajectories, tag))
 
-    def final_states(params, depth, table):
-        """Final q, p, the first/smallest beta_c and the log2 scale per row, without storing trajectories."""
+    def final_states(params, depth, table, b0, b1, out):
+        """Final q, p, the first/smallest beta_c and the log2 scale of the rows of batches ``b0:b1``, into
+        ``out`` (n, 5), without storing trajectories."""
         table = borrowed(table)
-        n = params.shape[0]
-        out = np.empty((n, 5))
-        for b in prange((n + BATCH - 1) // BATCH):
+        for b in range(b0, b1):
             start, count, prm, q, p, e, s, first, low = batch(params, b)
             advance(q, p, e, s, first, low, prm, prm[ALPHA_SA], count, True, depth, table)
             for j in range(count):
@@ -295,12 +354,11 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
                 out[start + j, 2] = first[j]
                 out[start + j, 3] = low[j]
                 out[start + j, 4] = e[j]
-        return out
 
-    final_states = njit(parallel=True, **jit)(specialised(final_states, tag))
+    final_states = njit(**jit)(specialised(final_states, tag))
 
-    def min_alpha(params, depth, threshold, alpha_max, iterations, table):
-        """Smallest alpha_sa with final rho <= threshold, per row, by bisection.
+    def min_alpha(params, depth, threshold, alpha_max, iterations, table, b0, b1, out):
+        """Smallest alpha_sa with final rho <= threshold, per row of batches ``b0:b1`` (into ``out``), by bisection.
 
         Assumes the final cosine does not increase with alpha_sa. Returns 0 when
         alpha_sa = 0 already satisfies the threshold and +inf when alpha_max does not.
@@ -308,9 +366,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
         (bracket width ``alpha_max / 2**iterations``).
         """
         table = borrowed(table)
-        n = params.shape[0]
-        out = np.empty(n)
-        for b in prange((n + BATCH - 1) // BATCH):
+        for b in range(b0, b1):
             start, count, prm, q, p, e, s, first, low_bc = batch(params, b)
             low = np.zeros(BATCH)
             high = np.full(BATCH, alpha_max)
@@ -341,9 +397,8 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
             for j in range(count):
                 if out[start + j] < 0.0:
                     out[start + j] = high[j]
-        return out
 
-    min_alpha = njit(parallel=True, **jit)(specialised(min_alpha, tag))
+    min_alpha = njit(**jit)(specialised(min_alpha, tag))
     return trajectories, final_states, min_alpha
 
 

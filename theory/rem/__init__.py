@@ -27,7 +27,8 @@ from .asymptotic import (
 )
 from .causal import (CausalParticipationTable, causal_participation_ratio, causal_participation_table,
                      causal_rope_correlation)
-from .cross_overlap import CROSS_X_MAX, CrossOverlapTable, cross_overlap, cross_overlap_core, cross_overlap_table
+from .cross_overlap import (CROSS_X_MAX, CrossOverlapTable, cross_overlap, cross_overlap_at, cross_overlap_core,
+                            cross_overlap_table)
 from .checks import check_heads, check_order, check_orders, check_positions, check_seq_len
 from .finite_t import participation_moment, participation_ratio, reduced_scale
 from .heads import QK_SCALINGS, QKScaling, effective_beta, head_participation_ratio, query_key_variance, score_variance
@@ -37,14 +38,16 @@ from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_energy_core, qk
 from .rope import (ROPE_BASE, rope_correlation, rope_critical_beta, rope_frequencies, rope_mean_correlation,
                    rope_participation_ratio, rope_score_covariance)
 from .spectrum import attention_bulk_radius, stochastic_bulk_radius
-from .table import TABLE_TOLERANCE, TABLE_X_MAX, ParticipationTable, after_table, participation_table, table_lookup
+from .table import (TABLE_TOLERANCE, TABLE_X_MAX, ParticipationTable, after_table, participation_table, table_lookup,
+                    table_lookup_at, table_position)
 
 __all__ = [
     "critical_beta", "asymptotic_participation_moment",
     "participation_ratio", "participation_moment", "reduced_scale",
     "pair_participation_moment", "participation_square",
-    "cross_overlap", "after_table", "cross_overlap_table", "CrossOverlapTable", "cross_overlap_core", "CROSS_X_MAX",
-    "ParticipationTable", "participation_table", "table_lookup", "TABLE_TOLERANCE", "TABLE_X_MAX",
+    "cross_overlap", "after_table", "cross_overlap_table", "CrossOverlapTable", "cross_overlap_core", "cross_overlap_at",
+    "CROSS_X_MAX",
+    "ParticipationTable", "participation_table", "table_lookup", "table_lookup_at", "table_position", "TABLE_TOLERANCE", "TABLE_X_MAX",
     "causal_participation_ratio", "CausalParticipationTable", "causal_participation_table", "causal_rope_correlation",
     "QK_SCALINGS", "QKScaling", "effective_beta", "head_participation_ratio", "query_key_variance", "score_variance",
     "check_seq_len", "check_order", "check_orders", "check_positions", "check_heads",

@@ -52,7 +52,7 @@ from .disk_cache import cached_array
 from .table import _table_scale, participation_table
 from .integral import _DY, _Y_LEFT_MARGIN, _Y_RIGHT_S, EULER_GAMMA, GUMBEL_STD, _gumbel_remainder, _z_cut, row_moment
 
-__all__ = ["cross_overlap", "cross_moment", "cross_ratio", "cross_overlap_core", "CrossOverlapTable", "cross_overlap_table",
+__all__ = ["cross_overlap", "cross_moment", "cross_ratio", "cross_overlap_core", "cross_overlap_at", "CrossOverlapTable", "cross_overlap_table",
            "CROSS_X_MAX"]
 
 _JIT = dict(cache=True, error_model="numpy")
@@ -286,11 +286,19 @@ def cross_overlap_core(table, x, rho, y2):
     the x position, no stencil search, the powers of the two offsets computed beside the
     loads (no serial Horner chain).
     """
+    # u / du = (1 - x_s / (x + x_s)) / du: 0 at x = 0, 1 / du at x = inf
+    position_x = table[3] - table[2] / (x + table[4])
+    return cross_overlap_at(table, position_x, rho, y2)
+
+
+@inline_jitable
+def cross_overlap_at(table, position_x, rho, y2):
+    r""":func:`cross_overlap_core` at the position ``u / du`` of ``x`` on the table's x nodes
+    (``u = x / (x + x_s)``, the coordinate of the participation table too: the depth kernels
+    take it from :func:`~remprop.theory.rem.table_position`, one division for both tables)."""
     inv_t = table[1]
     if rho <= 0.0:
         return inv_t + rho * (y2 - inv_t)
-    # u / du = (1 - x_s / (x + x_s)) / du: 0 at x = 0, 1 / du at x = inf
-    position_x = table[3] - table[2] / (x + table[4])
     if not position_x >= 0.0:  # NaN or negative x
         position_x = 0.0
     position_x = min(position_x, _X_NODES - 1.0)

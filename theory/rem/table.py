@@ -37,7 +37,8 @@ from .checks import check_order, check_seq_len
 from .disk_cache import cached_array
 from .integral import row_moment
 
-__all__ = ["ParticipationTable", "participation_table", "table_lookup", "after_table", "TABLE_TOLERANCE",
+__all__ = ["ParticipationTable", "participation_table", "table_lookup", "table_position", "table_lookup_at",
+           "after_table", "TABLE_TOLERANCE",
            "TABLE_X_MAX"]
 
 #: x range covered by the tables.
@@ -63,22 +64,28 @@ def after_table(table):
 
 
 @inline_jitable
-def table_lookup(table, x):
-    """Y_k at reduced scale ``x = beta sqrt(q (q - p))`` from a packed table.
+def table_position(table, x):
+    """Position of ``x`` on a packed table's nodes, ``u / du`` with ``u = x / (x + x_s)`` (in
+    ``[0, n - 1]``; ``n - 1`` from ``x_last`` on): one division, shared by the lookups at the same
+    ``x`` (:func:`table_lookup_at`; the cross-overlap table, on the same ``u`` with its own step,
+    :func:`~remprop.theory.rem.cross_overlap_at`)."""
+    if x >= table[5]:
+        return table[3] - 1.0
+    position = x / ((x + table[4]) * table[2])
+    if not position >= 0.0:  # NaN or negative round-off
+        position = 0.0
+    return position
 
-    ``table`` is the flat array of ``ParticipationTable.packed``: header
-    ``(T, k, du, n, x_s, x_last)``, then ``n`` values and ``n`` spline second
-    derivatives on ``u = x / (x + x_s)``. Beyond ``x_last`` (= 50) ``1 - Y_k`` falls
-    like ``1 / x``.
-    """
+
+@inline_jitable
+def table_lookup_at(table, x, position):
+    """``Y_k`` at ``x`` from a packed table, ``position`` being :func:`table_position` of ``x``
+    (:func:`table_lookup`, with the position computed once for several tables)."""
     du = table[2]
     n = int(table[3])
     x_last = table[5]
     if x >= x_last:
         return 1.0 - (1.0 - table[_HEADER + n - 1]) * x_last / x
-    position = x / ((x + table[4]) * du)
-    if not position >= 0.0:  # NaN or negative round-off
-        position = 0.0
     i = int(position)
     if i > n - 2:
         i = n - 2
@@ -89,6 +96,18 @@ def table_lookup(table, x):
     m0 = table[_HEADER + n + i]
     m1 = table[_HEADER + n + i + 1]
     return s * f0 + t * f1 + (du * du / 6.0) * ((s * s * s - s) * m0 + (t * t * t - t) * m1)
+
+
+@inline_jitable
+def table_lookup(table, x):
+    """Y_k at reduced scale ``x = beta sqrt(q (q - p))`` from a packed table.
+
+    ``table`` is the flat array of ``ParticipationTable.packed``: header
+    ``(T, k, du, n, x_s, x_last)``, then ``n`` values and ``n`` spline second
+    derivatives on ``u = x / (x + x_s)``. Beyond ``x_last`` (= 50) ``1 - Y_k`` falls
+    like ``1 / x``. :func:`table_lookup_at` at :func:`table_position`.
+    """
+    return table_lookup_at(table, x, table_position(table, x))
 
 
 @njit(cache=True, error_model="numpy")
