@@ -525,9 +525,11 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     handles += [Line2D([], [], label=r"$\beta_c$ (each panel's)", **LINE["beta_critical"]),
                 Line2D([], [], label=r"$\alpha^*(L)$", **LINE["alpha_star"]),
                 Line2D([], [], label="the recipe", **star)]
-    figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=9, frameon=False)
+    # about 2 inches per entry: as many columns as the figure's width holds
+    ncol = max(1, min(len(handles), int(figure.get_figwidth() / 2.0)))
+    figure.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
     first = predictions[0].run
-    figure.suptitle(f"published recipes at L = {first.depth} (star: the recipe; each panel is the diagram "
+    figure.suptitle(f"published recipes at L = {first.depth}\n(star: the recipe; each panel is the diagram "
                     f"of the recipe's own architecture)", fontsize=10)
     return keep_labels_clear(figure)
 

@@ -14,7 +14,7 @@ from ..converters import cosine, count, file_stem, layer_count, open_unit_real, 
 from ..errors import CommandLineError, validation_extra
 from ..limits import check_work
 from ..options import add_command, add_output_options, add_work_limit_options, work_limits
-from ..output import dumps, format_number, format_table, writable_directory
+from ..output import dumps, format_number, format_table, name_stem, writable_directory
 
 __all__ = ["add_check_parser", "run_check"]
 
@@ -90,8 +90,6 @@ def run_check(args) -> int:
     causal Gram state are estimated first: above --max-seconds or --max-memory the run is refused.
     The report prints at most 1001 evenly spread layers (--json gives all).
     """
-    import re
-
     from remprop.diagrams import diagnose
     from remprop.theory import model_spec
 
@@ -108,7 +106,7 @@ def run_check(args) -> int:
     if args.rho0 is not None:
         spec = spec.with_settings(rho0=args.rho0)
     directory = writable_directory(args.out)
-    stem = directory / (args.name or "check-" + re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("_"))
+    stem = directory / (args.name or name_stem(spec.name, "check-"))
     for option, value in (("--causal-theory", args.causal_theory), ("--gram-draws", args.gram_draws)):
         if value is not None and not args.simulate:
             raise CommandLineError(f"{option} chooses the theory compared with --simulate: give --simulate too")
