@@ -23,7 +23,7 @@ from remprop.theory.checks import check_grid_axis
 
 from .style import CURVE_MARKERS, curve_colours, new_figure
 
-__all__ = ["attention_maps_figure", "bulk_radius_data", "bulk_radius_figure", "attention_spectrum_figure"]
+__all__ = ["attention_maps_figure", "map_norm", "MAP_PERCENTILES", "bulk_radius_data", "bulk_radius_figure", "attention_spectrum_figure"]
 
 _CIRCLE = np.exp(2j * np.pi * np.linspace(0.0, 1.0, 361))
 
@@ -32,8 +32,37 @@ def _phase_word(beta, beta_c):
     return "below" if beta < beta_c else "above"
 
 
+#: Percentiles of ``T A_ij`` at the ends of each map's logarithmic colour scale.
+MAP_PERCENTILES = (1.0, 99.9)
+
+
+def map_norm(matrix):
+    """The colour scale of one attention map: logarithmic in ``T A_ij`` (attention relative to
+    the uniform ``1/T``), from its 1st to its 99.9th percentile (:data:`MAP_PERCENTILES`).
+
+    A linear scale up to the largest weight shows a near-uniform map (small beta, every
+    ``A_ij`` close to ``1/T``) or a localised one (large beta, a few weights near 1, the rest
+    near 0) as an almost uniformly dark square; on this scale the fluctuations around
+    ``1/T`` and the spread over many decades both show.
+    """
+    from matplotlib.colors import LogNorm
+
+    relative = np.asarray(matrix, dtype=float) * np.shape(matrix)[-1]
+    positive = relative[relative > 0]
+    if positive.size == 0:
+        return LogNorm(vmin=0.5, vmax=2.0)
+    low, high = np.percentile(positive, MAP_PERCENTILES)
+    if not high > low:
+        low, high = low / 2, high * 2
+    return LogNorm(vmin=low, vmax=high)
+
+
 def attention_maps_figure(data):
     """Fig. 1(a, b): attention matrices side by side, one per beta.
+
+    Each map shows ``T A_ij`` (attention relative to the uniform ``1/T``) on its own
+    logarithmic colour scale (:func:`map_norm`), so the structure of a near-uniform map and
+    of a localised one both show.
 
     Parameters
     ----------
@@ -46,13 +75,15 @@ def attention_maps_figure(data):
     matplotlib.figure.Figure
     """
     count = len(data["betas"])
-    fig = new_figure(4.4 * count, 4.4)
+    fig = new_figure(4.6 * count, 4.6)
     axes = np.atleast_1d(fig.subplots(1, count))
     for ax, beta, matrix, theory, measured in zip(axes, data["betas"], data["matrices"], data["y2_theory"],
                                                   data["y2_measured"]):
-        matrix = np.asarray(matrix)
-        image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=float(matrix.max()), interpolation="nearest")
-        fig.colorbar(image, ax=ax, shrink=0.8, label=r"$A_{ij}$")
+        matrix = np.asarray(matrix, dtype=float)
+        relative = matrix * matrix.shape[-1]
+        image = ax.imshow(np.where(relative > 0, relative, np.nan), cmap="viridis", norm=map_norm(matrix),
+                          interpolation="nearest")
+        fig.colorbar(image, ax=ax, shrink=0.8, label=r"$T A_{ij}$ (1 = uniform attention)", extend="both")
         ax.set_title(f"$\\beta = {beta:g}$ ({_phase_word(beta, data['beta_c'])} $\\beta_c = {data['beta_c']:.2f}$)\n"
                      f"$Y_2$: theory {theory:.3f}, measured {measured:.3f}", fontsize=10)
         ax.set_xlabel("key $j$")

@@ -329,8 +329,16 @@ class GridView:
         return None
 
     def figure(self):
-        """The view's figure (a matplotlib Figure)."""
+        """The view's figure (a matplotlib Figure, not registered with pyplot)."""
         raise NotImplementedError
+
+    def plot(self, **options):
+        """:meth:`figure` made through ``pyplot.figure``, so Jupyter shows it (and
+        ``pyplot.show()`` in a script); ``options`` go to :meth:`figure`. Returns the Figure."""
+        from .style import pyplot_figures
+
+        with pyplot_figures():
+            return self.figure(**options)
 
 
 class ComparedView(GridView):

@@ -20,7 +20,7 @@ from matplotlib.patches import Patch
 from matplotlib.patheffects import Normal, Stroke
 
 from .phases import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE
-from .style import NORM_TITLES, PHASE_STYLE, draw_phases
+from .style import NORM_TITLES, PHASE_STYLE, draw_phases, new_figure
 from .trainability import trainability_diagram
 
 __all__ = ["measured_diagram_figure", "fine_prediction", "MARKERS"]
@@ -83,7 +83,7 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
     betas, alphas = diagram.betas, diagram.alphas
     fine_b, fine_a, fine, (b_lo, b_hi, a_lo, a_hi) = fine_prediction(diagram, fine_points)
 
-    fig = Figure(figsize=(11.5, 5.2), layout="constrained")
+    fig = new_figure(11.5, 5.2)
     left, right = fig.subplots(1, 2)
     codes = draw_phases(left, fine_b, fine_a, fine.phase)
     agrees = diagram.agrees

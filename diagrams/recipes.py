@@ -461,7 +461,15 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     diagram over ``(beta, alpha_sa)`` of the recipe's architecture (everything but
     ``alpha_sa`` as the recipe sets it; :func:`~remprop.diagrams.trainability_figure`:
     phases, ``beta_c``, ``alpha*(L)``), with the recipe marked at ``(beta_r, alpha_sa)``.
-    The beta axis is logarithmic (muP's beta is ``sqrt(d_H)`` times smaller).
+    Every panel spans the same ranges, so the panels compare at a glance: betas from
+    ``min(0.05, 0.3 min_r beta_r)`` to ``1.6 max_r max(beta_r, beta_c)`` on a logarithmic axis
+    (muP's beta is ``sqrt(d_H)`` times smaller), alphas up to
+    ``max(2, 1.4 max_r alpha_r, 1.4 max_r alpha*_r)`` on a logarithmic axis from
+    ``min(0.1, alpha_r / 2, alpha*_r / 2)`` (the recipes' skip strengths span decades), or,
+    when a recipe sets ``alpha = 0``, on a linear axis from a tenth of the top below 0 (so
+    that its star is not cut by the edge). One legend below
+    the panels names the phases, the lines and the star; the phase labels keep clear of the
+    stars (:func:`~remprop.diagrams.style.keep_labels_clear`).
 
     Parameters
     ----------
@@ -476,7 +484,10 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     -------
     matplotlib.figure.Figure
     """
-    from .style import NORM_TITLES, new_figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from .style import LINE, NORM_TITLES, PHASE_STYLE, keep_labels_clear, new_figure
     from .theory_figures import trainability_figure
     from .trainability import trainability_diagram
 
@@ -486,31 +497,55 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
         raise ValueError("predictions must hold at least one RecipePrediction")
     columns = min(int(columns), len(predictions))
     rows = -(-len(predictions) // columns)
-    figure = new_figure(3.6 * columns, 3.3 * rows + 0.6)
-    axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False)).ravel()
+    betas, alphas, log_alpha = _shared_axes(predictions, resolution)
+    figure = new_figure(3.6 * columns, 3.4 * rows + 1.0)
+    axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)).ravel()
+    star = dict(marker="*", markersize=16, color="#f2c200", markeredgecolor="black", linestyle="none")
     for ax, prediction in zip(axes, predictions):
         run = prediction.run
-        alpha = float(run.arch.numeric()["alpha_sa"])
-        beta_c = prediction.beta_critical if math.isfinite(prediction.beta_critical) else math.sqrt(2.0)
-        star = prediction.alpha_star if prediction.alpha_star is not None and math.isfinite(
-            prediction.alpha_star) else 0.0
-        betas = np.geomspace(min(0.3 * run.beta, 0.05), 1.6 * max(run.beta, beta_c), resolution)
-        alphas = np.linspace(0.0, max(2.0, 1.4 * alpha, 1.4 * star), resolution)
-        diagram = trainability_diagram(run.arch, betas, alphas, run.depth, run.threshold, q0=run.q0, rho0=run.rho0)
+        diagram = trainability_diagram(run.arch, betas, alphas[alphas >= 0], run.depth, run.threshold,
+                                       q0=run.q0, rho0=run.rho0)
         trainability_figure(diagram, ax=ax)
+        ax.get_legend().remove()  # one legend for all panels, below them
         ax.set_xscale("log")
-        ax.plot([run.beta], [alpha], marker="*", markersize=16, color="#f2c200", markeredgecolor="black",
-                linestyle="none", zorder=5)
-        legend = ax.get_legend()
-        if legend is not None and ax is not axes[0]:
-            legend.remove()
+        if log_alpha:
+            ax.set_yscale("log")
+        ax.set_xlim(betas[0], betas[-1])
+        ax.set_ylim(alphas[0], alphas[-1])
+        ax.plot([run.beta], [float(run.arch.numeric()["alpha_sa"])], zorder=5, **star)
         ax.set_title(f"{prediction.recipe.label}: {prediction.phase}\n"
                      rf"{NORM_TITLES[run.arch.norm]}, $\rho_L = {prediction.rho_final:.3f}$", fontsize=9)
         ax.set_xlabel(r"$\beta$", fontsize=8)
         ax.set_ylabel(r"$\alpha_{SA}$", fontsize=8)
+        ax.label_outer()
     for ax in axes[len(predictions):]:
         ax.set_visible(False)
+    handles = [Patch(facecolor=style["color"], hatch=style["hatch"], edgecolor=style["hatch_color"] or "0.5",
+                     label=style["text"]) for style in PHASE_STYLE.values()]
+    handles += [Line2D([], [], label=r"$\beta_c$ (each panel's)", **LINE["beta_critical"]),
+                Line2D([], [], label=r"$\alpha^*(L)$", **LINE["alpha_star"]),
+                Line2D([], [], label="the recipe", **star)]
+    # about 2 inches per entry: as many columns as the figure's width holds
+    ncol = max(1, min(len(handles), int(figure.get_figwidth() / 2.0)))
+    figure.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
     first = predictions[0].run
-    figure.suptitle(f"published recipes at L = {first.depth} (star: the recipe; each panel is the diagram "
+    figure.suptitle(f"published recipes at L = {first.depth}\n(star: the recipe; each panel is the diagram "
                     f"of the recipe's own architecture)", fontsize=10)
-    return figure
+    return keep_labels_clear(figure)
+
+
+def _shared_axes(predictions, resolution):
+    """The grids shared by the panels of :func:`recipes_figure`: betas (geometric), alphas, and
+    whether the alpha axis is logarithmic (every recipe's alpha above 0: the skip strengths of
+    the recipes span decades) or linear from 0 (with room below a star at alpha = 0)."""
+    recipe_betas = [float(p.run.beta) for p in predictions]
+    recipe_alphas = [float(p.run.arch.numeric()["alpha_sa"]) for p in predictions]
+    beta_cs = [p.beta_critical if math.isfinite(p.beta_critical) else math.sqrt(2.0) for p in predictions]
+    stars = [p.alpha_star for p in predictions if p.alpha_star is not None and math.isfinite(p.alpha_star)]
+    betas = np.geomspace(min(0.05, 0.3 * min(recipe_betas)), 1.6 * max(recipe_betas + beta_cs), resolution)
+    top = max([2.0] + [1.4 * a for a in recipe_alphas] + [1.4 * a for a in stars])
+    if min(recipe_alphas) > 0:
+        bottom = min([0.1] + [0.5 * a for a in recipe_alphas] + [0.5 * a for a in stars if a > 0])
+        return betas, np.geomspace(bottom, top, resolution), True
+    alphas = np.linspace(0.0, top, resolution)
+    return betas, np.r_[-0.1 * top, alphas], False  # a star on the bottom edge: room below it

@@ -4,20 +4,30 @@ Phase colours differ in lightness (CIE L* about 96, 66 and 30), so the three reg
 apart in greyscale print; the collapsed phases are also hatched and every region carries
 a text label. Curves of theory against simulation take the viridis colours of
 :func:`curve_colours` (increasing lightness) and the markers of :data:`CURVE_MARKERS`,
-one helper for every figure. Figures are created as :class:`matplotlib.figure.Figure`
-objects (no pyplot, no global state): callers save or discard them.
+one helper for every figure. Figures are created by :func:`new_figure`: stand-alone
+:class:`matplotlib.figure.Figure` objects (no pyplot, no global state; the command line
+saves them through the Agg canvas), or, inside :func:`pyplot_figures` (the ``.plot()``
+methods of the result objects), through ``pyplot.figure`` so that Jupyter shows them.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import weakref
 
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
+from scipy import ndimage
+
+from remprop.theory.work_estimates import spread_indices
 
 from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE
 
 __all__ = ["PHASE_STYLE", "LINE", "NORM_TITLES", "VARIANT_STYLE", "VARIANT_MARKERS", "CURVE_MARKERS",
-           "curve_colours", "draw_phases", "new_figure"]
+           "curve_colours", "draw_phases", "new_figure", "pyplot_figures", "phase_label", "keep_labels_clear",
+           "marker_extents"]
 
 #: Per phase: fill colour, hatch pattern, hatch colour, label text and label colour.
 PHASE_STYLE = {
@@ -71,6 +81,139 @@ def draw_phases(ax, betas, alphas, phase):
     return codes
 
 
+#: True inside :func:`pyplot_figures`: :func:`new_figure` draws through pyplot.
+_THROUGH_PYPLOT = contextvars.ContextVar("remprop_figures_through_pyplot", default=False)
+
+
+@contextlib.contextmanager
+def pyplot_figures():
+    """Within this context :func:`new_figure` creates its figures with ``pyplot.figure``.
+
+    Figures pyplot knows are shown by Jupyter (``%matplotlib inline`` or a widget backend)
+    at the end of the cell and by ``pyplot.show()`` in a script; the ``.plot()`` methods of
+    the result objects draw in this context. Everywhere else (the command line writing
+    files, :meth:`save`) figures stay stand-alone: nothing accumulates in pyplot's list of
+    open figures.
+    """
+    token = _THROUGH_PYPLOT.set(True)
+    try:
+        yield
+    finally:
+        _THROUGH_PYPLOT.reset(token)
+
+
 def new_figure(width=6.0, height=4.6, **kwargs) -> Figure:
-    """A stand-alone Figure (Agg canvas on save; never registered with pyplot)."""
+    """A new Figure with a constrained layout, ``width x height`` inches.
+
+    Stand-alone (Agg canvas on save; never registered with pyplot), or inside
+    :func:`pyplot_figures` made by ``pyplot.figure`` (registered, shown by Jupyter).
+    """
+    if _THROUGH_PYPLOT.get():
+        from matplotlib import pyplot
+
+        return pyplot.figure(figsize=(width, height), layout="constrained", **kwargs)
     return Figure(figsize=(width, height), layout="constrained", **kwargs)
+
+
+# -- phase labels that keep clear of the data ---------------------------------------------
+#: Candidate positions (data coordinates, best first) of each phase label drawn by
+#: :func:`phase_label`; :func:`keep_labels_clear` moves a label along them.
+_LABEL_CANDIDATES = weakref.WeakKeyDictionary()
+#: Most candidate positions kept per label (evenly spread over the ranked cells).
+_MAX_CANDIDATES = 400
+
+
+def phase_label(ax, xs, ys, mask, code, fontsize=11):
+    """Write the name of phase ``code`` inside its region ``mask`` (rows = ``ys``, columns = ``xs``).
+
+    The label goes to the cell farthest from the region's edge (among equally deep cells
+    the one nearest its centroid); the other cells of the region, deepest first, are kept
+    as fall-back positions for :func:`keep_labels_clear`. The label takes no part in the
+    layout (``in_layout=False``). Returns the Text.
+    """
+    style = PHASE_STYLE[code]
+    padded = np.pad(mask, 1, constant_values=False)
+    depth = ndimage.distance_transform_edt(padded)[1:-1, 1:-1]
+    rows, cols = np.nonzero(mask)
+    centre = np.array([rows.mean(), cols.mean()])
+    # deepest first; ties broken by the distance to the centroid
+    order = np.lexsort(((rows - centre[0]) ** 2 + (cols - centre[1]) ** 2, -np.round(depth[rows, cols] * 2) / 2))
+    order = order[spread_indices(order.size, _MAX_CANDIDATES)]
+    candidates = [(float(xs[cols[k]]), float(ys[rows[k]])) for k in order]
+    x, y = candidates[0]
+    text = ax.text(x, y, style["text"], ha="center", va="center", fontsize=fontsize, fontweight="bold",
+                   color=style["text_color"],
+                   bbox=dict(boxstyle="round,pad=0.25", facecolor=style["color"], edgecolor="none", alpha=0.9))
+    text.set_in_layout(False)
+    _LABEL_CANDIDATES[text] = candidates
+    return text
+
+
+def marker_extents(ax) -> list:
+    """Display-space boxes of every data marker of ``ax`` (lines drawn with markers, scatter
+    points, error-bar points): one :class:`~matplotlib.transforms.Bbox` per point, its
+    half-width the marker's radius (line markers: ``markersize / 2`` points; scatter
+    points: ``sqrt(size) / 2`` points)."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import Bbox
+
+    scale = ax.figure.dpi / 72.0
+    boxes = []
+
+    def add(points, radii):
+        for (x, y), r in zip(points, radii):
+            if np.isfinite(x) and np.isfinite(y):
+                boxes.append(Bbox.from_extents(x - r, y - r, x + r, y + r))
+
+    for line in ax.get_lines():
+        if not line.get_visible() or line.get_marker() in (None, "None", "none", "", " "):
+            continue
+        points = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
+        add(points, np.full(len(points), 0.5 * line.get_markersize() * scale))
+    for collection in ax.collections:
+        if isinstance(collection, PathCollection) and collection.get_visible() and len(collection.get_offsets()):
+            points = collection.get_offset_transform().transform(np.asarray(collection.get_offsets(), float))
+            sizes = np.broadcast_to(np.asarray(collection.get_sizes(), float), (len(points),))
+            add(points, 0.5 * np.sqrt(sizes) * scale)
+    return boxes
+
+
+def label_extent(text):
+    """Display-space box of a Text with its bbox patch (the box drawn around it), if any."""
+    from matplotlib.transforms import Bbox
+
+    box = text.get_window_extent()
+    patch = text.get_bbox_patch()
+    return Bbox.union([box, patch.get_window_extent()]) if patch is not None else box
+
+
+def keep_labels_clear(figure):
+    """Move the phase labels of ``figure`` (:func:`phase_label`) off its data markers and legends.
+
+    The figure is laid out first (``draw_without_rendering``: constrained layout fixes
+    the axes), then every phase label whose box leaves its axes or overlaps a marker
+    (:func:`marker_extents`) or a legend of its axes goes to the first of its fall-back
+    positions where it does neither; a label with no such position is removed (the
+    legend still names the phase). Returns the figure.
+    """
+    figure.draw_without_rendering()
+    for ax in figure.axes:
+        labels = [text for text in ax.texts if text in _LABEL_CANDIDATES]
+        if not labels:
+            continue
+        frame = ax.get_window_extent()
+        obstacles = marker_extents(ax)
+        obstacles += [legend.get_window_extent() for legend in (ax.get_legend(),) if legend is not None]
+        for text in labels:
+            for x, y in [text.get_position(), *_LABEL_CANDIDATES[text]]:
+                text.set_position((x, y))
+                box = label_extent(text)
+                inside = (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0
+                          and box.y1 <= frame.y1)
+                if inside and not any(box.overlaps(other) for other in obstacles):
+                    obstacles.append(box)  # the next label keeps clear of this one too
+                    break
+            else:
+                text.remove()
+    return figure

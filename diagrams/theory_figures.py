@@ -17,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from scipy import ndimage
 
 from remprop.theory.work_estimates import MAX_DRAWN_PER_AXIS, spread_indices
 
 from .figure_data import attention_phase_data, layernorm_placement_data
-from .style import LINE, NORM_TITLES, PHASE_STYLE, VARIANT_STYLE, draw_phases, new_figure
+from .style import (LINE, NORM_TITLES, PHASE_STYLE, VARIANT_STYLE, draw_phases, keep_labels_clear, new_figure,
+                    phase_label)
 
 __all__ = ["trainability_figure", "attention_phase_figure", "layernorm_placement_figure"]
 
@@ -62,7 +62,8 @@ def trainability_figure(diagram, ax=None):
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 1(c).
     """
-    if ax is None:
+    alone = ax is None
+    if alone:
         ax = new_figure(6.4, 4.8).add_subplot()
     # at most MAX_DRAWN_PER_AXIS rows and columns: no more than a figure's pixels
     rows = spread_indices(len(diagram.alphas), MAX_DRAWN_PER_AXIS)
@@ -80,11 +81,7 @@ def trainability_figure(diagram, ax=None):
             hatched.set_edgecolor(style["hatch_color"])
             hatched.set_linewidth(0.0)
         if mask.mean() >= _LABEL_MIN_SHARE:
-            j, i = _interior_point(mask)
-            ax.text(betas[i], alphas[j], style["text"], ha="center", va="center", fontsize=11,
-                    fontweight="bold", color=style["text_color"],
-                    bbox=dict(boxstyle="round,pad=0.25", facecolor=style["color"], edgecolor="none",
-                              alpha=0.9))
+            phase_label(ax, betas, alphas, mask, code)
     handles = [Patch(facecolor=PHASE_STYLE[c]["color"], hatch=PHASE_STYLE[c]["hatch"],
                      edgecolor=PHASE_STYLE[c]["hatch_color"] or "0.5", label=PHASE_STYLE[c]["text"])
                for c in codes]
@@ -126,9 +123,24 @@ def trainability_figure(diagram, ax=None):
                  rf"$L = {diagram.depth}$" "\n"
                  rf"rank collapse: $\rho_L > {diagram.threshold:g}$ (final mean token cosine)",
                  fontsize=10)
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8,
-              frameon=False)
+    ax.legend(handles=handles, **_BELOW_AXES)
+    if alone:  # a caller that passes its axes draws more and keeps the labels clear itself
+        keep_labels_clear(ax.figure)
     return ax.figure
+
+
+#: Where :func:`trainability_figure` puts its legend: below the axes, under the beta label.
+_BELOW_AXES = dict(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
+
+
+def add_to_legend(ax, handles):
+    """Append ``handles`` (artists or proxy artists with labels) to the legend that
+    :func:`trainability_figure` put below ``ax`` (a new one there when it has none)."""
+    legend = ax.get_legend()
+    old = list(legend.legend_handles) if legend is not None else []
+    labels = [text.get_text() for text in legend.get_texts()] if legend is not None else []
+    handles = list(handles)
+    ax.legend(handles=old + handles, labels=labels + [h.get_label() for h in handles], **_BELOW_AXES)
 
 
 def attention_phase_figure(betas=None, input_cosines=None, *, sigma_v2=1.0, sigma_b2=0.0, q=1.0,
@@ -237,14 +249,3 @@ def _span(values):
         pad = 0.05 * abs(low) if low else 0.05
         return low - pad, high + pad
     return low, high
-
-
-def _interior_point(mask):
-    """(row, column) of the cell of ``mask`` farthest from the region's edge."""
-    padded = np.pad(mask, 1, constant_values=False)
-    distance = ndimage.distance_transform_edt(padded)[1:-1, 1:-1]
-    # Among equally deep cells prefer the one nearest the region's centroid.
-    rows, cols = np.nonzero(distance >= distance.max() - 0.5)
-    centre = np.array(np.nonzero(mask)).mean(axis=1)
-    k = np.argmin((rows - centre[0]) ** 2 + (cols - centre[1]) ** 2)
-    return int(rows[k]), int(cols[k])

@@ -149,11 +149,16 @@ class TrainabilityDiagram(GridView):
     def plot(self, ax=None):
         """Draw the diagram (see :func:`remprop.diagrams.trainability_figure`).
 
+        Without ``ax`` the figure is made by ``pyplot.figure``, so Jupyter shows it (and
+        ``pyplot.show()`` in a script); :meth:`figure` and :meth:`save` draw off pyplot.
+
         Returns the matplotlib Axes drawn into (a new Figure's when ``ax`` is None).
         """
+        from .style import pyplot_figures
         from .theory_figures import trainability_figure
 
-        figure = trainability_figure(self, ax=ax)
+        with pyplot_figures():
+            figure = trainability_figure(self, ax=ax)
         return ax if ax is not None else figure.axes[0]
 
     def save(self, path, *, figure=False) -> list:

@@ -5,31 +5,38 @@ Left panel: the theory's diagram on a fine grid, drawn by
 and the alpha*(L) curve), and over it one marker per trained cell: its *trained* phase by
 shape and fill (the markers of :mod:`remprop.diagrams.measured_figures`; a grey cross for a
 cell that did not train and shows neither collapse at init, a black star for a cell whose
-training diverged); cells whose trained phase
-differs from the prediction carry a thick black ring. Right panel: the trained fraction
-``f`` of every cell (``cividis``, monotone in lightness, 0 to 1) with the theory's phase
-boundaries drawn over it (white dashed: where the predicted phase changes) and the
-contour ``f = diagram.TRAINED_FRACTION`` (solid black) that separates trainable cells. The title gives both
-agreements.
+training diverged); cells whose trained phase differs from the prediction carry a thick
+black ring. The legend shows these very markers (the scatter artists themselves, at their
+size). Right panel: the trained fraction ``f`` of every cell as a table of equal cells,
+one column per beta and one row per alpha of the grid (``cividis``, monotone in lightness,
+0 to 1; the value written in each cell of a small grid), with the cells' own boundaries
+drawn along their edges: where the predicted phase of the cells changes (white dashed) and
+around the cells with ``f >= diagram.TRAINED_FRACTION`` (solid black) -- no contour interpolated through a
+coarse grid. The title gives both agreements.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c, f).
 """
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from .measured_figures import MARKERS, fine_prediction
-from .style import NORM_TITLES, PHASE_STYLE
+from .style import NORM_TITLES, PHASE_STYLE, keep_labels_clear, new_figure
 from .theory_figures import trainability_figure
 
-__all__ = ["trained_diagram_figure", "UNTRAINED_STYLE", "DIVERGED_STYLE"]
+__all__ = ["trained_diagram_figure", "cell_boundaries", "UNTRAINED_STYLE", "DIVERGED_STYLE"]
 
 #: Marker and colour of a cell that did not train although its initialisation shows no collapse.
 UNTRAINED_STYLE = dict(marker="X", color="#9e9e9e", text="untrained (no collapse at init)")
 #: Marker and colour of a cell whose training diverged (a non-finite loss or weights).
 DIVERGED_STYLE = dict(marker="*", color="#212121", text="diverged (loss not finite)")
+
+
+#: Largest grid whose trained fractions are written in the cells of the right panel.
+_WRITTEN_CELLS = 64
 
 
 def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
@@ -47,7 +54,7 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
     Returns
     -------
     matplotlib.figure.Figure
-        Two panels: trained phases over the theory's (left), trained fraction (right).
+        Two panels: trained phases over the theory's (left), trained fraction per cell (right).
 
     References
     ----------
@@ -57,7 +64,7 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
     betas, alphas = diagram.betas, diagram.alphas
     fine_b, fine_a, fine, (b_lo, b_hi, a_lo, a_hi) = fine_prediction(diagram, fine_points)
 
-    fig = Figure(figsize=(12.0, 5.4), layout="constrained")
+    fig = new_figure(12.0, 6.0)
     left, right = fig.subplots(1, 2)
     trainability_figure(fine, ax=left)
     left.set_title(f"background: predicted ({diagram.theory} theory); markers: trained", fontsize=10)
@@ -66,48 +73,22 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
     untrained = max(styles) + 1
     styles[untrained] = (UNTRAINED_STYLE["marker"], UNTRAINED_STYLE["color"], UNTRAINED_STYLE["text"])
     styles[untrained + 1] = (DIVERGED_STYLE["marker"], DIVERGED_STYLE["color"], DIVERGED_STYLE["text"])
-    handles = []
+    handles = []  # the scatter artists themselves: the legend shows the plot's markers
     for code, (marker, colour, text) in styles.items():
         rows, cols = np.nonzero(diagram.phase == code)
         if rows.size:
-            left.scatter(betas[cols], alphas[rows], s=size, marker=marker, facecolor=colour, edgecolor="black",
-                         linewidth=0.9, zorder=5, clip_on=False)
-            handles.append(Line2D([], [], linestyle="none", marker=marker, markersize=8, markerfacecolor=colour,
-                                  markeredgecolor="black", label=f"trained: {text}"))
+            handles.append(left.scatter(betas[cols], alphas[rows], s=size, marker=marker, facecolor=colour,
+                                        edgecolor="black", linewidth=0.9, zorder=5, label=f"trained: {text}"))
     bad_rows, bad_cols = np.nonzero(~diagram.agrees)
     if bad_rows.size:
-        left.scatter(betas[bad_cols], alphas[bad_rows], s=size * 2.6, marker="o", facecolor="none",
-                     edgecolor="black", linewidth=1.8, zorder=6, clip_on=False)
-        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=12, markerfacecolor="none",
-                              markeredgecolor="black", markeredgewidth=1.8, label="trained differs from predicted"))
+        handles.append(left.scatter(betas[bad_cols], alphas[bad_rows], s=size * 2.6, marker="o", facecolor="none",
+                                    edgecolor="black", linewidth=1.8, zorder=6,
+                                    label="trained differs from predicted"))
     left.set_xlim(b_lo, b_hi)
     left.set_ylim(a_lo, a_hi)
     fig.legend(handles=handles, loc="outside lower left", ncol=2, fontsize=8, frameon=False)
 
-    mesh = right.pcolormesh(betas, alphas, diagram.fraction, cmap="cividis", vmin=0.0, vmax=1.0,
-                            shading="nearest", rasterized=True)
-    fig.colorbar(mesh, ax=right, label=r"trained fraction $f = (U - L) / (U - R)$")
-    legend = []
-    if len(np.unique(fine.phase)) > 1:
-        right.contour(fine_b, fine_a, fine.phase.astype(float), levels=[0.5, 1.5], colors="white",
-                      linestyles="--", linewidths=1.8)
-        legend.append(Line2D([], [], color="white", linestyle="--", linewidth=1.8,
-                             label="predicted phase boundaries"))
-    level = diagram.TRAINED_FRACTION
-    gap = diagram.fraction - level
-    if len(betas) > 1 and len(alphas) > 1 and gap.min() < 0 < gap.max():
-        right.contour(betas, alphas, gap, levels=[0.0], colors="black", linewidths=1.8)
-        legend.append(Line2D([], [], color="black", linewidth=1.8, label=rf"trained $f = {level:g}$"))
-    right.set_xlim(b_lo, b_hi)
-    right.set_ylim(a_lo, a_hi)
-    right.set_facecolor("0.35")  # shows behind a contour legend on light cells too
-    right.set_xlabel(r"query/key scale $\beta$")
-    right.set_ylabel(r"attention skip strength $\alpha_{SA}$")
-    right.set_title(f"unigram loss U = {diagram.unigram_loss:.3g}, best cell R = {diagram.reference_loss:.3g}",
-                    fontsize=10)
-    if legend:
-        fig.legend(handles=legend, loc="outside lower right", fontsize=8, frameon=True, facecolor="0.35",
-                   labelcolor="white")
+    _fraction_table(fig, right, diagram)
     arch = cfg.arch
     fig.suptitle(
         f"trained diagram: {NORM_TITLES.get(arch.norm, arch.norm)} {arch.attention} attention, {arch.activation} "
@@ -116,4 +97,54 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
         f"trained phase = predicted in {int(diagram.agrees.sum())}/{diagram.agrees.size} cells "
         f"({100 * diagram.agreement:.0f}%); trainable or not agrees in {int(diagram.agrees_trainable.sum())}/"
         f"{diagram.agrees.size} ({100 * diagram.agreement_trainable:.0f}%)", fontsize=11)
-    return fig
+    return keep_labels_clear(fig)
+
+
+def _fraction_table(fig, ax, diagram):
+    """The trained fraction per cell on equal cells (column j = beta_j, row i = alpha_i), with the
+    predicted-phase boundaries and the ``f >= diagram.TRAINED_FRACTION`` boundary along the cells' edges."""
+    betas, alphas, fraction = diagram.betas, diagram.alphas, diagram.fraction
+    rows, cols = fraction.shape
+    mesh = ax.pcolormesh(np.arange(cols + 1) - 0.5, np.arange(rows + 1) - 0.5, fraction, cmap="cividis",
+                         vmin=0.0, vmax=1.0, rasterized=True)
+    fig.colorbar(mesh, ax=ax, label=r"trained fraction $f = (U - L) / (U - R)$")
+    if fraction.size <= _WRITTEN_CELLS:
+        for (i, j), value in np.ndenumerate(fraction):
+            text = "n/a" if not np.isfinite(value) else f"{value:.2f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=9,
+                    color="black" if np.isfinite(value) and value > 0.55 else "white")
+    legend = []
+    predicted = diagram.predicted.phase
+    segments = cell_boundaries(predicted)
+    if segments:
+        ax.add_collection(LineCollection(segments, colors="white", linestyles="--", linewidths=2.2, zorder=4))
+        legend.append(Line2D([], [], color="white", linestyle="--", linewidth=2.2,
+                             label="predicted phase changes"))
+    level = diagram.TRAINED_FRACTION
+    segments = cell_boundaries(np.nan_to_num(fraction, nan=0.0) >= level)
+    if segments:
+        ax.add_collection(LineCollection(segments, colors="black", linewidths=2.2, zorder=3))
+        legend.append(Line2D([], [], color="black", linewidth=2.2, label=rf"edge of the cells with $f \geq {level:g}$"))
+    ax.set_xticks(np.arange(cols), [f"{b:.3g}" for b in betas])
+    ax.set_yticks(np.arange(rows), [f"{a:.3g}" for a in alphas])
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(-0.5, rows - 0.5)
+    ax.set_xlabel(r"query/key scale $\beta$ (one column per grid value)")
+    ax.set_ylabel(r"attention skip strength $\alpha_{SA}$ (one row per grid value)")
+    ax.set_title(f"unigram loss U = {diagram.unigram_loss:.3g}, best cell R = {diagram.reference_loss:.3g}",
+                 fontsize=10)
+    if legend:
+        fig.legend(handles=legend, loc="outside lower right", fontsize=8, frameon=True, facecolor="0.55",
+                   labelcolor="white")
+
+
+def cell_boundaries(values) -> list:
+    """Segments, in cell-index coordinates (cell ``(i, j)`` spans ``j +- 1/2``, ``i +- 1/2``), of the
+    edges between neighbouring cells of ``values`` (a 2-d array) that differ."""
+    values = np.asarray(values)
+    segments = []
+    for i, j in zip(*np.nonzero(values[:, 1:] != values[:, :-1])):  # vertical edges
+        segments.append([(j + 0.5, i - 0.5), (j + 0.5, i + 0.5)])
+    for i, j in zip(*np.nonzero(values[1:, :] != values[:-1, :])):  # horizontal edges
+        segments.append([(j - 0.5, i + 0.5), (j + 0.5, i + 0.5)])
+    return segments

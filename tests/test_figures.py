@@ -1,6 +1,6 @@
 """Theory figures (remprop.diagrams.theory_figures, .figure_data, .paper_figures): they run on small grids,
 write non-trivial PNGs with labelled axes, show the right numbers, and leave no pyplot
-state behind."""
+state behind (but ``.plot()`` without axes, which draws through pyplot for Jupyter)."""
 from __future__ import annotations
 
 import json
@@ -77,7 +77,12 @@ def test_plot_draws_into_given_axes(small_diagram):
     ax = fig.add_subplot()
     assert small_diagram.plot(ax) is ax
     assert_labelled(ax)
-    assert small_diagram.plot().figure is not fig
+    before = plt.get_fignums()
+    # without axes, a figure pyplot knows: Jupyter shows it at the end of the cell
+    drawn = small_diagram.plot()
+    assert drawn.figure is not fig and plt.get_fignums() == before + [drawn.figure.number]
+    assert_labelled(drawn)
+    plt.close(drawn.figure)
 
 
 def test_trainability_figure_pre_ln_draws_beta_c_contour(tmp_path):

@@ -119,7 +119,7 @@ def reduced_spec(spec, *, depth=None, width=None, d_ff=None, heads=None, kv_head
     (4, 256, 4, 1024, 1)
     """
     spec = _as_spec(spec)
-    cfg = dict(spec.config)
+    cfg = spec.resized_config()
     depth_field, width_field, ff_field, heads_field = _SIZE_FIELDS.get(spec.family, _DEFAULT_SIZE_FIELDS)
     grouped = cfg.get("num_key_value_heads") is not None or cfg.get("head_dim") is not None
     old_width, old_heads = spec.width, spec.heads
@@ -251,7 +251,8 @@ def model_config(spec):
     fields, without the hub's bookkeeping fields)."""
     spec = _as_spec(spec)
     cfg = {k: v for k, v in spec.config.items() if k not in ("model_type", "_name_or_path", "architectures",
-                                                               "transformers_version", "torch_dtype", "dtype")}
+                                                               "transformers_version", "torch_dtype", "dtype",
+                                                               "_full_size")}
     return _transformers().AutoConfig.for_model(spec.family, **cfg)
 
 

@@ -65,6 +65,8 @@ __all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMI
 
 #: Folder of the configurations shipped with remprop (sizes and init ranges: facts).
 CONFIG_DIR = Path(__file__).with_name("configs")
+#: Configuration field that keeps the size of a resized model's original (ModelSpec.full_size).
+_FULL_SIZE = "_full_size"
 
 #: Names that stand for a shipped configuration.
 ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "bert-large-uncased": "bert-large",
@@ -226,8 +228,24 @@ class ModelSpec:
             raise ValueError("depth: a model measured on its own weights has the depth of its weights "
                              f"({self.depth} layers)")
         key = "n_layer" if self.family == "gpt2" else "num_hidden_layers"
-        config = dict(self.config, **{key: check_depth(depth)})
+        config = self.resized_config(**{key: check_depth(depth)})
         return model_spec(config, seq_len=self.seq_len, pixel_std=self.pixel_std)
+
+    def size(self) -> dict:
+        """``{"depth": L, "width": d, "heads": H}`` of this spec."""
+        return {"depth": self.depth, "width": self.width, "heads": self.heads}
+
+    @property
+    def full_size(self) -> dict | None:
+        """The size (:meth:`size`) of the configuration this spec was resized from
+        (:meth:`with_depth`, :func:`remprop.validation.hf_models.reduced_spec`); None when it
+        was not. Figures and reports name a resized model with its own size."""
+        full = self.config.get(_FULL_SIZE)
+        return dict(full) if full is not None else None
+
+    def resized_config(self, **fields) -> dict:
+        """The configuration with ``fields`` changed, remembering the original size (:attr:`full_size`)."""
+        return {**self.config, _FULL_SIZE: self.full_size or self.size(), **fields}
 
     def query_key_std(self, beta) -> np.ndarray:
         """The query/key weight std that gives ``beta``: ``sqrt(beta sqrt(log T) / d)``."""

@@ -93,6 +93,38 @@ class ProbeTrace(StackTrace):
         """
         return {name: getattr(self, name).mean(axis=0) for name in TOKEN_STATISTICS + ATTENTION_STATISTICS}
 
+    def plot(self, theory=None, *, label=None, axes=None, title=None):
+        """q and the token cosine per layer (mean and std over the batch), the theory overlaid:
+        :func:`remprop.diagrams.probe_figures.probe_figure` drawn through ``pyplot.figure``, so
+        Jupyter shows it.
+
+        Parameters
+        ----------
+        theory : Trajectory, optional
+            The theory's ``q`` and ``rho`` per layer (e.g. :func:`remprop.theory.propagate`
+            from this trace's layer-0 state), drawn as a dashed line.
+        label : str, optional
+            Legend label of this trace (default: ``"probe"``).
+        axes : pair of Axes, optional
+            The axes of an earlier plot (``fig.axes[:2]``): traces of several widths or depths
+            on one coord_check picture, each in the next colour and marker.
+        title : str, optional
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Examples
+        --------
+        >>> figure = small.plot(label="d = 64")  # doctest: +SKIP
+        >>> large.plot(propagate(arch, beta, depth), label="d = 512", axes=figure.axes[:2])  # doctest: +SKIP
+        """
+        from remprop.diagrams.probe_figures import probe_figure
+        from remprop.diagrams.style import pyplot_figures
+
+        with pyplot_figures():
+            return probe_figure({label or "probe": self}, theory, axes=axes, title=title)
+
     def as_dict(self) -> dict:
         """All fields, arrays as writable copies and ``layer_names`` as a list."""
         out = {name: getattr(self, name).copy() for name in TOKEN_STATISTICS + ATTENTION_STATISTICS}

@@ -21,6 +21,8 @@ __all__ = [
     "count",
     "seed_list",
     "file_stem",
+    "drop_extension",
+    "NAME_EXTENSIONS",
     "Grid",
     "GRID_SYNTAX",
     "grid_of",
@@ -114,17 +116,34 @@ def seed_list(text: str):
     return values
 
 
+#: File extensions that a stem drops once (:func:`drop_extension`): a config's, a weight
+#: file's, and the outputs' own.
+NAME_EXTENSIONS = (".json", ".safetensors", ".bin", ".npz", ".png")
+
+
+def drop_extension(text: str) -> str:
+    """``text`` without one trailing extension of :data:`NAME_EXTENSIONS` (any case); a text
+    that is nothing but the extension is kept."""
+    for extension in NAME_EXTENSIONS:
+        if text.lower().endswith(extension) and len(text) > len(extension):
+            return text[: -len(extension)]
+    return text
+
+
 def file_stem(text: str) -> str:
     """A plain file name stem: not empty, not "." or "..", no path separator (``--name``).
 
     The outputs are written as ``OUT/NAME.png`` etc.; a separator would write into another
-    folder (or fail after the computation when it does not exist).
+    folder (or fail after the computation when it does not exist). A trailing output or
+    config extension is dropped once (:func:`drop_extension`: ``--name run.json`` writes
+    ``run.json`` and ``run.png``, not ``run.json.json``).
     """
     separators = [sep for sep in ("/", "\\", os.sep, os.altsep) if sep]
-    if not text.strip() or text in (".", "..") or any(sep in text for sep in separators) or "\0" in text:
+    stem = drop_extension(text)
+    if not stem.strip() or stem in (".", "..") or any(sep in text for sep in separators) or "\0" in text:
         raise argparse.ArgumentTypeError(f"must be a plain file name stem (not empty, not '.' or '..', no "
                                          f"path separator; the folder is --out), got {text!r}")
-    return text
+    return stem
 
 
 # -- grids -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from remprop._json import dumps, to_jsonable
 
+from .converters import drop_extension
 from .errors import CommandLineError
 
 #: How the JSON outputs spell the numbers that JSON lacks (the epilog of every command with --json).
@@ -17,7 +18,7 @@ JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the
              '"-inf", "nan" (alpha_star = "inf": no alpha_SA up to the search bound avoids rank collapse).')
 
 __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
-           "show_progress", "progress_bar", "writable_directory", "writable_file"]
+           "show_progress", "progress_bar", "writable_directory", "writable_file", "name_stem"]
 
 
 def format_number(value, digits=6) -> str:
@@ -134,3 +135,17 @@ def writable_file(path, option) -> Path:
             reason = err.strerror or type(err).__name__
             raise CommandLineError(f"argument {option}: cannot write to {text!r}: {reason}") from None
     return file
+
+
+def name_stem(name, prefix="") -> str:
+    """``prefix`` and a file-name stem from a model's name: every run of characters other than
+    letters, digits, ``.``, ``_`` and ``-`` becomes one ``_``, and a trailing file extension
+    is dropped once (:func:`~remprop.cli.converters.drop_extension`), so that
+    ``OUT/<stem>.json`` has one extension (``remprop check mymodel_config.json`` writes
+    ``check-mymodel_config.json``, not ``check-mymodel_config.json.json``). A dotted name
+    that is not a file's (``Llama-3.2-1B``) keeps its dots.
+    """
+    import re
+
+    text = drop_extension(re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_"))
+    return prefix + (text.strip("_.") or "model")

@@ -17,7 +17,7 @@ from ..errors import CommandLineError, validation_extra
 from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
                        add_work_limit_options, architecture_overrides, point_at_option, work_limits)
-from ..output import dumps, format_number, format_table, writable_directory
+from ..output import dumps, format_number, format_table, name_stem, writable_directory
 
 __all__ = ["add_check_parser", "run_check", "DEFAULT_SEQ_LEN"]
 
@@ -128,11 +128,9 @@ def run_check(args) -> int:
     (OUT/NAME.diagram.npz, .json), the one :func:`remprop.diagrams.trainability_diagram` gives
     from the model's spec and input state.
     """
-    import re
-
     spec, length = _model_spec(args)
     directory = writable_directory(args.out)
-    stem = directory / (args.name or "check-" + re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("_"))
+    stem = directory / (args.name or name_stem(spec.name, "check-"))
     theory = _theory_choice(args)
     changed, overrides = _what_if(spec, args)
     _check_work(args, spec, theory)
