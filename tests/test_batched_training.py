@@ -61,6 +61,17 @@ def test_each_run_of_a_batch_equals_its_single_run(runs):
     assert np.abs(losses[:, None] - losses[None]).max(axis=-1)[~np.eye(len(single), dtype=bool)].min() > 1e3 * RTOL
 
 
+def test_a_diverged_run_stops_alone_as_in_its_single_run():
+    # beta 1e38: the scores overflow, the test loss at init is NaN; the other run trains on, unharmed
+    configs = [BASE.replace(beta=0.5, seed=0), BASE.replace(beta=1e38, seed=1)]
+    single, batched = [train(config) for config in configs], train_batched(configs)
+    assert single[1].diverged == batched[1].diverged == {"step": 0, "reason": "the test loss is nan"}
+    assert batched[1].train_loss.size == 0 and np.isnan(batched[1].final_test_loss)
+    assert batched[0].diverged is None
+    np.testing.assert_allclose(batched[0].train_loss, single[0].train_loss, rtol=RTOL, atol=0)
+    np.testing.assert_allclose(batched[0].test_loss, single[0].test_loss, rtol=RTOL, atol=0)
+
+
 def test_batch_key_says_which_runs_share_a_model():
     assert batch_key(BASE) == batch_key(BASE.replace(beta=3.0, seed=9))
     assert batch_key(BASE) != batch_key(BASE.replace(arch=BASE.arch.replace(alpha_sa=0.3)))
