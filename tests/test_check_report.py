@@ -89,9 +89,9 @@ def test_margins_and_graded_verdict():
         m = d.margins
         assert m["alpha_ratio"] == pytest.approx(1.0 / d.alpha_star)
         assert m["beta_ratio"] == pytest.approx(d.spec.beta / d.beta_critical)
-        assert m["gradient_decay"] == pytest.approx(d.query_gradient[0] / d.query_gradient[-1])
+        assert m["gradient_decay"] == pytest.approx(d.gradient_first / d.gradient_last)
         assert m["collapse_depth_ratio"] == pytest.approx(d.collapse_depth / d.spec.depth)
-        assert d.query_gradient.shape == (d.spec.depth,) and d.phase == "trainable"
+        assert d.phase == "trainable"
     assert base.verdict["grade"] == "comfortable" and base.verdict["thin"] == []
     assert deep.verdict["grade"] == "marginal"
     assert deep.margins["alpha_ratio"] < COMFORTABLE_MARGINS["alpha_ratio"]
