@@ -220,3 +220,20 @@ def test_check_diagram_is_the_models_diagram(capsys, tmp_path, configs):
     step = np.max(np.abs(np.diff(np.asarray(diagram.alpha_star, dtype=float))))
     assert abs(result["diagram"]["alpha_star"] - result["alpha_star"]) <= step + 1e-12
     assert (tmp_path / "m.png").exists() and str(tmp_path / "m.diagram.npz") in result["files"]
+
+
+def test_check_takes_threads(capsys, tmp_path, configs):
+    """--threads sets the theory's kernel threads (the same diagnosis); 0 is one line naming it."""
+    import numba
+
+    before = numba.get_num_threads()
+    try:
+        code, out, err = run_cli(capsys, "check", configs["bert"], "--threads", "1", "--json", "--no-figure",
+                                 "--out", tmp_path)
+        assert code == 0, err
+        assert numba.get_num_threads() == 1
+        assert json.loads(out)["alpha_star"] == pytest.approx(diagnose(model_spec(configs["bert"])).alpha_star)
+    finally:
+        numba.set_num_threads(before)
+    code, _, err = run_cli(capsys, "check", configs["bert"], "--threads", "0", "--no-figure", "--out", tmp_path)
+    assert_one_line_error(code, err, "--threads")
