@@ -134,9 +134,6 @@ class Diagnosis:
         Why that theory: the work it takes, or why the Gram state cannot run.
     gram_draws : int or None
         Monte Carlo draws per attention layer of the Gram state (when it is used).
-    query_gradient : ndarray, shape (depth,) or None
-        ``E|dS/dW_Q|_F^2`` of every attention layer (``gradient_first`` and ``gradient_last``
-        are its ends).
     """
 
     spec: ModelSpec
@@ -159,7 +156,6 @@ class Diagnosis:
     last_tokens_theory: str | None = None
     last_tokens_reason: str | None = None
     gram_draws: int | None = None
-    query_gradient: np.ndarray | None = None
 
     @property
     def alpha_sa(self) -> float:
@@ -247,7 +243,6 @@ class Diagnosis:
             "beta": self.spec.beta, "beta_critical": self.beta_critical, "alpha_sa": self.alpha_sa,
             "alpha_star": self.alpha_star, "phase": self.phase, "collapse_depth": self.collapse_depth,
             "margins": self.margins, "verdict": self.verdict, "comfortable_margins": dict(COMFORTABLE_MARGINS),
-            "query_gradient": None if self.query_gradient is None else self.query_gradient.tolist(),
             "max_depth": self.max_depth, "y2_first": self.y2_first,
             "gradient_first": self.gradient_first, "gradient_last": self.gradient_last,
             "key_gradient_first": self.key_gradient_first, "key_gradient_last": self.key_gradient_last,
@@ -453,17 +448,12 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     target = min(target, float(softcap.logit_softcap_max_beta(arch, q0)))
     rho_b, _, phase_b, traj_b = _verdict(run, source, beta=target)
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
-    # and of every layer in between (the decay over the stack)
+    # (the first and the last give the decay over the stack: each layer costs a quadrature)
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
     gradient_args = dict(sigma_v2=arch.sigma_v2, norm_variance=0.0 if arch.norm.has_norm else None)
-    layer_inputs = np.array([np.broadcast_to(v, (depth,)) for v in arch.attention_input(traj.q[:depth], traj.p[:depth])],
-                            dtype=np.float64)
-    all_inputs = np.concatenate([layer_inputs, inputs[2:].T], axis=1)
-    gradients = np.asarray(query_gradient_norm(
-        arch.effective_beta(np.append(np.full(depth, beta), target)), all_inputs[0], all_inputs[1], spec.width,
-        spec.seq_len, **gradient_args), dtype=np.float64)
-    query_gradient = gradients[:depth]
-    gradient_first, gradient_last, gradient_b = float(gradients[0]), float(gradients[depth - 1]), float(gradients[depth])
+    gradient_first, gradient_last, gradient_b = (float(g) for g in query_gradient_norm(
+        arch.effective_beta(np.array([beta, beta, target])), inputs[:, 0], inputs[:, 1], spec.width, spec.seq_len,
+        **gradient_args))
     key_first, key_last = (float(g) for g in key_gradient_norm(
         head_beta, inputs[:2, 0], inputs[:2, 1], spec.width, spec.seq_len, **gradient_args))
 
@@ -518,8 +508,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes), rho_last_tokens_maps=rho_last_maps, last_tokens_theory=last_theory,
-                     last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None,
-                     query_gradient=query_gradient)
+                     last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None)
 
 
 def _verdict_architectures(arch):

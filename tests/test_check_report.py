@@ -89,9 +89,9 @@ def test_margins_and_graded_verdict():
         m = d.margins
         assert m["alpha_ratio"] == pytest.approx(1.0 / d.alpha_star)
         assert m["beta_ratio"] == pytest.approx(d.spec.beta / d.beta_critical)
-        assert m["gradient_decay"] == pytest.approx(d.query_gradient[0] / d.query_gradient[-1])
+        assert m["gradient_decay"] == pytest.approx(d.gradient_first / d.gradient_last)
         assert m["collapse_depth_ratio"] == pytest.approx(d.collapse_depth / d.spec.depth)
-        assert d.query_gradient.shape == (d.spec.depth,) and d.phase == "trainable"
+        assert d.phase == "trainable"
     assert base.verdict["grade"] == "comfortable" and base.verdict["thin"] == []
     assert deep.verdict["grade"] == "marginal"
     assert deep.margins["alpha_ratio"] < COMFORTABLE_MARGINS["alpha_ratio"]
@@ -220,3 +220,20 @@ def test_check_diagram_is_the_models_diagram(capsys, tmp_path, configs):
     step = np.max(np.abs(np.diff(np.asarray(diagram.alpha_star, dtype=float))))
     assert abs(result["diagram"]["alpha_star"] - result["alpha_star"]) <= step + 1e-12
     assert (tmp_path / "m.png").exists() and str(tmp_path / "m.diagram.npz") in result["files"]
+
+
+def test_check_takes_threads(capsys, tmp_path, configs):
+    """--threads sets the theory's kernel threads (the same diagnosis); 0 is one line naming it."""
+    import numba
+
+    before = numba.get_num_threads()
+    try:
+        code, out, err = run_cli(capsys, "check", configs["bert"], "--threads", "1", "--json", "--no-figure",
+                                 "--out", tmp_path)
+        assert code == 0, err
+        assert numba.get_num_threads() == 1
+        assert json.loads(out)["alpha_star"] == pytest.approx(diagnose(model_spec(configs["bert"])).alpha_star)
+    finally:
+        numba.set_num_threads(before)
+    code, _, err = run_cli(capsys, "check", configs["bert"], "--threads", "0", "--no-figure", "--out", tmp_path)
+    assert_one_line_error(code, err, "--threads")

@@ -213,7 +213,7 @@ def test_bert_decoder_and_relative_positions_are_flagged():
     assert not model_spec(base).causal
     relative = model_spec(dict(base, position_embedding_type="relative_key"))
     assert any("relative_key" in text for text in relative.assumptions)
-    d = diagnose(decoder.with_depth(2))
+    d = diagnose(decoder.with_depth(2), causal_theory="maps")  # the flags, not the theory, are tested here
     assert d.rho_last_tokens is not None
 
 
