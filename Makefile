@@ -11,7 +11,7 @@ PIP    := $(VENV)/bin/python -m pip
 TORCH_SPEC  ?= torch==2.13.0+cpu
 TORCH_LINKS ?= /opt/wheels
 TORCH_WHEEL := $(subst ==,-,$(TORCH_SPEC))
-OUT ?= remprop-out
+OUT ?= remprop-diagram
 
 .PHONY: run test venv install install-test docs bench clean
 

@@ -309,9 +309,9 @@ def _final_states(run, progress, segment):
         segment = segment_layers(arch, min(cells, CHUNK_ROWS), depth, -(-cells // CHUNK_ROWS))
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from remprop.progress import progress_bar
 
-        bar = tqdm(total=cells, unit="cell", desc=f"diagram L={depth}")
+        bar = progress_bar(cells, unit="cell", desc=f"diagram L={depth}")
     try:
         if segment >= depth:
             return final_state(run, progress=None if bar is None else bar.update)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +135,7 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
     poll_s : float
         First wait (seconds, doubling up to 2 s) for cells held by another run.
     """
-    from tqdm import tqdm
+    from remprop.progress import progress_bar
 
     from . import distributed
 
@@ -147,8 +146,7 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
     start = time.perf_counter()
     done = store.done()
     waiting = [key for key in cells if key not in done]
-    bar = tqdm(total=len(cells), initial=len(cells) - len(waiting), disable=not progress, desc=desc, unit="cell",
-               file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(len(cells), initial=len(cells) - len(waiting), enabled=bool(progress), desc=desc, unit="cell")
     computed = []
 
     def finished(record):

@@ -7,14 +7,14 @@ runs at, so the theory's T and the simulated T cannot differ.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real, seed_list
+from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real
 from ..errors import CommandLineError, validation_extra
 from ..limits import check_work
-from ..options import add_command, add_output_options, add_work_limit_options, work_limits
-from ..output import dumps, format_number, format_table, writable_directory
+from ..options import (add_command, add_output_options, add_progress_option, add_seeds_option, add_threads_option,
+                       add_work_limit_options, work_limits)
+from ..output import dumps, format_number, format_table, show_progress, writable_directory
 
 __all__ = ["add_check_parser", "run_check"]
 
@@ -51,9 +51,7 @@ def add_check_parser(commands):
                        help="deepest stack searched for the onset of rank collapse (default: %(default)s)")
     check.add_argument("--simulate", action="store_true",
                        help="instantiate the model at random init and overlay measurements (torch, transformers)")
-    check.add_argument("--seeds", type=seed_list, default=seed_list("4"), metavar="SEEDS",
-                       help="initialisation seeds of --simulate: a count N (seeds 0..N-1) or a list 0,3,7 "
-                            "(default: 4)")
+    add_seeds_option(check, what="initialisation seeds of --simulate")
     check.add_argument("--sequences", type=count(1), default=2, metavar="N",
                        help="random input sequences per initialisation (default: %(default)s)")
     check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
@@ -66,6 +64,8 @@ def add_check_parser(commands):
                        help="Monte Carlo draws per attention layer of the causal Gram state (default: 8)")
     add_output_options(check)
     add_work_limit_options(check)
+    add_progress_option(check)
+    add_threads_option(check, what="CPU threads of the theory's numba kernels and of --simulate's torch")
     check.add_argument("--name", type=file_stem, default=None, help="file name stem (default: check-<model>)")
     check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -117,7 +117,7 @@ def run_check(args) -> int:
     measured = None
     if args.simulate:
         theory = _compared_theory(spec, diagnosis, args.causal_theory, args.gram_draws)
-        progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if sys.stderr.isatty() else None
+        progress = show_progress(args)  # the simulated layers, with their ETA (remprop.progress)
         with validation_extra(option="--simulate"):
             from remprop.validation import simulate_model
 
@@ -179,7 +179,10 @@ def _check_work(args, spec) -> None:
     # the compared theory first: a choice that cannot run is the input's error, before any estimate
     compared = _causal_theory_name(spec, args.causal_theory, draws) if args.simulate else None
     if args.simulate:
-        check_work(f"simulating {args.sequences} sequence(s) of {model} (--sequences, --seq-len, --width)",
+        seconds = len(args.seeds) * work.simulation_seconds(spec.width, spec.seq_len, args.sequences, spec.depth,
+                                                            d_ff=spec.d_ff, passes=2 if spec.causal else 1)
+        check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "
+                   "--sequences, --seq-len, --width)", seconds=seconds,
                    nbytes=work.simulation_bytes(spec.width, spec.seq_len, args.sequences, 4, d_ff=spec.d_ff,
                                                 heads=spec.heads), **limits)
     check_work(f"the diagnosis of {model} with --max-depth {args.max_depth}",
