@@ -229,7 +229,8 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int, threshol
     q0, rho0 : float
         Input mean squared norm (> 0) and mean cosine (in [-1, 1]).
     progress : bool
-        Show a tqdm progress bar over the grid cells.
+        Show the progress over the grid cells on stderr (:func:`remprop.progress.progress_bar`:
+        a bar on a terminal, timestamped lines with the ETA in a log).
     segment : int, optional
         Blocks per kernel call (default: one call for a short run, calls of about a quarter
         second for a long one, :func:`~remprop.theory.work_estimates.segment_layers`); the

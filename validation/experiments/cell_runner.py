@@ -127,7 +127,8 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
         (or without dask) in this process, else a LocalCluster of ``workers`` processes
         (default one per core), a running scheduler, or a given client.
     progress : bool
-        A tqdm bar over the cells on stderr.
+        Progress over the cells on stderr (:func:`remprop.progress.progress_bar`: a bar on a
+        terminal, timestamped lines with the ETA in a log).
     desc : str
         The bar's label.
     on_cell : callable, optional

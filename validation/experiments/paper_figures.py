@@ -113,7 +113,8 @@ def make_figures(out_dir, *, quick=False, progress=False, only=None, sizes=None,
         Use the ``"quick"`` sizes of :data:`~remprop.diagrams.paper_figures.SIZES` (else
         ``"full"``, the paper's).
     progress : bool
-        tqdm bars on stderr: one over the figures, one within each long figure.
+        Progress on stderr (:func:`remprop.progress.progress_bar`: bars on a terminal,
+        timestamped lines with the ETA in a log): over the figures, and within each long figure.
     only : str or iterable of str, optional
         Figure ids to draw (default all), e.g. ``"1c,2"``.
     sizes : FigureSizes, optional
