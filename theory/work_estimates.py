@@ -308,12 +308,14 @@ def simulation_flops(width, seq_len, batch, depth, *, d_ff=None, passes=1) -> fl
 SIMULATION_BLOCK_SECONDS = 2e-3
 
 
-def simulation_seconds(width, seq_len, batch, depth, *, d_ff=None, passes=1) -> float:
+def simulation_seconds(width, seq_len, batch, depth, *, d_ff=None, passes=1, flops_per_second=None) -> float:
     """Estimated seconds of simulating ``batch`` sequences through ``depth`` blocks:
-    :func:`simulation_flops` at :func:`flops_seconds`, plus :data:`SIMULATION_BLOCK_SECONDS`
+    :func:`simulation_flops` at ``flops_per_second`` (default :data:`FLOPS_PER_SECOND`, one CPU
+    core; the command line measures its device's rate), plus :data:`SIMULATION_BLOCK_SECONDS`
     per block run (``passes x depth``)."""
     flops = simulation_flops(width, seq_len, batch, depth, d_ff=d_ff, passes=passes)
-    return flops_seconds(flops) + passes * depth * SIMULATION_BLOCK_SECONDS
+    rate = FLOPS_PER_SECOND if flops_per_second is None else float(flops_per_second)
+    return flops / rate + passes * depth * SIMULATION_BLOCK_SECONDS
 
 
 def gram_theory_bytes(seq_len, depth, draws, *, sampled=False) -> int:

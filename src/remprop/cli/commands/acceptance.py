@@ -74,7 +74,7 @@ def add_acceptance_parser(commands):
     table.add_argument("--markdown", default=None, metavar="FILE",
                        help="write the table in Markdown to FILE (default: OUT/acceptance.md)")
     table.add_argument("--json", action="store_true", help="print the table as JSON instead of Markdown")
-    add_work_limit_options(parser, seconds=False)
+    add_work_limit_options(parser)
 
 
 def _sizes(args) -> dict:
@@ -140,7 +140,8 @@ def run_acceptance_command(args) -> int:
 
 
 def _check_memory(args, sizes, theories) -> None:
-    """Refuse an acceptance run whose simulation or theory would exceed --max-memory (one line with the estimate).
+    """Refuse an acceptance run whose simulation or theory would exceed --max-memory, or whose simulations
+    would exceed --max-seconds (one line with the estimate).
 
     The simulation of one seed's ``sequences`` sequences through one block at a time
     (:func:`~remprop.theory.work_estimates.simulation_bytes`); the theory: the input Gram
@@ -153,12 +154,18 @@ def _check_memory(args, sizes, theories) -> None:
 
     from remprop.validation.experiments.acceptance import ACCEPTANCE_CASES
 
+    from .simulation import simulation_time
+
     width, seq_len, sequences = sizes["width"], sizes["seq_len"], sizes["sequences"]
     dtype_bytes = {"float32": 4, "float64": 8}[args.dtype]
     seeds = len(sizes["seeds"]) if isinstance(sizes["seeds"], (list, tuple)) else int(sizes["seeds"])
     check_work(f"simulating {sequences} sequence(s) of {seq_len} tokens of width {width} in {args.dtype} (--width, "
                "--seq-len, --sequences)", nbytes=work.simulation_bytes(width, seq_len, sequences, dtype_bytes),
                **work_limits(args))
+    blocks = sum(case.depth for case in ACCEPTANCE_CASES)  # one simulation per case, at its deepest depth
+    check_work(f"simulating {len(ACCEPTANCE_CASES)} cases x {seeds} seed(s) of {sequences} sequence(s) (--seeds, "
+               "--sequences, --width, --seq-len; cases already in --out are not redone)",
+               seconds=seeds * simulation_time(args.device, width, seq_len, sequences, blocks), **work_limits(args))
     gram = [name for name in theories if name in ("gram", "sampled")]
     if not gram:
         return

@@ -173,14 +173,16 @@ def _check_work(args, spec) -> None:
     from remprop.theory import work_estimates as work
     from remprop.theory.causal import causal_gram_flops
 
+    from .simulation import simulation_time
+
     limits = work_limits(args)
     model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
     draws = 8 if args.gram_draws is None else args.gram_draws
     # the compared theory first: a choice that cannot run is the input's error, before any estimate
     compared = _causal_theory_name(spec, args.causal_theory, draws) if args.simulate else None
     if args.simulate:
-        seconds = len(args.seeds) * work.simulation_seconds(spec.width, spec.seq_len, args.sequences, spec.depth,
-                                                            d_ff=spec.d_ff, passes=2 if spec.causal else 1)
+        seconds = len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
+                                                    spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
         check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "
                    "--sequences, --seq-len, --width)", seconds=seconds,
                    nbytes=work.simulation_bytes(spec.width, spec.seq_len, args.sequences, 4, d_ff=spec.d_ff,

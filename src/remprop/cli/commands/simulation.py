@@ -26,7 +26,7 @@ from ..options import (COMPARED_THEORIES_HELP, add_architecture_arguments, add_c
                        add_work_limit_options, architecture_from_args, simulated_seq_len, work_limits)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
 
-__all__ = ["add_sweep_parser", "add_validate_parser", "run_sweep", "run_validate"]
+__all__ = ["add_sweep_parser", "add_validate_parser", "run_sweep", "run_validate", "simulation_time"]
 
 
 # -- remprop sweep -----------------------------------------------------------------------
@@ -204,13 +204,31 @@ def _check_simulation_memory(args, arch, *, batch, d_ff=None):
                f"in {args.dtype}", nbytes=nbytes, **work_limits(args))
 
 
+def simulation_time(device, width, seq_len, batch, depth, *, d_ff=None, passes=1) -> float:
+    """Estimated seconds of one simulation on ``device`` (``"auto"``/None: CUDA where available):
+    :func:`~remprop.theory.work_estimates.simulation_seconds` at the float32 matrix-product rate
+    measured on the device (:func:`~remprop.validation.training.work.flop_rate`), at least
+    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND` (one core's low end: a short
+    product timed on a loaded CPU reads far slower than the simulation's large ones, and a
+    false refusal costs more than a late one). Needs the validation extra."""
+    from remprop.theory import work_estimates as work
+
+    with validation_extra():
+        from remprop.validation.backend import resolve_device
+        from remprop.validation.training.work import flop_rate
+    try:
+        resolved = resolve_device(None if device in (None, "auto") else device)
+    except ValueError as err:
+        raise CommandLineError(f"argument --device: {err}") from None
+    return work.simulation_seconds(width, seq_len, batch, depth, d_ff=d_ff, passes=passes,
+                                   flops_per_second=max(flop_rate(resolved), work.FLOPS_PER_SECOND))
+
+
 def _check_simulation_time(args, task, *, runs, parallel=1, d_ff=None):
     """Refuse simulations estimated above --max-seconds (one line with the estimate), and print the
     estimate: ``runs`` simulations of --sequences sequences through --depth blocks
-    (:func:`~remprop.theory.work_estimates.simulation_seconds`), ``parallel`` at a time."""
-    from remprop.theory import work_estimates as work
-
-    seconds = work.simulation_seconds(args.width, args.sim_seq_len, args.sequences, args.depth, d_ff=d_ff)
+    (:func:`simulation_time`), ``parallel`` at a time."""
+    seconds = simulation_time(args.device, args.width, args.sim_seq_len, args.sequences, args.depth, d_ff=d_ff)
     check_work(task, seconds=runs * seconds / parallel, **work_limits(args))
 
 
