@@ -30,7 +30,7 @@ PYTHON := $(firstword $(foreach python,$(TORCH_PYTHON) $(addprefix python,$(PYTH
             $(shell $(python) -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' \
                     >/dev/null 2>&1 && echo $(python))))
 endif
-OUT ?= remprop-out
+OUT ?= remprop-diagram
 
 .PHONY: run test venv install install-test docs bench clean
 

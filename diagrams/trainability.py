@@ -239,7 +239,8 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int | None = 
         Input mean squared norm (> 0) and mean cosine (in [-1, 1]) (default: a ModelSpec's input
         state, else 1 and 0).
     progress : bool
-        Show a tqdm progress bar over the grid cells.
+        Show the progress over the grid cells on stderr (:func:`remprop.progress.progress_bar`:
+        a bar on a terminal, timestamped lines with the ETA in a log).
     segment : int, optional
         Blocks per kernel call (default: one call for a short run, calls of about a quarter
         second for a long one, :func:`~remprop.theory.work_estimates.segment_layers`); the
@@ -326,9 +327,9 @@ def _final_states(run, progress, segment):
         segment = segment_layers(arch, min(cells, CHUNK_ROWS), depth, -(-cells // CHUNK_ROWS))
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from remprop.progress import progress_bar
 
-        bar = tqdm(total=cells, unit="cell", desc=f"diagram L={depth}")
+        bar = progress_bar(cells, unit="cell", desc=f"diagram L={depth}")
     try:
         if segment >= depth:
             return final_state(run, progress=None if bar is None else bar.update)

@@ -233,19 +233,19 @@ def test_sampled_theory_rows_resume_and_unknown_theory(store, monkeypatch):
     (["--sequences", "x"], "--sequences"),
 ])
 def test_command_line_bad_input_is_one_line_status_2(tmp_path, capsys, argv, words):
-    assert main(["acceptance", "--store", str(tmp_path), *argv]) == 2
+    assert main(["acceptance", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("remprop acceptance: error:") and words in err
 
 
 def test_command_line_refuses_a_store_of_other_sizes(store, capsys):
-    assert main(["acceptance", "--store", str(store), "--width", "8", "--sim-seq-len", "4", "--seeds", "1"]) == 2
+    assert main(["acceptance", "--out", str(store), "--width", "8", "--seq-len", "4", "--seeds", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--store: " in err and "holds a different" in err and "seeds" in err
 
 
 def test_command_line_measures_and_writes_the_table(tmp_path, capsys):
-    argv = ["acceptance", "--store", str(tmp_path / "store"), "--width", "8", "--sim-seq-len", "4", "--seeds", "1",
+    argv = ["acceptance", "--out", str(tmp_path / "store"), "--width", "8", "--seq-len", "4", "--seeds", "1",
             "--sequences", "2", "--device", "cpu", "--theory", "mean", "--workers", "0",
             "--markdown", str(tmp_path / "table.md")]
     assert main(argv) == 0

@@ -417,7 +417,7 @@ def test_cli_options_reach_the_architecture():
     from remprop.cli import main
 
     assert main(["propagate", "--norm", "pre", "--block-form", "parallel", "--branch-norm", "--final-norm",
-                 "--kv-heads", "1", "--heads", "2", "--qk-norm", "--head-dim", "16", "--theory-seq-len", "64",
+                 "--kv-heads", "1", "--heads", "2", "--qk-norm", "--head-dim", "16", "--seq-len", "64",
                  "--qk-norm-gain", "1.2", "--logit-softcap", "50", "--beta", "1", "--depth", "2", "--json"]) == 0
     assert main(["propagate", "--norm", "post", "--block-form", "parallel", "--beta", "1", "--depth", "2"]) == 2
     assert main(["propagate", "--heads", "4", "--kv-heads", "3", "--beta", "1", "--depth", "2"]) == 2

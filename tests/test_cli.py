@@ -97,7 +97,7 @@ def test_architecture_helpers_round_trip_every_field():
     args = parser.parse_args(["--norm", "pre", "--attention", "gain-controlled", "--activation", "linear",
                               "--sigma-w2", "0.3", "--sigma-b2", "0.01", "--sigma-v2", "0.4",
                               "--alpha", "0.7", "--alpha-mlp", "0.9", "--heads", "4", "--qk-scaling", "head",
-                              "--theory-seq-len", "64"])
+                              "--seq-len", "64"])
     arch = architecture_from_args(args)
     assert arch.to_dict() == Architecture(norm="pre", attention="gain-controlled", activation="linear",
                                           sigma_w2=0.3, sigma_b2=0.01, sigma_v2=0.4, alpha_sa=0.7,
@@ -219,7 +219,7 @@ def test_min_alpha_table_is_readable(capsys):
 
 
 # -- diagram -----------------------------------------------------------------------------
-SMALL_GRID = ["--betas", "0.5:2:4", "--alphas", "0:2:3", "--depth", DEPTH]
+SMALL_GRID = ["--beta", "0.5:2:4", "--alpha", "0:2:3", "--depth", DEPTH]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -302,19 +302,13 @@ def test_validate_missing_torch_at_run_time_is_one_line_and_status_2(capsys, mon
     assert "validation extra" not in err
 
 
-@pytest.mark.parametrize("command", ["min-alpha", "sweep", "validate"])
-def test_the_old_seq_len_option_names_its_two_successors(capsys, command):
-    code, out, err = run_cli(capsys, command, "--seq-len", "64")
-    assert_one_line_error(code, err, "--seq-len", "--theory-seq-len", "--sim-seq-len")
-
-
-def test_validate_and_sweep_name_the_two_sequence_lengths_apart(capsys):
-    """validate has both T's (simulated, theory), sweep only the simulated one: one flag, one meaning."""
+def test_validate_keeps_the_two_sequence_lengths_as_overrides_of_seq_len(capsys):
+    """validate has both T's (simulated, theory): --seq-len sets both, the two others one each;
+    sweep has only the simulated one, --seq-len."""
     code, out, _ = run_cli(capsys, "validate", "--help")
-    assert code == 0 and "--sim-seq-len" in out and "--theory-seq-len" in out
-    assert "--seq-len " not in out.replace("-sim-seq-len", "").replace("-theory-seq-len", "")
+    assert code == 0 and "--sim-seq-len" in out and "--theory-seq-len" in out and "--seq-len T" in out
     code, out, _ = run_cli(capsys, "sweep", "--help")
-    assert code == 0 and "--sim-seq-len" in out and "--theory-seq-len" not in out
+    assert code == 0 and "--seq-len T" in out and "--sim-seq-len" not in out and "--theory-seq-len" not in out
 
 
 # -- bad input: one line, status 2, names the parameter --------------------------------------
@@ -337,15 +331,15 @@ BAD_INPUTS = [
     (["min-alpha", "--sigma-v2", "nan"], "--sigma-v2"),
     (["min-alpha", "--alpha-mlp", "-1"], "--alpha-mlp"),
     (["min-alpha", "--activation", "swish-like"], "--activation"),
-    (["min-alpha", "--theory-seq-len", "1"], "--theory-seq-len"),
-    (["min-alpha", "--theory-seq-len", "12.5"], "--theory-seq-len"),
-    (["min-alpha", "--seq-len", "128"], "--seq-len"),  # the theory's T is --theory-seq-len
-    (["propagate", "--sim-seq-len", "128"], "--sim-seq-len"),  # nothing is simulated here
+    (["min-alpha", "--seq-len", "1"], "--seq-len"),
+    (["min-alpha", "--seq-len", "12.5"], "--seq-len"),
+    (["min-alpha", "--theory-seq-len", "128"], "--seq-len"),  # renamed: the theory's T is --seq-len
+    (["propagate", "--sim-seq-len", "128"], "--seq-len"),  # nothing is simulated here
     (["min-alpha", "--heads", "0"], "--heads"),
     (["min-alpha", "--heads", "2.5"], "--heads"),
     (["min-alpha", "--qk-scaling", "layer"], "--qk-scaling"),
-    (["sweep", "--theory-seq-len", "64"], "--theory-seq-len"),  # sweep's theory T is set by --theory
-    (["sweep", "--sim-seq-len", "1"], "--sim-seq-len"),
+    (["sweep", "--theory-seq-len", "64"], "--seq-len"),  # sweep's theory T is set by --theory
+    (["sweep", "--seq-len", "1"], "--seq-len"),
     (["sweep", "--heads", "0"], "--heads"),
     (["validate", "--sim-seq-len", "1"], "--sim-seq-len"),
     (["validate", "--theory-seq-len", "1"], "--theory-seq-len"),
@@ -362,12 +356,11 @@ BAD_INPUTS = [
     (["propagate", "--alpha-mlp", "inf"], "--alpha-mlp"),
     (["propagate", "--beta", "0.5,1"], "--beta"),
     (["propagate", "--depth", "-3"], "--depth"),
-    (["diagram", "--betas", "0:3:10"], "--betas"),  # contains beta = 0
-    (["diagram", "--betas", "1:2"], "--betas"),
-    (["diagram", "--betas", "1:2:x"], "--betas"),
-    (["diagram", "--alphas", "1:2:0"], "--alphas"),
-    (["diagram", "--alphas", "-1,1"], "--alphas"),
-    (["diagram", "--alpha", "1"], "--alpha"),  # no abbreviation of --alphas
+    (["diagram", "--beta", "0:3:10"], "--beta"),  # contains beta = 0
+    (["diagram", "--beta", "1:2"], "--beta"),
+    (["diagram", "--beta", "1:2:x"], "--beta"),
+    (["diagram", "--alpha", "1:2:0"], "--alpha"),
+    (["diagram", "--alpha", "-1,1"], "--alpha"),
     (["diagram", "--threshold", "2"], "--threshold"),
     (["no-such-command"], "no-such-command"),
 ]
@@ -455,13 +448,13 @@ def test_light_imports():
 
 def test_min_alpha_theory_seq_len_uses_finite_t_theory(capsys):
     # Finite T makes alpha* depend on beta below beta_c (the asymptotic theory does not):
-    # the CLI must hand --theory-seq-len to the Architecture.
+    # the CLI must hand --seq-len to the Architecture.
     import json as _json
 
     from remprop.diagrams import min_residual_strength
     from remprop.theory import Architecture
 
-    assert main(["min-alpha", "--depth", "12", "--beta", "0.3,1.0", "--theory-seq-len", "128", "--json"]) == 0
+    assert main(["min-alpha", "--depth", "12", "--beta", "0.3,1.0", "--seq-len", "128", "--json"]) == 0
     reported = _json.loads(capsys.readouterr().out)["alpha_star"]
     expected = min_residual_strength(Architecture(seq_len=128), 12, [0.3, 1.0])
     assert reported == pytest.approx(list(expected), rel=0, abs=0)
@@ -504,10 +497,10 @@ def test_propagate_with_heads_reaches_the_theory(capsys, extra):
 
 def test_diagram_with_heads_is_one_head_on_a_scaled_beta_axis(capsys, tmp_path):
     """The phases too: beta = 0.5 with four head-scaled heads is beta = 2 > sqrt 2, entropy-collapsed."""
-    grid = ["--alphas", "0:2:3", "--depth", DEPTH, "--no-progress", "--out", tmp_path]
-    many = json_out(capsys, "diagram", "--betas", "0.05,0.125,0.25,0.5", "--heads", "4", "--qk-scaling", "head",
+    grid = ["--alpha", "0:2:3", "--depth", DEPTH, "--no-progress", "--out", tmp_path]
+    many = json_out(capsys, "diagram", "--beta", "0.05,0.125,0.25,0.5", "--heads", "4", "--qk-scaling", "head",
                     "--name", "many", *grid)
-    one = json_out(capsys, "diagram", "--betas", "0.2,0.5,1,2", "--name", "one", *grid)
+    one = json_out(capsys, "diagram", "--beta", "0.2,0.5,1,2", "--name", "one", *grid)
     assert many["alpha_star"] == one["alpha_star"]
     with np.load(tmp_path / "many.npz") as a, np.load(tmp_path / "one.npz") as b:
         np.testing.assert_array_equal(a["phase"], b["phase"])

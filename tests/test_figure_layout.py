@@ -238,7 +238,7 @@ def test_check_writes_one_extension_for_a_config_file(capsys, tmp_path):
 def test_name_option_drops_its_extension_once(capsys, tmp_path):
     from cli_checks import run_cli
 
-    code, _, err = run_cli(capsys, "diagram", "--betas", "0.5,1", "--alphas", "0.5,1", "--depth", "2",
+    code, _, err = run_cli(capsys, "diagram", "--beta", "0.5,1", "--alpha", "0.5,1", "--depth", "2",
                            "--name", "run.json", "--out", tmp_path)
     assert code == 0, err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run.json", "run.npz", "run.png"]

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.packaging
 # Paths a fresh clone would not have; never copied into the build tree.
 _BUILD_LEFTOVERS = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
-    "remprop-out", "*.nbi", "*.nbc", ".ipynb_checkpoints")
+    "remprop-*", "*.nbi", "*.nbc", ".ipynb_checkpoints")
 
 
 def _copy_source_tree(destination: Path) -> Path:

@@ -50,9 +50,9 @@ def remprop_command():
 
 def sweep_argv(spec, out):
     join = lambda values: ",".join(repr(v) for v in values)  # noqa: E731
-    return [*remprop_command(), "sweep", "--betas", join(spec.betas), "--alphas", join(spec.alphas),
+    return [*remprop_command(), "sweep", "--beta", join(spec.betas), "--alpha", join(spec.alphas),
             "--depth", str(spec.depth), "--seeds", str(len(spec.seeds)), "--sequences", str(spec.sequences),
-            "--width", str(spec.width), "--sim-seq-len", str(spec.seq_len), "--workers", "0", "--no-progress",
+            "--width", str(spec.width), "--seq-len", str(spec.seq_len), "--workers", "0", "--no-progress",
             "--json", "--out", str(out)]
 
 

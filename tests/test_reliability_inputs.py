@@ -123,7 +123,7 @@ def test_check_says_what_it_expected_of_a_binary_file_or_a_folder(capsys, tmp_pa
 
 @pytest.mark.parametrize("argv, flag", [
     (("min-alpha", "--beta", "-1:1:3"), "--beta"),
-    (("diagram", "--betas", "-1,1", "--alphas", "1", "--depth", 2), "--betas"),
+    (("diagram", "--beta", "-1,1", "--alpha", "1", "--depth", 2), "--beta"),
     (("propagate", "--q0", "-1e5"), "--q0"),
     (("propagate", "--beta", "-inf"), "--beta"),
 ])
@@ -133,7 +133,7 @@ def test_a_leading_minus_reaches_the_converter(capsys, tmp_path, argv, flag):
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "nodir/x", "a\\b"])
-@pytest.mark.parametrize("command", [("diagram", "--betas", "0.5", "--alphas", "1", "--depth", 2),
+@pytest.mark.parametrize("command", [("diagram", "--beta", "0.5", "--alpha", "1", "--depth", 2),
                                      ("check", "bert-base", "--max-depth", 50, "--no-figure")])
 def test_name_is_a_plain_file_stem_checked_up_front(capsys, tmp_path, command, name):
     code, _, err = run_cli(capsys, *command, "--out", tmp_path, "--name", name)
@@ -143,16 +143,16 @@ def test_name_is_a_plain_file_stem_checked_up_front(capsys, tmp_path, command, n
 
 def test_simulated_overflow_names_the_swept_skip_strength(capsys, tmp_path):
     pytest.importorskip("torch")
-    code, _, err = run_cli(capsys, "sweep", "--alphas", "1e200", "--betas", "0.5", "--norm", "none", "--depth", 2,
-                           "--width", 8, "--sim-seq-len", 8, "--seeds", 1, "--sequences", 1, "--workers", 0,
+    code, _, err = run_cli(capsys, "sweep", "--alpha", "1e200", "--beta", "0.5", "--norm", "none", "--depth", 2,
+                           "--width", 8, "--seq-len", 8, "--seeds", 1, "--sequences", 1, "--workers", 0,
                            "--device", "cpu", "--out", tmp_path)
-    assert_one_line_error(code, err, "alpha_sa", "not finite", "(option --alphas)")
+    assert_one_line_error(code, err, "alpha_sa", "not finite", "(option --alpha)")
 
 
 # -- the categories of bad inputs, over the numeric options of the fast commands ----------
 VALUES = ["nan", "inf", "-inf", "-1", "0", "abc", "1e308", "1e-320", "1e-300", "3.5"]
 PROPAGATE_OPTIONS = ["--beta", "--depth", "--q0", "--rho0", "--sigma-w2", "--sigma-b2", "--sigma-v2",
-                     "--alpha", "--alpha-mlp", "--sigma-o2", "--sigma-w2-out", "--heads", "--theory-seq-len"]
+                     "--alpha", "--alpha-mlp", "--sigma-o2", "--sigma-w2-out", "--heads", "--seq-len"]
 
 
 def _finite(values):

@@ -64,12 +64,12 @@ def test_final_states_carry_the_scale_of_a_fast_growing_stream_as_propagate_does
 
 def test_diagram_says_which_cells_have_no_final_cosine(capsys, tmp_path):
     # pre-LN at alpha 1e300: one block's alpha**2 leaves float64 even with the carried scale
-    code, out, err = run_cli(capsys, "diagram", "--norm", "pre", "--betas", 0.5, "--alphas", "1,1e300",
+    code, out, err = run_cli(capsys, "diagram", "--norm", "pre", "--beta", 0.5, "--alpha", "1,1e300",
                              "--depth", 3, "--out", tmp_path, "--json")
     data = json.loads(out)
     assert code == 0 and err == "" and data["undefined_cells"] == 1
     assert "the first at alpha 1e+300, beta 0.5" in data["note"] and "left float64" in data["note"]
-    code, out, err = run_cli(capsys, "diagram", "--betas", 0.5, "--alphas", "1,1e300", "--depth", 3,
+    code, out, err = run_cli(capsys, "diagram", "--beta", 0.5, "--alpha", "1,1e300", "--depth", 3,
                              "--out", tmp_path, "--json")
     assert code == 0 and json.loads(out)["undefined_cells"] == 0 and json.loads(out)["note"] is None
 
@@ -175,7 +175,7 @@ def test_single_value_axes_draw_without_warnings(capsys, tmp_path):
     # matplotlib warned of identical axis limits (a warning turned into an error here: exit 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        code, out, err = run_cli(capsys, "diagram", "--betas", 0.5, "--alphas", 1, "--depth", 3, "--out", tmp_path)
+        code, out, err = run_cli(capsys, "diagram", "--beta", 0.5, "--alpha", 1, "--depth", 3, "--out", tmp_path)
     assert code == 0 and err == ""
 
 
@@ -192,9 +192,9 @@ def test_a_diagram_without_finite_critical_betas_draws_without_warnings():
 
 def test_logit_softcap_extremes_give_an_answer_without_warnings(capsys):
     # 1e300 raised "unexpected OverflowError" (c**2); 1e-300 a divide-by-zero RuntimeWarning
-    code, out, err = run_cli(capsys, "propagate", "--theory-seq-len", 128, "--logit-softcap", "1e300", "--depth", 2)
+    code, out, err = run_cli(capsys, "propagate", "--seq-len", 128, "--logit-softcap", "1e300", "--depth", 2)
     assert code == 0 and err == ""
-    code, out, err = run_cli(capsys, "propagate", "--theory-seq-len", 128, "--logit-softcap", "1e-300",
+    code, out, err = run_cli(capsys, "propagate", "--seq-len", 128, "--logit-softcap", "1e-300",
                              "--depth", 2)
     assert_one_line_error(code, err, "--logit-softcap", "too small")
     from remprop.theory.softcap import logit_softcap_max_beta

@@ -69,7 +69,7 @@ def test_no_ln_scale_invariance_without_biases():
 
 
 def test_deep_pre_ln_diagram_is_not_called_rank_collapsed():
-    # `remprop diagram --norm pre --depth 10000 --betas 0.05,0.5 --alphas 1.2` labelled
+    # `remprop diagram --norm pre --depth 10000 --beta 0.05,0.5 --alpha 1.2` labelled
     # both cells rank-collapsed (NaN) while alpha* = 1.0006 < 1.2 in the same run.
     arch = Architecture(norm="pre")
     diagram = trainability_diagram(arch, [0.05, 0.5], [1.2], 10000)

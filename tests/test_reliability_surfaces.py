@@ -119,7 +119,7 @@ def test_wide_rotary_head_runs_in_bounded_memory():
 def test_propagate_refuses_a_rotary_head_past_the_time_limit(capsys):
     start = time.perf_counter()
     code, out, err = run_cli(capsys, "propagate", "--positions", "rope", "--head-dim", 10 ** 11,
-                             "--theory-seq-len", 512, "--depth", 3)
+                             "--seq-len", 512, "--depth", 3)
     assert_one_line_error(code, err, "--head-dim", "--max-seconds")
     assert time.perf_counter() - start < 60  # an estimate of seconds, on a loaded machine; the sum takes about 35 min
 
@@ -221,7 +221,7 @@ def test_library_defaults_are_those_of_the_installed_transformers():
 @pytest.mark.parametrize("argv, names", [
     (("--width", 10 ** 9), ("max_memory", "--width", "--max-memory")),
     (("--draws", 10 ** 9), ("max_memory", "--draws", "--max-memory")),
-    (("--sim-seq-len", 10 ** 9), ("--sim-seq-len", "corpus")),
+    (("--seq-len", 10 ** 9), ("--seq-len", "corpus")),
     (("--markdown", ""), ("--markdown",)),
     (("--markdown", "FOLDER"), ("--markdown", "folder")),
 ])
@@ -231,7 +231,7 @@ def test_acceptance_is_refused_before_any_measurement(capsys, tmp_path, argv, na
     argv = [str(tmp_path / "FOLDER") if a == "FOLDER" else a for a in argv]
     store = tmp_path / "store"
     start = time.perf_counter()
-    code, out, err = run_cli(capsys, "acceptance", "--quick", *argv, "--store", store)
+    code, out, err = run_cli(capsys, "acceptance", "--quick", *argv, "--out", store)
     assert_one_line_error(code, err, *names)
     assert not (store / "cells").exists() or not any((store / "cells").iterdir())
     assert time.perf_counter() - start < 60  # refused before the measurements (minutes), on a loaded machine

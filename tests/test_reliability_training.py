@@ -180,7 +180,7 @@ def test_diverged_run_through_the_command_is_one_line_and_recorded(tmp_path, cap
 def test_trained_diagram_counts_divergence_as_an_outcome(tmp_path, capsys):
     """Before: NaN cells classified as collapsed. After: a 'diverged' cell, the grid finishes
     (exit 0), its figure and files are written and read back."""
-    code, out, err = run_cli(capsys, *GRID, "--betas", "0.5,1e300", "--alphas", "1", "--out", tmp_path, "--json")
+    code, out, err = run_cli(capsys, *GRID, "--beta", "0.5,1e300", "--alpha", "1", "--out", tmp_path, "--json")
     assert code == 0, err
     summary = json.loads(out)
     assert summary["trained_phase"][0][1] == DIVERGED and summary["trained_phase"][0][0] != DIVERGED
@@ -210,7 +210,7 @@ def test_trained_diagram_refuses_work_and_leaves_no_manifest(tmp_path, capsys):
     code, out, err = run_cli(capsys, *GRID, "--width", "1000000", "--out", tmp_path)
     assert_one_line(err, "would", "--max-", code=code)
     assert not (tmp_path / "sweep.json").exists()
-    code, out, err = run_cli(capsys, *GRID, "--betas", "0.5", "--alphas", "1", "--out", tmp_path)
+    code, out, err = run_cli(capsys, *GRID, "--beta", "0.5", "--alpha", "1", "--out", tmp_path)
     assert code == 0, err  # the corrected rerun is not refused as "a different sweep"
 
 
@@ -246,16 +246,16 @@ def test_other_steps_on_an_existing_grid_names_steps(tmp_path, capsys):
     """Before: blamed config.eval_every, which the user did not set. After: names --steps."""
     at = GRID.index("--eval-every")
     grid = GRID[:at] + GRID[at + 2:]
-    assert main([*grid, "--betas", "0.5", "--alphas", "1", "--out", str(tmp_path)]) == 0
+    assert main([*grid, "--beta", "0.5", "--alpha", "1", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
-    code, out, err = run_cli(capsys, *grid, "--betas", "0.5", "--alphas", "1", "--steps", "30", "--out", tmp_path)
+    code, out, err = run_cli(capsys, *grid, "--beta", "0.5", "--alpha", "1", "--steps", "30", "--out", tmp_path)
     assert_one_line(err, "--steps: stored 4, asked 30", code=code)
 
 
 # -- item 8: output paths checked before the work ------------------------------------------
 def test_a_folder_in_place_of_a_cell_file_is_refused_first(tmp_path, capsys):
     (tmp_path / "cells" / "a0000_b0000.json").mkdir(parents=True)
-    code, out, err = run_cli(capsys, *GRID, "--betas", "0.5", "--alphas", "1", "--out", tmp_path)
+    code, out, err = run_cli(capsys, *GRID, "--beta", "0.5", "--alpha", "1", "--out", tmp_path)
     assert_one_line(err, "a0000_b0000.json is a folder", "--out", code=code)
     assert not (tmp_path / "sweep.json").exists()
 
@@ -263,7 +263,7 @@ def test_a_folder_in_place_of_a_cell_file_is_refused_first(tmp_path, capsys):
 @pytest.mark.parametrize("command, name", [("train", "train.json"), ("grid", "trained_diagram.png")])
 def test_a_folder_in_place_of_an_output_file_is_refused_first(tmp_path, capsys, command, name):
     (tmp_path / name).mkdir()
-    argv = TRAIN if command == "train" else [*GRID, "--betas", "0.5", "--alphas", "1"]
+    argv = TRAIN if command == "train" else [*GRID, "--beta", "0.5", "--alpha", "1"]
     code, out, err = run_cli(capsys, *argv, "--out", tmp_path)
     assert_one_line(err, name, "is a folder", code=code)
     assert not (tmp_path / CHECKPOINT_NAME).exists() and not (tmp_path / "sweep.json").exists()

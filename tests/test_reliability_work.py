@@ -3,7 +3,7 @@
 Before: ``remprop propagate --depth 1000000000`` allocated whole trajectories (7.5 GiB and
 more: 23 GB resident after 120 s on the developer machine, no answer); ``remprop min-alpha
 --depth 1000000000`` ran one compiled call for hours, with no progress and deaf to Ctrl-C;
-``remprop diagram --betas 0.05:3:5000 --alphas 0:3:5000`` passed 4 GB while drawing 25
+``remprop diagram --beta 0.05:3:5000 --alpha 0:3:5000`` passed 4 GB while drawing 25
 million cells; ``sweep`` and ``validate`` started simulations of any size.
 
 After: the time (timed on this machine) and the memory are estimated first and refused
@@ -263,7 +263,7 @@ def test_time_estimate_is_timed_on_this_machine():
 
 # -- case 3: the diagram --------------------------------------------------------------------
 def test_diagram_refuses_a_grid_beyond_the_memory_limit(capsys, tmp_path):
-    code, out, err = run_cli(capsys, "diagram", "--betas", "0.05:3:5000", "--alphas", "0:3:5000",
+    code, out, err = run_cli(capsys, "diagram", "--beta", "0.05:3:5000", "--alpha", "0:3:5000",
                              "--max-memory", "1", "--out", tmp_path)
     assert_one_line(err, "max_memory: a diagram of 5000 x 5000 cells", "GiB", "(option --max-memory)", code=code)
     assert not any(tmp_path.iterdir())  # refused before anything was computed or written
@@ -292,7 +292,7 @@ def test_segmented_diagram_equals_the_one_call_diagram():
 # -- case 4: simulations --------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["validate", "sweep"])
 def test_simulation_beyond_the_memory_limit_is_refused_before_torch(capsys, tmp_path, command):
-    code, out, err = run_cli(capsys, command, "--width", 100_000, "--sim-seq-len", 100_000, "--out", tmp_path)
+    code, out, err = run_cli(capsys, command, "--width", 100_000, "--seq-len", 100_000, "--out", tmp_path)
     assert_one_line(err, "max_memory: simulating", "TiB", "(option --max-memory)", code=code)
 
 

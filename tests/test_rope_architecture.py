@@ -95,13 +95,13 @@ def test_command_line_options():
     parser = OneLineArgumentParser(prog="remprop")
     add_architecture_arguments(parser)
     args = parser.parse_args(["--positions", "rope", "--rope-base", "500000", "--head-dim", "64",
-                              "--theory-seq-len", "128"])
+                              "--seq-len", "128"])
     arch = architecture_from_args(args)
     assert (arch.positions, arch.rope_base, arch.head_dim, arch.seq_len) == ("rope", 5e5, 64, 128)
     assert architecture_from_args(parser.parse_args([])).to_dict() == Architecture().to_dict()
     with pytest.raises(CommandLineError, match=r"head_dim.*option --head-dim"):
-        architecture_from_args(parser.parse_args(["--positions", "rope", "--theory-seq-len", "128"]))
-    with pytest.raises(CommandLineError, match=r"seq_len is required.*option --theory-seq-len"):
+        architecture_from_args(parser.parse_args(["--positions", "rope", "--seq-len", "128"]))
+    with pytest.raises(CommandLineError, match=r"seq_len is required.*option --seq-len"):
         architecture_from_args(parser.parse_args(["--positions", "rope", "--head-dim", "64"]))
     with pytest.raises(CommandLineError, match=r"rope_base must be > 1.*option --rope-base"):
         architecture_from_args(parser.parse_args(["--rope-base", "0.5"]))

@@ -148,8 +148,8 @@ def test_sweep_killed_with_sigkill_resumes_on_a_running_cluster(tmp_path, killab
     out = tmp_path / "sweep"
     betas = ",".join(repr(b) for b in spec.betas)
     alphas = ",".join(repr(a) for a in spec.alphas)
-    argv = [sys.executable, "-m", "remprop", "sweep", "--betas", betas, "--alphas", alphas, "--depth", str(spec.depth),
-            "--seeds", "2", "--sequences", "1", "--width", "64", "--sim-seq-len", "64", "--workers", "0",
+    argv = [sys.executable, "-m", "remprop", "sweep", "--beta", betas, "--alpha", alphas, "--depth", str(spec.depth),
+            "--seeds", "2", "--sequences", "1", "--width", "64", "--seq-len", "64", "--workers", "0",
             "--out", str(out),
             "--no-progress"]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -288,8 +288,8 @@ def run_cli(capsys, *argv):
     return code, captured.out, captured.err
 
 
-SMALL_ARGS = ["--betas", "0.5,1,2", "--alphas", "0.5,1,1.5", "--depth", "6", "--seeds", "2", "--sequences", "1",
-              "--width", "32", "--sim-seq-len", "32", "--workers", "0", "--no-progress"]
+SMALL_ARGS = ["--beta", "0.5,1,2", "--alpha", "0.5,1,1.5", "--depth", "6", "--seeds", "2", "--sequences", "1",
+              "--width", "32", "--seq-len", "32", "--workers", "0", "--no-progress"]
 
 
 def test_sweep_command_writes_the_diagram_and_resumes(capsys, tmp_path, small_reference):
@@ -308,7 +308,7 @@ def test_sweep_command_writes_the_diagram_and_resumes(capsys, tmp_path, small_re
 
 @pytest.mark.parametrize("extra, option", [
     (["--workers", "-1"], "--workers"), (["--seeds", "0"], "--seeds"), (["--width", "1"], "--width"),
-    (["--betas", "0,1"], "--betas"), (["--device", "tpu"], "--device"), (["--theory", "exact"], "--theory"),
+    (["--beta", "0,1"], "--beta"), (["--device", "tpu"], "--device"), (["--theory", "exact"], "--theory"),
 ])
 def test_sweep_command_bad_input_is_one_line(capsys, tmp_path, extra, option):
     code, out, err = run_cli(capsys, "sweep", *SMALL_ARGS, "--out", tmp_path, *extra)

@@ -252,9 +252,9 @@ def test_trained_diagram_reads_back_from_its_files(tmp_path):
 
 
 @pytest.mark.parametrize("argv, option", [
-    (["--steps", "0"], "--steps"), (["--betas", "1,-2"], "--betas"), (["--threshold", "1.5"], "--threshold"),
+    (["--steps", "0"], "--steps"), (["--beta", "1,-2"], "--beta"), (["--threshold", "1.5"], "--threshold"),
     (["--width", "15", "--heads", "2"], "--width"), (["--device", "tpu"], "--device"),
-    (["--alphas", "-1"], "--alphas"), (["--depth", "0"], "--depth"), (["--batch-cells", "0"], "--batch-cells"),
+    (["--alpha", "-1"], "--alpha"), (["--depth", "0"], "--depth"), (["--batch-cells", "0"], "--batch-cells"),
 ])
 def test_command_bad_input_is_one_line_naming_the_option(capsys, tmp_path, argv, option):
     assert main(["trained-diagram", "--out", str(tmp_path), "--workers", "0", *argv]) == 2
@@ -266,7 +266,7 @@ def test_tiny_real_grid_through_the_command(capsys, tmp_path):
     training = pytest.importorskip("remprop.validation.training")
     if not hasattr(training, "train"):
         pytest.skip("the training core (remprop.validation.training.train) is not there yet")
-    argv = ["trained-diagram", "--betas", "0.5,8", "--alphas", "0.2,1", "--depth", "2", "--width", "16",
+    argv = ["trained-diagram", "--beta", "0.5,8", "--alpha", "0.2,1", "--depth", "2", "--width", "16",
             "--seq-len", "16", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--workers", "0",
             "--device", "cpu", "--batch-cells", "2", "--out", str(tmp_path), "--json"]
     assert main(argv) == 0, capsys.readouterr().err

@@ -80,7 +80,7 @@ def test_validate_theory_option_and_the_simplex_distance(tmp_path, capsys):
     (["--inputs", "synthetic", "--rho0", "3"], "rho0"), (["--device", "tpu"], "device"),
     (["--threads", "0"], "threads"), (["--name", "a/b"], "name"),
     (["--sim-seq-len", "1"], "--sim-seq-len"), (["--theory-seq-len", "1"], "--theory-seq-len"),
-    (["--seq-len", "16"], "--seq-len"),
+    (["--seq-len", "1"], "--seq-len"),
 ])
 def test_bad_input_is_one_line_with_status_2(argv, name, tmp_path, capsys):
     status = main(["validate", *TINY, "--out", str(tmp_path), *argv])

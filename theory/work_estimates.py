@@ -35,7 +35,7 @@ from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_paramet
 __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
            "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
            "kernel_speed", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes", "diagram_bytes",
-           "simulation_bytes", "gram_theory_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds", "spread_indices"]
+           "simulation_bytes", "simulation_flops", "simulation_seconds", "SIMULATION_BLOCK_SECONDS", "gram_theory_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds", "spread_indices"]
 
 #: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
 #: honoured and between two progress updates.
@@ -278,6 +278,44 @@ def simulation_bytes(width, seq_len, batch, dtype_bytes=4, *, d_ff=None, heads=1
     dtype_bytes = check_count("dtype_bytes", dtype_bytes, 1)
     activations = batch * seq_len * (8 * width + 2 * d_ff) + 3 * batch * heads * seq_len ** 2
     return dtype_bytes * (activations + 4 * width ** 2 + 2 * width * d_ff)
+
+
+def simulation_flops(width, seq_len, batch, depth, *, d_ff=None, passes=1) -> float:
+    r"""Floating-point operations of simulating ``batch`` sequences through ``depth`` blocks (torch).
+
+    .. math::
+        F = n_{passes}\, L\, 2 B T\big[4 d^2 + 2 d\, d_{ff} + 2 T d\big]
+
+    per block: the query, key, value and output projections (``4 d^2`` per token), the MLP's
+    two layers (``2 d d_ff``) and the scores and their weighted sum (``2 T d``), two operations
+    per multiply-add; ``passes`` forward passes (a causal model is probed twice). With
+    :func:`flops_seconds` it is the time estimate of a simulation (an upper estimate: torch's
+    matrix products on several cores or a GPU run faster than one core's
+    :data:`FLOPS_PER_SECOND`).
+    """
+    width = check_count("width", width, 1)
+    seq_len = check_count("seq_len", seq_len, 1)
+    batch = check_count("batch", batch, 1)
+    depth = check_count("depth", depth, 1)
+    d_ff = width if d_ff is None else check_count("d_ff", d_ff, 1)
+    passes = check_count("passes", passes, 1)
+    per_token = 4.0 * width ** 2 + 2.0 * width * d_ff + 2.0 * seq_len * width
+    return 2.0 * passes * depth * batch * seq_len * per_token
+
+
+#: Fixed cost of running one simulated block, whatever its size (a dozen torch operations
+#: dispatched, hooks read): about 1-2 ms on a CPU core, measured on the tiny stacks of the tests.
+SIMULATION_BLOCK_SECONDS = 2e-3
+
+
+def simulation_seconds(width, seq_len, batch, depth, *, d_ff=None, passes=1, flops_per_second=None) -> float:
+    """Estimated seconds of simulating ``batch`` sequences through ``depth`` blocks:
+    :func:`simulation_flops` at ``flops_per_second`` (default :data:`FLOPS_PER_SECOND`, one CPU
+    core; the command line measures its device's rate), plus :data:`SIMULATION_BLOCK_SECONDS`
+    per block run (``passes x depth``)."""
+    flops = simulation_flops(width, seq_len, batch, depth, d_ff=d_ff, passes=passes)
+    rate = FLOPS_PER_SECOND if flops_per_second is None else float(flops_per_second)
+    return flops / rate + passes * depth * SIMULATION_BLOCK_SECONDS
 
 
 def gram_theory_bytes(seq_len, depth, draws, *, sampled=False) -> int:

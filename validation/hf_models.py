@@ -35,10 +35,12 @@ from remprop.theory import ModelSpec, model_spec
 from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 
 from remprop._json import to_jsonable
+from remprop.progress import progress_bar
 
 from .backend import check_positive_int, resolve_device, resolve_dtype
 from .experiments.cell_store import CellStore, stored_manifest
 from .probing import probe
+from .probing.discovery import find_blocks
 from . import streamed_layers
 
 __all__ = ["build_model", "model_config", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS",
@@ -426,8 +428,10 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
         As in :func:`build_model`.
     theory : array_like, optional
         Prediction to compare with (default: from :func:`remprop.diagrams.diagnose`).
-    progress : callable, optional
-        Called with each finished seed.
+    progress : bool or callable, optional
+        True: the progress over the simulated layers (every seed's blocks, twice for a causal
+        model) on stderr, with its ETA (:func:`remprop.progress.progress_bar`: a bar on a
+        terminal, timestamped lines in a log); a callable is called with each finished seed.
     store : str or Path, optional
         Folder that keeps one record per finished seed (atomic JSON files, see
         :class:`~remprop.validation.experiments.cell_store.CellStore`): an interrupted run resumes there,
@@ -464,18 +468,22 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
             manifest["streamed"] = True
         cells = CellStore(store, to_jsonable(manifest))
     rows = {"rho": [], "q": [], "p": [], "y2": [], "rho_last": []}
-    for seed in seeds:
-        key = f"seed-{seed}"
-        if cells is not None and key in cells.done():
-            record = cells.read(key)
-        else:
-            record = _measure_seed(spec, seed, sequences, dtype, device, streamed)
-            if cells is not None:
-                cells.write(key, record)
-        for name, value in record.items():
-            rows[name].append(np.asarray(value, dtype=np.float64))
-        if progress is not None:
-            progress(seed)
+    per_seed = spec.depth * (2 if spec.causal else 1)  # blocks run per seed: twice for the last tokens
+    with progress_bar(len(seeds) * per_seed, desc=f"simulate {spec.name}", unit="layer",
+                      enabled=progress is True) as bar:
+        for seed in seeds:
+            key = f"seed-{seed}"
+            if cells is not None and key in cells.done():
+                record = cells.read(key)
+                bar.update(per_seed)
+            else:
+                record = _measure_seed(spec, seed, sequences, dtype, device, streamed, advance=bar.update)
+                if cells is not None:
+                    cells.write(key, record)
+            for name, value in record.items():
+                rows[name].append(np.asarray(value, dtype=np.float64))
+            if callable(progress):
+                progress(seed)
     stack = {name: np.stack(values) for name, values in rows.items() if values}
     return ModelMeasurement(spec=spec, seeds=seeds, rho=stack["rho"], q=stack["q"], p=stack["p"], y2=stack["y2"],
                             rho_last=stack.get("rho_last"), theory=theory, streamed=streamed)
@@ -565,15 +573,22 @@ def _theory_of(spec, theory):
     return theory
 
 
-def _measure_seed(spec, seed, sequences, dtype, device, streamed=False) -> dict:
-    """Per-layer statistics of one initialisation, as JSON-ready lists."""
+def _measure_seed(spec, seed, sequences, dtype, device, streamed=False, advance=None) -> dict:
+    """Per-layer statistics of one initialisation, as JSON-ready lists; ``advance(1)`` after each
+    block has run (a forward hook on the blocks the probe finds)."""
     if streamed:
         model = streamed_model(spec, seed=seed, dtype=dtype, device=device)
     else:
         model = build_model(spec, seed=seed, dtype=dtype, device=device)
     inputs = model_inputs(spec, sequences, seed=seed, device=next(model.parameters()).device)
-    trace = probe(model, inputs)
-    record = {name: getattr(trace, name).tolist() for name in ("rho", "q", "p", "y2")}
-    if spec.causal:
-        record["rho_last"] = probe(model, inputs, last=compared_last_tokens(spec.seq_len)).rho.tolist()
+    hooks = [] if advance is None else [block.register_forward_hook(lambda *_: advance(1))
+                                        for block in find_blocks(model, None)[0]]
+    try:
+        trace = probe(model, inputs)
+        record = {name: getattr(trace, name).tolist() for name in ("rho", "q", "p", "y2")}
+        if spec.causal:
+            record["rho_last"] = probe(model, inputs, last=compared_last_tokens(spec.seq_len)).rho.tolist()
+    finally:
+        for hook in hooks:
+            hook.remove()
     return record

@@ -359,7 +359,8 @@ def run_acceptance(directory, *, cases=ACCEPTANCE_CASES, width=720, seq_len=512,
         torch (and numba) CPU threads while simulating (default: torch's own).
     progress : callable, optional
         ``progress(text)`` with one line per case: at the start (how many are on disk) and
-        after each measured case (its key, seconds, device).
+        after each measured case (its key, seconds, device); given, the progress over the
+        cases with its ETA is shown too (:func:`remprop.progress.progress_bar`).
 
     Returns
     -------
@@ -388,4 +389,5 @@ def run_acceptance(directory, *, cases=ACCEPTANCE_CASES, width=720, seq_len=512,
     threads_context = contextlib.nullcontext() if threads is None else torch_threads(
         check_positive_int("threads", threads))
     with threads_context:
-        return run_cells(store, cells, _measure_record, workers=0, on_cell=on_cell, desc="acceptance")
+        return run_cells(store, cells, _measure_record, workers=0, on_cell=on_cell, desc="acceptance",
+                         progress=progress is not None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +128,8 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
         (or without dask) in this process, else a LocalCluster of ``workers`` processes
         (default one per core), a running scheduler, or a given client.
     progress : bool
-        A tqdm bar over the cells on stderr.
+        Progress over the cells on stderr (:func:`remprop.progress.progress_bar`: a bar on a
+        terminal, timestamped lines with the ETA in a log).
     desc : str
         The bar's label.
     on_cell : callable, optional
@@ -142,7 +142,7 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
         list). Each cell is still claimed, checked and written on its own, so a grid resumes
         cell by cell; in this process one group's cells are claimed at a time.
     """
-    from tqdm import tqdm
+    from remprop.progress import progress_bar
 
     from . import distributed
 
@@ -153,8 +153,7 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
     start = time.perf_counter()
     done = store.done()
     waiting = [key for key in cells if key not in done]
-    bar = tqdm(total=len(cells), initial=len(cells) - len(waiting), disable=not progress, desc=desc, unit="cell",
-               file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(len(cells), initial=len(cells) - len(waiting), enabled=bool(progress), desc=desc, unit="cell")
     computed = []
 
     def finished(result):

@@ -40,7 +40,6 @@ import importlib
 import importlib.util
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,7 +113,8 @@ def make_figures(out_dir, *, quick=False, progress=False, only=None, sizes=None,
         Use the ``"quick"`` sizes of :data:`~remprop.diagrams.paper_figures.SIZES` (else
         ``"full"``, the paper's).
     progress : bool
-        tqdm bars on stderr: one over the figures, one within each long figure.
+        Progress on stderr (:func:`remprop.progress.progress_bar`: bars on a terminal,
+        timestamped lines with the ETA in a log): over the figures, and within each long figure.
     only : str or iterable of str, optional
         Figure ids to draw (default all), e.g. ``"1c,2"``.
     sizes : FigureSizes, optional
@@ -167,10 +167,9 @@ class _Context:
 
     def bar(self, total, desc):
         """An inner progress bar (second line), or a no-op one."""
-        from tqdm import tqdm
+        from remprop.progress import progress_bar
 
-        return tqdm(total=total, desc=desc, unit="seq", leave=False, disable=not self.progress, file=sys.stderr,
-                    position=1)
+        return progress_bar(total, desc=desc, unit="seq", leave=False, enabled=self.progress, position=1)
 
 
 def _resolve(dotted):
@@ -179,11 +178,11 @@ def _resolve(dotted):
 
 
 def _make_figures(ctx, chosen, simulate):
-    from tqdm import tqdm
+    from remprop.progress import progress_bar
 
     files, skipped, notes, elapsed = {}, {}, {}, {}
-    with tqdm(chosen, desc="figures", unit="fig", disable=not ctx.progress, file=sys.stderr, position=0) as bar:
-        for figure_id in bar:
+    with progress_bar(len(chosen), desc="figures", unit="fig", enabled=ctx.progress, position=0) as bar:
+        for figure_id in chosen:
             bar.set_postfix_str(f"fig {figure_id}")
             start = time.perf_counter()
             figure = PAPER_FIGURES[figure_id]
@@ -196,6 +195,7 @@ def _make_figures(ctx, chosen, simulate):
             elif figure.simulation is not None:
                 skipped[figure_id] = f"simulation: {VALIDATION_HINT}"
             elapsed[figure_id] = time.perf_counter() - start
+            bar.update(1)
     index = ctx.out / INDEX_NAME
     with open(index, "w", encoding="utf-8") as handle:
         json.dump(to_jsonable({

@@ -300,7 +300,8 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
         ``None``/``"auto"``: CUDA when the worker has it (worker k takes GPU k mod the
         GPU count), else the CPU; or ``"cpu"``/``"cuda[:n]"`` for every worker.
     progress : bool
-        A tqdm bar over the cells on stderr.
+        Progress over the cells on stderr (:func:`remprop.progress.progress_bar`: a bar on a
+        terminal, timestamped lines with the ETA in a log).
     on_cell : callable, optional
         ``on_cell(key, record)`` after each computed cell is on disk (an exception
         raised there stops the sweep; the cells on disk stay).

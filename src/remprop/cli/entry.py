@@ -30,22 +30,16 @@ OPTION_OF = {**ARCHITECTURE_OPTIONS,
              "max_seconds": "--max-seconds", "max_memory": "--max-memory"}
 
 #: Where a command's option for a parameter differs from :data:`OPTION_OF`: the simulated
-#: sequence length of ``sweep`` and ``validate`` (an Architecture's ``seq_len`` is reported
-#: by :func:`~remprop.cli.options.architecture_from_args` before they run), the swept skip
-#: strengths of ``sweep`` (a simulated stream that overflows names ``alpha_sa``), the
-#: model's sequence length of ``check``. Errors about quantities the user did not set
+#: sequence length of ``validate`` (an Architecture's ``seq_len`` is reported by
+#: :func:`~remprop.cli.options.architecture_from_args` before it runs), the swept skip
+#: strengths of ``sweep`` (a simulated stream that overflows names ``alpha_sa``). Errors about quantities the user did not set
 #: (a config's fields, measured inputs) start with words that are not parameter names,
 #: so that no option is blamed for them.
 COMMAND_OPTION_OF = {
-    "sweep": {"seq_len": "--sim-seq-len", "alpha_sa": "--alphas"},
+    "sweep": {"alpha_sa": "--alpha"},
     "validate": {"seq_len": "--sim-seq-len"},
-    "check": {"seq_len": "--seq-len"},
-    "acceptance": {"seq_len": "--sim-seq-len", "theories": "--theory", "draws": "--draws", "store": "--store"},
+    "acceptance": {"theories": "--theory", "draws": "--draws", "store": "--out"},
 }
-
-
-#: Options that were renamed so that one flag has one meaning: the hint for the old name.
-RENAMED = {"--seq-len": "the theory's T is --theory-seq-len, the tokens of a simulated sequence --sim-seq-len"}
 
 
 def _command_name(argv):
@@ -65,13 +59,38 @@ def _dispatch(argv) -> int:
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # reported by the sub-command that got them, not by "remprop"
         prog = f"remprop {args.command}" if args.command else "remprop"
-        hints = [RENAMED[word] for word in unknown if word in RENAMED]
-        raise CommandLineError(f"unrecognized arguments: {' '.join(unknown)}"
-                               + "".join(f" ({hint})" for hint in hints), prog=prog)
+        raise CommandLineError(f"unrecognized arguments: {' '.join(unknown)}", prog=prog)
     if args.command is None:
         raise CommandLineError(f"a command is required: one of {', '.join(COMMANDS)} "
                                "(remprop --help lists them)", prog="remprop")
-    return int(args.handler(args) or 0)
+    with command_threads(getattr(args, "threads", None), torch=getattr(args, "simulate", False)):
+        return int(args.handler(args) or 0)
+
+
+@contextlib.contextmanager
+def command_threads(count, torch=False):
+    """Run a command with at most ``count`` numba threads (its --threads; None: numba's own),
+    and torch's too with ``torch`` (``check --simulate``); the other commands that simulate or
+    train set torch's threads themselves."""
+    if count is None:
+        yield
+        return
+    if torch:
+        from .errors import validation_extra
+
+        with validation_extra(option="--simulate"):
+            from remprop.validation.backend import torch_threads
+        with torch_threads(count):
+            yield
+        return
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(count, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def _report(prog, message):

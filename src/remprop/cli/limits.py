@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numbers
 
+from remprop.progress import format_seconds
+
 __all__ = ["MAX_SECONDS", "MAX_BYTES", "check_work", "format_seconds", "format_bytes"]
 
 #: Default time limit of a command (``--max-seconds``): longer estimates are refused.
@@ -19,7 +21,7 @@ MAX_SECONDS = 600.0
 MAX_BYTES = 4 * 2 ** 30
 
 
-def check_work(task, *, seconds=None, nbytes=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES):
+def check_work(task, *, seconds=None, nbytes=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES, announce=None):
     """Refuse work estimated above the limits: ``ValueError`` naming the limit, with the estimate.
 
     Parameters
@@ -31,6 +33,9 @@ def check_work(task, *, seconds=None, nbytes=None, max_seconds=MAX_SECONDS, max_
         :func:`~remprop.theory.work_estimates.diagram_bytes`, ...); None: not checked.
     max_seconds, max_memory : float
         The limits (defaults :data:`MAX_SECONDS`, :data:`MAX_BYTES`), > 0.
+    announce : callable, optional
+        ``announce(task, seconds, nbytes)`` once the estimate is within the limits: the
+        command's estimate line (:func:`remprop.cli.output.estimate_announcer`).
 
     Raises
     ------
@@ -47,6 +52,8 @@ def check_work(task, *, seconds=None, nbytes=None, max_seconds=MAX_SECONDS, max_
     if nbytes is not None and nbytes > max_memory:
         raise ValueError(f"max_memory: {task} would need about {format_bytes(nbytes)} of memory (estimate), "
                          f"more than the limit of {format_bytes(max_memory)}; raise the limit to run it anyway")
+    if announce is not None:
+        announce(task, seconds, nbytes)
 
 
 def _positive(name, value):
@@ -54,15 +61,6 @@ def _positive(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
     return float(value)
-
-
-def format_seconds(seconds) -> str:
-    """``"40 s"``, ``"12 min"``, ``"3.2 h"``, ``"5.1 days"``, ``"2e+03 years"``."""
-    seconds = float(seconds)
-    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size if unit in ("years", "days") else seconds >= size:
-            return f"{seconds / size:.2g} {unit}"
-    return f"{seconds:.2g} s"
 
 
 def format_bytes(nbytes) -> str:

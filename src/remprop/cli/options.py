@@ -8,9 +8,14 @@
   :func:`add_output_options`, :func:`add_progress_option`, :func:`add_work_limit_options` --
   the option groups that several commands share, written once.
 
-Two sequence lengths, two names: ``--theory-seq-len`` is the ``T`` of the theory's
-finite-T attention maps (``Architecture.seq_len``; default ``T -> infinity``) and
-``--sim-seq-len`` the number of tokens of each simulated sequence.
+One vocabulary across the commands (:data:`RENAMED_OPTIONS` lists the spellings it replaced,
+refused with a line naming the new one): ``--seq-len`` is the sequence length wherever a
+command has one (the theory's finite-T maps, the simulated or trained sequences, a real
+model's T); ``validate``, which has both a theory and a simulation, also takes
+``--theory-seq-len`` and ``--sim-seq-len`` to set them apart. ``--beta`` and ``--alpha`` take
+one value, or a grid where a command sweeps them. ``--out`` is the output folder, by default
+``remprop-<command>``; ``--seeds`` defaults to :data:`SIMULATION_SEEDS` where a simulation
+averages initialisations; ``--threads`` bounds the CPU threads of every command that computes.
 
 Only the standard library is imported at module level (the theory package is imported
 when a parser is built), so ``import remprop.cli`` stays light.
@@ -35,7 +40,7 @@ from .converters import (
     seed_list,
 )
 from .errors import CommandLineError, one_line
-from .output import JSON_NOTE
+from .output import JSON_NOTE, LONG_WORK_SECONDS
 
 __all__ = [
     "OneLineArgumentParser",
@@ -51,9 +56,27 @@ __all__ = [
     "add_progress_option",
     "add_cluster_options",
     "add_work_limit_options",
+    "add_threads_option",
+    "add_seeds_option",
+    "simulated_seq_len",
     "work_limits",
     "point_at_option",
+    "plain_help",
+    "refuse_renamed_options",
+    "RENAMED_OPTIONS",
+    "SIMULATION_SEEDS",
 ]
+
+#: Option spellings replaced by the common vocabulary: old -> new. Each command refuses the old
+#: spelling with one line naming the new one (exit status 2), unless it still has the option
+#: (``validate`` keeps ``--theory-seq-len`` and ``--sim-seq-len`` as overrides of ``--seq-len``).
+RENAMED_OPTIONS = {"--betas": "--beta", "--alphas": "--alpha", "--theory-seq-len": "--seq-len",
+                   "--sim-seq-len": "--seq-len", "--store": "--out"}
+
+#: Default number of initialisations of the commands that simulate (``sweep``, ``validate``,
+#: ``check --simulate``). ``trained-diagram`` defaults to 1 (each seed is a whole training run)
+#: and ``acceptance`` to the 12 of its table (docs/validation.md, "Twelve initialisations").
+SIMULATION_SEEDS = 2
 
 
 #: Words that argparse must read as (negative) values: a minus, then a digit, ".digit", inf or nan.
@@ -90,10 +113,48 @@ def add_command(commands, name, handler, *, help, epilog=JSON_NOTE, **kwargs):
     API documentation); the epilog defaults to the note on the JSON outputs; ``kwargs``
     go to ``add_parser``.
     """
-    kwargs.setdefault("description", inspect.getdoc(handler))
+    kwargs.setdefault("description", plain_help(inspect.getdoc(handler)))
     parser = commands.add_parser(name, help=help, epilog=epilog, **kwargs)
     parser.set_defaults(handler=handler)
     return parser
+
+
+#: Sphinx roles (``:func:`~a.b.c```) and inline literals (double backquotes) of the docstrings.
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+_LITERAL = re.compile(r"``([^`]*)``")
+
+
+def plain_help(text):
+    """A docstring as plain help text: Sphinx roles become their target's last name
+    (``:func:`~remprop.theory.causal.choose_causal_theory``` -> ``choose_causal_theory``),
+    double backquotes are dropped. None stays None."""
+    if text is None:
+        return None
+
+    def name(match):
+        target = match.group(1).strip()
+        return target.rsplit(".", 1)[-1] if target.startswith(("remprop.", ".")) else target
+
+    return _LITERAL.sub(r"\1", _ROLE.sub(name, text))
+
+
+class _RenamedOption(argparse.Action):
+    """An old spelling: refused at once with one line naming the new option."""
+
+    def __init__(self, option_strings, dest, new=None, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"argument {option_string}: renamed, use {self.new} (same values)")
+
+
+def refuse_renamed_options(parser) -> None:
+    """Add each old spelling of :data:`RENAMED_OPTIONS` that ``parser`` does not have as an
+    option that is refused (one line naming the new option, exit status 2)."""
+    for old, new in RENAMED_OPTIONS.items():
+        if old not in parser._option_string_actions:
+            parser.add_argument(old, action=_RenamedOption, new=new, dest=f"renamed_{old.strip('-')}")
 
 
 def point_at_option(message, options: dict) -> str:
@@ -132,7 +193,7 @@ ARCHITECTURE_OPTIONS = {
     "alpha_mlp": "--alpha-mlp",
     "sigma_o2": "--sigma-o2",
     "sigma_w2_out": "--sigma-w2-out",
-    "seq_len": "--theory-seq-len",
+    "seq_len": "--seq-len",
     "heads": "--heads",
     "qk_scaling": "--qk-scaling",
     "norm_type": "--norm-type",
@@ -168,9 +229,11 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
     alpha_sa : bool
         Add ``--alpha`` (``alpha_sa``). Commands that sweep or solve for alpha_sa
         (``diagram``, ``min-alpha``, ``sweep``) leave it out.
-    theory_seq_len : bool
-        Add ``--theory-seq-len`` (``seq_len``: the T of the theory's finite-T attention
-        maps). ``sweep`` leaves it out: its ``--theory`` compares at the simulated T.
+    theory_seq_len : bool or str
+        True: add ``--seq-len`` (``seq_len``: the T of the theory's finite-T attention maps);
+        ``"override"``: add it as ``--theory-seq-len`` (``validate``, whose ``--seq-len`` sets
+        the theory's and the simulation's T together); False: leave it out (``sweep``: its
+        ``--theory`` compares at the simulated T).
     model_overrides : bool
         The options change a given model's settings (``check``): every default is None, "the
         model's", and :func:`architecture_overrides` reads back the options given.
@@ -185,7 +248,7 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
         ``--alpha`` (optional), ``--alpha-mlp``, ``--heads``, ``--qk-scaling``, ``--positions``,
         ``--rope-base``, ``--head-dim``, the decoder block forms (``--kv-heads``, ``--qk-norm``,
         ``--qk-norm-gain``, ``--qk-norm-dim``, ``--block-form``, ``--branch-norm``, ``--final-norm``,
-        ``--logit-softcap``: docs/theory.md section 19) and ``--theory-seq-len`` (optional); defaults are those
+        ``--logit-softcap``: docs/theory.md section 19) and ``--seq-len`` (optional); defaults are those
         of the Architecture class (post-LN BERT, one head, absolute positions). Choices come
         from :data:`remprop.theory.NORMS`, ``ATTENTIONS``, ``ACTIVATIONS``, ``QK_SCALINGS`` and
         :data:`remprop.theory.architecture.POSITIONS`.
@@ -278,9 +341,12 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
                        help="attention-logit soft-cap C tanh(s/C) (Gemma 2: 50), accepted where the theory "
                             "bounds its effect on Y2 (default: none)")
     if theory_seq_len:
-        group.add_argument("--theory-seq-len", dest=_dest("seq_len"), type=count(2), default=None, metavar="T",
+        override = theory_seq_len == "override"
+        group.add_argument("--theory-seq-len" if override else "--seq-len", dest=_dest("seq_len"), type=count(2),
+                           default=None, metavar="T",
                            help="sequence length T of the theory's attention maps (exact finite-T "
-                                "participation ratios; default: T -> infinity)")
+                                "participation ratios; default: " + ("--seq-len, else " if override else "")
+                                + "T -> infinity)")
     group.add_argument = add
     return group
 
@@ -334,41 +400,79 @@ def add_run_options(parser, *, beta=False, threshold=True, json_help="print JSON
 
 
 def add_grid_options(parser, *, betas, alphas):
-    """--betas and --alphas: the (beta, alpha_SA) grid, defaults given as grid specifications."""
-    parser.add_argument("--betas", type=grid_of(positive_real), default=grid_of(positive_real)(betas),
+    """--beta and --alpha as grids (parsed as ``betas`` and ``alphas``): the (beta, alpha_SA) grid,
+    defaults given as grid specifications."""
+    parser.add_argument("--beta", dest="betas", type=grid_of(positive_real), default=grid_of(positive_real)(betas),
                         metavar="GRID", help=f"beta values (> 0): {GRID_SYNTAX} (default: {betas})")
-    parser.add_argument("--alphas", type=grid_of(nonnegative_real), default=grid_of(nonnegative_real)(alphas),
-                        metavar="GRID", help=f"alpha_SA values (>= 0), same syntax (default: {alphas})")
+    parser.add_argument("--alpha", dest="alphas", type=grid_of(nonnegative_real),
+                        default=grid_of(nonnegative_real)(alphas), metavar="GRID",
+                        help=f"alpha_SA values (>= 0), same syntax (default: {alphas})")
 
 
-def add_simulation_options(parser, *, seeds, width, sim_seq_len, inputs, threads):
+def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds=None, theory_too=False):
     """The simulated networks of ``sweep`` and ``validate``: sizes, seeds, inputs, precision, device.
 
-    Adds ``--seeds --sequences --width --sim-seq-len --inputs --dtype --threads
-    --device``; the keyword arguments are the command's defaults (``threads=None``:
-    torch's own).
+    Adds ``--seeds --sequences --width --seq-len --inputs --dtype --threads --device``; the
+    keyword arguments are the command's defaults (``seeds=None``: :data:`SIMULATION_SEEDS`,
+    ``threads=None``: torch's own). ``theory_too``: ``--seq-len`` (parsed as ``seq_len``,
+    default None) sets the theory's T and the simulated T together, and ``--sim-seq-len``
+    (``sim_seq_len``) overrides the simulated one (default ``sim_seq_len``, resolved by
+    :func:`simulated_seq_len`); else ``--seq-len`` is the simulated T (``sim_seq_len``).
     """
-    parser.add_argument("--seeds", type=seed_list, default=seed_list(str(seeds)), metavar="SEEDS",
-                        help=f"initialisations: a count N (seeds 0..N-1) or a list 'a,b,c' (default: {seeds})")
+    add_seeds_option(parser, seeds)
     parser.add_argument("--sequences", type=count(1), default=2, metavar="N",
                         help="input sequences per seed (default: %(default)s)")
     parser.add_argument("--width", type=count(2), default=width, metavar="D",
                         help="model width d (default: %(default)s)")
-    parser.add_argument("--sim-seq-len", type=count(2), default=sim_seq_len, metavar="T",
-                        help="tokens per simulated sequence T (default: %(default)s)")
+    if theory_too:
+        parser.add_argument("--seq-len", type=count(2), default=None, metavar="T",
+                            help=f"sequence length T of the simulated sequences and of the theory's maps "
+                                 f"(default: {sim_seq_len} simulated tokens, the theory at T -> infinity)")
+        parser.add_argument("--sim-seq-len", type=count(2), default=None, metavar="T",
+                            help=f"tokens per simulated sequence, overriding --seq-len (default: --seq-len, "
+                                 f"else {sim_seq_len})")
+        parser.set_defaults(default_sim_seq_len=sim_seq_len)
+    else:
+        parser.add_argument("--seq-len", dest="sim_seq_len", type=count(2), default=sim_seq_len, metavar="T",
+                            help="tokens per simulated sequence T; the theory compared runs at the same T "
+                                 "(default: %(default)s)")
     parser.add_argument("--inputs", choices=("synthetic", "text"), default=inputs,
                         help="Gaussian tokens with exactly q0, rho0, or embedded pydoc text (default: %(default)s)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                         help="simulation precision (default: %(default)s)")
-    threads_default = "torch's" if threads is None else "%(default)s, fixed so that results are reproducible"
-    parser.add_argument("--threads", type=count(1), default=threads, metavar="N",
-                        help=f"torch CPU threads while simulating (default: {threads_default})")
+    add_threads_option(parser, threads, what="torch and numba CPU threads while simulating",
+                       default_text=None if threads is None else "%(default)s, fixed so that results are reproducible")
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA where available), cpu or cuda[:n] (default: auto)")
 
 
-def add_output_options(parser, *, out="remprop-out", name=None, out_help="output directory, created if needed"):
-    """--out DIR and (when ``name`` is given, the default stem) --name."""
+def simulated_seq_len(args) -> int:
+    """The simulated T of a command with ``theory_too`` (:func:`add_simulation_options`):
+    ``--sim-seq-len``, else ``--seq-len``, else the command's default."""
+    for value in (args.sim_seq_len, args.seq_len, args.default_sim_seq_len):
+        if value is not None:
+            return value
+
+
+def add_seeds_option(parser, seeds=None, *, what="initialisations"):
+    """--seeds: a count N (seeds 0..N-1) or a list; default :data:`SIMULATION_SEEDS` (or ``seeds``)."""
+    seeds = SIMULATION_SEEDS if seeds is None else seeds
+    parser.add_argument("--seeds", type=seed_list, default=seed_list(str(seeds)), metavar="SEEDS",
+                        help=f"{what}: a count N (seeds 0..N-1) or a list 'a,b,c' (default: {seeds})")
+
+
+def add_threads_option(parser, default=None, *, what="CPU threads of the theory's numba kernels",
+                       default_text=None):
+    """--threads N: the CPU threads of a command (numba's kernels; torch's where it simulates or
+    trains). Default ``default`` (None: the libraries' own, all cores)."""
+    text = default_text or ("%(default)s" if default is not None else "all cores")
+    parser.add_argument("--threads", type=count(1), default=default, metavar="N", help=f"{what} (default: {text})")
+
+
+def add_output_options(parser, *, out=None, name=None, out_help="output directory, created if needed"):
+    """--out DIR (default ``remprop-<command>``, or ``out``) and (when ``name`` is given, the
+    default stem) --name."""
+    out = out or "remprop-" + parser.prog.split()[-1]
     parser.add_argument("--out", default=out, metavar="DIR", help=f"{out_help} (default: %(default)s)")
     if name is not None:
         parser.add_argument("--name", type=file_stem, default=name, help="file name stem (default: %(default)s)")
@@ -385,9 +489,10 @@ def add_cluster_options(parser):
 
 
 def add_progress_option(parser):
-    """--progress / --no-progress; by default a bar only when stderr is a terminal."""
+    """--progress / --no-progress (:func:`remprop.cli.output.show_progress`)."""
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="show a progress bar on stderr (default: only when stderr is a terminal)")
+                        help="the estimate and the progress with its ETA on stderr: a bar on a terminal, "
+                             f"timestamped lines in a log (default: shown for work estimated at {LONG_WORK_SECONDS:g} s or more)")
 
 
 def add_work_limit_options(parser, *, seconds=True, memory=True):
@@ -410,8 +515,11 @@ def add_work_limit_options(parser, *, seconds=True, memory=True):
 
 def work_limits(args) -> dict:
     """The limits of :func:`add_work_limit_options` as keyword arguments of
-    :func:`remprop.cli.limits.check_work` (``max_seconds``, ``max_memory`` in bytes)."""
-    limits = {}
+    :func:`remprop.cli.limits.check_work` (``max_seconds``, ``max_memory`` in bytes), and the
+    ``announce`` that prints the estimate (:func:`remprop.cli.output.estimate_announcer`)."""
+    from .output import estimate_announcer
+
+    limits = {"announce": estimate_announcer(args)}
     if hasattr(args, "max_memory"):
         limits["max_memory"] = args.max_memory * 2 ** 30
     if hasattr(args, "max_seconds"):

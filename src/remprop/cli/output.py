@@ -18,7 +18,8 @@ JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the
              '"-inf", "nan" (alpha_star = "inf": no alpha_SA up to the search bound avoids rank collapse).')
 
 __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
-           "show_progress", "progress_bar", "writable_directory", "writable_file", "name_stem"]
+           "show_progress", "estimate_announcer", "progress_bar", "LONG_WORK_SECONDS", "writable_directory", "writable_file",
+           "name_stem"]
 
 
 def format_number(value, digits=6) -> str:
@@ -69,16 +70,51 @@ def run_inputs(args, arch, **extra) -> dict:
     return out
 
 
+#: Work estimated to take less than this many seconds shows no estimate and no progress unless
+#: --progress asks for them (a quick command prints its answer alone).
+LONG_WORK_SECONDS = 5.0
+
+
 def show_progress(args) -> bool:
-    """--progress / --no-progress; by default a bar only when stderr is a terminal."""
-    if args.progress is None:
-        return sys.stderr.isatty()
-    return bool(args.progress)
+    """--progress / --no-progress; by default shown unless the command's estimate
+    (:func:`estimate_announcer`) is under :data:`LONG_WORK_SECONDS`. Shown: a bar on a
+    terminal, timestamped lines with the ETA in a log (:func:`remprop.progress.progress_bar`)."""
+    mode = getattr(args, "progress", None)
+    if mode is not None:
+        return bool(mode)
+    seconds = getattr(args, "estimated_seconds", None)
+    return seconds is None or seconds >= LONG_WORK_SECONDS
+
+
+def estimate_announcer(args):
+    """The ``announce`` of :func:`remprop.cli.limits.check_work` for a command: adds the
+    estimated seconds to ``args.estimated_seconds`` (read by :func:`show_progress`) and prints
+    the estimate line on stderr (``HH:MM:SS estimate: <task>: about 40 s, 300 MiB``) when
+    progress is shown: always with --progress, never with --no-progress, by default when the
+    estimated time is at least :data:`LONG_WORK_SECONDS`."""
+    from remprop.progress import announce
+
+    from .limits import format_bytes, format_seconds
+
+    def announce_estimate(task, seconds, nbytes):
+        if seconds is not None:
+            args.estimated_seconds = (getattr(args, "estimated_seconds", None) or 0.0) + float(seconds)
+        mode = getattr(args, "progress", None)
+        if mode is False or (mode is None and (seconds is None or seconds < LONG_WORK_SECONDS)):
+            return
+        parts = ([f"about {format_seconds(seconds)}"] if seconds is not None else []) + \
+            ([f"{format_bytes(nbytes)} of memory"] if nbytes is not None else [])
+        limit = getattr(args, "max_seconds", None)
+        limit_text = f" (--max-seconds {limit:g})" if seconds is not None and limit is not None else ""
+        announce(f"{task}: {', '.join(parts) or 'not estimated'}{limit_text}")
+
+    return announce_estimate
 
 
 @contextlib.contextmanager
 def progress_bar(args, *, total, unit, desc):
-    """A progress bar on stderr when :func:`show_progress` says so: yields its ``update(n)``, else None.
+    """Progress on stderr when :func:`show_progress` says so (:func:`remprop.progress.progress_bar`):
+    yields its ``update(n)``, else None.
 
     The bar is closed (its line ended) however the block ends, so that an interruption's
     one-line message starts on a line of its own.
@@ -86,9 +122,9 @@ def progress_bar(args, *, total, unit, desc):
     if not show_progress(args):
         yield None
         return
-    from tqdm.auto import tqdm
+    from remprop.progress import progress_bar as bar_of
 
-    with tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, unit_scale=True) as bar:
+    with bar_of(total, unit=unit, desc=desc) as bar:
         yield bar.update
         bar.update(max(0, total - bar.n))  # finished: work estimated but not needed (a search ended early)
 

@@ -5,7 +5,7 @@ import argparse
 import textwrap
 
 from .commands import PARSERS
-from .options import OneLineArgumentParser
+from .options import OneLineArgumentParser, refuse_renamed_options
 from .output import JSON_NOTE
 
 __all__ = ["build_parser", "DEBUG_VARIABLE"]
@@ -39,4 +39,6 @@ def build_parser() -> OneLineArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser)
     for add_parser in PARSERS.values():
         add_parser(commands)
+    for command in commands.choices.values():
+        refuse_renamed_options(command)
     return parser

@@ -9,15 +9,15 @@ model is trained at, ``min(maximum context, DEFAULT_SEQ_LEN)``, not the maximum 
 from __future__ import annotations
 
 import contextlib
-import sys
 from pathlib import Path
 
-from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real, seed_list
+from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real
 from ..errors import CommandLineError, validation_extra
 from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
-                       add_work_limit_options, architecture_overrides, point_at_option, work_limits)
-from ..output import dumps, format_number, format_table, name_stem, writable_directory
+                       add_progress_option, add_seeds_option, add_threads_option, add_work_limit_options,
+                       architecture_overrides, point_at_option, work_limits)
+from ..output import dumps, format_number, format_table, name_stem, show_progress, writable_directory
 
 __all__ = ["add_check_parser", "run_check", "DEFAULT_SEQ_LEN"]
 
@@ -62,9 +62,7 @@ def add_check_parser(commands):
                        help="deepest stack searched for the onset of rank collapse (default: %(default)s)")
     check.add_argument("--simulate", action="store_true",
                        help="instantiate the model at random init and overlay measurements (torch, transformers)")
-    check.add_argument("--seeds", type=seed_list, default=seed_list("4"), metavar="SEEDS",
-                       help="initialisation seeds of --simulate: a count N (seeds 0..N-1) or a list 0,3,7 "
-                            "(default: 4)")
+    add_seeds_option(check, what="initialisation seeds of --simulate")
     check.add_argument("--sequences", type=count(1), default=2, metavar="N",
                        help="random input sequences per initialisation (default: %(default)s)")
     check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
@@ -79,14 +77,14 @@ def add_check_parser(commands):
     add_output_options(check)
     add_work_limit_options(check)
     _add_what_if_options(check)
+    add_progress_option(check)
+    add_threads_option(check, what="CPU threads of the theory's numba kernels and of --simulate's torch")
     check.add_argument("--name", type=file_stem, default=None, help="file name stem (default: check-<model>)")
     check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
     check.add_argument("--diagram", action="store_true",
                        help="also keep the trainability diagram around the model (its architecture, depth and input "
                             "state, as remprop.diagrams.trainability_diagram(model_spec(...)) gives it): "
                             "OUT/NAME.diagram.npz and .json, drawn in the PNG, alpha*(L) at the model's beta printed")
-    check.add_argument("--threads", type=count(1), default=None, metavar="N",
-                       help="CPU threads of the theory's kernels and of --simulate's torch (default: all cores)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -145,7 +143,7 @@ def run_check(args) -> int:
     measured = None
     if args.simulate:
         compared = _compared_theory(diagnosis)
-        progress = (lambda seed: print(f"  simulated seed {seed}", file=sys.stderr)) if sys.stderr.isatty() else None
+        progress = show_progress(args)  # the simulated layers, with their ETA (remprop.progress)
         with validation_extra(option="--simulate"):
             from remprop.validation import simulate_model
             from remprop.validation.backend import torch_threads
@@ -374,6 +372,8 @@ def _check_work(args, spec, theory) -> None:
     from remprop.diagrams.diagnosis import diagnosis_bytes, diagnosis_seconds, last_tokens_theory
     from remprop.theory import work_estimates as work
 
+    from .simulation import simulation_time
+
     limits = work_limits(args)
     model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
     choice, draws = theory
@@ -383,7 +383,10 @@ def _check_work(args, spec, theory) -> None:
     except ValueError as err:
         raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
-        check_work(f"simulating {args.sequences} sequence(s) of {model} (--sequences, --seq-len, --width)",
+        seconds = len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
+                                                    spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
+        check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "
+                   "--sequences, --seq-len, --width)", seconds=seconds,
                    nbytes=work.simulation_bytes(spec.width, spec.seq_len, args.sequences, 4, d_ff=spec.d_ff,
                                                 heads=spec.heads), **limits)
     gram = f" and the causal Gram state with {draws} draws (--gram-draws)" if chosen and chosen[0] == "gram" else ""

@@ -6,7 +6,7 @@ import os
 import textwrap
 
 from ..converters import count
-from ..options import add_command, add_output_options, add_progress_option
+from ..options import add_command, add_output_options, add_progress_option, add_threads_option
 from ..output import dumps, show_progress, writable_directory
 
 __all__ = ["add_figures_parser", "run_figures"]
@@ -43,9 +43,8 @@ def add_figures_parser(commands):
                               "process)")
     figures.add_argument("--device", default="auto",
                          help="simulation device: auto (CUDA when available), cpu or cuda[:n] (default: auto)")
-    figures.add_argument("--threads", type=count(1), default=None, metavar="N",
-                         help="torch CPU threads while simulating (default: 1 with --quick, torch's default "
-                              "otherwise)")
+    add_threads_option(figures, what="torch and numba CPU threads while simulating",
+                       default_text="1 with --quick, all cores otherwise")
     figures.add_argument("--json", action="store_true", help="print the files and notes as JSON")
     add_progress_option(figures)
 

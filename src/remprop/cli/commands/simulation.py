@@ -4,26 +4,29 @@ Both need the ``validation`` extra (torch). Their parsers are built without it;
 :mod:`remprop.validation` is imported inside the run functions, and a missing extra is
 reported as one line with status 2 (:func:`~remprop.cli.errors.validation_extra`).
 
-``--sim-seq-len`` is the number of tokens of each simulated sequence. The theory of
-``validate`` runs at ``--theory-seq-len`` (default ``T -> infinity``); the theory of
-``sweep`` is chosen by ``--theory`` (finite-T at the simulated T, or asymptotic).
+``--seq-len`` is the number of tokens of each simulated sequence, and in ``validate`` also the
+theory's T (``--sim-seq-len`` and ``--theory-seq-len`` set them apart; without any, the theory
+runs at ``T -> infinity``); the theory of ``sweep`` is chosen by ``--theory`` (finite-T at the
+simulated T, or asymptotic).
 The simulated stacks take their heads and query/key scaling from the Architecture
 (``--heads``, ``--qk-scaling``), as the theory does.
 """
 from __future__ import annotations
 
 import contextlib
-import sys
+import os
+
+from remprop.progress import progress_bar
 
 from ..converters import count
 from ..errors import CommandLineError, validation_extra
 from ..limits import check_work
 from ..options import (COMPARED_THEORIES_HELP, add_architecture_arguments, add_cluster_options, add_command, add_grid_options,
                        add_output_options, add_progress_option, add_run_options, add_simulation_options,
-                       add_work_limit_options, architecture_from_args, work_limits)
+                       add_work_limit_options, architecture_from_args, simulated_seq_len, work_limits)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory
 
-__all__ = ["add_sweep_parser", "add_validate_parser", "run_sweep", "run_validate"]
+__all__ = ["add_sweep_parser", "add_validate_parser", "run_sweep", "run_validate", "simulation_time"]
 
 
 # -- remprop sweep -----------------------------------------------------------------------
@@ -33,16 +36,15 @@ def add_sweep_parser(commands):
                              "(needs the validation extra)")
     grid = sweep.add_argument_group("grid and simulation")
     add_grid_options(grid, betas="0.2:2.4:8", alphas="0.8:1.6:9")
-    add_simulation_options(grid, seeds=2, width=128, sim_seq_len=128, inputs="synthetic", threads=1)
+    add_simulation_options(grid, width=128, sim_seq_len=128, inputs="synthetic", threads=1)
     grid.add_argument("--theory", choices=("auto", "finite-T", "asymptotic"), default="auto",
                       help="prediction to compare with: finite-T attention at the simulated T, or T -> infinity "
                            "(default: auto = finite-T where the theory has it)")
     add_run_options(sweep, json_help="print a JSON summary (files, agreement, cells) instead of text")
-    add_output_options(sweep, out="remprop-sweep",
-                       out_help="sweep folder, created if needed; an existing one resumes")
+    add_output_options(sweep, out_help="sweep folder, created if needed; an existing one resumes")
     add_cluster_options(sweep)
     add_progress_option(sweep)
-    add_work_limit_options(sweep, seconds=False)
+    add_work_limit_options(sweep)
     # the theory's T is --theory's choice (at the simulated T or infinite), not an option of its own
     add_architecture_arguments(sweep, alpha_sa=False, theory_seq_len=False)
 
@@ -70,7 +72,15 @@ def run_sweep(args) -> int:
     with validation_extra():
         from remprop.validation import SimulatedStack  # noqa: F401 - loads torch: fails here, not in the workers
         from remprop.validation.experiments.measured_diagram import MeasuredDiagram
+        from remprop.validation.experiments import distributed
         from remprop.validation.experiments.sweep import SweepSpec, load_records, run_sweep as sweep_cells
+
+    cells = len(args.betas) * len(args.alphas)
+    parallel = args.workers if args.workers is not None else \
+        ((os.cpu_count() or 1) if distributed.dask_installed() and args.scheduler is None else 1)
+    _check_simulation_time(args, f"a sweep of {cells} cells ({len(args.seeds)} seed(s) x {args.sequences} "
+                                 f"sequence(s) each) on {max(parallel, 1)} worker(s)",
+                           runs=cells * len(args.seeds), parallel=max(parallel, 1))
 
     spec = SweepSpec(arch=arch, betas=np.asarray(args.betas, dtype=float), alphas=np.asarray(args.alphas, dtype=float),
                      depth=args.depth, seeds=args.seeds, sequences=args.sequences, width=args.width,
@@ -107,7 +117,7 @@ def add_validate_parser(commands):
                            help="compare the theory with simulated networks (needs the validation extra)")
     add_run_options(validate, beta=True, threshold=False, json_help="print a JSON summary instead of the table")
     sim = validate.add_argument_group("simulation")
-    add_simulation_options(sim, seeds=2, width=720, sim_seq_len=512, inputs="text", threads=None)
+    add_simulation_options(sim, width=720, sim_seq_len=512, inputs="text", threads=None, theory_too=True)
     sim.add_argument("--d-ff", type=count(1), default=None, metavar="D", help="MLP hidden width (default: the width)")
     sim.add_argument("--causal", action="store_true", help="causal attention mask (decoder)")
     sim.add_argument("--batch-size", type=count(1), default=None, metavar="N", help="sequences per forward pass")
@@ -120,8 +130,8 @@ def add_validate_parser(commands):
                      help="Monte Carlo draws (or chains) per attention layer of the Gram state (default: 8)")
     add_output_options(validate, name="validate")
     add_progress_option(validate)
-    add_work_limit_options(validate, seconds=False)
-    add_architecture_arguments(validate, alpha_sa=True)
+    add_work_limit_options(validate)
+    add_architecture_arguments(validate, alpha_sa=True, theory_seq_len="override")
 
 
 def run_validate(args) -> int:
@@ -133,6 +143,9 @@ def run_validate(args) -> int:
     'remprop[validation]'. The memory of a batch's simulation and of the Gram theory (its
     --gram-draws) is estimated first: above --max-memory the run is refused.
     """
+    args.sim_seq_len = simulated_seq_len(args)
+    if args.theory_seq_len is None:  # --seq-len sets both Ts; --theory-seq-len the theory's alone
+        args.theory_seq_len = args.seq_len
     arch = architecture_from_args(args)
     if args.theory in ("gram", "sampled"):
         from remprop.theory.gram_state import gram_support_problem
@@ -143,10 +156,11 @@ def run_validate(args) -> int:
     # compare() simulates min(sequences, 16) sequences at a time unless --batch-size says otherwise
     _check_simulation_memory(args, arch, batch=args.batch_size or min(args.sequences, 16), d_ff=args.d_ff)
     _check_gram_memory(args, arch)
+    _check_simulation_time(args, f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of "
+                                 f"{args.sim_seq_len} tokens, width {args.width}, depth {args.depth}",
+                           runs=len(args.seeds), d_ff=args.d_ff)
     directory = writable_directory(args.out)
     with validation_extra():
-        from tqdm import tqdm
-
         from remprop.diagrams.comparison_figures import plot_layer_comparisons
         from remprop.validation import FigureResult, SimulationSettings, compare
         from remprop.validation.backend import torch_threads
@@ -157,7 +171,7 @@ def run_validate(args) -> int:
         sim = SimulationSettings(width=args.width, seq_len=args.sim_seq_len, d_ff=args.d_ff, causal=args.causal,
                                  dtype=args.dtype, device=args.device, seeds=args.seeds, sequences=args.sequences,
                                  batch_size=args.batch_size, inputs=args.inputs, q0=args.q0, rho0=args.rho0)
-        with threads, tqdm(total=total, disable=not show, desc="validate", unit="seq", file=sys.stderr) as bar:
+        with threads, progress_bar(total, enabled=show, desc="validate", unit="seq") as bar:
             comparison = compare(arch, args.beta, args.depth, sim=sim, observable=args.observable,
                                  progress=bar.update, theory=args.theory, gram_draws=args.gram_draws)
     settings = comparison.settings
@@ -188,6 +202,34 @@ def _check_simulation_memory(args, arch, *, batch, d_ff=None):
                                    d_ff=d_ff, heads=arch.heads)
     check_work(f"simulating {batch} sequence(s) of {args.sim_seq_len} tokens of width {args.width} "
                f"in {args.dtype}", nbytes=nbytes, **work_limits(args))
+
+
+def simulation_time(device, width, seq_len, batch, depth, *, d_ff=None, passes=1) -> float:
+    """Estimated seconds of one simulation on ``device`` (``"auto"``/None: CUDA where available):
+    :func:`~remprop.theory.work_estimates.simulation_seconds` at the float32 matrix-product rate
+    measured on the device (:func:`~remprop.validation.training.work.flop_rate`), at least
+    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND` (one core's low end: a short
+    product timed on a loaded CPU reads far slower than the simulation's large ones, and a
+    false refusal costs more than a late one). Needs the validation extra."""
+    from remprop.theory import work_estimates as work
+
+    with validation_extra():
+        from remprop.validation.backend import resolve_device
+        from remprop.validation.training.work import flop_rate
+    try:
+        resolved = resolve_device(None if device in (None, "auto") else device)
+    except ValueError as err:
+        raise CommandLineError(f"argument --device: {err}") from None
+    return work.simulation_seconds(width, seq_len, batch, depth, d_ff=d_ff, passes=passes,
+                                   flops_per_second=max(flop_rate(resolved), work.FLOPS_PER_SECOND))
+
+
+def _check_simulation_time(args, task, *, runs, parallel=1, d_ff=None):
+    """Refuse simulations estimated above --max-seconds (one line with the estimate), and print the
+    estimate: ``runs`` simulations of --sequences sequences through --depth blocks
+    (:func:`simulation_time`), ``parallel`` at a time."""
+    seconds = simulation_time(args.device, args.width, args.sim_seq_len, args.sequences, args.depth, d_ff=d_ff)
+    check_work(task, seconds=runs * seconds / parallel, **work_limits(args))
 
 
 def _check_gram_memory(args, arch):

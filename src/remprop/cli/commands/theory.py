@@ -12,7 +12,7 @@ from pathlib import Path
 from ..converters import GRID_SYNTAX, grid_of, positive_real
 from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_grid_options,
-                       add_output_options, add_progress_option, add_run_options, add_work_limit_options,
+                       add_output_options, add_progress_option, add_run_options, add_threads_option, add_work_limit_options,
                        architecture_from_args, work_limits)
 from ..output import (describe, dumps, format_number, format_table, progress_bar, run_inputs, show_progress,
                       writable_directory)
@@ -29,6 +29,7 @@ def add_diagram_parser(commands):
     add_run_options(diagram, json_help="print a JSON summary (files, alpha_star, beta_critical) instead of text")
     add_output_options(diagram, name="trainability")
     add_progress_option(diagram)
+    add_threads_option(diagram)
     add_work_limit_options(diagram)
     add_architecture_arguments(diagram, alpha_sa=False)
 
@@ -122,6 +123,7 @@ def add_min_alpha_parser(commands):
                            metavar="BETA", help=f"query/key scale(s) beta > 0: {GRID_SYNTAX} (default: 0.5)")
     add_run_options(min_alpha, json_help="print a JSON object with key alpha_star")
     add_progress_option(min_alpha)
+    add_threads_option(min_alpha)
     add_work_limit_options(min_alpha, memory=False)
     add_architecture_arguments(min_alpha, alpha_sa=False)
 
@@ -166,6 +168,7 @@ def add_propagate_parser(commands):
                             help="order parameters q, p, rho layer by layer")
     add_run_options(propagate, beta=True, threshold=False, json_help="print JSON lists instead of a table")
     add_progress_option(propagate)
+    add_threads_option(propagate)
     add_work_limit_options(propagate)
     add_architecture_arguments(propagate, alpha_sa=True)
 

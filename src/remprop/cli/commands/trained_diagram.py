@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 
-from ..converters import count, layer_count, open_unit_real, positive_real, seed_list
+from ..converters import count, layer_count, open_unit_real, positive_real
 from ..errors import CommandLineError, validation_extra
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_cluster_options, add_command,
-                       add_grid_options, add_output_options, add_progress_option, add_work_limit_options,
+                       add_grid_options, add_output_options, add_progress_option, add_seeds_option, add_work_limit_options,
                        point_at_option)
 from ..output import describe, dumps, run_inputs, show_progress, writable_directory, writable_file
 from .training import TRAIN_OPTIONS, check_training_work, training_architecture
@@ -24,7 +24,7 @@ from .training import TRAIN_OPTIONS, check_training_work, training_architecture
 __all__ = ["add_trained_diagram_parser", "run_trained_diagram"]
 
 #: Option of each training or grid parameter, to name it in an error message.
-OPTIONS = {**TRAIN_OPTIONS, "seeds": "--seeds", "betas": "--betas", "alphas": "--alphas", "alpha_sa": "--alphas",
+OPTIONS = {**TRAIN_OPTIONS, "seeds": "--seeds", "betas": "--beta", "alphas": "--alpha", "alpha_sa": "--alpha",
            "threshold": "--threshold", "threads": "--threads", "workers": "--workers", "scheduler": "--scheduler",
            "out": "--out", "theory": "--theory", "max_seconds": "--max-seconds", "max_memory": "--max-memory",
            "batch": "--batch-cells"}
@@ -37,8 +37,8 @@ def add_trained_diagram_parser(commands):
     grid = parser.add_argument_group("grid")
     add_grid_options(grid, betas="0.25,1,4", alphas="0.2,1")
     grid.add_argument("--depth", type=layer_count, default=4, metavar="L", help="blocks L (default: %(default)s)")
-    grid.add_argument("--seeds", type=seed_list, default=seed_list("1"), metavar="SEEDS",
-                      help="training runs per cell: a count N (seeds 0..N-1) or a list 'a,b,c' (default: 1)")
+    # one seed by default, not SIMULATION_SEEDS: each seed is a whole training run of every cell
+    add_seeds_option(grid, 1, what="training runs per cell")
     from remprop.theory import DEFAULT_THRESHOLD
 
     grid.add_argument("--threshold", type=open_unit_real, default=DEFAULT_THRESHOLD, metavar="RHO",
@@ -68,8 +68,7 @@ def add_trained_diagram_parser(commands):
                             "cell by cell; default: %(default)s, one run at a time)")
     train.add_argument("--device", default="auto", help="auto (each worker's GPU where there is one), cpu or "
                                                         "cuda[:n] (default: auto)")
-    add_output_options(parser, out="remprop-trained",
-                       out_help="grid folder, created if needed; an existing one resumes cell by cell")
+    add_output_options(parser, out_help="grid folder, created if needed; an existing one resumes cell by cell")
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     add_cluster_options(parser)
     add_progress_option(parser)

@@ -19,7 +19,8 @@ status 2, one line saying at which step and why.
 from __future__ import annotations
 
 import contextlib
-import sys
+
+from remprop.progress import progress_bar
 
 from ..converters import count, layer_count, nonnegative_real, positive_real
 from ..errors import CommandLineError, one_line, validation_extra
@@ -134,8 +135,6 @@ def run_train(args) -> int:
     for path in (json_path, png_path):
         writable_file(path, "--out")
     with validation_extra():
-        from tqdm import tqdm
-
         from remprop.diagrams.training_figures import training_figure
         from remprop.validation.backend import torch_threads
         from remprop.validation.training import masked_lm_corpus, train
@@ -155,8 +154,7 @@ def run_train(args) -> int:
             except ValueError as err:
                 raise CommandLineError(point_at_option(err, TRAIN_OPTIONS)) from None
             check_training_work(args, config, corpus.vocab_size)
-            with tqdm(total=config.steps, disable=not show_progress(args), desc="train", unit="step",
-                      file=sys.stderr) as bar:
+            with progress_bar(config.steps, enabled=show_progress(args), desc="train", unit="step") as bar:
                 def progress(step, total):
                     bar.update(step - bar.n)
 

@@ -1,0 +1,168 @@
+"""Progress of long work on stderr: one facility for the library and the ``remprop`` commands.
+
+:func:`progress_bar` is what every long loop of remprop reports to (the grid of a diagram,
+the cells of a sweep or a trained grid, the figures, a training run, the simulated layers of
+a real model). Where it shows depends on the stream:
+
+* a terminal (or a Jupyter kernel): a ``tqdm`` bar, redrawn in place;
+* anything else (a log file, a pipe, a captured stream): plain lines, each with the
+  wall-clock time, the work done, the elapsed time and the ETA::
+
+      12:04:31 sweep: 3/72 cells (4%), 41 s elapsed, ETA 16 min
+
+  one at the first step, then at most one every :data:`LINE_INTERVAL_S` seconds, and one
+  when the work ends. A log of a long run therefore always says how far it got.
+
+:func:`announce` prints the one line of an estimate made before the work starts, in the
+same form. Only the standard library is imported here (tqdm when a bar is drawn).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+__all__ = ["LINE_INTERVAL_S", "progress_bar", "announce", "LineProgress", "NoProgress", "format_seconds"]
+
+#: Seconds between two progress lines in a log (the first step and the end are always written).
+LINE_INTERVAL_S = 10.0
+
+
+def format_seconds(seconds) -> str:
+    """``"40 s"``, ``"12 min"``, ``"3.2 h"``, ``"5.1 days"``, ``"2e+03 years"`` (``"unknown"``: not finite)."""
+    seconds = float(seconds)
+    if seconds != seconds or seconds == float("inf"):
+        return "unknown"
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size if unit in ("years", "days") else seconds >= size:
+            return f"{seconds / size:.2g} {unit}"
+    return f"{seconds:.2g} s"
+
+
+def _stamp() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+def announce(text, stream=None) -> None:
+    """Print ``HH:MM:SS estimate: <text>`` on ``stream`` (default stderr): the estimate of work
+    about to start, so that a log says what was expected before anything runs."""
+    stream = sys.stderr if stream is None else stream
+    print(f"{_stamp()} estimate: {text}", file=stream, flush=True)
+
+
+def _interactive(stream) -> bool:
+    """A stream a bar can be redrawn on: a terminal, or the output of a Jupyter kernel."""
+    try:
+        if stream.isatty():
+            return True
+    except (AttributeError, ValueError):
+        return False
+    return "ipykernel" in sys.modules and stream in (sys.stderr, sys.stdout)
+
+
+class NoProgress:
+    """The progress of a run that shows none: every call does nothing (the tqdm methods used here)."""
+
+    n = 0
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, text=""):
+        pass
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class LineProgress(NoProgress):
+    """Progress as plain timestamped lines (a log): ``HH:MM:SS desc: n/total unit (pct), elapsed, ETA``.
+
+    The ETA is the remaining units at the mean rate of the units done by this run (units done
+    before it, ``initial``, such as cells already on disk, do not count towards the rate).
+    """
+
+    def __init__(self, total, *, desc="", unit="it", initial=0, stream=None, interval=LINE_INTERVAL_S):
+        self.total, self.desc, self.unit = total, desc, unit
+        self.n = self.initial = initial
+        self.stream = sys.stderr if stream is None else stream
+        self.interval = float(interval)
+        self.start = time.perf_counter()
+        self.last = None
+        self.postfix = ""
+        self.closed = False
+
+    def line(self) -> str:
+        """The current progress line (without the time stamp)."""
+        elapsed = time.perf_counter() - self.start
+        done = f"{_amount(self.n)}/{_amount(self.total)} {self.unit}" if self.total else f"{_amount(self.n)} {self.unit}"
+        if self.total:
+            done += f" ({100 * self.n / self.total:.0f}%)"
+        own = self.n - self.initial
+        if self.total and self.n >= self.total:
+            eta = "done"
+        elif self.total and own > 0:
+            eta = "ETA " + format_seconds(elapsed / own * (self.total - self.n))
+        else:
+            eta = "ETA unknown"
+        postfix = f" [{self.postfix}]" if self.postfix else ""
+        return f"{self.desc}: {done}{postfix}, {format_seconds(elapsed)} elapsed, {eta}"
+
+    def _write(self):
+        print(f"{_stamp()} {self.line()}", file=self.stream, flush=True)
+        self.last, self.written = time.perf_counter(), self.n
+
+    def update(self, n=1):
+        self.n += n
+        if self.last is None or time.perf_counter() - self.last >= self.interval:
+            self._write()
+
+    def set_postfix_str(self, text=""):
+        self.postfix = str(text)
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            # a run that never advanced writes nothing at its end either, nor one whose last line said it all
+            if self.last is not None and self.n != self.written:
+                self._write()
+
+
+def _amount(value) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def progress_bar(total, *, desc="", unit="it", initial=0, enabled=True, stream=None, leave=True, position=None):
+    """The progress reporter of a long loop: ``update(n)``, ``set_postfix_str``, ``close``, a context manager.
+
+    Parameters
+    ----------
+    total : float
+        Units of the whole work (cells, layers, steps, ...).
+    desc, unit : str
+        What is done, and its unit, for the display.
+    initial : float
+        Units already done before this run (resumed work).
+    enabled : bool
+        False: a :class:`NoProgress` that shows nothing.
+    stream : file, optional
+        Default stderr. A terminal (or a Jupyter kernel) gets a tqdm bar, anything else
+        :class:`LineProgress` lines.
+    leave, position
+        As tqdm's, for nested bars on a terminal.
+    """
+    if not enabled:
+        return NoProgress()
+    stream = sys.stderr if stream is None else stream
+    if _interactive(stream):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, initial=initial, file=stream, leave=leave,
+                    position=position, dynamic_ncols=True)
+    return LineProgress(total, desc=desc, unit=unit, initial=initial, stream=stream)

@@ -1,0 +1,105 @@
+"""One vocabulary across the ``remprop`` commands (issue 26, item 8), checked on every sub-parser:
+help texts without Sphinx markup or internal words, ``--seq-len`` wherever a command has a
+sequence length, ``--beta``/``--alpha`` for grids, ``--out`` defaulting to ``remprop-<command>``,
+one ``--seeds`` default, ``--threads`` on every command, and the old spellings refused with one
+line naming the new option."""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cli_checks import assert_one_line_error, run_cli  # noqa: E402
+
+from remprop.cli.commands import COMMANDS  # noqa: E402
+from remprop.cli.options import RENAMED_OPTIONS, SIMULATION_SEEDS, plain_help  # noqa: E402
+from remprop.cli.parser import build_parser  # noqa: E402
+
+#: Commands without a sequence length: figures draws fixed figures (its sizes come with --quick).
+NO_SEQUENCE = {"figures"}
+#: Commands that write no file (they print their answer), hence have no --out.
+NO_FILES = {"min-alpha", "propagate"}
+#: Commands whose --seeds default differs from SIMULATION_SEEDS, with the documented reason
+#: (remprop.cli.options.SIMULATION_SEEDS): a training run per seed; the table's 12.
+OTHER_SEEDS = {"trained-diagram": [0], "acceptance": None}
+#: Old spellings a command still has: validate's two sequence lengths override --seq-len.
+KEPT = {"validate": {"--theory-seq-len", "--sim-seq-len"}}
+#: Sphinx roles, inline literals and internal words ("issue 14") that a help text must not show.
+MARKUP = re.compile(r":[a-z]+:`|``|\bissue \d+", re.IGNORECASE)
+
+
+@pytest.fixture(scope="module")
+def parsers():
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    summaries = {choice.dest: choice.help for choice in subparsers._choices_actions}
+    return parser, subparsers.choices, summaries
+
+
+def _option(parser, name):
+    action = parser._option_string_actions.get(name)
+    return None if action is None or action.help == argparse.SUPPRESS else action
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_has_no_markup_and_no_internal_words(parsers, command):
+    parser, commands, summaries = parsers
+    text = commands[command].format_help() + "\n" + summaries[command]
+    found = MARKUP.findall(text)
+    assert not found, (command, found)
+    assert not MARKUP.findall(parser.format_help())
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_common_options(parsers, command):
+    _, commands, _ = parsers
+    parser = commands[command]
+    assert (_option(parser, "--seq-len") is not None) == (command not in NO_SEQUENCE), command
+    assert _option(parser, "--threads") is not None, command
+    out = _option(parser, "--out")
+    assert (out is None) == (command in NO_FILES), command
+    assert out is None or out.default == f"remprop-{command}", (command, out.default)
+    seeds = _option(parser, "--seeds")
+    if seeds is not None:
+        assert seeds.default == OTHER_SEEDS.get(command, list(range(SIMULATION_SEEDS))), command
+    for old in ("--betas", "--alphas"):  # a grid is --beta / --alpha
+        assert _option(parser, old) is None, (command, old)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_old_spellings_are_refused_naming_the_new_option(capsys, parsers, command):
+    for old, new in RENAMED_OPTIONS.items():
+        if old in KEPT.get(command, ()):
+            continue
+        code, out, err = run_cli(capsys, command, old, "1")
+        assert_one_line_error(code, err, old, new)
+        assert out == ""
+
+
+def test_validate_seq_len_sets_both_lengths_and_the_overrides_win(parsers):
+    from remprop.cli.options import simulated_seq_len
+
+    parser, _, _ = parsers
+    args = parser.parse_args(["validate", "--seq-len", "64"])
+    assert simulated_seq_len(args) == 64 and args.seq_len == 64 and args.theory_seq_len is None
+    args = parser.parse_args(["validate", "--seq-len", "64", "--sim-seq-len", "32", "--theory-seq-len", "128"])
+    assert simulated_seq_len(args) == 32 and args.theory_seq_len == 128
+    assert simulated_seq_len(parser.parse_args(["validate"])) == 512
+
+
+def test_a_grid_takes_beta_and_alpha(parsers):
+    parser, _, _ = parsers
+    args = parser.parse_args(["diagram", "--beta", "0.5,1", "--alpha", "0:2:3"])
+    assert list(args.betas) == [0.5, 1.0] and list(args.alphas) == [0.0, 1.0, 2.0]
+
+
+def test_plain_help_drops_the_markup():
+    text = ("see :func:`~remprop.theory.causal.choose_causal_theory` and :data:`MAX_SECONDS`, "
+            "the ``simulation.causal_theory`` key, :mod:`remprop.validation.streamed_layers`")
+    assert plain_help(text) == ("see choose_causal_theory and MAX_SECONDS, the simulation.causal_theory key, "
+                                "streamed_layers")
