@@ -19,7 +19,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333; docs/real_models.md sect
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 import os
 import re
 from collections import defaultdict
@@ -245,7 +245,10 @@ def own_weights_spec(model, *, seq_len=None):
     if spec.family not in MEASURED_FAMILIES:
         raise ValueError(f"model: measured weights are read for model_type {', '.join(MEASURED_FAMILIES)}; "
                          f"got {spec.family!r}")
-    return measured_spec(spec, measure_weights(spec, named_tensors(weights), source))
+    spec = measured_spec(spec, measure_weights(spec, named_tensors(weights), source))
+    # the report's and the files' name: the folder, or the model's own name (else its class)
+    named = isinstance(model, (str, os.PathLike)) or not getattr(model.config, "_name_or_path", "")
+    return dataclasses.replace(spec, name=source) if named else spec
 
 
 def check(model, *, seq_len=None, threshold=None, max_depth=None):
