@@ -7,7 +7,7 @@
 #
 # Python: any of 3.10-3.13 (`make PYTHON=python3.12 test` picks one). By default the one the
 # local torch wheel is built for (below), else the newest of python3.13 ... python3.10 that
-# runs, else python3. Without make: `pip install .` (README, "Installing").
+# runs, else python3. Without make: `pip install .` (README, "Quick start").
 VENV   ?= .venv
 PIP    := $(VENV)/bin/python -m pip
 # torch: the CPU build from the local wheel folder where that folder holds it for the venv's

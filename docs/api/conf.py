@@ -1,9 +1,12 @@
-"""Sphinx configuration of the remprop API reference (``make docs``).
+"""Sphinx configuration of the remprop API reference.
+
+The documentation site (``docs/conf.py``, ``make docs``) executes this file and adds the
+markdown pages; the reference also builds alone (``python -m sphinx docs/api OUT``).
 
 Built with warnings as errors (``-W --keep-going``) and ``nitpicky = True``: a broken
 cross-reference, a numpydoc section error, a Parameters section that no longer matches
 the signature (numpydoc's checks PR01/PR02, done by :func:`check_parameter_lists`) or a
-public name documented nowhere fails the build, and with it ``tests/test_api_docs.py``.
+public name documented nowhere fails the build, and with it ``tests/test_docs_site.py``.
 No intersphinx: the build needs no network.
 """
 from __future__ import annotations
