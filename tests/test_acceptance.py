@@ -241,7 +241,7 @@ def test_command_line_bad_input_is_one_line_status_2(tmp_path, capsys, argv, wor
 def test_command_line_refuses_a_store_of_other_sizes(store, capsys):
     assert main(["acceptance", "--out", str(store), "--width", "8", "--seq-len", "4", "--seeds", "1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--store: " in err and "holds a different" in err and "seeds" in err
+    assert len(err.splitlines()) == 1 and "--out: " in err and "holds a different" in err and "seeds" in err
 
 
 def test_command_line_measures_and_writes_the_table(tmp_path, capsys):
