@@ -75,7 +75,7 @@ def model_figure(diagnosis, measured=None, *, diagram=None, resolution=MODEL_DIA
     """Draw a diagnosed model on its trainability diagram and its per-layer cosine.
 
     The title names the model with the size drawn (a model resized for a quick check or a
-    reduced simulation says so, :func:`model_title`); both legends sit below their panels,
+    reduced simulation says so, with the configuration's own size); both legends sit below their panels,
     clear of the data, and the phase labels keep clear of the markers
     (:func:`~remprop.diagrams.style.keep_labels_clear`).
 

@@ -92,7 +92,7 @@ def pyplot_figures():
     Figures pyplot knows are shown by Jupyter (``%matplotlib inline`` or a widget backend)
     at the end of the cell and by ``pyplot.show()`` in a script; the ``.plot()`` methods of
     the result objects draw in this context. Everywhere else (the command line writing
-    files, :meth:`save`) figures stay stand-alone: nothing accumulates in pyplot's list of
+    files, the results' ``save``) figures stay stand-alone: nothing accumulates in pyplot's list of
     open figures.
     """
     token = _THROUGH_PYPLOT.set(True)
@@ -151,7 +151,7 @@ def phase_label(ax, xs, ys, mask, code, fontsize=11):
 
 def marker_extents(ax) -> list:
     """Display-space boxes of every data marker of ``ax`` (lines drawn with markers, scatter
-    points, error-bar points): one :class:`~matplotlib.transforms.Bbox` per point, its
+    points, error-bar points): one ``matplotlib.transforms.Bbox`` per point, its
     half-width the marker's radius (line markers: ``markersize / 2`` points; scatter
     points: ``sqrt(size) / 2`` points)."""
     from matplotlib.collections import PathCollection
