@@ -39,7 +39,7 @@ from .residual_strength import min_residual_strength, search_seconds
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
            "diagnosis_seconds", "diagnosis_bytes", "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
-           "COMFORTABLE_MARGINS", "GRADES"]
+           "COMFORTABLE_MARGINS", "GRADES", "DIAGNOSIS_GRAM_FLOPS"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
@@ -339,6 +339,13 @@ def _collapse_depth(run: RunSettings, max_depth):
     return int(above[0]) + 1 if above.size else None
 
 
+#: Most floating-point work (:func:`~remprop.theory.causal.causal_gram_flops`) that
+#: :func:`diagnose` spends on the causal Gram state when its theory is ``"auto"``: about 40 s at
+#: :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND` (a LLaMA-style stack of 8 layers at
+#: T = 256 takes 3.7e11; GPT-2 at T = 1024, 9.5e11, gets the maps unless asked).
+DIAGNOSIS_GRAM_FLOPS = 4e11
+
+
 def last_tokens_theory(spec, choice="auto", draws=GRAM_DRAWS):
     """Which theory gives a causal model's last-token cosine in :func:`diagnose`, and why.
 
@@ -346,8 +353,8 @@ def last_tokens_theory(spec, choice="auto", draws=GRAM_DRAWS):
     with its true keys, docs/theory.md section 8; docs/real_models.md section 5.4 measures it
     against the real modules) where it can run the model and is affordable, else the
     per-position maps: :func:`~remprop.theory.causal.choose_causal_theory` at the model's
-    architecture, depth and T (``"auto"``: the Gram state up to
-    :data:`~remprop.theory.causal.AUTO_GRAM_FLOPS` floating-point operations).
+    architecture, depth and T (``"auto"``: the Gram state up to :data:`DIAGNOSIS_GRAM_FLOPS`
+    floating-point operations, tens of seconds, so that a default diagnosis stays interactive).
 
     Parameters
     ----------
@@ -368,7 +375,8 @@ def last_tokens_theory(spec, choice="auto", draws=GRAM_DRAWS):
             raise ValueError(f"causal_theory='gram': {spec.name} is not a causal model (its tokens follow the "
                              "layer maps)")
         return None
-    return choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws, choice=choice)
+    return choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws, choice=choice,
+                                budget=DIAGNOSIS_GRAM_FLOPS)
 
 
 def _last_tokens(spec, choice, draws):

@@ -227,13 +227,18 @@ def test_check_takes_threads(capsys, tmp_path, configs):
     import numba
 
     before = numba.get_num_threads()
+    asked = []
+    set_threads = numba.set_num_threads
     try:
+        numba.set_num_threads = lambda n: (asked.append(n), set_threads(n))
         code, out, err = run_cli(capsys, "check", configs["bert"], "--threads", "1", "--json", "--no-figure",
                                  "--out", tmp_path)
-        assert code == 0, err
-        assert numba.get_num_threads() == 1
-        assert json.loads(out)["alpha_star"] == pytest.approx(diagnose(model_spec(configs["bert"])).alpha_star)
     finally:
-        numba.set_num_threads(before)
+        numba.set_num_threads = set_threads
+        set_threads(before)
+    assert code == 0, err
+    assert asked and asked[0] == 1  # the command ran on one thread ...
+    assert asked[-1] == before  # ... and gave the caller's count back
+    assert json.loads(out)["alpha_star"] == pytest.approx(diagnose(model_spec(configs["bert"])).alpha_star)
     code, _, err = run_cli(capsys, "check", configs["bert"], "--threads", "0", "--no-figure", "--out", tmp_path)
     assert_one_line_error(code, err, "--threads")

@@ -133,7 +133,7 @@ def test_simulate_model_resumes_from_its_store(tmp_path, monkeypatch):
     first = simulate_model(spec, seeds=[0, 1], sequences=2, store=tmp_path / "run")
     calls = []
     measure = hf_models._measure_seed
-    monkeypatch.setattr(hf_models, "_measure_seed", lambda spec, seed, *a: calls.append(seed) or measure(spec, seed, *a))
+    monkeypatch.setattr(hf_models, "_measure_seed", lambda spec, seed, *a, **kw: calls.append(seed) or measure(spec, seed, *a, **kw))
     again = simulate_model(spec, seeds=[0, 1, 2], sequences=2, store=tmp_path / "run")
     assert calls == [2]  # seeds 0 and 1 were read back, not recomputed
     np.testing.assert_array_equal(again.rho[:2], first.rho)  # JSON keeps floats bit for bit

@@ -399,14 +399,14 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     return depth * (10.0 * cube + draws * cube * (8.0 + 16.0 * rotating) + quadrature)
 
 
-def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice="auto"):
+def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice="auto", budget=AUTO_GRAM_FLOPS):
     """Which causal theory a measurement of the last tokens is compared with, and why.
 
     ``"maps"``: the per-position maps (:func:`last_tokens_cosine`); ``"gram"``: the causal Gram
     state (:func:`propagate_causal_gram`), which gives each late row its true keys (docs/theory.md
     section 8). ``"auto"`` takes the Gram state when :func:`causal_gram_support_problem` has no
     objection, ``3 <= seq_len <=`` :data:`MAX_GRAM_SEQ_LEN` and :func:`causal_gram_flops` is at most
-    :data:`AUTO_GRAM_FLOPS`; the maps otherwise. An explicit ``"gram"`` that cannot run is a
+    ``budget`` (default :data:`AUTO_GRAM_FLOPS`); the maps otherwise. An explicit ``"gram"`` that cannot run is a
     ValueError naming ``causal_theory`` and the reason (an explicit ``"gram"`` over the
     work bound runs: the bound only steers ``"auto"``).
 
@@ -417,6 +417,8 @@ def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice=
     draws : int
         Monte Carlo draws per attention layer of the Gram state.
     choice : {"auto", "maps", "gram"}
+    budget : float
+        Most floating-point work ``"auto"`` spends on the Gram state.
 
     Returns
     -------
@@ -442,10 +444,10 @@ def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice=
     if choice == "gram":
         return "gram", "asked for"
     flops = causal_gram_flops(arch, depth, seq_len, draws)
-    if flops > AUTO_GRAM_FLOPS:
+    if flops > budget:
         return "maps", (f"the causal Gram state would take {flops:.2g} floating-point operations "
-                        f"(auto takes it up to {AUTO_GRAM_FLOPS:.0e})")
-    return "gram", f"{flops:.2g} floating-point operations (auto takes it up to {AUTO_GRAM_FLOPS:.0e})"
+                        f"(auto takes it up to {budget:.0e}; causal_theory='gram' runs it)")
+    return "gram", f"{flops:.2g} floating-point operations (auto takes it up to {budget:.0e})"
 
 
 def causal_gram_support_problem(arch: Architecture):

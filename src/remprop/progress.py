@@ -8,7 +8,7 @@ a real model). Where it shows depends on the stream:
 * anything else (a log file, a pipe, a captured stream): plain lines, each with the
   wall-clock time, the work done, the elapsed time and the ETA::
 
-      12:04:31 sweep: 3/72 cells (4%), 41 s elapsed, ETA 16 min
+      12:04:31 sweep: 3/72 cells (4%), 0.0732cells/s, 41 s elapsed, ETA 16 min
 
   one at the first step, then at most one every :data:`LINE_INTERVAL_S` seconds, and one
   when the work ends. A log of a long run therefore always says how far it got.
@@ -81,8 +81,17 @@ class NoProgress:
         return False
 
 
+def _rate(per_second) -> str:
+    """A rate as tqdm writes it: three significant digits and a k/M/G prefix (``5.2M``)."""
+    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if per_second >= scale:
+            return f"{per_second / scale:.3g}{prefix}"
+    return f"{per_second:.3g}"
+
+
 class LineProgress(NoProgress):
-    """Progress as plain timestamped lines (a log): ``HH:MM:SS desc: n/total unit (pct), elapsed, ETA``.
+    """Progress as plain timestamped lines (a log): ``HH:MM:SS desc: n/total unit (pct), rate,
+    elapsed, ETA``.
 
     The ETA is the remaining units at the mean rate of the units done by this run (units done
     before it, ``initial``, such as cells already on disk, do not count towards the rate).
@@ -112,7 +121,8 @@ class LineProgress(NoProgress):
         else:
             eta = "ETA unknown"
         postfix = f" [{self.postfix}]" if self.postfix else ""
-        return f"{self.desc}: {done}{postfix}, {format_seconds(elapsed)} elapsed, {eta}"
+        rate = f", {_rate(own / elapsed)}{self.unit}/s" if own > 0 and elapsed > 0 else ""
+        return f"{self.desc}: {done}{postfix}{rate}, {format_seconds(elapsed)} elapsed, {eta}"
 
     def _write(self):
         print(f"{_stamp()} {self.line()}", file=self.stream, flush=True)

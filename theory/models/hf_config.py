@@ -423,14 +423,15 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         vocab = _positive_int(cfg, "vocab_size")
         shared = 1.0 if _get(cfg, "type_vocab_size", default=2) >= 1 else 0.0
         # word, position and (shared by every token) token-type tables, then the LayerNorm
-        q0, rho0 = input_state([r * r] * (2 + int(shared)), [r * r / vocab, 0.0] + [r * r] * int(shared),
-                               norm_gain2=1.0)
+        q0, rho0 = _from_config("config.initializer_range", lambda: input_state(
+            [r * r] * (2 + int(shared)), [r * r / vocab, 0.0] + [r * r] * int(shared), norm_gain2=1.0))
         assumptions.append(
             f"input: all tokens share one token-type embedding, so the normalised embeddings start at "
             f"rho0 = {rho0:.4f}, not 0 (uniformly drawn ids; repeated words raise it)")
     elif gpt:
         vocab = _positive_int(cfg, "vocab_size")
-        q0, rho0 = input_state([r * r, r * r], [r * r / vocab, 0.0])  # word and position tables
+        q0, rho0 = _from_config("config.initializer_range",  # word and position tables
+                                lambda: input_state([r * r, r * r], [r * r / vocab, 0.0]))
         if eps > 0:
             assumptions.append(
                 f"LayerNorm eps = {eps:g} against the embeddings' q0 = 2 r^2 = {q0:.2g}: the first "
@@ -563,7 +564,8 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     share their word with probability ``1/V`` (uniform ids): ``rho0 = 1/V``.
     """
     vocab = _positive_int(cfg, "vocab_size")
-    q0, rho0 = input_state([r * r], [r * r / vocab])  # the word table only
+    q0, rho0 = _from_config("config.initializer_range",  # the word table only
+                            lambda: input_state([r * r], [r * r / vocab]))
     notes = []
     if eps > 0:
         notes.append(f"RMSNorm eps = {eps:g} against the embeddings' q0 = r^2 = {q0:.2g}: the first RMSNorm "

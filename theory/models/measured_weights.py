@@ -151,7 +151,7 @@ def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, 
                                                   attention_gain2, mlp_gain2)))
     bias = as_float_array("mlp_bias", mlp_bias, nonnegative=True)
     post = bool(post_norm)
-    out = {"beta": np.sqrt(vq * vk) * ga / math.sqrt(math.log(seq_len)),
+    out = {"beta": np.sqrt(vq) * np.sqrt(vk) * ga / math.sqrt(math.log(seq_len)),  # no underflow of vq vk
            "sigma_v2": vv * ga, "sigma_o2": vo / ga if post else vo,
            "sigma_w2": v1 * gm, "sigma_w2_out": v2 / gm if post else v2, "sigma_b2": bias}
     return {name: scalar_or_array(value) for name, value in out.items()}

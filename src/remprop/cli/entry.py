@@ -75,20 +75,20 @@ def command_threads(count, torch=False):
     if count is None:
         yield
         return
-    if torch:
-        from .errors import validation_extra
-
-        with validation_extra(option="--simulate"):
-            from remprop.validation.backend import torch_threads
-        with torch_threads(count):
-            yield
-        return
     import numba
 
     before = numba.get_num_threads()
     numba.set_num_threads(max(1, min(count, numba.config.NUMBA_NUM_THREADS)))
     try:
-        yield
+        if torch:
+            from .errors import validation_extra
+
+            with validation_extra(option="--simulate"):
+                from remprop.validation.backend import torch_threads
+            with torch_threads(count):
+                yield
+        else:
+            yield
     finally:
         numba.set_num_threads(before)
 

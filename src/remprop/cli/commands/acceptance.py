@@ -163,15 +163,27 @@ def _check_memory(args, sizes, theories) -> None:
                "--seq-len, --sequences)", nbytes=work.simulation_bytes(width, seq_len, sequences, dtype_bytes),
                **work_limits(args))
     blocks = sum(case.depth for case in ACCEPTANCE_CASES)  # one simulation per case, at its deepest depth
-    check_work(f"simulating {len(ACCEPTANCE_CASES)} cases x {seeds} seed(s) of {sequences} sequence(s) (--seeds, "
-               "--sequences, --width, --seq-len; cases already in --out are not redone)",
-               seconds=seeds * simulation_time(args.device, width, seq_len, sequences, blocks), **work_limits(args))
+    limits = work_limits(args)
+    announce = limits.pop("announce")  # the estimate line once every bound has passed: a refusal is one line
+    task = (f"simulating {len(ACCEPTANCE_CASES)} cases x {seeds} seed(s) of {sequences} sequence(s) (--seeds, "
+            "--sequences, --width, --seq-len; cases already in --out are not redone)")
+    seconds = seeds * simulation_time(args.device, width, seq_len, sequences, blocks)
+    check_work(task, seconds=seconds, **limits)
     gram = [name for name in theories if name in ("gram", "sampled")]
-    if not gram:
-        return
+    if gram:
+        _check_gram_work(args, gram, seq_len, seeds, sequences, limits)
+    check_work(task, seconds=seconds, announce=announce, **limits)
+
+
+def _check_gram_work(args, gram, seq_len, seeds, sequences, limits) -> None:
+    """Refuse Gram theories whose memory exceeds --max-memory (one line with the estimate)."""
+    import os
+
+    from remprop.theory import work_estimates as work
+    from remprop.validation.experiments.acceptance import ACCEPTANCE_CASES
+
     depth = max(case.depth for case in ACCEPTANCE_CASES)
     workers = max(1, os.cpu_count() or 1) if args.workers is None else max(1, args.workers)
     one = max(work.gram_theory_bytes(seq_len, depth, args.draws, sampled=name == "sampled") for name in gram)
     check_work(f"the Gram theory with {args.draws} draws at T = {seq_len} on {workers} worker(s) (--draws, "
-               "--seq-len, --workers)", nbytes=8 * seeds * sequences * seq_len ** 2 + workers * one,
-               **work_limits(args))
+               "--seq-len, --workers)", nbytes=8 * seeds * sequences * seq_len ** 2 + workers * one, **limits)

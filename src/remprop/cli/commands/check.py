@@ -8,7 +8,6 @@ model is trained at, ``min(maximum context, DEFAULT_SEQ_LEN)``, not the maximum 
 """
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real
@@ -134,8 +133,6 @@ def run_check(args) -> int:
     _check_work(args, spec, theory)
     if overrides:
         _check_work(args, changed, theory)
-    if args.threads is not None:
-        _set_threads(args.threads)
     before = None
     if overrides:
         before, spec = _diagnose(spec, args, theory), changed
@@ -146,12 +143,9 @@ def run_check(args) -> int:
         progress = show_progress(args)  # the simulated layers, with their ETA (remprop.progress)
         with validation_extra(option="--simulate"):
             from remprop.validation import simulate_model
-            from remprop.validation.backend import torch_threads
 
-            with contextlib.nullcontext() if args.threads is None else torch_threads(args.threads):
-                measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
-                                             theory=compared["rho"], progress=progress,
-                                             store=Path(f"{stem}.simulation"))
+            measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
+                                         theory=compared["rho"], progress=progress, store=Path(f"{stem}.simulation"))
         measured = measurement.summary()
         measured.update({key: value for key, value in compared.items() if key != "rho"})
     result = diagnosis.to_dict()
@@ -231,14 +225,6 @@ def _model_spec(args):
         spec = spec.with_settings(rho0=args.rho0)
     return spec, {"seq_len": spec.seq_len, "max_seq_len": longest,
                   "source": "--seq-len" if args.seq_len is not None else "default"}
-
-
-def _set_threads(count) -> None:
-    """The theory's numba kernels on ``count`` threads (at most numba's own maximum); --simulate's
-    torch threads are set around the simulation (:func:`remprop.validation.backend.torch_threads`)."""
-    import numba
-
-    numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
 
 
 def _diagram(diagnosis, stem):
