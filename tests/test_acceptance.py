@@ -247,7 +247,7 @@ def test_command_line_refuses_a_store_of_other_sizes(store, capsys):
 def test_command_line_measures_and_writes_the_table(tmp_path, capsys):
     argv = ["acceptance", "--out", str(tmp_path / "store"), "--width", "8", "--seq-len", "4", "--seeds", "1",
             "--sequences", "2", "--device", "cpu", "--theory", "mean", "--workers", "0",
-            "--markdown", str(tmp_path / "table.md")]
+            "--markdown", str(tmp_path / "table.md"), "--progress"]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "[32/32]" in err and "wrote" in err

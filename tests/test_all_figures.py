@@ -161,18 +161,28 @@ def test_figures_command_forwards_its_options(capsys, tmp_path, monkeypatch):
                                                "theory": "finite-T"}},
                                        {"1c": 1.0}, Path(out_dir) / "figures.json")
 
+    estimated = []
+
+    def fake_seconds(**kwargs):
+        estimated.append(kwargs)
+        return {"1c": 1.0}
+
     monkeypatch.setattr(paper_figures, "make_figures", fake_make_figures)
+    monkeypatch.setattr(paper_figures, "figures_seconds", fake_seconds)
+    monkeypatch.setattr(paper_figures, "figures_bytes", lambda **kwargs: 1)
     code, out, err = run_cli(capsys, "figures", "--out", tmp_path / "figs", "--quick", "--no-progress",
                              "--only", "1c", "--workers", "2", "--device", "cpu")
     assert code == 0, err
-    assert code == 0, err
     assert calls == [(tmp_path / "figs", dict(quick=True, progress=False, only="1c", device="cpu", workers=2,
                                               threads=None))]
+    # the estimate (remprop.validation.experiments.paper_figures.figures_seconds) sees the same settings
+    assert estimated == [dict(quick=True, only="1c", device="cpu", workers=2, threads=None)]
     lines = out.splitlines()
     assert f"  {tmp_path / 'figs' / 'a.png'}" in lines and f"  {tmp_path / 'figs' / 'a.json'}" in lines
     assert "3/4 cells agree (75.0%)" in out and "figure 3c: simulation: needs the validation extra" in out
     code, out, _ = run_cli(capsys, "figures", "--out", tmp_path, "--progress", "--json", "--threads", "3")
     assert calls[-1] == (tmp_path, dict(quick=False, progress=True, only=None, device=None, workers=0, threads=3))
+    assert estimated[-1] == dict(quick=False, only=None, device=None, workers=0, threads=3)
     summary = json.loads(out)
     assert summary["files"] == [str(tmp_path / "a.png"), str(tmp_path / "a.json"), str(tmp_path / "figures.json")]
     assert summary["notes"]["1c"]["agreement"] == 0.75 and "3c" in summary["skipped"]

@@ -102,3 +102,41 @@ def test_sweep_past_max_seconds_is_refused_with_its_estimate(capsys, tmp_path):
     code, out, err = run_cli(capsys, "sweep", "--beta", "0.5", "--alpha", "1", "--depth", 2, "--width", 16,
                              "--seq-len", 16, "--workers", 0, "--max-seconds", "1e-9", "--out", tmp_path)
     assert_one_line_error(code, err, "a sweep of 1 cells", "would take about", "--max-seconds")
+
+
+def test_figures_past_max_seconds_are_refused_before_any_figure(capsys, tmp_path):
+    folder = tmp_path / "figs"
+    code, out, err = run_cli(capsys, "figures", "--only", "9", "--quick", "--max-seconds", "1e-9", "--out", folder)
+    assert_one_line_error(code, err, "1 figure(s) (9)", "would take about", "--max-seconds")
+    assert out == "" and not folder.exists()  # refused before the folder, let alone a figure
+
+
+def test_figures_print_their_estimate_before_the_progress(capsys, tmp_path):
+    pytest.importorskip("torch")
+    code, out, err = run_cli(capsys, "figures", "--only", "9", "--quick", "--progress", "--out", tmp_path, "--json")
+    assert code == 0, err
+    lines = err.splitlines()
+    estimates = [line for line in lines if ESTIMATE_LINE.match(line)]
+    assert len(estimates) == 1 and "1 figure(s) (9)" in estimates[0] and "--max-seconds 600" in estimates[0], lines
+    progress = [line for line in lines if PROGRESS_LINE.match(line)]
+    assert progress and any(" figures: 1/1 fig (100%)" in line for line in lines), lines
+    assert lines.index(estimates[0]) < lines.index(progress[0])
+    assert json.loads(out)["figures"]["9"]
+
+
+def test_the_figures_estimate_grows_with_their_sizes():
+    """The estimate is counted from the sizes: twice the seeds (stacks) of Fig. 9, or twice the
+    training seeds of Fig. 3, is twice the simulated work (and the same drawing)."""
+    pytest.importorskip("torch")
+    from remprop.validation.experiments.paper_figures import DRAW_SECONDS, SIZES, figures_seconds
+
+    quick = SIZES["quick"]
+    for figure_id, more in (("9", quick.replace(eoc_seeds=2 * quick.eoc_seeds)),
+                            ("3", quick.replace(train_seeds=2 * quick.train_seeds))):
+        drawn = 2 * DRAW_SECONDS if figure_id == "9" else DRAW_SECONDS  # theory part and simulated part
+        base = figures_seconds(quick, figure_id)[figure_id] - drawn
+        doubled = figures_seconds(more, figure_id)[figure_id] - drawn
+        assert base > 0 and doubled == pytest.approx(2 * base, rel=1e-6), (figure_id, base, doubled)
+    # without the simulations only the theory parts count: Fig. 9's drawing
+    assert figures_seconds(quick, "9", simulate=False) == {"9": DRAW_SECONDS}
+    assert figures_seconds(quick, "3", simulate=False) == {"3": 0.0}

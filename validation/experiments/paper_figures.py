@@ -38,6 +38,7 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import time
@@ -49,8 +50,8 @@ import numpy as np
 from remprop._json import to_jsonable
 from remprop.diagrams.paper_figures import PAPER_FIGURES, SIZES, FigureSizes, check_figure_ids
 
-__all__ = ["make_figures", "FigureSet", "INDEX_NAME", "VALIDATION_HINT", "supported_figures", "FigureSizes",
-           "SIZES", "simulate_1ab", "simulate_1c", "simulate_1d", "simulate_1e", "simulate_1f", "simulate_2",
+__all__ = ["make_figures", "figures_seconds", "figures_bytes", "DRAW_SECONDS", "FigureSet", "INDEX_NAME",
+           "VALIDATION_HINT", "supported_figures", "FigureSizes", "SIZES", "simulate_1ab", "simulate_1c", "simulate_1d", "simulate_1e", "simulate_1f", "simulate_2",
            "simulate_3", "simulate_3c", "simulate_4", "simulate_5", "simulate_6", "simulate_7", "simulate_8",
            "simulate_9", "simulate_12"]
 
@@ -138,21 +139,219 @@ def make_figures(out_dir, *, quick=False, progress=False, only=None, sizes=None,
     ----------
     Giorlandino & Goldt, arXiv 2505.24333, Figs. 1(a-f), 2, 3, 4, 5, 6, 7, 8, 9 and 12.
     """
-    sizes = sizes if sizes is not None else SIZES["quick" if quick else "full"]
-    if not isinstance(sizes, FigureSizes):
-        raise ValueError(f"sizes must be a FigureSizes, got {type(sizes).__name__}")
+    sizes = _chosen_sizes(sizes, quick)
     chosen = check_figure_ids(only)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     simulate = _torch_available()
+    with _simulation_threads(sizes, threads, simulate):
+        return _make_figures(_Context(out, sizes, device, workers, progress), chosen, simulate)
+
+
+def _chosen_sizes(sizes, quick) -> FigureSizes:
+    sizes = sizes if sizes is not None else SIZES["quick" if quick else "full"]
+    if not isinstance(sizes, FigureSizes):
+        raise ValueError(f"sizes must be a FigureSizes, got {type(sizes).__name__}")
+    return sizes
+
+
+def _simulation_threads(sizes, threads, simulate):
+    """The torch threads of :func:`make_figures` around its simulations (its ``threads`` rule), or a no-op."""
     if threads is None and sizes != SIZES["full"]:
         threads = 1
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    if not simulate or threads is None:
+        return contextlib.nullcontext()
     from ..backend import torch_threads  # sets, then restores
 
-    with torch_threads(threads) if simulate and threads is not None else contextlib.nullcontext():
-        return _make_figures(_Context(out, sizes, device, workers, progress), chosen, simulate)
+    return torch_threads(threads)
+
+
+# -- the work of a figure set, estimated before it runs (remprop figures --max-seconds/--max-memory) --
+#: Seconds to draw one figure part and write its PNG (150 dpi) and data with matplotlib: the
+#: fixed share of every part, whatever its sizes (0.3-1.5 s measured on one core).
+DRAW_SECONDS = 1.0
+#: Floating-point operations per draw, layer and T^3 of the single-initialisation Gram chains
+#: that Figs. 1(d, e) set beside text inputs (:func:`remprop.theory.propagate_gram`: one
+#: eigendecomposition, about 10 T^3, and five T x T products, 10 T^3).
+_GRAM_FLOPS_PER_T3 = 20
+#: Gram draws (chains) per sequence of those figures (the default of ``compare``).
+_GRAM_DRAWS = 8
+#: Fixed seconds per chain and layer of those chains, whatever T (small eigendecompositions and
+#: Python per step): Fig. 1(d) at the quick sizes (T = 128, 16 sequences x 8 chains x 60 layers)
+#: took 440 s on a loaded core, 57 ms per chain and layer.
+_GRAM_CHAIN_LAYER_SECONDS = 0.03
+
+
+def figures_seconds(sizes=None, only=None, *, quick=False, simulate=None, device=None, workers=0,
+                    threads=None) -> dict:
+    r"""Estimated seconds of each figure :func:`make_figures` would draw, before anything runs.
+
+    Per figure: :data:`DRAW_SECONDS` per part drawn, plus its computation at ``sizes``:
+
+    * theory -- the diagram of Fig. 1(c): :func:`~remprop.theory.work_estimates.run_seconds` of
+      its ``diagram_points^2`` cells through 60 blocks and the alpha* line
+      (:func:`~remprop.diagrams.residual_strength.search_seconds`), as ``remprop diagram``
+      estimates; the other theory parts are closed forms over small grids (counted 0);
+    * simulations -- every simulated stack, :func:`~remprop.theory.work_estimates.simulation_seconds`
+      of its width, T, sequences and blocks at the float32 matrix-product rate of ``device``
+      (:func:`~remprop.validation.training.work.simulation_flop_rate`): ``runs x``
+      the stack, e.g. Fig. 1(d): 2 skip strengths x ``seeds`` stacks of ``sequences``
+      sequences through ``depth_1d`` blocks; the sweep of Fig. 1(c) on ``workers`` processes;
+      Fig. 7's eigenvalues (``10 T^3`` each) and the Gram chains of Figs. 1(d, e)
+      (8 chains per sequence, ``20 T^3`` per chain and layer) at
+      :func:`~remprop.theory.work_estimates.flops_seconds`, plus 0.03 s per chain and layer; Fig. 12's causal theory
+      (:func:`~remprop.theory.work_estimates.run_seconds` of ``T - 1`` positions);
+    * training -- :func:`~remprop.validation.training.work.training_seconds` of every run of
+      Figs. 1(f), 3, 6 and 8 (their settings in :mod:`remprop.validation.training.paper_runs`).
+
+    Runs and sweep cells already on disk (a second ``remprop figures`` into one folder) are
+    counted as if they were redone: an upper estimate.
+
+    Parameters
+    ----------
+    sizes, only, quick, device, workers, threads
+        As :func:`make_figures` (the torch threads change the measured rate).
+    simulate : bool, optional
+        Count the simulated parts (default: when torch, the validation extra, is installed,
+        as :func:`make_figures` draws them).
+
+    Returns
+    -------
+    dict
+        Figure id -> seconds, in the order drawn.
+    """
+    sizes = _chosen_sizes(sizes, quick)
+    chosen = check_figure_ids(only)
+    simulate = _torch_available() if simulate is None else bool(simulate)
+    seconds = {figure_id: _theory_seconds(figure_id, sizes) for figure_id in chosen}
+    if simulate and any(PAPER_FIGURES[k].simulation is not None for k in chosen):
+        with _simulation_threads(sizes, threads, True):
+            rate = _Rate(device)
+            for figure_id in chosen:
+                if PAPER_FIGURES[figure_id].simulation is not None:
+                    seconds[figure_id] += DRAW_SECONDS + _simulation_seconds(figure_id, sizes, rate, workers)
+    return seconds
+
+
+def _theory_seconds(figure_id, s) -> float:
+    if PAPER_FIGURES[figure_id].theory is None:
+        return 0.0
+    if figure_id != "1c":
+        return DRAW_SECONDS
+    from remprop.diagrams.paper_figures import BERT_DIAGRAM
+    from remprop.diagrams.residual_strength import search_seconds
+    from remprop.theory import Architecture
+    from remprop.theory import work_estimates as work
+
+    arch, depth = Architecture(), BERT_DIAGRAM["depth"]
+    return DRAW_SECONDS + work.run_seconds(arch, s.diagram_points ** 2, depth) + search_seconds(arch, depth,
+                                                                                                 s.diagram_points)
+
+
+class _Rate:
+    """The simulation and training time estimates on one device (its matrix-product rate measured once)."""
+
+    def __init__(self, device):
+        from ..backend import resolve_device
+        from ..training.work import simulation_flop_rate
+
+        self.device = resolve_device(device)
+        self.flops_per_second = simulation_flop_rate(self.device)
+
+    def stack(self, width, seq_len, batch, depth, *, passes=1) -> float:
+        """Seconds of one simulated stack: ``batch`` sequences through ``depth`` blocks."""
+        from remprop.theory import work_estimates as work
+
+        return work.simulation_seconds(width, seq_len, batch, depth, passes=passes,
+                                       flops_per_second=self.flops_per_second)
+
+    def training(self, config) -> float:
+        from ..training.work import training_seconds
+
+        return training_seconds(config, device=self.device)
+
+
+def _simulation_seconds(figure_id, s, rate, workers) -> float:
+    """Seconds of the simulated (or trained) part of figure ``figure_id`` at sizes ``s`` (:func:`figures_seconds`)."""
+    from remprop.theory import Architecture
+    from remprop.theory import work_estimates as work
+
+    if figure_id in _TRAINED:
+        return sum(runs * rate.training(config) for config, runs in _training_runs(figure_id, s, rate.device))
+    if figure_id == "1ab":
+        return len(s.map_betas) * rate.stack(s.map_width, s.map_seq_len, 1, 1)
+    if figure_id == "1c":
+        cells = int(s.sweep_betas[2]) * int(s.sweep_alphas[2]) * s.sweep_seeds
+        return cells * rate.stack(s.sweep_width, s.sweep_seq_len, s.sweep_sequences, s.sweep_depth) / max(workers, 1)
+    if figure_id in ("1d", "1e"):
+        depth = s.depth_1d if figure_id == "1d" else s.depth_1e
+        steps = 2 * s.seeds * s.sequences * depth * _GRAM_DRAWS  # chain-layers of the theory
+        chains = steps * (_GRAM_CHAIN_LAYER_SECONDS + work.flops_seconds(_GRAM_FLOPS_PER_T3 * float(s.seq_len) ** 3))
+        return 2 * s.seeds * rate.stack(s.width, s.seq_len, s.sequences, depth) + chains
+    if figure_id in ("2", "5"):
+        points = 3 * s.betas_2 if figure_id == "2" else s.betas_5
+        return points * s.attention_seeds * rate.stack(s.attention_width, s.attention_seq_len, s.attention_sequences, 1)
+    if figure_id == "3c":  # forward and backward (3 passes) of one layer per (T, d), seed and beta, float64
+        return sum(2 * s.gradient_seeds * s.gradient_betas * rate.stack(d, t, 1, 1, passes=3)
+                   for t, d in s.gradient_sizes)
+    if figure_id == "4":
+        return 4 * s.ln_seeds * rate.stack(s.ln_width, s.ln_seq_len, s.ln_sequences, s.ln_depth)
+    if figure_id == "7":
+        one = rate.stack(s.spectrum_width, s.spectrum_seq_len, 1, 1) + work.flops_seconds(10.0 * s.spectrum_seq_len ** 3)
+        return len(s.spectrum_betas) * s.spectrum_seeds * one
+    if figure_id == "9":  # two tanh stacks at each factor, through the depth of simulate_9's edge_of_chaos_data()
+        from remprop.diagrams.edge_of_chaos_figures import edge_of_chaos_data
+
+        defaults = inspect.signature(edge_of_chaos_data).parameters
+        runs = 2 * len(defaults["factors"].default) * s.eoc_seeds
+        return runs * rate.stack(s.eoc_width, s.eoc_seq_len, 1, defaults["depth"].default)
+    if figure_id == "12":  # a causal stack is probed twice; the theory walks T - 1 positions
+        settings = 3
+        return settings * (s.causal_seeds * rate.stack(s.causal_width, s.causal_seq_len, s.causal_sequences,
+                                                        s.causal_depth, passes=2)
+                           + work.run_seconds(Architecture(), s.causal_seq_len - 1, s.causal_depth))
+    raise AssertionError(f"no estimate for figure {figure_id}")  # a new figure needs its estimate here
+
+
+def figures_bytes(sizes=None, only=None, *, quick=False, simulate=None, workers=0) -> int:
+    """Estimated peak memory (bytes) of :func:`make_figures`: the largest figure, as they run one at a time.
+
+    The diagram of Fig. 1(c) (:func:`~remprop.theory.work_estimates.diagram_bytes`), each simulated
+    stack's tensors (:func:`~remprop.theory.work_estimates.simulation_bytes`, float32; the sweep of
+    Fig. 1(c) once per worker), the Gram chains of Figs. 1(d, e)
+    (:func:`~remprop.theory.work_estimates.gram_theory_bytes`) and each training run
+    (:func:`~remprop.validation.training.work.training_bytes`). Arguments as :func:`figures_seconds`.
+    """
+    from remprop.theory import work_estimates as work
+
+    s = _chosen_sizes(sizes, quick)
+    chosen = check_figure_ids(only)
+    simulate = _torch_available() if simulate is None else bool(simulate)
+    peak = work.diagram_bytes(s.diagram_points, s.diagram_points) if "1c" in chosen else 0
+    if not simulate:
+        return peak
+    stacks = {"1ab": (s.map_width, s.map_seq_len, 1), "2": (s.attention_width, s.attention_seq_len,
+                                                           s.attention_sequences),
+              "5": (s.attention_width, s.attention_seq_len, s.attention_sequences),
+              "1d": (s.width, s.seq_len, s.sequences), "1e": (s.width, s.seq_len, s.sequences),
+              "4": (s.ln_width, s.ln_seq_len, s.ln_sequences), "7": (s.spectrum_width, s.spectrum_seq_len, 1),
+              "9": (s.eoc_width, s.eoc_seq_len, 1), "12": (s.causal_width, s.causal_seq_len, s.causal_sequences)}
+    stacks.update({"3c": (d, t, 1) for t, d in s.gradient_sizes[-1:]})
+    for figure_id in chosen:
+        if figure_id in stacks:
+            peak = max(peak, work.simulation_bytes(*stacks[figure_id]))
+        if figure_id == "1c":
+            peak = max(peak, max(workers, 1) * work.simulation_bytes(s.sweep_width, s.sweep_seq_len, s.sweep_sequences))
+        if figure_id in ("1d", "1e"):
+            peak = max(peak, 8 * 2 * s.seeds * s.sequences * s.seq_len ** 2
+                       + work.gram_theory_bytes(s.seq_len, max(s.depth_1d, s.depth_1e), _GRAM_DRAWS, sampled=True))
+        if figure_id in _TRAINED:
+            from ..training.work import training_bytes
+
+            peak = max(peak, max(training_bytes(config) for config, _ in _training_runs(figure_id, s, None)))
+    return int(peak)
 
 
 @dataclass
@@ -409,6 +608,34 @@ def simulate_12(ctx) -> dict:
 
 
 # -- the training figures: runs cached under <out>/training_runs (remprop.validation.training.paper_runs) --
+#: The figures whose simulated part trains models.
+_TRAINED = ("1f", "3", "6", "8")
+
+
+def _training_runs(figure_id, s, device) -> list:
+    """``[(config, runs), ...]``: the training runs of figure ``figure_id`` at sizes ``s``, grouped by
+    cost (the settings of :mod:`remprop.validation.training.paper_runs` differ in depth and width;
+    skip strengths, betas and learning rates do not change a run's work)."""
+    from remprop.theory import Architecture
+
+    from ..training.paper_runs import base_config
+
+    base, seeds = base_config(s, device), s.train_seeds
+    if figure_id == "1f":
+        deep, shallow = s.depth_1f
+        return [(base.replace(depth=deep), (len(s.alphas_1f_trainable) + len(s.alphas_1f_rank)) * seeds),
+                (base.replace(depth=shallow), len(s.betas_1f_entropy) * seeds)]
+    if figure_id == "3":
+        return [(base.replace(depth=1, lr=s.lr_3, arch=Architecture(heads=1)), int(s.betas_3[2]) * seeds)]
+    if figure_id == "6":
+        return [(base.replace(depth=s.depth_6, width=s.width_6), 2 * len(s.alphas_6) * seeds)]
+    return [(base.replace(depth=s.depth_8), 2 * len(s.lrs_8) * seeds)]
+
+
+def _training_total(figure_id, s) -> int:
+    return sum(runs for _, runs in _training_runs(figure_id, s, None))
+
+
 def _training_part(ctx, figure_id, name, compute, draw, runs, title) -> dict:
     """``compute(sizes, cache, device)`` over ``runs`` training runs, drawn by ``draw(data, title)``."""
     from remprop.diagrams.paper_figures import FigureResult
@@ -439,7 +666,7 @@ def simulate_1f(ctx) -> dict:
     from ..training.paper_runs import loss_curves_1f
 
     s = ctx.sizes
-    runs = (len(s.alphas_1f_trainable) + len(s.alphas_1f_rank) + len(s.betas_1f_entropy)) * s.train_seeds
+    runs = _training_total("1f", s)
     title = (f"masked-LM training, post-LN: {_sizes_text(s, s.depth_1f[0])} (trainable, rank collapse), "
              f"{s.depth_1f[1]} blocks (entropy collapse)")
     return _training_part(ctx, "1f", "fig1f_training_loss", loss_curves_1f, loss_curves_figure, runs, title)
@@ -454,7 +681,7 @@ def simulate_3(ctx) -> dict:
     s = ctx.sizes
     title = f"one layer, one head, post-LN: {_sizes_text(s, 1)}, lr {s.lr_3:g}"
     return _training_part(ctx, "3", "fig3_beta_sweep", beta_sweep_3, beta_sweep_figure,
-                          int(s.betas_3[2]) * s.train_seeds, title)
+                          _training_total("3", s), title)
 
 
 def simulate_6(ctx) -> dict:
@@ -466,7 +693,7 @@ def simulate_6(ctx) -> dict:
     s = ctx.sizes
     title = f"post-LN, beta = 0.5: {_sizes_text(s, s.depth_6, s.width_6)}, lr {s.lr_6:g}"
     return _training_part(ctx, "6", "fig6_gain_control", gain_control_6, loss_curves_figure,
-                          2 * len(s.alphas_6) * s.train_seeds, title)
+                          _training_total("6", s), title)
 
 
 def simulate_8(ctx) -> dict:
@@ -478,4 +705,4 @@ def simulate_8(ctx) -> dict:
     s = ctx.sizes
     title = f"post-LN, alpha_SA = 1: {_sizes_text(s, s.depth_8)}, beta = {s.beta_8:g} against 0.5"
     return _training_part(ctx, "8", "fig8_learning_rates", learning_rates_8, loss_curves_figure,
-                          2 * len(s.lrs_8) * s.train_seeds, title)
+                          _training_total("8", s), title)

@@ -32,7 +32,8 @@ import time
 
 import torch
 
-__all__ = ["training_bytes", "training_flops", "training_seconds", "flop_rate", "SECONDS_PER_BLOCK_STEP"]
+__all__ = ["training_bytes", "training_flops", "training_seconds", "flop_rate", "simulation_flop_rate",
+           "SECONDS_PER_BLOCK_STEP"]
 
 #: Time of the small operations (launches, normalisations, activations) of one block in one step.
 SECONDS_PER_BLOCK_STEP = 2e-3
@@ -83,6 +84,16 @@ def flop_rate(device) -> float:
     """Floating-point operations per second of a float32 matrix product on ``device``
     (measured once per process, device and torch thread count)."""
     return _measured_rate(str(torch.device(device)), torch.get_num_threads())
+
+
+def simulation_flop_rate(device) -> float:
+    """The rate (floating-point operations per second) at which a simulation's time is estimated on
+    ``device``: :func:`flop_rate`, at least :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`
+    (one core's low end: a short product timed on a loaded CPU reads far slower than a
+    simulation's large ones, and a false refusal costs more than a late one)."""
+    from remprop.theory.work_estimates import FLOPS_PER_SECOND
+
+    return max(flop_rate(device), FLOPS_PER_SECOND)
 
 
 def training_seconds(config, vocab_size=None, device="cpu") -> float:

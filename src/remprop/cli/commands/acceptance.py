@@ -12,8 +12,9 @@ from pathlib import Path
 from ..converters import count, seed_list
 from ..errors import CommandLineError, one_line, validation_extra
 from ..limits import check_work
-from ..options import COMPARED_THEORIES_HELP, add_command, add_threads_option, add_work_limit_options, work_limits
-from ..output import dumps, writable_directory, writable_file
+from ..options import (COMPARED_THEORIES_HELP, add_command, add_progress_option, add_threads_option,
+                       add_work_limit_options, work_limits)
+from ..output import dumps, show_progress, writable_directory, writable_file
 
 __all__ = ["add_acceptance_parser", "run_acceptance_command"]
 
@@ -74,6 +75,7 @@ def add_acceptance_parser(commands):
     table.add_argument("--markdown", default=None, metavar="FILE",
                        help="write the table in Markdown to FILE (default: OUT/acceptance.md)")
     table.add_argument("--json", action="store_true", help="print the table as JSON instead of Markdown")
+    add_progress_option(parser)
     add_work_limit_options(parser)
 
 
@@ -119,6 +121,7 @@ def run_acceptance_command(args) -> int:
                                f"pydoc corpus: T must be <= {corpus}, got {sizes['seq_len']}")
     _check_memory(args, sizes, () if args.measure_only else theories)
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    progress = say if show_progress(args) else None  # a line per case, and the ETA over the cases
     try:
         acc.open_store(directory, **sizes, dtype=args.dtype)
     except ValueError as err:  # another size's folder: name the option, not the library's "out"
@@ -126,11 +129,12 @@ def run_acceptance_command(args) -> int:
         raise CommandLineError(f"--out: {message.split(': ', 1)[1] if message.startswith('out: ') else message}")
     report = acc.run_acceptance(directory, **sizes, dtype=args.dtype,
                                 device=None if args.device == "auto" else args.device,
-                                threads=args.threads, progress=say)
+                                threads=args.threads, progress=progress)
     say(f"measurements: {report.cells_computed} computed, {report.cells_reused} on disk, {report.elapsed_s:.1f} s")
     if args.measure_only:
         return 0
-    table = tables.acceptance_table(directory, theories, draws=args.draws, workers=args.workers, progress=say)
+    table = tables.acceptance_table(directory, theories, draws=args.draws, workers=args.workers,
+                                    progress=progress)
     text = tables.acceptance_markdown(table)
     markdown.write_text(text, encoding="utf-8")
     say(f"wrote {markdown}")

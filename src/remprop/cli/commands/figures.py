@@ -6,7 +6,10 @@ import os
 import textwrap
 
 from ..converters import count
-from ..options import add_command, add_output_options, add_progress_option, add_threads_option
+from ..errors import CommandLineError, one_line
+from ..limits import check_work
+from ..options import (add_command, add_output_options, add_progress_option, add_threads_option,
+                       add_work_limit_options, work_limits)
 from ..output import dumps, show_progress, writable_directory
 
 __all__ = ["add_figures_parser", "run_figures"]
@@ -17,6 +20,27 @@ def _figure_registry():
     from remprop.validation.experiments.paper_figures import make_figures, supported_figures
 
     return make_figures, supported_figures
+
+
+def _check_figures_work(args) -> None:
+    """Refuse figures estimated above --max-seconds or --max-memory (one line with the estimate),
+    else print the estimate (:func:`~remprop.validation.experiments.paper_figures.figures_seconds`,
+    :func:`~remprop.validation.experiments.paper_figures.figures_bytes`): before any figure is drawn."""
+    from remprop.validation.experiments.paper_figures import figures_bytes, figures_seconds
+
+    device = None if args.device == "auto" else args.device
+    try:
+        seconds = figures_seconds(quick=args.quick, only=args.only, device=device, workers=args.workers,
+                                  threads=args.threads)
+    except ValueError as err:
+        if not str(err).startswith("device"):
+            raise
+        raise CommandLineError(f"argument --device: {one_line(err)}") from None  # a device torch cannot use
+    nbytes = figures_bytes(quick=args.quick, only=args.only, workers=args.workers)
+    preset = "--quick" if args.quick else "the paper's sizes"
+    check_work(f"{len(seconds)} figure(s) ({','.join(seconds)}) at {preset} (--only, --quick; training runs and "
+               "sweep cells already in --out are not redone)", seconds=sum(seconds.values()), nbytes=nbytes,
+               **work_limits(args))
 
 
 def add_figures_parser(commands):
@@ -47,10 +71,14 @@ def add_figures_parser(commands):
                        default_text="1 with --quick, all cores otherwise")
     figures.add_argument("--json", action="store_true", help="print the files and notes as JSON")
     add_progress_option(figures)
+    add_work_limit_options(figures)
 
 
 def run_figures(args) -> int:
-    """Every reference figure (PNG + data), and the parts left out (no validation extra)."""
+    """Every reference figure (PNG + data), and the parts left out (no validation extra).
+
+    The work is estimated first: above --max-seconds or --max-memory nothing is drawn."""
+    _check_figures_work(args)
     directory = writable_directory(args.out)
     make_figures, supported_figures = _figure_registry()
     result = make_figures(directory, quick=args.quick, progress=show_progress(args), only=args.only,

@@ -207,21 +207,19 @@ def _check_simulation_memory(args, arch, *, batch, d_ff=None):
 def simulation_time(device, width, seq_len, batch, depth, *, d_ff=None, passes=1) -> float:
     """Estimated seconds of one simulation on ``device`` (``"auto"``/None: CUDA where available):
     :func:`~remprop.theory.work_estimates.simulation_seconds` at the float32 matrix-product rate
-    measured on the device (:func:`~remprop.validation.training.work.flop_rate`), at least
-    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND` (one core's low end: a short
-    product timed on a loaded CPU reads far slower than the simulation's large ones, and a
-    false refusal costs more than a late one). Needs the validation extra."""
+    measured on the device (:func:`~remprop.validation.training.work.simulation_flop_rate`).
+    Needs the validation extra."""
     from remprop.theory import work_estimates as work
 
     with validation_extra():
         from remprop.validation.backend import resolve_device
-        from remprop.validation.training.work import flop_rate
+        from remprop.validation.training.work import simulation_flop_rate
     try:
         resolved = resolve_device(None if device in (None, "auto") else device)
     except ValueError as err:
         raise CommandLineError(f"argument --device: {err}") from None
     return work.simulation_seconds(width, seq_len, batch, depth, d_ff=d_ff, passes=passes,
-                                   flops_per_second=max(flop_rate(resolved), work.FLOPS_PER_SECOND))
+                                   flops_per_second=simulation_flop_rate(resolved))
 
 
 def _check_simulation_time(args, task, *, runs, parallel=1, d_ff=None):
