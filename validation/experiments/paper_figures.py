@@ -176,6 +176,10 @@ DRAW_SECONDS = 1.0
 #: that Figs. 1(d, e) set beside text inputs (:func:`remprop.theory.propagate_gram`: one
 #: eigendecomposition, about 10 T^3, and five T x T products, 10 T^3).
 _GRAM_FLOPS_PER_T3 = 20
+#: Seconds of the finite-width theory of Fig. 2 (:mod:`remprop.theory.rem.finite_width`): its energy
+#: table, 97 quadratures at the simulated T, computed once (35 s measured on a core shared by
+#: about 2.5 processes).
+_ENERGY_TABLE_SECONDS = 15.0
 #: Gram draws (chains) per sequence of those figures (the default of ``compare``).
 _GRAM_DRAWS = 8
 #: Fixed seconds per chain and layer of those chains, whatever T (small eigendecompositions and
@@ -201,7 +205,8 @@ def figures_seconds(sizes=None, only=None, *, quick=False, simulate=None, device
       sequences through ``depth_1d`` blocks; the sweep of Fig. 1(c) on ``workers`` processes;
       Fig. 7's eigenvalues (``10 T^3`` each) and the Gram chains of Figs. 1(d, e)
       (8 chains per sequence, ``20 T^3`` per chain and layer) at
-      :func:`~remprop.theory.work_estimates.flops_seconds`, plus 0.03 s per chain and layer; Fig. 12's causal theory
+      :func:`~remprop.theory.work_estimates.flops_seconds`, plus 0.03 s per chain and layer;
+      Fig. 2's finite-width theory (its energy table, once: about 15 s); Fig. 12's causal theory
       (:func:`~remprop.theory.work_estimates.run_seconds` of ``T - 1`` positions);
     * training -- :func:`~remprop.validation.training.work.training_seconds` of every run of
       Figs. 1(f), 3, 6 and 8 (their settings in :mod:`remprop.validation.training.paper_runs`).
@@ -292,7 +297,9 @@ def _simulation_seconds(figure_id, s, rate, workers) -> float:
         return 2 * s.seeds * rate.stack(s.width, s.seq_len, s.sequences, depth) + chains
     if figure_id in ("2", "5"):
         points = 3 * s.betas_2 if figure_id == "2" else s.betas_5
-        return points * s.attention_seeds * rate.stack(s.attention_width, s.attention_seq_len, s.attention_sequences, 1)
+        theory = _ENERGY_TABLE_SECONDS if figure_id == "2" else 0.0
+        return theory + points * s.attention_seeds * rate.stack(s.attention_width, s.attention_seq_len,
+                                                                s.attention_sequences, 1)
     if figure_id == "3c":  # forward and backward (3 passes) of one layer per (T, d), seed and beta, float64
         return sum(2 * s.gradient_seeds * s.gradient_betas * rate.stack(d, t, 1, 1, passes=3)
                    for t, d in s.gradient_sizes)
