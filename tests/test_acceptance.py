@@ -256,3 +256,6 @@ def test_command_line_measures_and_writes_the_table(tmp_path, capsys):
     assert out == table and table.count("\n| text") + table.count("\n| synthetic") == 24 * 3 + 8
     assert main(argv) == 0  # resumes: nothing measured again
     assert "0 computed, 32 on disk" in capsys.readouterr().err
+    assert main([*argv[:-1], "--no-progress"]) == 0  # the summary lines only, no line per case
+    err = capsys.readouterr().err
+    assert "0 computed, 32 on disk" in err and "acceptance: 32 cases" not in err and "/32]" not in err, err
