@@ -15,6 +15,7 @@ import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+import remprop.validation.experiments.figure_work as figure_work  # noqa: E402
 import remprop.validation.experiments.paper_figures as paper_figures  # noqa: E402
 from remprop.cli import main  # noqa: E402
 from remprop.diagrams.paper_figures import PAPER_FIGURES, make_theory_figures  # noqa: E402
@@ -168,8 +169,8 @@ def test_figures_command_forwards_its_options(capsys, tmp_path, monkeypatch):
         return {"1c": 1.0}
 
     monkeypatch.setattr(paper_figures, "make_figures", fake_make_figures)
-    monkeypatch.setattr(paper_figures, "figures_seconds", fake_seconds)
-    monkeypatch.setattr(paper_figures, "figures_bytes", lambda **kwargs: 1)
+    monkeypatch.setattr(figure_work, "figures_seconds", fake_seconds)
+    monkeypatch.setattr(figure_work, "figures_bytes", lambda **kwargs: 1)
     code, out, err = run_cli(capsys, "figures", "--out", tmp_path / "figs", "--quick", "--no-progress",
                              "--only", "1c", "--workers", "2", "--device", "cpu")
     assert code == 0, err

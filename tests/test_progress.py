@@ -128,7 +128,8 @@ def test_the_figures_estimate_grows_with_their_sizes():
     """The estimate is counted from the sizes: twice the seeds (stacks) of Fig. 9, or twice the
     training seeds of Fig. 3, is twice the simulated work (and the same drawing)."""
     pytest.importorskip("torch")
-    from remprop.validation.experiments.paper_figures import DRAW_SECONDS, SIZES, figures_seconds
+    from remprop.validation.experiments.figure_work import DRAW_SECONDS, figures_seconds
+    from remprop.validation.experiments.paper_figures import SIZES
 
     quick = SIZES["quick"]
     for figure_id, more in (("9", quick.replace(eoc_seeds=2 * quick.eoc_seeds)),

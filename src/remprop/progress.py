@@ -125,7 +125,10 @@ class LineProgress(NoProgress):
         return f"{self.desc}: {done}{postfix}{rate}, {format_seconds(elapsed)} elapsed, {eta}"
 
     def _write(self):
-        print(f"{_stamp()} {self.line()}", file=self.stream, flush=True)
+        # one write of the whole line: a Ctrl-C between the text and its newline would leave the
+        # command's last message glued to this line
+        self.stream.write(f"{_stamp()} {self.line()}\n")
+        self.stream.flush()
         self.last, self.written = time.perf_counter(), self.n
 
     def update(self, n=1):

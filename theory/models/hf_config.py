@@ -430,8 +430,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
             f"rho0 = {rho0:.4f}, not 0 (uniformly drawn ids; repeated words raise it)")
     elif gpt:
         vocab = _positive_int(cfg, "vocab_size")
-        q0, rho0 = _from_config("config.initializer_range",  # word and position tables
-                                lambda: input_state([r * r, r * r], [r * r / vocab, 0.0]))
+        q0, rho0 = _from_config("config.initializer_range", lambda: input_state([r * r, r * r], [r * r / vocab, 0.0]))
         if eps > 0:
             assumptions.append(
                 f"LayerNorm eps = {eps:g} against the embeddings' q0 = 2 r^2 = {q0:.2g}: the first "
@@ -564,8 +563,7 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     share their word with probability ``1/V`` (uniform ids): ``rho0 = 1/V``.
     """
     vocab = _positive_int(cfg, "vocab_size")
-    q0, rho0 = _from_config("config.initializer_range",  # the word table only
-                            lambda: input_state([r * r], [r * r / vocab]))
+    q0, rho0 = _from_config("config.initializer_range", lambda: input_state([r * r], [r * r / vocab]))  # words only
     notes = []
     if eps > 0:
         notes.append(f"RMSNorm eps = {eps:g} against the embeddings' q0 = r^2 = {q0:.2g}: the first RMSNorm "

@@ -24,9 +24,9 @@ def _figure_registry():
 
 def _check_figures_work(args) -> None:
     """Refuse figures estimated above --max-seconds or --max-memory (one line with the estimate),
-    else print the estimate (:func:`~remprop.validation.experiments.paper_figures.figures_seconds`,
-    :func:`~remprop.validation.experiments.paper_figures.figures_bytes`): before any figure is drawn."""
-    from remprop.validation.experiments.paper_figures import figures_bytes, figures_seconds
+    else print the estimate (:func:`~remprop.validation.experiments.figure_work.figures_seconds`,
+    :func:`~remprop.validation.experiments.figure_work.figures_bytes`): before any figure is drawn."""
+    from remprop.validation.experiments.figure_work import figures_bytes, figures_seconds
 
     device = None if args.device == "auto" else args.device
     try:
