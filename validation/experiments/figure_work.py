@@ -38,7 +38,7 @@ _GRAM_CHAIN_LAYER_SECONDS = 0.03
 
 def figures_seconds(sizes=None, only=None, *, quick=False, simulate=None, device=None, workers=0,
                     threads=None) -> dict:
-    r"""Estimated seconds of each figure :func:`make_figures` would draw, before anything runs.
+    r"""Estimated seconds of each figure :func:`~remprop.validation.experiments.paper_figures.make_figures` would draw, before anything runs.
 
     Per figure: :data:`DRAW_SECONDS` per part drawn, plus its computation at ``sizes``:
 
@@ -65,10 +65,10 @@ def figures_seconds(sizes=None, only=None, *, quick=False, simulate=None, device
     Parameters
     ----------
     sizes, only, quick, device, workers, threads
-        As :func:`make_figures` (the torch threads change the measured rate).
+        As :func:`~remprop.validation.experiments.paper_figures.make_figures` (the torch threads change the measured rate).
     simulate : bool, optional
         Count the simulated parts (default: when torch, the validation extra, is installed,
-        as :func:`make_figures` draws them).
+        as :func:`~remprop.validation.experiments.paper_figures.make_figures` draws them).
 
     Returns
     -------
@@ -171,7 +171,7 @@ def _simulation_seconds(figure_id, s, rate, workers) -> float:
 
 
 def figures_bytes(sizes=None, only=None, *, quick=False, simulate=None, workers=0) -> int:
-    """Estimated peak memory (bytes) of :func:`make_figures`: the largest figure, as they run one at a time.
+    """Estimated peak memory (bytes) of :func:`~remprop.validation.experiments.paper_figures.make_figures`: the largest figure, as they run one at a time.
 
     The diagram of Fig. 1(c) (:func:`~remprop.theory.work_estimates.diagram_bytes`), each simulated
     stack's tensors (:func:`~remprop.theory.work_estimates.simulation_bytes`, float32; the sweep of
