@@ -1,0 +1,177 @@
+"""The learning-rate ceiling (docs/theory.md section 20): closed forms and limits, a Monte Carlo of the
+effective beta under rank-one sign updates, and a torch check of the update sensitivity."""
+import math
+
+import numpy as np
+import pytest
+
+from remprop.theory import (ATTENTION_CONSTANT, STACK_CONSTANT, Architecture, attention_growth_budget,
+                            learning_rate_ceiling, sub_block_sensitivities, update_sensitivity)
+
+# Gain-controlled attention with T -> infinity below beta_c outputs the value bias alone (section 3.5):
+# every branch then has a constant output variance and the sums have closed forms.
+SIGMA_W2, SIGMA_B2 = 0.2, 4e-4
+V_ATT = SIGMA_B2
+V_MLP = SIGMA_W2 * (SIGMA_W2 + SIGMA_B2) / 2 + SIGMA_B2      # ReLU MLP on a unit input (section 4)
+
+
+def gain_controlled(norm, alpha_sa=1.0):
+    return Architecture(norm=norm, attention="gain-controlled", alpha_sa=alpha_sa)
+
+
+def test_pre_ln_sum_of_inverse_roots():
+    """Pre-LN, alpha = 1: S = sum_k 1 / sqrt(q_k), q_k = q0 + (sum of the first k branch variances)."""
+    depth, q0 = 12, 1.7
+    v = np.tile([V_ATT, V_MLP], depth)
+    expected = np.sum(1.0 / np.sqrt(q0 + np.cumsum(v)))
+    assert update_sensitivity(gain_controlled("pre"), depth, 0.5, q0=q0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_post_ln_closed_form():
+    """Post-LN: the first sub-block reads q0, every later one a unit stream: S = sqrt(q0 / (alpha^2 q0 + v))
+    + sum of 1 / sqrt(alpha_k^2 + v_k)."""
+    depth, q0, alpha = 9, 2.5, 1.6
+    terms = sub_block_sensitivities(gain_controlled("post", alpha), depth, 0.5, q0=q0)
+    assert terms[0] == pytest.approx(math.sqrt(q0 / (alpha ** 2 * q0 + V_ATT)), rel=1e-12)
+    assert terms[2::2] == pytest.approx(np.full(depth - 1, 1 / math.sqrt(alpha ** 2 + V_ATT)), rel=1e-12)
+    assert terms[1::2] == pytest.approx(np.full(depth, 1 / math.sqrt(1 + V_MLP)), rel=1e-12)
+
+
+def test_depth_laws_post_linear_pre_square_root():
+    """Softmax, finite T: post-LN S grows like the depth, pre-LN like its square root (Liu et al. 2020).
+
+    With sigma_v2 = sigma_w2 = 2 the branch variances v are about 2, so a pre-LN stream has q_k ~ k v
+    >> q0 and S ~ 2 sqrt(n / v): 16 times the depth gives 4 times S (the q0 offset moves it by about
+    sqrt(q0 / (n v)) ~ 2 % at depth 16). Post-LN terms lie in [1 / sqrt(1 + v_max), 1] with
+    v_max = sigma_v2 + sigma_b2 (a unit stream): S is linear in n = 2L between those slopes."""
+    arch = Architecture(seq_len=128, sigma_v2=2.0, sigma_w2=2.0)
+    post = [float(update_sensitivity(arch, depth, 0.5)) for depth in (16, 256)]
+    pre = [float(update_sensitivity(arch.replace(norm="pre"), depth, 0.5)) for depth in (16, 256)]
+    assert pre[1] / pre[0] == pytest.approx(4.0, rel=0.05)
+    for depth, value in zip((16, 256), post):
+        assert 2 * depth / math.sqrt(1 + 2.0 + 4e-4) <= value <= 2 * depth
+    assert 16 / math.sqrt(3.0004) < post[1] / post[0] <= 16 * math.sqrt(3.0004)
+    assert post[1] / post[0] > 14.0      # the terms settle: linear in depth, far from pre-LN's 4
+
+
+def test_pre_ln_carries_its_scale():
+    """A pre-LN stream at alpha = 10 grows like 100^k per sub-block: 10^800 after 200 blocks, beyond
+    float64. Carried as log q, its terms decay like 10^-k (to 0 in float64) and the sum stays finite."""
+    arch = gain_controlled("pre", 10.0).replace(alpha_mlp=10.0)
+    terms = sub_block_sensitivities(arch, 200, 0.5)
+    assert np.all(np.isfinite(terms)) and np.all(terms >= 0)
+    assert terms[20:40] / terms[19:39] == pytest.approx(np.full(20, 0.1), rel=1e-12)
+    assert terms.sum() == pytest.approx(update_sensitivity(arch, 20, 0.5), rel=1e-12)
+    assert learning_rate_ceiling(arch, 200, 64, 100, 0.5, seq_len=64).beta_critical == pytest.approx(math.sqrt(2))
+
+
+def test_broadcasts_over_alpha_and_beta():
+    arch = Architecture(alpha_sa=np.array([[0.5], [1.0], [2.0]]), seq_len=64)
+    values = update_sensitivity(arch, 6, np.array([0.3, 0.6]))
+    assert values.shape == (3, 2)
+    assert values[0, 0] == pytest.approx(update_sensitivity(Architecture(alpha_sa=0.5, seq_len=64), 6, 0.3))
+    assert np.all(np.diff(values, axis=0) < 0)          # a stronger skip damps the perturbation
+
+
+def test_budget_closed_form_and_limits():
+    beta_c, width, seq_len = math.sqrt(2), 128, 256
+    a = attention_growth_budget(0.5, beta_c, width, seq_len)
+    log_t = math.log(seq_len)
+    beta_eff2 = 0.25 + 2 * a ** 2 * width * 0.5 / math.sqrt(log_t) + a ** 4 * width ** 3 / log_t
+    assert beta_eff2 == pytest.approx(2.0, rel=1e-12)
+    assert attention_growth_budget(beta_c * 1.2, beta_c, width, seq_len) == 0.0
+    assert attention_growth_budget(0.5, np.inf, width, seq_len) == np.inf
+    # large width: the rank-one term dominates, a* ~ ((beta_c^2 - beta^2) log T / d^3)^(1/4)
+    big = attention_growth_budget(0.5, beta_c, 10 ** 7, seq_len)
+    assert big == pytest.approx(((2 - 0.25) * log_t / 1e21) ** 0.25, rel=1e-2)
+
+
+def test_ceiling_vanishes_at_beta_c():
+    """beta -> beta_c: the attention ceiling -> 0 (like sqrt(beta_c - beta)); at and beyond, exactly 0."""
+    arch = Architecture(seq_len=128)
+    beta_c = math.sqrt(2)                                 # post-LN: the first layer on unit orthogonal tokens
+    gaps = np.array([1e-2, 1e-4, 1e-6])
+    near = learning_rate_ceiling(arch, 12, 256, 1000, beta_c * (1 - gaps))
+    assert np.allclose(near.beta_critical, beta_c)
+    assert np.all(near.binding == "attention")
+    assert np.all(np.diff(near.ceiling) < 0) and near.ceiling[-1] < 2e-2 * near.ceiling[0]
+    assert near.ceiling[1] / near.ceiling[2] == pytest.approx(10.0, rel=1e-2)   # sqrt of the gap
+    beyond = learning_rate_ceiling(arch, 12, 256, 1000, [beta_c * 1.0000001, 3.0])
+    assert np.all(beyond.ceiling == 0.0) and np.all(beyond.binding == "attention")
+
+
+def test_ceiling_scalings():
+    """eta_stack = 2 C_stack / (d S_sens steps) exactly: ~ 1/d and ~ 1/steps."""
+    arch = Architecture(alpha_sa=2.0, seq_len=128)
+    one = learning_rate_ceiling(arch, 24, 128, 400, 0.5)
+    two = learning_rate_ceiling(arch, 24, 256, 800, 0.5)
+    assert one.stack == pytest.approx(2 * STACK_CONSTANT / (128 * one.sensitivity * 400), rel=1e-12)
+    assert two.stack == pytest.approx(one.stack / 4, rel=1e-12)
+    assert one.attention == pytest.approx(ATTENTION_CONSTANT * 2 * one.budget / 400, rel=1e-12)
+    assert one.ceiling == min(one.stack, one.attention)
+
+
+def test_ceiling_orders_the_published_points():
+    """The provisional constants put the issue's measured points on the right side of the ceiling."""
+    deep = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 48, 256, 400, 0.5)
+    assert 1e-4 <= deep.ceiling < 5e-4
+    for alpha in (0.5, 1.0):
+        assert learning_rate_ceiling(Architecture(alpha_sa=alpha, seq_len=128), 30, 480, 300, 0.5).ceiling < 5e-4
+    assert learning_rate_ceiling(Architecture(seq_len=64), 24, 64, 300, 0.5).ceiling >= 1e-3
+
+
+def test_multi_head_conventions():
+    """"head" scaling runs each head at H beta: its ceiling is that of one head at H beta with d_H rows."""
+    heads = Architecture(heads=4, qk_scaling="head", seq_len=128)
+    c = learning_rate_ceiling(heads, 6, 256, 1000, 0.3)
+    a = attention_growth_budget(1.2, math.sqrt(2), 256, 128, head_dim=64)
+    assert c.budget == pytest.approx(a, rel=1e-12)
+    assert c.beta_critical == pytest.approx(math.sqrt(2) / 4)
+
+
+@pytest.mark.parametrize("change, name", [({"qk_norm": True, "head_dim": 64}, "qk_norm"),
+                                          ({"branch_norm": True}, "branch_norm")])
+def test_refused_architectures(change, name):
+    arch = Architecture(seq_len=128, norm="pre", **change)
+    with pytest.raises(ValueError, match=name):
+        learning_rate_ceiling(arch, 4, 128, 100, 0.5)
+
+
+def test_bad_inputs_name_the_parameter():
+    arch = Architecture(seq_len=128)
+    for kwargs, name in (({"width": 0}, "width"), ({"steps": 0}, "steps"), ({"beta": -1.0}, "beta"),
+                         ({"beta": float("nan")}, "beta")):
+        args = {"depth": 4, "width": 64, "steps": 100, "beta": 0.5, **kwargs}
+        with pytest.raises(ValueError, match=name):
+            learning_rate_ceiling(arch, **args)
+    with pytest.raises(ValueError, match="seq_len"):
+        learning_rate_ceiling(Architecture(), 4, 64, 100, 0.5)
+    assert learning_rate_ceiling(Architecture(), 4, 64, 100, 0.5, seq_len=64).ceiling > 0
+
+
+def test_effective_beta_monte_carlo():
+    """Score variance after rank-one sign updates of W_Q and W_K, by Monte Carlo.
+
+    W_Q, W_K ~ N(0, beta sqrt(log T) / d); W -> W + a u v^T with random signs (u shared); scores
+    s = x^T M' y / sqrt(d) on Gaussian tokens; beta_eff^2 = Var s / log T. Each of N = 150 draws
+    averages 200 scores; the tolerance is 4 standard errors of the mean over draws (their sample
+    spread covers the weights, the signs and the tokens), at three sizes a where the initial, the
+    cross and the rank-one term each dominate. The sqrt(beta) variant of the cross term is rejected.
+    """
+    rng = np.random.default_rng(5)
+    d, seq_len, beta, draws, pairs = 32, 256, 0.3, 150, 200
+    log_t = math.log(seq_len)
+    s_qk = math.sqrt(beta * math.sqrt(log_t) / d)
+    for a in (0.0, 0.05, 0.2):
+        u, v_q, v_k = (rng.choice([-1.0, 1.0], size=(draws, d)) for _ in range(3))
+        w_q = rng.normal(0.0, s_qk, (draws, d, d)) + a * u[:, :, None] * v_q[:, None, :]
+        w_k = rng.normal(0.0, s_qk, (draws, d, d)) + a * u[:, :, None] * v_k[:, None, :]
+        x, y = rng.normal(size=(2, draws, pairs, d))
+        scores = np.einsum("npi,npi->np", x @ w_q.transpose(0, 2, 1), y @ w_k.transpose(0, 2, 1)) / math.sqrt(d)
+        samples = np.mean(scores ** 2, axis=1) / log_t
+        measured, error = samples.mean(), samples.std(ddof=1) / math.sqrt(draws)
+        predicted = beta ** 2 + 2 * a ** 2 * d * beta / math.sqrt(log_t) + a ** 4 * d ** 3 / log_t
+        assert abs(measured - predicted) < 4 * error, (a, measured, predicted, error)
+        if a == 0.05:   # the cross term dominates the change here (7.8 standard errors apart)
+            other = beta ** 2 + 2 * a ** 2 * d * math.sqrt(beta) / math.sqrt(log_t) + a ** 4 * d ** 3 / log_t
+            assert abs(measured - other) > 4 * error

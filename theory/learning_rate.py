@@ -1,0 +1,332 @@
+r"""The learning-rate ceiling: the largest AdamW rate at which a stack that is trainable at
+initialisation still trains (docs/theory.md section 20).
+
+The training recipe of ``remprop train`` is AdamW at peak rate ``eta`` with a linear warm-up over the
+first 5 % of ``S`` steps and a linear decay to 0, so the rates sum to :math:`A \approx \eta S / 2`.
+Adam normalises its update: each weight moves by about ``eta_s`` per step, coherently (the same sign)
+while its gradient keeps its sign pattern. Two ways for such updates to break a stack:
+
+* **the stack ceiling** (:func:`update_sensitivity`): a coherent update of a fan-in-``d`` matrix moves its
+  branch's output by about ``eta d`` in units of the branch input's scale, and that perturbation reaches the
+  stack's output with relative size :math:`b_k = \sqrt{q^{\rm in}_k / q^{\rm skip}_k}` (the branch input's
+  mean square over the stream's after the skip add). The stack's output moves by order one when
+  :math:`A\,d\,\mathcal{S} \approx C_{\rm stack}`, :math:`\mathcal{S} = \sum_k b_k`;
+* **the attention ceiling** (:func:`attention_growth_budget`): coherent rank-one updates of ``W_Q`` and
+  ``W_K`` grow the effective beta of the scores until it reaches the critical beta of section 3.2:
+  entropy collapse during training.
+
+The ceiling is the smaller of the two (:func:`learning_rate_ceiling`); each carries one fitted constant,
+:data:`STACK_CONSTANT` and :data:`ATTENTION_CONSTANT`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .architecture import Architecture
+from .checks import ParameterError, as_float_array, check_count, check_depth, check_simplex_cosine, scalar_or_array
+from .components.residual import Parallel, Residual
+from .components.base import Serial
+from .rem import check_seq_len
+
+__all__ = ["STACK_CONSTANT", "ATTENTION_CONSTANT", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
+           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling"]
+
+#: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
+#: which the stack's output has moved by order one. **Provisional**: set between the published points of
+#: issue 23 (post-LN, alpha_SA 2, depth 48, d 256, 400 steps: trains at 1e-4, fails at 5e-4; depth 30,
+#: d 480, 300 steps: fails at 5e-4; depth 24, d 64, alpha 1, 300 steps: trains at 1e-3); refitted from the
+#: measured learning-rate sweep.
+STACK_CONSTANT = 900.0
+#: ``C_attention``: the coherence of the query/key updates, ``eta_attention = C_attention * 2 a* / S``.
+#: **Provisional**, from the same published points (none of which is bound by attention at beta 0.5, so
+#: it is only bounded from below); refitted from the measured sweep.
+ATTENTION_CONSTANT = 4.0
+#: Step count that reports use when none is given.
+DEFAULT_STEPS = 10000
+
+
+def _check_supported(arch):
+    """The block forms the derivation covers (docs/theory.md section 20)."""
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
+    if arch.branch_norm:
+        raise ParameterError("branch_norm", "branch_norm: the learning-rate ceiling has no derivation for a norm "
+                             "on each branch's output (it rescales the branch's perturbation; docs/theory.md "
+                             "section 20)")
+
+
+def _sub_blocks(component):
+    """The top-level layers of a block: a serial's layers, or the block itself."""
+    return component.layers if isinstance(component, Serial) else (component,)
+
+
+def _walk(arch, beta, depth, q0, rho0):
+    """Walk ``depth`` blocks in NumPy, sub-block by sub-block.
+
+    Returns ``(gains, beta_c)``: ``sqrt(q_branch_in / q_after_skip)`` of every residual sub-block (one
+    per branch), shape ``(..., n)``, and the per-head critical beta of every block's attention
+    input, shape ``(..., depth)``. A pre-LN stream (branches that read only its cosine) is carried as
+    ``(1, rho)`` and ``log q``, so that it never leaves float64."""
+    block = arch.block(beta)
+    q = np.asarray(q0, dtype=np.float64)
+    p = q * np.asarray(rho0, dtype=np.float64)
+    log_q = np.log(q)                       # the stream's actual log q (carried streams)
+    gains = []
+    beta_c = []
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for _ in range(depth):
+            # a carried (pre-LN) stream's attention reads only its cosine: (q, p) serve as they are
+            beta_c.append(np.asarray(arch.block_critical_beta(q, p)))
+            for layer in _sub_blocks(block):
+                if not isinstance(layer, (Residual, Parallel)):
+                    q, p = layer.apply(q, p)            # a norm: (1, p / q)
+                    log_q = np.log(q)
+                    continue
+                branches = (layer.branch,) if isinstance(layer, Residual) else layer.branches
+                q_in, _ = arch.attention_input(q, p)    # what every branch's first matrix reads
+                if layer.carries_scale:                 # pre-LN: the branches read only the cosine
+                    outputs = [b.apply(q, p) for b in branches]
+                    q_branch, p_branch = sum(o[0] for o in outputs), sum(o[1] for o in outputs)
+                    scale = np.exp(-(log_q - np.log(q)))          # 1 / (actual q / carried q)
+                    q_new = layer.alpha ** 2 * q + q_branch * scale
+                    p_new = layer.alpha ** 2 * p + p_branch * scale
+                    log_q = log_q + np.log(q_new / q)
+                    gains += [np.sqrt(q_in) * np.exp(-0.5 * log_q)] * len(branches)
+                    q, p = q_new / q_new, p_new / q_new
+                else:
+                    q_new, p_new = layer.apply(q, p)
+                    gains += [np.sqrt(q_in / q_new)] * len(branches)
+                    q, p, log_q = q_new, p_new, np.log(q_new)
+    return np.stack(np.broadcast_arrays(*gains), axis=-1), np.stack(np.broadcast_arrays(*beta_c), axis=-1)
+
+
+def _inputs(arch, depth, beta, q0, rho0):
+    _check_supported(arch)
+    depth = check_depth(depth)
+    beta = as_float_array("beta", beta, positive=True)
+    q0 = as_float_array("q0", q0, positive=True)
+    rho0 = check_simplex_cosine("rho0", as_float_array("rho0", rho0, low=-1.0, high=1.0), arch.seq_len)
+    return depth, beta, q0, rho0
+
+
+def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0):
+    r"""How strongly a coherent update of every branch moves the stack's output.
+
+    .. math:: \mathcal{S} = \sum_{k=1}^{n} \sqrt{\frac{q^{\rm in}_k}{q^{\rm skip}_k}},
+
+    over the ``n = 2 L`` residual sub-blocks (attention and MLP separately; one per block for
+    ``block_form="parallel"``, each branch counted), with :math:`q^{\rm in}_k` the mean square of what the
+    branch's first matrix reads (1 after a pre-LN norm) and :math:`q^{\rm skip}_k` the stream's after
+    the skip add :math:`\alpha_k x + F_k(x)`. A unit update of a fan-in-``d`` matrix moves its branch's
+    output by about ``d`` times the branch input's scale; a post-LN norm then divides it by
+    :math:`\sqrt{q^{\rm skip}_k}`, and later sub-blocks keep its size relative to the stream when the
+    branches' Jacobian gain equals their variance gain (degree-one homogeneous branches). Hence
+
+    * post-LN: :math:`\mathcal{S} = \sum_k 1/\sqrt{\alpha_k^2 + v_k}` (after the first sub-block),
+      growing like the depth;
+    * pre-LN: :math:`\mathcal{S} = \sum_k 1/\sqrt{q_k}`, :math:`q_k` the stream after sub-block ``k``;
+      for ``alpha = 1`` and branch variances ``v``, :math:`q_k = q_0 + k v` and
+      :math:`\mathcal{S} \approx 2\sqrt{n / v}`: the square root of the depth (Liu et al. 2020);
+    * no norm: the same sum, :math:`q^{\rm in}_k` the stream before the sub-block (the stream's scale may
+      leave float64 at large depth and ``alpha``; the result is then nan).
+
+    Parameters
+    ----------
+    arch : Architecture
+        The stack (``branch_norm`` is refused: a norm on the branch output rescales the perturbation).
+    depth : int
+        Blocks L >= 1.
+    beta : array_like
+        The model's query/key scale, > 0 (the attention branch's variance depends on it at finite T).
+    q0, rho0 : array_like
+        Input state (defaults 1 and 0).
+
+    Returns
+    -------
+    ndarray or float
+        :math:`\mathcal{S}`, broadcast over ``beta``, ``q0``, ``rho0`` and the architecture's arrays.
+
+    References
+    ----------
+    docs/theory.md section 20; Liu et al., "Understanding the difficulty of training transformers",
+    arXiv 2004.08249 (post-LN amplifies updates with depth, pre-LN like its square root).
+
+    Examples
+    --------
+    >>> from remprop.theory import Architecture, update_sensitivity
+    >>> round(float(update_sensitivity(Architecture(alpha_sa=2.0), 48, 0.5)), 1)
+    71.2
+    """
+    return scalar_or_array(sub_block_sensitivities(arch, depth, beta, q0, rho0).sum(axis=-1))
+
+
+def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0) -> np.ndarray:
+    r"""The terms :math:`b_k = \sqrt{q^{\rm in}_k / q^{\rm skip}_k}` of :func:`update_sensitivity`, one per
+    residual branch in stack order (attention, MLP, attention, ...): the relative change of the stack's
+    output per unit relative perturbation of branch ``k``'s output (in units of its input's scale).
+
+    Parameters and references as :func:`update_sensitivity`. Returns an array of shape
+    ``broadcast + (n,)``, ``n = 2 L`` for sequential blocks.
+    """
+    depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
+    return _walk(arch, beta, depth, q0, rho0)[0]
+
+
+def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
+    r"""The cumulative update size ``a*`` at which coherent query/key updates reach ``beta_c``.
+
+    Scores :math:`s = x^T M y/\sqrt{d_H}`, :math:`M = W_Q^T W_K` (one head, ``d_H`` rows): at
+    initialisation :math:`|M|_F^2 = d_H \beta^2 \log T`, so
+    :math:`\beta_{\rm eff} = |M|_F/\sqrt{d_H \log T}` is ``beta`` (docs/theory.md sections 2 and 3.6).
+    Adam's coherent updates are rank-one sign matrices, :math:`W_Q \to W_Q + a\,u_Q v_Q^T`,
+    :math:`W_K \to W_K + a\,u_K v_K^T` with :math:`u \in \{\pm1\}^{d_H}`, :math:`v \in \{\pm1\}^d` and
+    aligned output signs :math:`u_Q = u_K`. The three parts of :math:`M'` are uncorrelated in mean, and
+
+    .. math:: \beta_{\rm eff}^2 = \beta^2 + \frac{2 a^2 d\,\beta}{\sqrt{\log T}}
+              + \frac{a^4 d^2 d_H}{\log T}.
+
+    ``a*`` solves :math:`\beta_{\rm eff}(a^*) = \beta_c`, a quadratic in :math:`a^2`:
+
+    .. math:: a^{*2} = \frac{2(\beta_c^2 - \beta^2)}{B + \sqrt{B^2 + 4 D (\beta_c^2 - \beta^2)}},\qquad
+              B = \frac{2 d\beta}{\sqrt{\log T}},\ D = \frac{d^2 d_H}{\log T};
+
+    0 where ``beta >= beta_c`` (already collapsed), ``inf`` where ``beta_c`` is.
+
+    Parameters
+    ----------
+    beta, beta_c : array_like
+        The per-head effective beta at initialisation and the critical beta (> 0; ``beta_c`` may be inf).
+    width : int
+        Model width d (the fan-in of W_Q and W_K).
+    seq_len : int
+        Sequence length T >= 2.
+    head_dim : int, optional
+        Rows d_H of each head's W_Q (default ``width``: one head).
+
+    Returns
+    -------
+    ndarray or float
+
+    References
+    ----------
+    docs/theory.md section 20 (checked by Monte Carlo in tests/test_learning_rate.py).
+    """
+    beta = as_float_array("beta", beta, positive=True)
+    beta_c = as_float_array("beta_c", beta_c, positive=True, allow_inf=True)
+    width = check_count("width", width, 1)
+    seq_len = check_seq_len(seq_len, allow_none=False)
+    head_dim = width if head_dim is None else check_count("head_dim", head_dim, 1)
+    log_t = math.log(seq_len)
+    b = 2.0 * width * beta / math.sqrt(log_t)
+    d = float(width) ** 2 * head_dim / log_t
+    gap = np.maximum(beta_c ** 2 - beta ** 2, 0.0)
+    with np.errstate(invalid="ignore"):
+        a2 = np.where(np.isinf(beta_c), np.inf, 2.0 * gap / (b + np.sqrt(b * b + 4.0 * d * gap)))
+    return scalar_or_array(np.sqrt(a2))
+
+
+@dataclass(frozen=True)
+class LearningRateCeiling:
+    """:func:`learning_rate_ceiling`'s answer; arrays of the broadcast shape.
+
+    Attributes
+    ----------
+    ceiling : ndarray
+        The predicted largest peak rate, ``min(stack, attention)``.
+    stack, attention : ndarray
+        The two ceilings.
+    binding : ndarray of str
+        ``"stack"`` or ``"attention"``: which one is smaller.
+    sensitivity : ndarray
+        :func:`update_sensitivity`.
+    budget : ndarray
+        :func:`attention_growth_budget` ``a*``.
+    beta_critical : ndarray
+        The model-level critical beta (the norm placement's rule).
+    """
+
+    ceiling: np.ndarray
+    stack: np.ndarray
+    attention: np.ndarray
+    binding: np.ndarray
+    sensitivity: np.ndarray
+    budget: np.ndarray
+    beta_critical: np.ndarray
+
+
+def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int, beta, q0=1.0, rho0=0.0,
+                          *, seq_len=None) -> LearningRateCeiling:
+    r"""The largest AdamW peak rate at which the stack still trains (docs/theory.md section 20).
+
+    .. math:: \eta_{\rm stack} = \frac{2\,C_{\rm stack}}{d\,\mathcal{S}\,S},\qquad
+              \eta_{\rm attention} = C_{\rm attention}\,\frac{2 a^*}{S},\qquad
+              \eta_{\max} = \min(\eta_{\rm stack}, \eta_{\rm attention}),
+
+    for ``S`` steps of the warm-up/linear-decay recipe (cumulative rate :math:`\eta S/2`), with
+    :math:`\mathcal{S}` from :func:`update_sensitivity` and ``a*`` from :func:`attention_growth_budget`
+    at the per-head effective beta and the stack's critical beta (the rule of section 6): 0 for a stack
+    entropy-collapsed at initialisation. The constants are :data:`STACK_CONSTANT` and
+    :data:`ATTENTION_CONSTANT` (provisional). Rank collapse at initialisation is not part of the ceiling:
+    a rank-collapsed stack fails at any rate (the diagram says so).
+
+    Parameters
+    ----------
+    arch : Architecture
+        The stack (not ``qk_norm``: normalised queries and keys take the weights' scale out of the
+        logits, and the attention ceiling has no derivation there; not ``branch_norm``).
+    depth, width, steps : int
+        Blocks L, model width d, training steps S.
+    beta : array_like
+        The model's query/key scale, > 0.
+    q0, rho0 : array_like
+        Input state.
+    seq_len : int, optional
+        Sequence length T >= 2 for the logits' ``log T`` (default ``arch.seq_len``; one of them is needed).
+
+    Returns
+    -------
+    LearningRateCeiling
+
+    References
+    ----------
+    docs/theory.md section 20; Liu et al., arXiv 2004.08249.
+
+    Examples
+    --------
+    >>> from remprop.theory import Architecture, learning_rate_ceiling
+    >>> c = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 48, 256, 400, 0.5)
+    >>> str(c.binding)
+    'stack'
+    """
+    _check_supported(arch)
+    if arch.qk_norm:
+        raise ParameterError("qk_norm", "qk_norm: the learning-rate ceiling's attention part has no derivation "
+                             "with normalised queries and keys (the weights' scale drops out of the logits; "
+                             "docs/theory.md section 20)")
+    width = check_count("width", width, 1)
+    steps = check_count("steps", steps, 1)
+    seq_len = check_seq_len(arch.seq_len if seq_len is None else seq_len, allow_none=True)
+    if seq_len is None:
+        raise ParameterError("seq_len", "seq_len: the learning-rate ceiling needs a sequence length T (the logits "
+                             "scale with log T); set arch.seq_len or pass seq_len")
+    depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
+    gains, per_layer = _walk(arch, beta, depth, q0, rho0)
+    sensitivity = gains.sum(axis=-1)
+    beta_c = np.asarray(arch.critical_beta(per_layer))
+    scale = arch.beta_scale
+    head_dim = arch.head_dim if arch.head_dim is not None else max(width // arch.heads, 1)
+    budget = np.asarray(attention_growth_budget(np.asarray(arch.effective_beta(beta)) * np.ones_like(beta_c),
+                                                np.where(np.isnan(beta_c), np.inf, beta_c) * scale,
+                                                width, seq_len, head_dim))
+    stack = 2.0 * STACK_CONSTANT / (width * np.asarray(sensitivity) * steps)
+    attention = ATTENTION_CONSTANT * 2.0 * budget / steps
+    stack, attention = np.broadcast_arrays(stack, attention)
+    ceiling = np.minimum(stack, attention)
+    binding = np.where(attention < stack, "attention", "stack")
+    return LearningRateCeiling(*(scalar_or_array(x) for x in (ceiling, stack, attention)),
+                               binding=binding if binding.ndim else binding[()],
+                               sensitivity=scalar_or_array(np.asarray(sensitivity)),
+                               budget=scalar_or_array(budget), beta_critical=scalar_or_array(beta_c))
