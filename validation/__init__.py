@@ -55,6 +55,7 @@ _EXPORTS = {
     "build_model": "hf_models", "model_inputs": "hf_models", "simulate_model": "hf_models",
     "ModelMeasurement": "hf_models",
     "own_weights_spec": "own_weights", "measure_weights": "own_weights",
+    "branch_perturbation_gains": "update_sensitivity",
 }
 
 __all__ = sorted(_EXPORTS)
