@@ -28,9 +28,10 @@ import numpy as np
 from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
+from remprop.theory.learning_rate import DEFAULT_STEPS, learning_rate_ceiling
 from remprop.theory.causal import (LAST_TOKENS, causal_gram_flops, choose_causal_theory, compared_last_tokens,
                                    propagate_causal_gram)
-from remprop.theory.checks import check_depth
+from remprop.theory.checks import check_count, check_depth
 from remprop.theory import work_estimates
 from remprop.theory.work_estimates import spread_indices
 
@@ -39,7 +40,7 @@ from .residual_strength import min_residual_strength, search_seconds
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
            "diagnosis_seconds", "diagnosis_bytes", "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
-           "COMFORTABLE_MARGINS", "GRADES", "DIAGNOSIS_GRAM_FLOPS"]
+           "COMFORTABLE_MARGINS", "GRADES", "DIAGNOSIS_GRAM_FLOPS", "lr_ceiling_summary"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
@@ -156,6 +157,7 @@ class Diagnosis:
     last_tokens_theory: str | None = None
     last_tokens_reason: str | None = None
     gram_draws: int | None = None
+    lr_ceiling: dict | None = None
 
     @property
     def alpha_sa(self) -> float:
@@ -247,6 +249,7 @@ class Diagnosis:
             "gradient_first": self.gradient_first, "gradient_last": self.gradient_last,
             "key_gradient_first": self.key_gradient_first, "key_gradient_last": self.key_gradient_last,
             "changes": [c.to_dict() for c in self.changes],
+            "lr_ceiling": None if self.lr_ceiling is None else dict(self.lr_ceiling),
         }
 
     def report(self) -> str:
@@ -268,8 +271,10 @@ class Diagnosis:
                  f"{self.gradient_last:.4g} (layer {s.depth})" + (
                      f"; falls {self.margins['gradient_decay']:.3g}x over the stack" if self.gradient_first > 0 else ""),
                  f"key gradient     E|dS/dW_K|^2 = {self.key_gradient_first:.4g} (layer 1), "
-                 f"{self.key_gradient_last:.4g} (layer {s.depth})",
-                 ""]
+                 f"{self.key_gradient_last:.4g} (layer {s.depth})"]
+        if self.lr_ceiling is not None:
+            lines.append("lr ceiling       " + _lr_line(self.lr_ceiling))
+        lines.append("")
         lines += self._cosine_lines()
         lines += self._changes_lines()
         return "\n".join(lines)
@@ -310,6 +315,34 @@ class Diagnosis:
 
 #: Most layers :meth:`Diagnosis.report` prints (evenly spread, both ends included).
 REPORT_LAYERS = 1001
+
+
+def _lr_line(ceiling) -> str:
+    """The report's line on the learning-rate ceiling (docs/theory.md section 20)."""
+    if ceiling["value"] is None:
+        return f"not predicted: {ceiling['note']}"
+    return (f"eta_max = {ceiling['value']:.3g} for AdamW over {ceiling['steps']} steps at d = {ceiling['width']} "
+            f"(bound by the {ceiling['binding']}: stack {ceiling['stack']:.3g}, attention "
+            f"{ceiling['attention']:.3g}; constants provisional, docs/theory.md section 20)")
+
+
+def lr_ceiling_summary(spec, steps=DEFAULT_STEPS) -> dict:
+    """The learning-rate ceiling of a model (:func:`remprop.theory.learning_rate_ceiling` at its
+    architecture, depth, width, beta, input state and T) for ``steps`` AdamW steps, as the report and
+    the JSON give it: ``value`` (None where the derivation refuses the model, ``note`` says why),
+    ``stack``, ``attention``, ``binding``, ``steps``, ``width``."""
+    run = spec.settings
+    out = {"value": None, "stack": None, "attention": None, "binding": None, "steps": int(steps),
+           "width": int(spec.width), "note": None}
+    try:
+        ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
+                                        seq_len=spec.seq_len)
+    except ValueError as err:
+        out["note"] = str(err)
+        return out
+    out.update(value=float(ceiling.ceiling), stack=float(ceiling.stack), attention=float(ceiling.attention),
+               binding=str(ceiling.binding))
+    return out
 
 
 def _num(value) -> str:
@@ -397,7 +430,7 @@ def _last_tokens(spec, choice, draws):
 
 
 def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
-             gram_draws=GRAM_DRAWS) -> Diagnosis:
+             gram_draws=GRAM_DRAWS, lr_steps=DEFAULT_STEPS) -> Diagnosis:
     r"""Place a model on its trainability diagram and predict the effect of changes.
 
     Parameters
@@ -414,6 +447,8 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
         ``"auto"``: the causal Gram state where affordable, else the per-position maps).
     gram_draws : int
         Monte Carlo draws per attention layer of the causal Gram state.
+    lr_steps : int
+        AdamW steps of the learning-rate ceiling (:func:`lr_ceiling_summary`, docs/theory.md section 20).
 
     Returns
     -------
@@ -516,7 +551,8 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
                      max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes), rho_last_tokens_maps=rho_last_maps, last_tokens_theory=last_theory,
-                     last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None)
+                     last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None,
+                     lr_ceiling=lr_ceiling_summary(spec, check_count("lr_steps", lr_steps)))
 
 
 def _verdict_architectures(arch):

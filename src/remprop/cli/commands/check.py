@@ -31,6 +31,7 @@ def add_check_parser(commands):
     from remprop.diagrams.diagnosis import GRAM_DRAWS
     from remprop.theory import shipped_configs
     from remprop.theory.causal import CAUSAL_THEORIES
+    from remprop.theory.learning_rate import DEFAULT_STEPS
 
     check = add_command(commands, "check", run_check,
                         help="diagnose a real model (Hugging Face config) at its default initialisation")
@@ -59,6 +60,9 @@ def add_check_parser(commands):
                        help="rank-collapse threshold on the final cosine, in (0, 1) (default: %(default)s)")
     check.add_argument("--max-depth", type=layer_count, default=10_000, metavar="L",
                        help="deepest stack searched for the onset of rank collapse (default: %(default)s)")
+    check.add_argument("--steps", type=count(1), default=DEFAULT_STEPS, metavar="S",
+                       help="AdamW steps (warm-up and linear decay) of the predicted learning-rate ceiling, "
+                            "docs/theory.md section 20 (default: %(default)s)")
     check.add_argument("--simulate", action="store_true",
                        help="instantiate the model at random init and overlay measurements (torch, transformers)")
     add_seeds_option(check, what="initialisation seeds of --simulate")
@@ -312,7 +316,8 @@ def _diagnose(spec, args, theory):
 
     choice, draws = theory
     try:
-        return diagnose(spec, args.threshold, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws)
+        return diagnose(spec, args.threshold, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws,
+                        lr_steps=args.steps)
     except ValueError as err:
         if "causal_theory" in str(err):
             raise CommandLineError(f"--causal-theory {choice}: {err}") from None

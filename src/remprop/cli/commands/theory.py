@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..converters import GRID_SYNTAX, grid_of, positive_real
+from ..converters import GRID_SYNTAX, count, grid_of, positive_real
+from ..errors import CommandLineError
 from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_grid_options,
                        add_output_options, add_progress_option, add_run_options, add_threads_option, add_work_limit_options,
@@ -19,6 +20,25 @@ from ..output import (describe, dumps, format_number, format_table, progress_bar
 
 __all__ = ["add_diagram_parser", "add_min_alpha_parser", "add_propagate_parser",
            "run_diagram", "run_min_alpha", "run_propagate", "check_rope_work"]
+
+
+# -- the learning rate (docs/theory.md section 20) ------------------------------------------
+def add_learning_rate_options(parser):
+    """``--lr LR --steps S --width D``: the learning-rate ceiling's axis (defaults: ``remprop train``'s)."""
+    group = parser.add_argument_group("learning rate (docs/theory.md section 20)")
+    group.add_argument("--lr", type=positive_real, default=None, metavar="LR",
+                       help="AdamW peak learning rate > 0: also ask for the learning-rate ceiling (needs --seq-len)")
+    group.add_argument("--steps", type=count(1), default=300, metavar="S",
+                       help="AdamW steps of warm-up and linear decay, with --lr (default: %(default)s, remprop train's)")
+    group.add_argument("--width", type=count(2), default=64, metavar="D",
+                       help="model width d, with --lr (default: %(default)s, remprop train's)")
+
+
+def _check_learning_rate_options(args, arch) -> None:
+    """``--lr`` needs a finite T (the logits scale with log T)."""
+    if args.lr is not None and arch.seq_len is None:
+        raise CommandLineError("--lr needs --seq-len T: the learning-rate ceiling's logits scale with log T "
+                               "(docs/theory.md section 20)")
 
 
 # -- remprop diagram ---------------------------------------------------------------------
@@ -31,6 +51,7 @@ def add_diagram_parser(commands):
     add_progress_option(diagram)
     add_threads_option(diagram)
     add_work_limit_options(diagram)
+    add_learning_rate_options(diagram)
     add_architecture_arguments(diagram, alpha_sa=False)
 
 
@@ -48,6 +69,7 @@ def run_diagram(args) -> int:
     import numpy as np
 
     arch = architecture_from_args(args)
+    _check_learning_rate_options(args, arch)
     directory = writable_directory(args.out)
     from remprop.diagrams import trainability_diagram
     from remprop.diagrams.residual_strength import search_seconds
@@ -64,14 +86,18 @@ def run_diagram(args) -> int:
     stem = directory / args.name
     result.save(stem)
     png = Path(f"{stem}.png")
-    _draw(result, png)
+    rate = _rate_region(result, args, stem) if args.lr is not None else None
+    _draw(result, png, rate)
     files = [str(path) for path in (png, Path(f"{stem}.npz"), Path(f"{stem}.json")) if path.exists()]
+    if rate is not None:
+        files.append(rate["file"])
     alpha_star = np.atleast_1d(np.asarray(result.alpha_star, dtype=float))
     beta_c = np.atleast_1d(np.asarray(result.beta_critical, dtype=float))
     undefined, note = _undefined_cells(result)
     if args.json:
+        extra = {} if rate is None else {"lr": {key: value for key, value in rate.items() if key != "phase"}}
         print(dumps({"files": files, "beta": betas, "alpha_star": alpha_star, "beta_critical": beta_c,
-                     "alpha": alphas, "undefined_cells": undefined, "note": note, **run_inputs(args, arch)}))
+                     "alpha": alphas, "undefined_cells": undefined, "note": note, **extra, **run_inputs(args, arch)}))
         return 0
     print(f"trainability diagram: {describe(arch, args.depth, args.threshold)}")
     print(f"grid: {betas.size} betas in [{format_number(betas.min())}, {format_number(betas.max())}], "
@@ -85,6 +111,10 @@ def run_diagram(args) -> int:
     rows = [(format_number(betas[k]), format_number(alpha_star[k]), format_number(beta_c[k]))
             for k in work.spread_indices(betas.size, 9)]
     print(format_table(("beta", "alpha*", "beta_c"), rows))
+    if rate is not None:
+        print(f"at lr {format_number(args.lr)} ({args.steps} AdamW steps, d = {args.width}): {rate['above_ceiling']} of "
+              f"{rate['trainable_at_init']} cells trainable at initialisation are above the learning-rate ceiling "
+              "(hatched; label 'lr above ceiling'; provisional constants, docs/theory.md section 20)")
     print("wrote " + ", ".join(files))
     if note is not None:
         print(f"note: {note}")
@@ -106,12 +136,38 @@ def _undefined_cells(result):
                    "they are drawn as rank-collapsed")
 
 
-def _draw(result, path: Path) -> None:
-    """Draw ``result.plot`` on an off-screen figure (no pyplot, no display needed)."""
+def _rate_region(result, args, stem) -> dict:
+    """The diagram at ``--lr``: every cell's learning-rate ceiling and its phase at that rate, written to
+    ``STEM.lr.json``; returns the summary (and the phases, for the figure)."""
+    import numpy as np
+
+    from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_LABELS, diagram_ceiling, phases_at_rate
+    from remprop.diagrams.phases import TRAINABLE
+
+    ceiling = diagram_ceiling(result, args.width, args.steps)
+    phase = phases_at_rate(result.phase, ceiling, args.lr)
+    path = Path(f"{stem}.lr.json")
+    summary = {"lr": args.lr, "steps": args.steps, "width": args.width, "file": str(path),
+               "labels": {str(code): label for code, label in LR_LABELS.items()},
+               "trainable_at_init": int(np.sum(result.phase == TRAINABLE)),
+               "above_ceiling": int(np.sum(phase == LR_ABOVE_CEILING))}
+    path.write_text(dumps({**summary, "betas": result.betas, "alphas": result.alphas, "phase": phase,
+                           "ceiling": ceiling}))
+    return {**summary, "phase": phase}
+
+
+def _draw(result, path: Path, rate=None) -> None:
+    """Draw ``result.plot`` on an off-screen figure (no pyplot, no display needed); with ``rate`` (the
+    ``--lr`` region) its cells above the ceiling hatched."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(7.0, 5.0), layout="constrained")
-    result.plot(ax=figure.add_subplot())
+    ax = figure.add_subplot()
+    result.plot(ax=ax)
+    if rate is not None:
+        from remprop.diagrams.learning_rate import draw_rate_region
+
+        draw_rate_region(ax, result, rate["phase"], rate["lr"], rate["steps"], rate["width"])
     figure.savefig(path, dpi=150)
 
 
@@ -125,6 +181,7 @@ def add_min_alpha_parser(commands):
     add_progress_option(min_alpha)
     add_threads_option(min_alpha)
     add_work_limit_options(min_alpha, memory=False)
+    add_learning_rate_options(min_alpha)
     add_architecture_arguments(min_alpha, alpha_sa=False)
 
 
@@ -143,6 +200,7 @@ def run_min_alpha(args) -> int:
     from remprop.theory import work_estimates as work
 
     arch = architecture_from_args(args)
+    _check_learning_rate_options(args, arch)
     beta = np.asarray(args.beta, dtype=float) if args.beta.is_list else args.beta[0]
     check_work(f"min-alpha at depth {args.depth} for {np.size(beta)} beta(s)",
                seconds=search_seconds(arch, args.depth, np.size(beta)), **work_limits(args))
@@ -150,13 +208,28 @@ def run_min_alpha(args) -> int:
                       desc="min-alpha") as advance:
         alpha_star = min_residual_strength(arch, args.depth, beta, args.threshold, q0=args.q0, rho0=args.rho0,
                                            progress=advance)
+    at_rate = None
+    if args.lr is not None:
+        from remprop.diagrams.learning_rate import min_alpha_at_rate
+
+        at_rate = min_alpha_at_rate(arch, args.depth, beta, args.lr, args.width, args.steps, args.threshold,
+                                    q0=args.q0, rho0=args.rho0)
     if args.json:
-        print(dumps({"alpha_star": alpha_star, "beta": beta, **run_inputs(args, arch), "alpha_max": ALPHA_MAX}))
+        extra = {} if at_rate is None else {"alpha_star_at_lr": at_rate, "lr": args.lr, "steps": args.steps,
+                                            "width": args.width}
+        print(dumps({"alpha_star": alpha_star, "beta": beta, **extra, **run_inputs(args, arch), "alpha_max": ALPHA_MAX}))
         return 0
     print(f"smallest alpha_SA: {describe(arch, args.depth, args.threshold)}")
-    rows = [(format_number(b), format_number(a)) for b, a in
-            zip(np.atleast_1d(beta), np.atleast_1d(alpha_star))]
-    print(format_table(("beta", "alpha*"), rows))
+    if at_rate is None:
+        rows = [(format_number(b), format_number(a)) for b, a in
+                zip(np.atleast_1d(beta), np.atleast_1d(alpha_star))]
+        print(format_table(("beta", "alpha*"), rows))
+    else:
+        rows = [(format_number(b), format_number(a), format_number(r)) for b, a, r in
+                zip(np.atleast_1d(beta), np.atleast_1d(alpha_star), np.atleast_1d(at_rate))]
+        print(format_table(("beta", "alpha*", f"alpha* at lr {format_number(args.lr)}"), rows))
+        print(f"alpha* at lr: also below the learning-rate ceiling for {args.steps} AdamW steps at d = {args.width} "
+              "(inf: no alpha_SA up to alpha_max; provisional constants, docs/theory.md section 20)")
     if any(np.isinf(np.atleast_1d(alpha_star))):
         print(f"alpha* = inf: no alpha_SA up to {format_number(ALPHA_MAX)} keeps rho at or below the threshold")
     return 0
