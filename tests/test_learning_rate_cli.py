@@ -1,0 +1,107 @@
+"""The learning-rate ceiling on the command line: ``diagram --lr``, ``min-alpha --lr``, ``check``'s
+``lr_ceiling`` (docs/theory.md section 20)."""
+import json
+
+import numpy as np
+import pytest
+
+from remprop.diagrams import TRAINABLE
+from remprop.diagrams.learning_rate import LR_ABOVE_CEILING
+from remprop.theory import Architecture, learning_rate_ceiling, model_spec
+
+from cli_checks import assert_one_line_error, run_cli
+
+BETAS, ALPHAS = np.linspace(0.1, 2.0, 7), np.linspace(0.0, 3.0, 6)
+DEPTH, WIDTH, STEPS, SEQ_LEN = 6, 64, 300, 64
+
+
+def ceilings(alphas, betas, **changes):
+    arch = Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(alphas)[:, None], **changes)
+    return learning_rate_ceiling(arch, DEPTH, WIDTH, STEPS, np.asarray(betas)[None, :]).ceiling
+
+
+def test_diagram_lr_marks_trainable_cells_above_the_ceiling(capsys, tmp_path):
+    grid = ceilings(ALPHAS, BETAS)
+    lr = float(np.median(grid[grid > 0]))       # some trainable cells above it, some below
+    code, out, err = run_cli(capsys, "diagram", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--beta", "0.1:2:7",
+                             "--alpha", "0:3:6", "--lr", lr, "--width", WIDTH, "--steps", STEPS, "--json",
+                             "--out", tmp_path)
+    assert code == 0, err
+    result = json.loads(out)["lr"]
+    saved = json.loads((tmp_path / "trainability.lr.json").read_text())
+    phase, theory_phase = np.array(saved["phase"]), np.load(tmp_path / "trainability.npz")["phase"]
+    expected = (theory_phase == TRAINABLE) & (grid < lr)
+    np.testing.assert_array_equal(phase == LR_ABOVE_CEILING, expected)
+    np.testing.assert_array_equal(phase[~expected], theory_phase[~expected])   # the rest keep their phase
+    assert 0 < result["above_ceiling"] == expected.sum() < result["trainable_at_init"]
+    assert result["labels"][str(LR_ABOVE_CEILING)] == "lr above ceiling"
+    np.testing.assert_allclose(saved["ceiling"], grid, rtol=1e-12)
+    code, out, err = run_cli(capsys, "diagram", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--beta", "0.1:2:7",
+                             "--alpha", "0:3:6", "--lr", lr, "--width", WIDTH, "--steps", STEPS, "--out", tmp_path)
+    assert code == 0, err
+    assert f"{expected.sum()} of {result['trainable_at_init']} cells trainable at initialisation" in out
+
+
+@pytest.mark.parametrize("value", ["0", "-1e-3", "nan", "inf", "fast"])
+@pytest.mark.parametrize("command", ["diagram", "min-alpha"])
+def test_bad_lr_is_one_line(capsys, tmp_path, command, value):
+    out_dir = ["--out", tmp_path] if command == "diagram" else []
+    code, out, err = run_cli(capsys, command, "--seq-len", SEQ_LEN, "--depth", 2, f"--lr={value}", *out_dir)
+    assert_one_line_error(code, err, "--lr")
+
+
+def test_lr_needs_a_sequence_length(capsys, tmp_path):
+    for command, out_dir in (("diagram", ["--out", tmp_path]), ("min-alpha", [])):
+        code, out, err = run_cli(capsys, command, "--depth", 2, "--lr", "1e-3", *out_dir)
+        assert_one_line_error(code, err, "--lr", "--seq-len")
+
+
+def test_min_alpha_at_rate(capsys):
+    """alpha* at lr is alpha*(L) where the ceiling there is already >= lr, else the alpha_SA at which the
+    ceiling reaches lr (it grows with alpha_SA); inf where no alpha_SA up to alpha_max reaches it.
+    At depth 24, d = 256, the stack ceiling binds at alpha_SA = 1.5 (5.9e-4 against 6.8e-4)."""
+    depth, width = 24, 256
+
+    def ceiling(alpha, beta):
+        arch = Architecture(seq_len=SEQ_LEN, alpha_sa=alpha)
+        return float(learning_rate_ceiling(arch, depth, width, STEPS, beta).ceiling)
+
+    lr = ceiling(1.5, 0.5)
+    code, out, err = run_cli(capsys, "min-alpha", "--depth", depth, "--seq-len", SEQ_LEN, "--beta", "0.5,0.3,1.3",
+                             "--lr", lr, "--width", width, "--steps", STEPS, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    at_lr, star = result["alpha_star_at_lr"], result["alpha_star"]
+    assert at_lr[0] == pytest.approx(1.5, rel=1e-6) and at_lr[0] > star[0]
+    assert ceiling(at_lr[1], 0.3) >= lr > ceiling(at_lr[1] * (1 - 1e-6), 0.3)
+    # near beta_c the attention ceiling (the same at every alpha_SA for post-LN) is below lr: none reaches it
+    assert at_lr[2] == "inf" and ceiling(1e3, 1.3) < lr
+    code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--lr", 1.0, "--json")
+    assert code == 0, err
+    assert json.loads(out)["alpha_star_at_lr"] == "inf"
+    small = float(ceilings([0.0], [0.5])[0, 0]) / 2   # below the ceiling everywhere: alpha*(L) itself
+    code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--lr", small,
+                             "--width", WIDTH, "--steps", STEPS, "--json")
+    assert json.loads(out)["alpha_star_at_lr"] == json.loads(out)["alpha_star"]
+
+
+TINY_BERT = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "intermediate_size": 128, "max_position_embeddings": 128, "vocab_size": 1000,
+             "initializer_range": 0.02, "_name_or_path": "tiny-bert"}
+
+
+def test_check_reports_the_ceiling(capsys, tmp_path):
+    config = tmp_path / "bert.json"
+    config.write_text(json.dumps(TINY_BERT))
+    spec = model_spec(config)
+    run = spec.settings
+    expected = learning_rate_ceiling(run.arch, run.depth, spec.width, 2000, run.beta, run.q0, run.rho0,
+                                     seq_len=spec.seq_len)
+    code, out, err = run_cli(capsys, "check", config, "--steps", 2000, "--json", "--no-figure", "--out", tmp_path)
+    assert code == 0, err
+    result = json.loads(out)["lr_ceiling"]
+    assert result["value"] == pytest.approx(float(expected.ceiling), rel=1e-12)
+    assert result["binding"] == str(expected.binding) and result["steps"] == 2000 and result["width"] == 64
+    code, out, err = run_cli(capsys, "check", config, "--no-figure", "--out", tmp_path)
+    assert code == 0, err
+    assert "lr ceiling       eta_max = " in out and "over 10000 steps at d = 64" in out
