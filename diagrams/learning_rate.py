@@ -76,6 +76,10 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
         Rank-collapse threshold (default 0.99).
     q0, rho0 : float
         Input state.
+    alpha_max : float
+        Upper end of the search (default :data:`~remprop.diagrams.ALPHA_MAX`).
+    iterations : int
+        Halvings of the bracket (default 60).
 
     Returns
     -------
