@@ -203,3 +203,24 @@ def test_torch_branch_perturbations_match_the_terms(norm, alpha):
     tolerance = 4 * damping * math.sqrt(2 * 2 * depth / width) / 2
     assert measured / theory == pytest.approx(np.ones(2 * depth), abs=tolerance)
     assert measured.sum() / theory.sum() == pytest.approx(1.0, abs=tolerance)
+
+
+def test_no_norm_closed_form_and_examples():
+    """No norm: the branch reads the stream, b_k = sqrt(q_{k-1} / q_k) with q_k = alpha^2 q_{k-1} + v_k
+    (gain-controlled attention at T -> infinity outputs its value bias, v = sigma_b2; the ReLU MLP
+    sigma_w2 (sigma_w2 q + sigma_b2) / 2 + sigma_b2). The docstring examples run."""
+    import doctest
+
+    import remprop.theory.learning_rate as module
+
+    depth, q0, alpha = 5, 1.3, 0.9
+    q, expected = q0, []
+    for _ in range(depth):
+        for v in (lambda q: SIGMA_B2, lambda q: SIGMA_W2 * (SIGMA_W2 * q + SIGMA_B2) / 2 + SIGMA_B2):
+            skip2 = alpha ** 2 if len(expected) % 2 == 0 else 1.0     # attention: alpha_sa; MLP: alpha_mlp = 1
+            new = skip2 * q + v(q)
+            expected.append(math.sqrt(q / new))
+            q = new
+    terms = sub_block_sensitivities(gain_controlled("none", alpha), depth, 0.5, q0=q0)
+    assert terms == pytest.approx(np.array(expected), rel=1e-12)
+    assert doctest.testmod(module).failed == 0

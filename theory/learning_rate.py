@@ -158,7 +158,7 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0):
     --------
     >>> from remprop.theory import Architecture, update_sensitivity
     >>> round(float(update_sensitivity(Architecture(alpha_sa=2.0), 48, 0.5)), 1)
-    71.2
+    71.4
     """
     return scalar_or_array(sub_block_sensitivities(arch, depth, beta, q0, rho0).sum(axis=-1))
 
