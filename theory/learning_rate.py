@@ -63,23 +63,27 @@ def _sub_blocks(component):
     return component.layers if isinstance(component, Serial) else (component,)
 
 
-def _walk(arch, beta, depth, q0, rho0):
+def _walk(arch, beta, depth, q0, rho0, keep_terms=True):
     """Walk ``depth`` blocks in NumPy, sub-block by sub-block.
 
-    Returns ``(gains, beta_c)``: ``sqrt(q_branch_in / q_after_skip)`` of every residual sub-block (one
-    per branch), shape ``(..., n)``, and the per-head critical beta of every block's attention
-    input, shape ``(..., depth)``. A pre-LN stream (branches that read only its cosine) is carried as
-    ``(1, rho)`` and ``log q``, so that it never leaves float64."""
+    Returns ``(gains, first, smallest)``: ``sqrt(q_branch_in / q_after_skip)`` of every residual sub-block
+    (one per branch), shape ``(..., n)`` (with ``keep_terms=False`` only their sum, so that memory does
+    not grow with depth), and the first and the smallest per-head critical beta of the blocks' attention
+    inputs. A pre-LN stream (branches that read only its cosine) is carried as ``(1, rho)`` and ``log q``,
+    so that it never leaves float64."""
     block = arch.block(beta)
     q = np.asarray(q0, dtype=np.float64)
     p = q * np.asarray(rho0, dtype=np.float64)
     log_q = np.log(q)                       # the stream's actual log q (carried streams)
     gains = []
-    beta_c = []
+    total = np.zeros(())
+    first = smallest = None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(depth):
             # a carried (pre-LN) stream's attention reads only its cosine: (q, p) serve as they are
-            beta_c.append(np.asarray(arch.block_critical_beta(q, p)))
+            beta_c = np.asarray(arch.block_critical_beta(q, p))
+            first = beta_c if first is None else first
+            smallest = beta_c if smallest is None else np.minimum(smallest, beta_c)   # nan wins, as in the kernels
             for layer in _sub_blocks(block):
                 if not isinstance(layer, (Residual, Parallel)):
                     q, p = layer.apply(q, p)            # a norm: (1, p / q)
@@ -94,13 +98,18 @@ def _walk(arch, beta, depth, q0, rho0):
                     q_new = layer.alpha ** 2 * q + q_branch * scale
                     p_new = layer.alpha ** 2 * p + p_branch * scale
                     log_q = log_q + np.log(q_new / q)
-                    gains += [np.sqrt(q_in) * np.exp(-0.5 * log_q)] * len(branches)
+                    gain = np.sqrt(q_in) * np.exp(-0.5 * log_q)
                     q, p = q_new / q_new, p_new / q_new
                 else:
                     q_new, p_new = layer.apply(q, p)
-                    gains += [np.sqrt(q_in / q_new)] * len(branches)
+                    gain = np.sqrt(q_in / q_new)
                     q, p, log_q = q_new, p_new, np.log(q_new)
-    return np.stack(np.broadcast_arrays(*gains), axis=-1), np.stack(np.broadcast_arrays(*beta_c), axis=-1)
+                if keep_terms:
+                    gains += [gain] * len(branches)
+                else:
+                    total = total + len(branches) * gain
+    terms = np.stack(np.broadcast_arrays(*gains), axis=-1) if keep_terms else total
+    return terms, first, smallest
 
 
 def _inputs(arch, depth, beta, q0, rho0):
@@ -160,7 +169,8 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0):
     >>> round(float(update_sensitivity(Architecture(alpha_sa=2.0), 48, 0.5)), 1)
     71.4
     """
-    return scalar_or_array(sub_block_sensitivities(arch, depth, beta, q0, rho0).sum(axis=-1))
+    depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
+    return scalar_or_array(_walk(arch, beta, depth, q0, rho0, keep_terms=False)[0])
 
 
 def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0) -> np.ndarray:
@@ -313,9 +323,8 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
         raise ParameterError("seq_len", "seq_len: the learning-rate ceiling needs a sequence length T (the logits "
                              "scale with log T); set arch.seq_len or pass seq_len")
     depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
-    gains, per_layer = _walk(arch, beta, depth, q0, rho0)
-    sensitivity = gains.sum(axis=-1)
-    beta_c = np.asarray(arch.critical_beta(per_layer))
+    sensitivity, first, smallest = _walk(arch, beta, depth, q0, rho0, keep_terms=False)
+    beta_c = np.asarray(arch.critical_beta(first=first, smallest=smallest))
     scale = arch.beta_scale
     head_dim = arch.head_dim if arch.head_dim is not None else max(width // arch.heads, 1)
     budget = np.asarray(attention_growth_budget(np.asarray(arch.effective_beta(beta)) * np.ones_like(beta_c),

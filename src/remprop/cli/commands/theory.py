@@ -79,7 +79,9 @@ def run_diagram(args) -> int:
     alphas = np.asarray(args.alphas, dtype=float)
     check_work(f"a diagram of {betas.size} x {alphas.size} cells at depth {args.depth}",
                seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
-                        + search_seconds(arch, args.depth, betas.size)),
+                        + search_seconds(arch, args.depth, betas.size)
+               # --lr walks the grid once more (the ceiling of every cell)
+               + (work.run_seconds(arch, betas.size * alphas.size, args.depth) if args.lr is not None else 0.0)),
                nbytes=work.diagram_bytes(betas.size, alphas.size), **work_limits(args))
     result = trainability_diagram(arch, betas, alphas, args.depth, args.threshold,
                                   q0=args.q0, rho0=args.rho0, progress=show_progress(args))
