@@ -29,7 +29,8 @@ def add_learning_rate_options(parser):
     group.add_argument("--lr", type=positive_real, default=None, metavar="LR",
                        help="AdamW peak learning rate > 0: also ask for the learning-rate ceiling (needs --seq-len)")
     group.add_argument("--steps", type=count(1), default=300, metavar="S",
-                       help="AdamW steps of warm-up and linear decay, with --lr (default: %(default)s, remprop train's)")
+                       help="AdamW steps of warm-up and linear decay, with --lr "
+                            "(default: %(default)s, remprop train's)")
     group.add_argument("--width", type=count(2), default=64, metavar="D",
                        help="model width d, with --lr (default: %(default)s, remprop train's)")
 
@@ -114,7 +115,8 @@ def run_diagram(args) -> int:
             for k in work.spread_indices(betas.size, 9)]
     print(format_table(("beta", "alpha*", "beta_c"), rows))
     if rate is not None:
-        print(f"at lr {format_number(args.lr)} ({args.steps} AdamW steps, d = {args.width}): {rate['above_ceiling']} of "
+        print(f"at lr {format_number(args.lr)} ({args.steps} AdamW steps, d = {args.width}): "
+              f"{rate['above_ceiling']} of "
               f"{rate['trainable_at_init']} cells trainable at initialisation are above the learning-rate ceiling "
               "(hatched; label 'lr above ceiling'; provisional constants, docs/theory.md section 20)")
     print("wrote " + ", ".join(files))
@@ -219,7 +221,8 @@ def run_min_alpha(args) -> int:
     if args.json:
         extra = {} if at_rate is None else {"alpha_star_at_lr": at_rate, "lr": args.lr, "steps": args.steps,
                                             "width": args.width}
-        print(dumps({"alpha_star": alpha_star, "beta": beta, **extra, **run_inputs(args, arch), "alpha_max": ALPHA_MAX}))
+        print(dumps({"alpha_star": alpha_star, "beta": beta, **extra, **run_inputs(args, arch),
+                     "alpha_max": ALPHA_MAX}))
         return 0
     print(f"smallest alpha_SA: {describe(arch, args.depth, args.threshold)}")
     if at_rate is None:
