@@ -97,11 +97,12 @@ def test_check_reports_the_ceiling(capsys, tmp_path):
     run = spec.settings
     expected = learning_rate_ceiling(run.arch, run.depth, spec.width, 2000, run.beta, run.q0, run.rho0,
                                      seq_len=spec.seq_len)
-    code, out, err = run_cli(capsys, "check", config, "--steps", 2000, "--json", "--no-figure", "--out", tmp_path)
+    code, out, err = run_cli(capsys, "check", config, "--steps", 2000, "--max-depth", 20, "--json", "--no-figure",
+                             "--out", tmp_path)
     assert code == 0, err
     result = json.loads(out)["lr_ceiling"]
     assert result["value"] == pytest.approx(float(expected.ceiling), rel=1e-12)
     assert result["binding"] == str(expected.binding) and result["steps"] == 2000 and result["width"] == 64
-    code, out, err = run_cli(capsys, "check", config, "--no-figure", "--out", tmp_path)
+    code, out, err = run_cli(capsys, "check", config, "--max-depth", 20, "--no-figure", "--out", tmp_path)
     assert code == 0, err
     assert "lr ceiling       eta_max = " in out and "over 10000 steps at d = 64" in out
