@@ -28,7 +28,7 @@ import numpy as np
 from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
-from remprop.theory.learning_rate import DEFAULT_STEPS, learning_rate_ceiling
+from remprop.theory.learning_rate import DEFAULT_STEPS, ceiling_seconds, learning_rate_ceiling
 from remprop.theory.causal import (LAST_TOKENS, causal_gram_flops, choose_causal_theory, compared_last_tokens,
                                    propagate_causal_gram)
 from remprop.theory.checks import check_count, check_depth
@@ -576,7 +576,8 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
     tokens' per-position maps, as many cells, and where :func:`last_tokens_theory` takes it the
     causal Gram state (:func:`~remprop.theory.causal.causal_gram_flops` at
-    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`).
+    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); the learning-rate ceiling's walk
+    (:func:`~remprop.theory.learning_rate.ceiling_seconds`).
     """
     if not isinstance(spec, ModelSpec):
         spec = model_spec(spec)
@@ -584,6 +585,7 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     arch, depth = spec.architecture, spec.depth
     seconds = sum(work_estimates.run_seconds(a, 1, depth, passes) for a, passes in _verdict_architectures(arch))
     seconds += search_seconds(arch, depth, 1) + work_estimates.run_seconds(arch, 1, max_depth)
+    seconds += ceiling_seconds(1, depth)          # the learning-rate ceiling's walk
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
     if arch.positions.rotary:
         seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)

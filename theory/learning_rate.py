@@ -32,7 +32,7 @@ from .components.base import Serial
 from .rem import check_seq_len
 
 __all__ = ["STACK_CONSTANT", "ATTENTION_CONSTANT", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
-           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling"]
+           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds"]
 
 #: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
 #: which the stack's output has moved by order one. **Provisional**: set between the published points of
@@ -46,6 +46,16 @@ STACK_CONSTANT = 900.0
 ATTENTION_CONSTANT = 4.0
 #: Step count that reports use when none is given.
 DEFAULT_STEPS = 10000
+#: Seconds per block of the NumPy walk (:func:`ceiling_seconds`): a fixed part per block and a part per
+#: cell and block, about 3 times what was measured on two loaded cores (2e-4 to 3.5e-4 s per block for one
+#: cell; 1.7e-6 s per cell and block on a 50 x 50 grid).
+SECONDS_PER_BLOCK, SECONDS_PER_CELL_BLOCK = 1e-3, 5e-6
+
+
+def ceiling_seconds(cells, depth) -> float:
+    """Estimated seconds of :func:`learning_rate_ceiling` over ``cells`` parameter cells at ``depth``
+    blocks (for the commands' work limits)."""
+    return float(depth) * (SECONDS_PER_BLOCK + SECONDS_PER_CELL_BLOCK * float(cells))
 
 
 def _check_supported(arch):

@@ -75,6 +75,7 @@ def run_diagram(args) -> int:
     from remprop.diagrams import trainability_diagram
     from remprop.diagrams.residual_strength import search_seconds
     from remprop.theory import work_estimates as work
+    from remprop.theory.learning_rate import ceiling_seconds
 
     betas = np.asarray(args.betas, dtype=float)
     alphas = np.asarray(args.alphas, dtype=float)
@@ -82,7 +83,7 @@ def run_diagram(args) -> int:
                seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
                         + search_seconds(arch, args.depth, betas.size)
                # --lr walks the grid once more (the ceiling of every cell)
-               + (work.run_seconds(arch, betas.size * alphas.size, args.depth) if args.lr is not None else 0.0)),
+               + (ceiling_seconds(betas.size * alphas.size, args.depth) if args.lr is not None else 0.0)),
                nbytes=work.diagram_bytes(betas.size, alphas.size), **work_limits(args))
     result = trainability_diagram(arch, betas, alphas, args.depth, args.threshold,
                                   q0=args.q0, rho0=args.rho0, progress=show_progress(args))
@@ -202,12 +203,16 @@ def run_min_alpha(args) -> int:
     from remprop.diagrams import ALPHA_MAX, min_residual_strength
     from remprop.diagrams.residual_strength import search_block_steps, search_seconds
     from remprop.theory import work_estimates as work
+    from remprop.theory.learning_rate import ceiling_seconds
 
     arch = architecture_from_args(args)
     _check_learning_rate_options(args, arch)
     beta = np.asarray(args.beta, dtype=float) if args.beta.is_list else args.beta[0]
     check_work(f"min-alpha at depth {args.depth} for {np.size(beta)} beta(s)",
-               seconds=search_seconds(arch, args.depth, np.size(beta)), **work_limits(args))
+               seconds=search_seconds(arch, args.depth, np.size(beta))
+               # --lr: a bisection of 60 halvings, each a walk of the stack per beta
+               + (63 * ceiling_seconds(np.size(beta), args.depth) if args.lr is not None else 0.0),
+               **work_limits(args))
     with progress_bar(args, total=search_block_steps(arch, args.depth, np.size(beta)), unit="block",
                       desc="min-alpha") as advance:
         alpha_star = min_residual_strength(arch, args.depth, beta, args.threshold, q0=args.q0, rho0=args.rho0,
