@@ -68,10 +68,11 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(VENV)/bin/remprop diagram --out $(OUT)
 
-# The suite runs on every core (at most 4 worker processes; one test file per worker, so
-# a file's module fixtures are built once): on a fresh clone most of its time is numba
+# The suite runs on every core (at most 4 worker processes). A test file goes to one worker
+# (its module fixtures are built once), except the tests tests/conftest.py names INDEPENDENT;
+# the files holding slow tests start first. On a fresh clone much of its time is numba
 # compiling the kernels' specialisations, which the workers share through the disk cache.
-PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 test: install-test
 	$(VENV)/bin/python -m pytest tests $(PYTEST_WORKERS)

@@ -60,6 +60,7 @@ def tiny_set(tmp_path_factory):
     return make_figures(tmp_path_factory.mktemp("figures"), sizes=TINY)
 
 
+@pytest.mark.slow  # the module fixture makes every figure: this file's group starts first (tests/conftest.py)
 def test_every_supported_figure_has_a_picture_and_its_data(tiny_set):
     assert set(tiny_set.files) == set(supported_figures())
     for figure_id, paths in tiny_set.files.items():

@@ -111,6 +111,7 @@ def _shipped_sources() -> dict:
     return files
 
 
+@pytest.mark.slow  # builds the distributions (module fixture): this file's group starts first (tests/conftest.py)
 def test_twine_accepts_the_sdist_and_the_wheel(distributions):
     pytest.importorskip("twine", reason="the test extra installs twine")
     result = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",

@@ -51,6 +51,7 @@ def test_notebook_is_stored_with_its_outputs(path):
     assert "widgets" not in notebook["metadata"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_without_error(path, tmp_path):
     nbformat = pytest.importorskip("nbformat")

@@ -151,6 +151,7 @@ def test_unsupported_families_get_one_clear_error():
         model_spec(cfg)
 
 
+@pytest.mark.slow
 def test_check_runs_for_phi3_and_names_the_feature_for_gemma3(capsys, tmp_path):
     from remprop.cli import main
 

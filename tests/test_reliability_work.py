@@ -91,6 +91,7 @@ def _signal_state(pid) -> dict:
         return {line.split(":")[0]: line.split()[1] for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the peak memory from Linux's /proc")
 def test_deep_propagate_runs_in_bounded_memory_and_stops_on_ctrl_c():
     """`propagate --depth 1e9` streams (peak memory far below one trajectory) and Ctrl-C exits 130.
