@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -116,6 +117,18 @@ def test_a_partial_sweep_is_read_or_refused(fake_records, tmp_path):
         lr_sweep_outcomes(out, more, training=TINY_TRAINING)
     assert len(lr_sweep_outcomes(out, more, training=TINY_TRAINING, require_all=False)) == 5
     assert [run.folder for run, _ in pending_runs(out, more, training=TINY_TRAINING)] == ["R/post_a1_b0.5_softmax_lr0.03"]
+
+
+def test_runs_go_to_a_dask_cluster_with_the_same_outcomes(fake_records, tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    here = str(Path(__file__).parent)  # the workers unpickle this module's fake_train
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    report = run_lr_sweep(tmp_path, FAKE, training=TINY_TRAINING, train=fake_train, workers=2)
+    assert report.backend.startswith("dask") and report.runs_computed == 5
+    _, serial = fake_records
+    assert [(r["folder"], r["fraction"], r["trains"]) for r in lr_sweep_outcomes(tmp_path, FAKE,
+                                                                                 training=TINY_TRAINING)] == \
+        [(r["folder"], r["fraction"], r["trains"]) for r in serial]
 
 
 def test_outcome_table_round_trips(fake_records, tmp_path):
