@@ -78,7 +78,9 @@ def test_the_design_is_the_fixed_one():
     assert {"F1/post_a1.2_b0.5_softmax_lr0.0001", "F3/pre_a1.2_b0.5_softmax_lr0.03",
             "F4/post_a0.3_b0.5_softmax_lr0.0003", "F5/post_a1.2_b0.5_gain-controlled_lr0.01",
             "F5/post_a1.2_b2_softmax_lr0.0001"} <= folders
-    assert {(r.depth, r.width) for r in runs if r.group == "F3"} == {(24, 32)}
+    assert {(r.depth, r.width) for r in runs if r.group == "F3"} == {(24, 16)}
+    assert {(r.depth, r.width) for r in runs if r.group != "F3"} == {(24, 32), (8, 32)}
+    assert lr_sweep.LR_SWEEP_TRAINING == {"seq_len": 64, "batch_size": 16, "steps": 300, "vocab_size": 4096}
     with pytest.raises(ValueError, match="share the folder"):
         design_runs(LR_SWEEP_DESIGN + (LR_SWEEP_DESIGN[0],))
     with pytest.raises(ValueError, match="design"):
