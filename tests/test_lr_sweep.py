@@ -74,7 +74,7 @@ def test_the_design_is_the_fixed_one():
     assert len(runs) == 49
     assert sum(r.split == HELD_OUT for r in runs) == 25 and {r.group for r in runs if r.split == FIT} == {"F1", "F2"}
     folders = {r.folder for r in runs}
-    # the folders of /work/lrsweep/run.sh (docs/training.md): %g numbers
+    # the folders of the measured runs (docs/training.md): numbers as %g
     assert {"F1/post_a1.2_b0.5_softmax_lr0.0001", "F3/pre_a1.2_b0.5_softmax_lr0.03",
             "F4/post_a0.3_b0.5_softmax_lr0.0003", "F5/post_a1.2_b0.5_gain-controlled_lr0.01",
             "F5/post_a1.2_b2_softmax_lr0.0001"} <= folders
