@@ -136,6 +136,11 @@ def test_runs_go_to_a_dask_cluster_with_the_same_outcomes(fake_records, tmp_path
 def test_outcome_table_round_trips(fake_records, tmp_path):
     _, records = fake_records
     path = save_outcomes(records, tmp_path / "t.json", extra={"note": "x"})
+    assert "complete" not in json.loads(path.read_text())
+    partial = json.loads(save_outcomes(records[:3], tmp_path / "p.json", design=FAKE).read_text())
+    assert (partial["runs_designed"], partial["complete"]) == (5, False)
+    assert partial["missing"] == [r["folder"] for r in records[3:]]
+    assert json.loads(save_outcomes(records, tmp_path / "c.json", design=FAKE).read_text())["complete"] is True
     back = load_outcomes(path)
     assert [r["folder"] for r in back] == [r["folder"] for r in records]
     assert math.isnan(back[-1]["final_test_loss"]) and back[0]["final_test_loss"] == 4.0

@@ -331,18 +331,27 @@ def lr_sweep_outcomes(out, design=LR_SWEEP_DESIGN, *, training=None, threads=1, 
     return records
 
 
-def save_outcomes(records, path, *, extra=None) -> Path:
-    """Write the outcome table as strict JSON (format :data:`OUTCOMES_FORMAT`, ``runs``: the
-    records, the rule, and ``extra`` merged in); return the path."""
+def save_outcomes(records, path, *, design=None, extra=None) -> Path:
+    """Write the outcome table as strict JSON and return the path: format
+    :data:`OUTCOMES_FORMAT`, the rule, ``runs`` (the records) and ``extra`` merged in; with
+    ``design``, also ``runs_designed``, ``complete`` and ``missing`` (the folders of the
+    design's runs that the records lack: a partial sweep's references ``R`` may still fall)."""
     from remprop._json import to_jsonable
 
     from ..experiments.cell_store import atomic_write_json
     from .trained_diagram import TRAINED_FRACTION
 
+    records = list(records)
     table = {"format": OUTCOMES_FORMAT,
              "rule": f"trains when f = (U - L) / (U - R) >= {TRAINED_FRACTION} and not diverged; R = the smallest "
                      "final test loss of the sweep's runs of the same norm, depth and width",
-             "runs": list(records), **(extra or {})}
+             "runs": records}
+    if design is not None:
+        have = {r["folder"] for r in records}
+        folders = [run.folder for run in design_runs(design)]
+        missing = [f for f in folders if f not in have]
+        table.update(runs_designed=len(folders), complete=not missing, missing=missing)
+    table.update(extra or {})
     path = Path(path)
     atomic_write_json(path, to_jsonable(table))
     return path

@@ -78,7 +78,7 @@ def run_lr_sweep_command(args) -> int:
         records = lr_sweep.lr_sweep_outcomes(directory, design, training=training, threads=args.threads)
     except ValueError as err:
         raise CommandLineError(point_at_option(err, OPTIONS)) from None
-    lr_sweep.save_outcomes(records, table_path)
+    lr_sweep.save_outcomes(records, table_path, design=design)
     if args.json:
         print(dumps({"files": [str(table_path)], "runs": records, "runs_total": report.runs_total,
                      "runs_computed": report.runs_computed, "runs_reused": report.runs_reused,
