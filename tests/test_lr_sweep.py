@@ -85,6 +85,10 @@ def test_the_design_is_the_fixed_one():
         design_runs(LR_SWEEP_DESIGN + (LR_SWEEP_DESIGN[0],))
     with pytest.raises(ValueError, match="design"):
         design_runs(LR_SWEEP_DESIGN[0])
+    with pytest.raises(ValueError, match="^training must give exactly batch_size, seq_len, steps, vocab_size"):
+        runs[0].spec({"steps": 10})
+    with pytest.raises(ValueError, match="lr"):
+        LRSweepGroup("X", ("post",), 2, 16, ((1.0, 0.5),), (-1e-3,)).runs()[0].spec(TINY_TRAINING)
 
 
 # -- the rule ---------------------------------------------------------------------------------
@@ -118,7 +122,8 @@ def test_a_partial_sweep_is_read_or_refused(fake_records, tmp_path):
     with pytest.raises(ValueError, match="^out: 1 of 6 runs are not trained yet"):
         lr_sweep_outcomes(out, more, training=TINY_TRAINING)
     assert len(lr_sweep_outcomes(out, more, training=TINY_TRAINING, require_all=False)) == 5
-    assert [run.folder for run, _ in pending_runs(out, more, training=TINY_TRAINING)] == ["R/post_a1_b0.5_softmax_lr0.03"]
+    pending = [run.folder for run, _ in pending_runs(out, more, training=TINY_TRAINING)]
+    assert pending == ["R/post_a1_b0.5_softmax_lr0.03"]
 
 
 def test_runs_go_to_a_dask_cluster_with_the_same_outcomes(fake_records, tmp_path, monkeypatch):

@@ -62,8 +62,8 @@ import numpy as np
 from remprop.theory.checks import check_count
 
 __all__ = ["LRSweepGroup", "LRSweepRun", "LR_SWEEP_DESIGN", "LR_SWEEP_TRAINING", "LRSweepReport", "design_runs",
-           "run_lr_sweep", "pending_runs", "lr_sweep_outcomes", "save_outcomes", "evaluate_ceiling", "fit_constant", "auroc",
-           "outcome_table_text", "load_outcomes", "FIT", "HELD_OUT", "OUTCOMES_FORMAT"]
+           "run_lr_sweep", "pending_runs", "lr_sweep_outcomes", "save_outcomes", "evaluate_ceiling", "fit_constant",
+           "auroc", "outcome_table_text", "load_outcomes", "FIT", "HELD_OUT", "OUTCOMES_FORMAT"]
 
 #: The ``split`` of a run that fitting may use, and of one it may not.
 FIT, HELD_OUT = "fit", "held-out"
@@ -112,6 +112,9 @@ class LRSweepRun:
         from .trained_grid import TrainedGridSpec
 
         training = dict(LR_SWEEP_TRAINING if training is None else training)
+        if set(training) != set(LR_SWEEP_TRAINING):
+            raise ValueError(f"training must give exactly {', '.join(sorted(LR_SWEEP_TRAINING))}, "
+                             f"got {', '.join(sorted(training)) or 'nothing'}")
         config = TrainConfig(arch=Architecture(norm=self.norm, attention=self.attention), depth=self.depth,
                              width=self.width, lr=self.lr, eval_every=max(training["steps"] // 10, 1), device=device,
                              **training)
