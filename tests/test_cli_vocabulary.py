@@ -20,8 +20,9 @@ from remprop.cli.commands import COMMANDS  # noqa: E402
 from remprop.cli.options import RENAMED_OPTIONS, SIMULATION_SEEDS, plain_help  # noqa: E402
 from remprop.cli.parser import build_parser  # noqa: E402
 
-#: Commands without a sequence length: figures draws fixed figures (its sizes come with --quick).
-NO_SEQUENCE = {"figures"}
+#: Commands without a sequence length: figures draws fixed figures (its sizes come with --quick);
+#: lr-sweep trains a design fixed before its runs (T 64 in every run).
+NO_SEQUENCE = {"figures", "lr-sweep"}
 #: Commands that write no file (they print their answer), hence have no --out.
 NO_FILES = {"min-alpha", "propagate"}
 #: Commands whose --seeds default differs from SIMULATION_SEEDS, with the documented reason

@@ -4,6 +4,7 @@
 * :mod:`.figures` -- ``figures`` (the paper's reference figures);
 * :mod:`.simulation` -- ``sweep``, ``validate`` (against simulated networks; validation extra);
 * :mod:`.check` -- ``check`` (a real model at its default initialisation);
+* :mod:`.lr_sweep` -- ``lr-sweep`` (the measured learning-rate sweep; validation extra);
 * :mod:`.acceptance` -- ``acceptance`` (the acceptance cases of issue 14; validation extra).
 
 Each ``add_*_parser(commands)`` adds one sub-parser whose ``handler`` default is the
@@ -14,6 +15,7 @@ from __future__ import annotations
 from .acceptance import add_acceptance_parser
 from .check import add_check_parser
 from .figures import add_figures_parser
+from .lr_sweep import add_lr_sweep_parser
 from .recipes import add_recipes_parser
 from .simulation import add_sweep_parser, add_validate_parser
 from .theory import add_diagram_parser, add_min_alpha_parser, add_propagate_parser
@@ -33,6 +35,7 @@ PARSERS = {
     "check": add_check_parser,
     "recipes": add_recipes_parser,
     "trained-diagram": add_trained_diagram_parser,
+    "lr-sweep": add_lr_sweep_parser,
     "train": add_train_parser,
     "acceptance": add_acceptance_parser,
 }
