@@ -28,18 +28,18 @@ import numpy as np
 from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
-from remprop.theory.learning_rate import DEFAULT_STEPS, ceiling_seconds, learning_rate_ceiling
-from remprop.theory.causal import (LAST_TOKENS, causal_gram_flops, choose_causal_theory, compared_last_tokens,
+from remprop.theory.learning_rate import DEFAULT_STEPS
+from remprop.theory.causal import (LAST_TOKENS, choose_causal_theory, compared_last_tokens,
                                    propagate_causal_gram)
 from remprop.theory.checks import check_count, check_depth
-from remprop.theory import work_estimates
 from remprop.theory.work_estimates import spread_indices
 
+from .learning_rate import lr_ceiling_summary, lr_line
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength, search_seconds
+from .residual_strength import min_residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
-           "diagnosis_seconds", "diagnosis_bytes", "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
+           "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
            "COMFORTABLE_MARGINS", "GRADES", "DIAGNOSIS_GRAM_FLOPS", "lr_ceiling_summary"]
 
 #: Deepest stack searched for the onset of rank collapse.
@@ -273,7 +273,7 @@ class Diagnosis:
                  f"key gradient     E|dS/dW_K|^2 = {self.key_gradient_first:.4g} (layer 1), "
                  f"{self.key_gradient_last:.4g} (layer {s.depth})"]
         if self.lr_ceiling is not None:
-            lines.append("lr ceiling       " + _lr_line(self.lr_ceiling))
+            lines.append("lr ceiling       " + lr_line(self.lr_ceiling))
         lines.append("")
         lines += self._cosine_lines()
         lines += self._changes_lines()
@@ -315,34 +315,6 @@ class Diagnosis:
 
 #: Most layers :meth:`Diagnosis.report` prints (evenly spread, both ends included).
 REPORT_LAYERS = 1001
-
-
-def _lr_line(ceiling) -> str:
-    """The report's line on the learning-rate ceiling (docs/theory.md section 20)."""
-    if ceiling["value"] is None:
-        return f"not predicted: {ceiling['note']}"
-    return (f"eta_max = {ceiling['value']:.3g} for AdamW over {ceiling['steps']} steps at d = {ceiling['width']} "
-            f"(bound by the {ceiling['binding']}: stack {ceiling['stack']:.3g}, attention "
-            f"{ceiling['attention']:.3g}; constants provisional, docs/theory.md section 20)")
-
-
-def lr_ceiling_summary(spec, steps=DEFAULT_STEPS) -> dict:
-    """The learning-rate ceiling of a model (:func:`remprop.theory.learning_rate_ceiling` at its
-    architecture, depth, width, beta, input state and T) for ``steps`` AdamW steps, as the report and
-    the JSON give it: ``value`` (None where the derivation refuses the model, ``note`` says why),
-    ``stack``, ``attention``, ``binding``, ``steps``, ``width``."""
-    run = spec.settings
-    out = {"value": None, "stack": None, "attention": None, "binding": None, "steps": int(steps),
-           "width": int(spec.width), "note": None}
-    try:
-        ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
-                                        seq_len=spec.seq_len)
-    except ValueError as err:
-        out["note"] = str(err)
-        return out
-    out.update(value=float(ceiling.ceiling), stack=float(ceiling.stack), attention=float(ceiling.attention),
-               binding=str(ceiling.binding))
-    return out
 
 
 def _num(value) -> str:
@@ -563,63 +535,6 @@ def _verdict_architectures(arch):
     if not arch.block_form.parallel:
         runs.append((arch.replace(norm=arch.norm.other.value), 1))
     return runs
-
-
-def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
-    """Estimated seconds of :func:`diagnose` on this machine, before it runs.
-
-    The depth kernels of the verdicts (the model three times: its verdict, the recommended beta,
-    the skip change; the other norm placement; gain-controlled attention), the ``alpha*`` search
-    (:func:`~remprop.diagrams.residual_strength.search_seconds`) and the collapse-depth run
-    through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
-    rotary positions the mean rotary correlation of the model's T and of each compared late
-    token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
-    tokens' per-position maps, as many cells, and where :func:`last_tokens_theory` takes it the
-    causal Gram state (:func:`~remprop.theory.causal.causal_gram_flops` at
-    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); the learning-rate ceiling's walk
-    (:func:`~remprop.theory.learning_rate.ceiling_seconds`).
-    """
-    if not isinstance(spec, ModelSpec):
-        spec = model_spec(spec)
-    max_depth = check_depth(max_depth, name="max_depth")
-    arch, depth = spec.architecture, spec.depth
-    seconds = sum(work_estimates.run_seconds(a, 1, depth, passes) for a, passes in _verdict_architectures(arch))
-    seconds += search_seconds(arch, depth, 1) + work_estimates.run_seconds(arch, 1, max_depth)
-    seconds += ceiling_seconds(1, depth)          # the learning-rate ceiling's walk
-    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
-    if arch.positions.rotary:
-        seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
-    if last:
-        seconds += work_estimates.run_seconds(arch, last, depth)
-    if _uses_gram(spec, causal_theory, gram_draws):
-        seconds += work_estimates.flops_seconds(causal_gram_flops(arch, depth, spec.seq_len, gram_draws))
-    return seconds
-
-
-def _uses_gram(spec, causal_theory, gram_draws) -> bool:
-    chosen = last_tokens_theory(spec, causal_theory, gram_draws)
-    return chosen is not None and chosen[0] == "gram"
-
-
-def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> int:
-    """Bytes :func:`diagnose` and its JSON hold at their peak, before it runs.
-
-    Four trajectories through the model's depth alive at once (the verdict's, the
-    recommended beta's and their temporaries), the late tokens' trajectories of a causal
-    model, the collapse-depth trajectory through ``max_depth`` blocks
-    (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
-    :meth:`Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each);
-    where :func:`last_tokens_theory` takes it, the causal Gram state
-    (:func:`~remprop.theory.work_estimates.gram_theory_bytes`).
-    """
-    if not isinstance(spec, ModelSpec):
-        spec = model_spec(spec)
-    max_depth = check_depth(max_depth, name="max_depth")
-    depth = spec.depth
-    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
-    gram = work_estimates.gram_theory_bytes(spec.seq_len, depth, 1) if _uses_gram(spec, causal_theory, gram_draws) else 0
-    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
-            + 300 * (depth + 1) + gram)
 
 
 def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, phase, gradient_factor):

@@ -2,7 +2,8 @@ r"""The learning rate as a third axis of the trainability diagram (docs/theory.m
 
 A cell that is trainable at initialisation still fails to train when the AdamW peak rate exceeds its
 learning-rate ceiling (:func:`remprop.theory.learning_rate_ceiling`). :func:`phases_at_rate` relabels
-those cells :data:`LR_ABOVE_CEILING` ("lr above ceiling"), :func:`min_alpha_at_rate` gives the smallest
+those cells :data:`LR_ABOVE_CEILING` ("lr above ceiling"), and those below the floor (the rate too small to
+move the stack within its steps) :data:`LR_BELOW_FLOOR`; :func:`min_alpha_at_rate` gives the smallest
 ``alpha_SA`` that is out of rank collapse *and* below the ceiling, and :func:`draw_rate_region` hatches the
 relabelled cells on a drawn diagram.
 """
@@ -11,18 +12,22 @@ from __future__ import annotations
 import numpy as np
 
 from remprop.theory import learning_rate_ceiling
+from remprop.theory.learning_rate import DEFAULT_STEPS
 from remprop.theory.checks import as_float_array
 
 from .phases import PHASE_LABELS, TRAINABLE
 from .residual_strength import ALPHA_MAX, min_residual_strength
 
-__all__ = ["LR_ABOVE_CEILING", "LR_LABELS", "diagram_ceiling", "phases_at_rate", "min_alpha_at_rate",
-           "check_learning_rate", "draw_rate_region"]
+__all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_ceiling", "diagram_floor", "phases_at_rate", "min_alpha_at_rate",
+           "check_learning_rate", "draw_rate_region", "lr_ceiling_summary", "lr_line"]
 
 #: Phase code of a cell trainable at initialisation whose learning-rate ceiling is below the rate.
 LR_ABOVE_CEILING = 3
-#: Phase code -> label, with :data:`LR_ABOVE_CEILING`.
-LR_LABELS = {**PHASE_LABELS, LR_ABOVE_CEILING: "lr above ceiling"}
+#: Phase code of a cell trainable at initialisation whose rate is below its floor (too little movement
+#: within the steps to train; :attr:`remprop.theory.LearningRateCeiling.floor`).
+LR_BELOW_FLOOR = 4
+#: Phase code -> label, with :data:`LR_ABOVE_CEILING` and :data:`LR_BELOW_FLOOR`.
+LR_LABELS = {**PHASE_LABELS, LR_ABOVE_CEILING: "lr above ceiling", LR_BELOW_FLOOR: "lr below floor"}
 
 
 def check_learning_rate(lr):
@@ -38,18 +43,33 @@ def diagram_ceiling(diagram, width: int, steps: int) -> np.ndarray:
     architecture (its ``seq_len`` gives ``log T``), depth and input state, for model width ``width`` and
     ``steps`` AdamW steps.
     """
+    return _diagram_rates(diagram, width, steps, "ceiling")
+
+
+def diagram_floor(diagram, width: int, steps: int) -> np.ndarray:
+    """The learning-rate floor of every cell (:attr:`remprop.theory.LearningRateCeiling.floor`), as
+    :func:`diagram_ceiling` gives the ceiling."""
+    return _diagram_rates(diagram, width, steps, "floor")
+
+
+def _diagram_rates(diagram, width, steps, field):
     arch = diagram.arch.replace(alpha_sa=np.asarray(diagram.alphas, dtype=float)[:, None])
     result = learning_rate_ceiling(arch, diagram.depth, width, steps, np.asarray(diagram.betas, dtype=float)[None, :],
                                    diagram.q0, diagram.rho0)
-    return np.broadcast_to(result.ceiling, diagram.phase.shape).copy()
+    return np.broadcast_to(getattr(result, field), diagram.phase.shape).copy()
 
 
-def phases_at_rate(phase, ceiling, lr) -> np.ndarray:
+def phases_at_rate(phase, ceiling, lr, floor=None) -> np.ndarray:
     """Phase codes at peak rate ``lr``: trainable cells whose ``ceiling`` is below ``lr`` become
-    :data:`LR_ABOVE_CEILING`; collapsed cells keep their phase (they fail at any rate)."""
+    :data:`LR_ABOVE_CEILING`, and (``floor`` given) those whose floor is above it
+    :data:`LR_BELOW_FLOOR` (a cell both, an empty window, is above the ceiling); collapsed cells keep
+    their phase (they fail at any rate)."""
     lr = float(check_learning_rate(lr))
     phase = np.asarray(phase).copy()
-    phase[(phase == TRAINABLE) & (np.asarray(ceiling) < lr)] = LR_ABOVE_CEILING
+    trainable = phase == TRAINABLE
+    if floor is not None:
+        phase[trainable & (np.asarray(floor) > lr)] = LR_BELOW_FLOOR
+    phase[trainable & (np.asarray(ceiling) < lr)] = LR_ABOVE_CEILING  # an empty window counts as above
     return phase
 
 
@@ -107,17 +127,52 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
 
 
 def draw_rate_region(ax, diagram, phase_at_rate, lr, steps, width):
-    """Hatch the :data:`LR_ABOVE_CEILING` cells of ``phase_at_rate`` on a diagram drawn by
+    """Hatch the :data:`LR_ABOVE_CEILING` (and :data:`LR_BELOW_FLOOR`) cells of ``phase_at_rate`` on a diagram drawn by
     :func:`~remprop.diagrams.trainability_figure` into ``ax``, and add them to its legend."""
     from matplotlib.patches import Patch
 
     from .theory_figures import add_to_legend
 
-    mask = np.asarray(phase_at_rate) == LR_ABOVE_CEILING
-    label = f"lr {lr:.3g} above ceiling ({steps} steps, d = {width})"
-    if mask.any() and len(diagram.betas) > 1 and len(diagram.alphas) > 1:
-        hatched = ax.contourf(diagram.betas, diagram.alphas, mask.astype(float), levels=[0.5, 1.5], colors="none",
-                              hatches=["xx"])
-        hatched.set_edgecolor("#6b4c00")
-        hatched.set_linewidth(0.0)
-    add_to_legend(ax, [Patch(facecolor="none", hatch="xx", edgecolor="#6b4c00", label=label)])
+    handles = []
+    for code, hatch, what in ((LR_ABOVE_CEILING, "xx", "above ceiling"), (LR_BELOW_FLOOR, "..", "below floor")):
+        mask = np.asarray(phase_at_rate) == code
+        if code == LR_BELOW_FLOOR and not mask.any():
+            continue
+        if mask.any() and len(diagram.betas) > 1 and len(diagram.alphas) > 1:
+            hatched = ax.contourf(diagram.betas, diagram.alphas, mask.astype(float), levels=[0.5, 1.5],
+                                  colors="none", hatches=[hatch])
+            hatched.set_edgecolor("#6b4c00")
+            hatched.set_linewidth(0.0)
+        handles.append(Patch(facecolor="none", hatch=hatch, edgecolor="#6b4c00",
+                             label=f"lr {lr:.3g} {what} ({steps} steps, d = {width})"))
+    add_to_legend(ax, handles)
+
+
+def lr_line(ceiling) -> str:
+    """The report's line on the learning-rate ceiling (docs/theory.md section 20)."""
+    if ceiling["value"] is None:
+        return f"not predicted: {ceiling['note']}"
+    return (f"eta_max = {ceiling['value']:.3g} (floor {ceiling['floor']:.3g}) for AdamW over {ceiling['steps']} "
+            f"steps at d = {ceiling['width']} (bound by the {ceiling['binding']}: stack {ceiling['stack']:.3g}, "
+            f"attention {ceiling['attention']:.3g}; constants fitted on 300-step runs at d <= 32, "
+            f"docs/theory.md section 20)")
+
+
+def lr_ceiling_summary(spec, steps=DEFAULT_STEPS) -> dict:
+    """The learning-rate ceiling of a model (:func:`remprop.theory.learning_rate_ceiling` at its
+    architecture, depth, width, beta, input state and T) for ``steps`` AdamW steps, as the report and
+    the JSON give it: ``value`` (None where the derivation refuses the model, ``note`` says why),
+    ``floor``, ``stack``, ``attention``, ``binding``, ``steps``, ``width``."""
+    run = spec.settings
+    out = {"value": None, "floor": None, "stack": None, "attention": None, "binding": None, "steps": int(steps),
+           "width": int(spec.width), "note": None}
+    try:
+        ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
+                                        seq_len=spec.seq_len)
+    except ValueError as err:
+        out["note"] = str(err)
+        return out
+    out.update(value=float(ceiling.ceiling), floor=float(ceiling.floor), stack=float(ceiling.stack),
+               attention=float(ceiling.attention),
+               binding=str(ceiling.binding))
+    return out

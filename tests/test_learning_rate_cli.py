@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from remprop.diagrams import TRAINABLE
-from remprop.diagrams.learning_rate import LR_ABOVE_CEILING
+from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR
 from remprop.theory import Architecture, learning_rate_ceiling, model_spec
 
 from cli_checks import assert_one_line_error, run_cli
@@ -32,7 +32,14 @@ def test_diagram_lr_marks_trainable_cells_above_the_ceiling(capsys, tmp_path):
     phase, theory_phase = np.array(saved["phase"]), np.load(tmp_path / "trainability.npz")["phase"]
     expected = (theory_phase == TRAINABLE) & (grid < lr)
     np.testing.assert_array_equal(phase == LR_ABOVE_CEILING, expected)
-    np.testing.assert_array_equal(phase[~expected], theory_phase[~expected])   # the rest keep their phase
+    floors = learning_rate_ceiling(Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(ALPHAS)[:, None]), DEPTH, WIDTH,
+                                   STEPS, np.asarray(BETAS)[None, :]).floor
+    slow = (theory_phase == TRAINABLE) & (floors > lr) & ~expected
+    np.testing.assert_array_equal(phase == LR_BELOW_FLOOR, slow)
+    assert result["below_floor"] == slow.sum()
+    np.testing.assert_allclose(saved["floor"], floors, rtol=1e-12)
+    rest = ~expected & ~slow
+    np.testing.assert_array_equal(phase[rest], theory_phase[rest])   # the rest keep their phase
     assert 0 < result["above_ceiling"] == expected.sum() < result["trainable_at_init"]
     assert result["labels"][str(LR_ABOVE_CEILING)] == "lr above ceiling"
     np.testing.assert_allclose(saved["ceiling"], grid, rtol=1e-12)

@@ -25,7 +25,7 @@ from cli_checks import assert_one_line_error, run_cli  # noqa: E402
 
 from remprop.validation.training import lr_sweep  # noqa: E402
 from remprop.validation.training.lr_sweep import (FIT, HELD_OUT, LR_SWEEP_DESIGN, LRSweepGroup, auroc,  # noqa: E402
-                                                  design_runs, evaluate_ceiling, fit_constant, load_outcomes,
+                                                  design_runs, evaluate_ceiling, fit_constant, fit_window, load_outcomes,
                                                   lr_sweep_outcomes, pending_runs, run_lr_sweep, save_outcomes)
 from remprop.validation.training.trained_diagram import TRAINED_FRACTION  # noqa: E402
 
@@ -71,12 +71,12 @@ FAKE = (LRSweepGroup("P", ("post",), 2, 16, ((1.0, 0.5),), (1e-3, 1e-2)),
 # -- the design -------------------------------------------------------------------------------
 def test_the_design_is_the_fixed_one():
     runs = design_runs()
-    assert len(runs) == 49
-    assert sum(r.split == HELD_OUT for r in runs) == 25 and {r.group for r in runs if r.split == FIT} == {"F1", "F2"}
+    assert len(runs) == 40
+    assert sum(r.split == HELD_OUT for r in runs) == 18 and {r.group for r in runs if r.split == FIT} == {"F1", "F2"}
     folders = {r.folder for r in runs}
     # the folders of the measured runs (docs/training.md): numbers as %g
     assert {"F1/post_a1.2_b0.5_softmax_lr0.0001", "F3/pre_a1.2_b0.5_softmax_lr0.03",
-            "F4/post_a0.3_b0.5_softmax_lr0.0003", "F5/post_a1.2_b0.5_gain-controlled_lr0.01",
+            "F4/post_a0.3_b0.5_softmax_lr0.003", "F5/post_a1.2_b0.5_gain-controlled_lr0.01",
             "F5/post_a1.2_b2_softmax_lr0.0001"} <= folders
     assert {(r.depth, r.width) for r in runs if r.group == "F3"} == {(24, 16)}
     assert {(r.depth, r.width) for r in runs if r.group != "F3"} == {(24, 32), (8, 32)}
@@ -217,6 +217,30 @@ def test_fit_constant_reads_only_the_fit_part_and_takes_the_middle():
     assert every["log_range"][1] == math.inf and every["constant"] == pytest.approx(math.sqrt(1e-2 * 1e-1))
     with pytest.raises(ValueError, match="fit part"):
         fit_constant(held, lambda r: 1.0)
+
+
+def test_fit_window_finds_the_band_of_rates_that_train_and_scores_it_with_a_floor():
+    # trains only at 1e-3 and 3e-3 (a band); held-out runs are opposite and must not be read
+    rates = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+    fit = [_record(lr, lr in (1e-3, 3e-3)) for lr in rates]
+    held = [_record(lr, lr not in (1e-3, 3e-3), HELD_OUT) for lr in rates]
+    window = fit_window(fit + held, lambda r: 1.0)
+    # edges half-way (in log) between the neighbouring rates: sqrt(3e-4 * 1e-3) and sqrt(3e-3 * 1e-2)
+    assert window["low"] == pytest.approx(math.sqrt(3e-4 * 1e-3))
+    assert window["high"] == pytest.approx(math.sqrt(3e-3 * 1e-2))
+    assert (window["fit_correct"], window["fit_runs"]) == (6, 6)
+    # a scale that doubles the rate's reference halves the window's constants
+    assert fit_window(fit, lambda r: 2.0)["low"] == pytest.approx(window["low"] / 2)
+    out = evaluate_ceiling(fit + held, lambda r: window["high"], floor=lambda r: window["low"])
+    assert out[FIT]["correct"] == 6 and out[HELD_OUT]["correct"] == 0
+    assert out[FIT]["auroc"] == 1.0  # distance to the nearer edge ranks the band's runs first
+    # without the floor the slow runs are predicted to train
+    assert evaluate_ceiling(fit, lambda r: window["high"])[FIT]["correct"] == 4
+    # a collapsed phase is never predicted to train, whatever its rate
+    collapsed = [_record(2e-3, False, phase="rank-collapse")]
+    assert fit_window(fit + collapsed, lambda r: 1.0)["fit_correct"] == 7
+    with pytest.raises(ValueError, match="fit part"):
+        fit_window(held, lambda r: 1.0)
 
 
 # -- a tiny real design, the command ----------------------------------------------------------

@@ -16,7 +16,10 @@ while its gradient keeps its sign pattern. Two ways for such updates to break a 
   entropy collapse during training.
 
 The ceiling is the smaller of the two (:func:`learning_rate_ceiling`); each carries one fitted constant,
-:data:`STACK_CONSTANT` and :data:`ATTENTION_CONSTANT`.
+:data:`STACK_CONSTANT` and :data:`ATTENTION_CONSTANT`. Within a fixed budget of steps a run also needs
+enough movement to learn: below the **floor** ``A d S = C_floor`` (:data:`FLOOR_CONSTANT`) it ends short
+of what its stack can learn. The constants were fitted on the fit part of the measured sweep
+(:mod:`remprop.validation.training.lr_sweep`, docs/training.md).
 """
 from __future__ import annotations
 
@@ -31,19 +34,25 @@ from .components.residual import Parallel, Residual
 from .components.base import Serial
 from .rem import check_seq_len
 
-__all__ = ["STACK_CONSTANT", "ATTENTION_CONSTANT", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
+__all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
            "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds"]
 
 #: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
-#: which the stack's output has moved by order one. **Provisional**: set between the published points of
-#: issue 23 (post-LN, alpha_SA 2, depth 48, d 256, 400 steps: trains at 1e-4, fails at 5e-4; depth 30,
-#: d 480, 300 steps: fails at 5e-4; depth 24, d 64, alpha 1, 300 steps: trains at 1e-3); refitted from the
-#: measured learning-rate sweep.
-STACK_CONSTANT = 900.0
+#: which the stack's output has moved too far to train. Fitted (:func:`~remprop.validation.training.lr_sweep.fit_window`)
+#: on the 22 fit runs of the measured sweep (depth 8 and 24, width 32, post- and pre-LN, 300 steps,
+#: lr 1e-4 to 3e-2; docs/training.md): the upper edge of the window of ``lr / eta_stack`` that trains,
+#: 0.598 times the provisional 900 that issue 23's published GPU points allowed (451 to 1827): the
+#: fitted value lies inside that range.
+STACK_CONSTANT = 538.0
+#: ``C_floor``: the update budget ``A d S`` below which a run of the recipe has not moved enough to train
+#: within its steps (the lower edge of the same fitted window, 0.189 x 900).
+FLOOR_CONSTANT = 170.0
 #: ``C_attention``: the coherence of the query/key updates, ``eta_attention = C_attention * 2 a* / S``.
-#: **Provisional**, from the same published points (none of which is bound by attention at beta 0.5, so
-#: it is only bounded from below); refitted from the measured sweep.
-ATTENTION_CONSTANT = 4.0
+#: Only bounded from below by the sweep: the fit runs that trained (beta 0.5) must stay below their
+#: attention ceiling, which needs ``C_attention >= 12.7`` (pre-LN at lr 1e-2); 22 puts that edge half-way
+#: (in log) between the largest rate that trained there, 1e-2, and the sweep's next rate, 3e-2: the
+#: window's own edge convention (:func:`~remprop.validation.training.lr_sweep.fit_window`).
+ATTENTION_CONSTANT = 22.0
 #: Step count that reports use when none is given.
 DEFAULT_STEPS = 10000
 #: Seconds per block of the NumPy walk (:func:`ceiling_seconds`): a fixed part per block and a part per
@@ -256,6 +265,9 @@ class LearningRateCeiling:
     ----------
     ceiling : ndarray
         The predicted largest peak rate, ``min(stack, attention)``.
+    floor : ndarray
+        The smallest peak rate that moves the stack enough to train within the steps,
+        ``2 C_floor / (d S steps)`` (:data:`FLOOR_CONSTANT`).
     stack, attention : ndarray
         The two ceilings.
     binding : ndarray of str
@@ -269,6 +281,7 @@ class LearningRateCeiling:
     """
 
     ceiling: np.ndarray
+    floor: np.ndarray
     stack: np.ndarray
     attention: np.ndarray
     binding: np.ndarray
@@ -289,7 +302,8 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     :math:`\mathcal{S}` from :func:`update_sensitivity` and ``a*`` from :func:`attention_growth_budget`
     at the per-head effective beta and the stack's critical beta (the rule of section 6): 0 for a stack
     entropy-collapsed at initialisation. The constants are :data:`STACK_CONSTANT` and
-    :data:`ATTENTION_CONSTANT` (provisional). Rank collapse at initialisation is not part of the ceiling:
+    :data:`ATTENTION_CONSTANT` (fitted on the measured sweep; the attention one only bounded below); the
+    floor :math:`2 C_{\rm floor} / (d\,\mathcal{S}\,S)` comes with it. Rank collapse at initialisation is not part of the ceiling:
     a rank-collapsed stack fails at any rate (the diagram says so).
 
     Parameters
@@ -344,8 +358,9 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     attention = ATTENTION_CONSTANT * 2.0 * budget / steps
     stack, attention = np.broadcast_arrays(stack, attention)
     ceiling = np.minimum(stack, attention)
+    floor = stack * (FLOOR_CONSTANT / STACK_CONSTANT)
     binding = np.where(attention < stack, "attention", "stack")
-    return LearningRateCeiling(*(scalar_or_array(x) for x in (ceiling, stack, attention)),
+    return LearningRateCeiling(*(scalar_or_array(x) for x in (ceiling, floor, stack, attention)),
                                binding=binding if binding.ndim else binding[()],
                                sensitivity=scalar_or_array(np.asarray(sensitivity)),
                                budget=scalar_or_array(budget), beta_critical=scalar_or_array(beta_c))

@@ -353,14 +353,15 @@ def _own_weights_spec(args, folder, seq_len):
 def _check_work(args, spec, theory) -> None:
     """Refuse a check whose estimated work exceeds --max-seconds or --max-memory (one line with the estimate).
 
-    The diagnosis (:func:`~remprop.diagrams.diagnosis.diagnosis_seconds`, ``diagnosis_bytes``:
+    The diagnosis (:func:`~remprop.diagrams.diagnosis_work.diagnosis_seconds`, ``diagnosis_bytes``:
     the model's depth, --max-depth, rotary heads and, where it is the last tokens' theory, the
     causal Gram state: :func:`~remprop.theory.causal.causal_gram_flops` at
     :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); with --simulate the tensors of one
     block of --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a
     model too large for memory is run one block at a time).
     """
-    from remprop.diagrams.diagnosis import diagnosis_bytes, diagnosis_seconds, last_tokens_theory
+    from remprop.diagrams.diagnosis import last_tokens_theory
+    from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
     from remprop.theory import work_estimates as work
 
     from .simulation import simulation_time

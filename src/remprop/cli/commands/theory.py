@@ -119,7 +119,8 @@ def run_diagram(args) -> int:
         print(f"at lr {format_number(args.lr)} ({args.steps} AdamW steps, d = {args.width}): "
               f"{rate['above_ceiling']} of "
               f"{rate['trainable_at_init']} cells trainable at initialisation are above the learning-rate ceiling "
-              "(hatched; label 'lr above ceiling'; provisional constants, docs/theory.md section 20)")
+              f"and {rate['below_floor']} below its floor (hatched; labels 'lr above ceiling', 'lr below floor'; "
+              "constants fitted on 300-step CPU runs, docs/theory.md section 20)")
     print("wrote " + ", ".join(files))
     if note is not None:
         print(f"note: {note}")
@@ -146,18 +147,21 @@ def _rate_region(result, args, stem) -> dict:
     ``STEM.lr.json``; returns the summary (and the phases, for the figure)."""
     import numpy as np
 
-    from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_LABELS, diagram_ceiling, phases_at_rate
+    from remprop.diagrams.learning_rate import (LR_ABOVE_CEILING, LR_BELOW_FLOOR, LR_LABELS, diagram_ceiling,
+                                                diagram_floor, phases_at_rate)
     from remprop.diagrams.phases import TRAINABLE
 
     ceiling = diagram_ceiling(result, args.width, args.steps)
-    phase = phases_at_rate(result.phase, ceiling, args.lr)
+    floor = diagram_floor(result, args.width, args.steps)
+    phase = phases_at_rate(result.phase, ceiling, args.lr, floor)
     path = Path(f"{stem}.lr.json")
     summary = {"lr": args.lr, "steps": args.steps, "width": args.width, "file": str(path),
                "labels": {str(code): label for code, label in LR_LABELS.items()},
                "trainable_at_init": int(np.sum(result.phase == TRAINABLE)),
-               "above_ceiling": int(np.sum(phase == LR_ABOVE_CEILING))}
+               "above_ceiling": int(np.sum(phase == LR_ABOVE_CEILING)),
+               "below_floor": int(np.sum(phase == LR_BELOW_FLOOR))}
     path.write_text(dumps({**summary, "betas": result.betas, "alphas": result.alphas, "phase": phase,
-                           "ceiling": ceiling}))
+                           "ceiling": ceiling, "floor": floor}))
     return {**summary, "phase": phase}
 
 
@@ -239,7 +243,7 @@ def run_min_alpha(args) -> int:
                 zip(np.atleast_1d(beta), np.atleast_1d(alpha_star), np.atleast_1d(at_rate))]
         print(format_table(("beta", "alpha*", f"alpha* at lr {format_number(args.lr)}"), rows))
         print(f"alpha* at lr: also below the learning-rate ceiling for {args.steps} AdamW steps at d = {args.width} "
-              "(inf: no alpha_SA up to alpha_max; provisional constants, docs/theory.md section 20)")
+              "(inf: no alpha_SA up to alpha_max; fitted constants, docs/theory.md section 20)")
     if any(np.isinf(np.atleast_1d(alpha_star))):
         print(f"alpha* = inf: no alpha_SA up to {format_number(ALPHA_MAX)} keeps rho at or below the threshold")
     return 0

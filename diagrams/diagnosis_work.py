@@ -1,0 +1,74 @@
+r"""How long :func:`~remprop.diagrams.diagnosis.diagnose` will take and how much memory it holds, before it runs.
+
+The command line (``remprop check``) refuses a diagnosis above ``--max-seconds`` / ``--max-memory`` from
+these estimates (:func:`remprop.cli.limits.check_work`); docs/real_models.md.
+"""
+from __future__ import annotations
+
+from remprop.theory import ModelSpec, model_spec
+from remprop.theory import work_estimates
+from remprop.theory.causal import causal_gram_flops, compared_last_tokens
+from remprop.theory.checks import check_depth
+from remprop.theory.learning_rate import ceiling_seconds
+
+from .diagnosis import GRAM_DRAWS, MAX_COLLAPSE_DEPTH, _verdict_architectures, last_tokens_theory
+from .residual_strength import search_seconds
+
+__all__ = ["diagnosis_seconds", "diagnosis_bytes"]
+
+
+def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
+    """Estimated seconds of :func:`~remprop.diagrams.diagnosis.diagnose` on this machine, before it runs.
+
+    The depth kernels of the verdicts (the model three times: its verdict, the recommended beta,
+    the skip change; the other norm placement; gain-controlled attention), the ``alpha*`` search
+    (:func:`~remprop.diagrams.residual_strength.search_seconds`) and the collapse-depth run
+    through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
+    rotary positions the mean rotary correlation of the model's T and of each compared late
+    token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
+    tokens' per-position maps, as many cells, and where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it the
+    causal Gram state (:func:`~remprop.theory.causal.causal_gram_flops` at
+    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); the learning-rate ceiling's walk
+    (:func:`~remprop.theory.learning_rate.ceiling_seconds`).
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = model_spec(spec)
+    max_depth = check_depth(max_depth, name="max_depth")
+    arch, depth = spec.architecture, spec.depth
+    seconds = sum(work_estimates.run_seconds(a, 1, depth, passes) for a, passes in _verdict_architectures(arch))
+    seconds += search_seconds(arch, depth, 1) + work_estimates.run_seconds(arch, 1, max_depth)
+    seconds += ceiling_seconds(1, depth)          # the learning-rate ceiling's walk
+    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
+    if arch.positions.rotary:
+        seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
+    if last:
+        seconds += work_estimates.run_seconds(arch, last, depth)
+    if _uses_gram(spec, causal_theory, gram_draws):
+        seconds += work_estimates.flops_seconds(causal_gram_flops(arch, depth, spec.seq_len, gram_draws))
+    return seconds
+
+
+def _uses_gram(spec, causal_theory, gram_draws) -> bool:
+    chosen = last_tokens_theory(spec, causal_theory, gram_draws)
+    return chosen is not None and chosen[0] == "gram"
+
+
+def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> int:
+    """Bytes :func:`~remprop.diagrams.diagnosis.diagnose` and its JSON hold at their peak, before it runs.
+
+    Four trajectories through the model's depth alive at once (the verdict's, the
+    recommended beta's and their temporaries), the late tokens' trajectories of a causal
+    model, the collapse-depth trajectory through ``max_depth`` blocks
+    (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
+    :meth:`~remprop.diagrams.diagnosis.Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each);
+    where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it, the causal Gram state
+    (:func:`~remprop.theory.work_estimates.gram_theory_bytes`).
+    """
+    if not isinstance(spec, ModelSpec):
+        spec = model_spec(spec)
+    max_depth = check_depth(max_depth, name="max_depth")
+    depth = spec.depth
+    last = compared_last_tokens(spec.seq_len) if spec.causal else 0
+    gram = work_estimates.gram_theory_bytes(spec.seq_len, depth, 1) if _uses_gram(spec, causal_theory, gram_draws) else 0
+    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
+            + 300 * (depth + 1) + gram)
