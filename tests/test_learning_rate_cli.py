@@ -66,7 +66,8 @@ def test_lr_needs_a_sequence_length(capsys, tmp_path):
 def test_min_alpha_at_rate(capsys):
     """alpha* at lr is alpha*(L) where the ceiling there is already >= lr, else the alpha_SA at which the
     ceiling reaches lr (it grows with alpha_SA); inf where no alpha_SA up to alpha_max reaches it.
-    At depth 24, d = 256, the stack ceiling binds at alpha_SA = 1.5 (5.9e-4 against 6.8e-4)."""
+    At depth 24, d = 256, the stack ceiling binds at alpha_SA = 1.5; at beta 1.414, just below beta_c, the
+    attention ceiling is below it at every alpha_SA."""
     depth, width = 24, 256
 
     def ceiling(alpha, beta):
@@ -74,7 +75,7 @@ def test_min_alpha_at_rate(capsys):
         return float(learning_rate_ceiling(arch, depth, width, STEPS, beta).ceiling)
 
     lr = ceiling(1.5, 0.5)
-    code, out, err = run_cli(capsys, "min-alpha", "--depth", depth, "--seq-len", SEQ_LEN, "--beta", "0.5,0.3,1.3",
+    code, out, err = run_cli(capsys, "min-alpha", "--depth", depth, "--seq-len", SEQ_LEN, "--beta", "0.5,0.3,1.414",
                              "--lr", lr, "--width", width, "--steps", STEPS, "--json")
     assert code == 0, err
     result = json.loads(out)
@@ -82,7 +83,7 @@ def test_min_alpha_at_rate(capsys):
     assert at_lr[0] == pytest.approx(1.5, rel=1e-6) and at_lr[0] > star[0]
     assert ceiling(at_lr[1], 0.3) >= lr > ceiling(at_lr[1] * (1 - 1e-6), 0.3)
     # near beta_c the attention ceiling (the same at every alpha_SA for post-LN) is below lr: none reaches it
-    assert at_lr[2] == "inf" and ceiling(1e3, 1.3) < lr
+    assert at_lr[2] == "inf" and ceiling(1e3, 1.414) < lr
     code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--lr", 1.0, "--json")
     assert code == 0, err
     assert json.loads(out)["alpha_star_at_lr"] == "inf"
