@@ -1,0 +1,183 @@
+"""The training fast path (issue 27): fused attention, the AdamW kernels, compiled blocks.
+
+Each piece must compute what the path it replaces computes, to float32 rounding, and leave the
+probes (which read the attention probabilities) on the explicit path.
+"""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
+pytest.importorskip("tokenizers", reason="the training corpus needs Hugging Face tokenizers")
+
+from remprop.theory import Architecture  # noqa: E402
+from remprop.validation import SimulatedStack, layers  # noqa: E402
+from remprop.validation.backend import torch_threads  # noqa: E402
+from remprop.validation.measurements import attention_statistics  # noqa: E402
+from remprop.validation.rope import rotary  # noqa: E402
+from remprop.validation.settings import SimulationSettings  # noqa: E402
+from remprop.validation.training import MaskedLMStack, TrainConfig, masked_lm_corpus  # noqa: E402
+from remprop.validation.training.loop import probe  # noqa: E402
+
+#: float32 unit roundoff.
+U32 = 2.0 ** -24
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return masked_lm_corpus(1024)
+
+
+def rounding_bound(d_head, seq_len, score_max, terms=1):
+    """Relative float32 rounding bound of attention, explicit or fused (Higham 2002, section 3.1).
+
+    A score ``s = c q.k`` is a d_H-term dot product: its error is at most ``gamma_{d_H} |s|_max``
+    (``gamma_n = n u / (1 - n u)``); a softmax weight moves by at most twice the largest score
+    error, plus ``(T + 2) u`` for the exponentials and their T-term sum, and the weighted sum of
+    T values adds ``gamma_T``. Two paths that each obey the bound differ by at most twice it;
+    ``terms`` layers or chained products (backward, stacked blocks) add their bounds.
+    """
+    gamma = lambda n: n * U32 / (1 - n * U32)  # noqa: E731
+    one = 2 * gamma(d_head) * (1 + score_max) + (seq_len + 2) * U32 + gamma(seq_len)
+    return 2 * terms * one
+
+
+def _attention_weights(width, heads, kv_heads=None, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    w = layers.draw_attention_weights(gen, width, 1.5, 16, 1.0, 0.1, dtype=torch.float32, device="cpu", heads=heads,
+                                      kv_heads=kv_heads)
+    return layers.AttentionWeights(*(t.clone().requires_grad_() for t in (w.query, w.key, w.value, w.value_bias)))
+
+
+def _padding(batch, seq_len):
+    mask = torch.ones(batch, seq_len, dtype=torch.bool)
+    mask[0, -5:] = False
+    mask[1, -2:] = False
+    return mask
+
+
+@pytest.mark.parametrize("heads, causal, padded, rope, qk_norm, kv_heads", [
+    (1, False, False, False, False, None),
+    (4, False, False, False, False, None),
+    (4, True, False, False, False, None),
+    (4, False, True, False, False, None),
+    (4, True, True, False, False, None),
+    (2, True, False, True, False, None),
+    (4, False, True, False, True, None),
+    (4, True, False, False, False, 2),
+])
+def test_fused_attention_equals_the_explicit_path(heads, causal, padded, rope, qk_norm, kv_heads):
+    """Output and every gradient (input, W_Q, W_K, W_V, b_V) of the SDPA path equal those of the
+    explicit softmax(scores) V to the rounding bound (measured: 5-8 u, the bound a few hundred u)."""
+    batch, seq_len, width = 3, 16, 32
+    d_head = width // heads
+    w = _attention_weights(width, heads, kv_heads)
+    x = torch.randn(batch, seq_len, width, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    kwargs = dict(heads=heads, causal=causal, mask=_padding(batch, seq_len) if padded else None,
+                  rotate=rotary(seq_len, d_head) if rope else None,
+                  qk_norm=layers.QKNorm(gain=1.0, scale=2.0, eps=1e-6) if qk_norm else None)
+    cotangent = torch.randn(batch, seq_len, width, generator=torch.Generator().manual_seed(3))
+    runs = {}
+    for need in (True, False):
+        out, probs = layers.softmax_attention(x, w, need_weights=need, **kwargs)
+        assert (probs is None) == (not need)
+        grads = torch.autograd.grad((out * cotangent).sum(), [x, w.query, w.key, w.value, w.value_bias])
+        runs[need] = out.detach(), grads
+    with torch.no_grad():
+        probs = layers._attention_probabilities(x, w, heads, kwargs["mask"], causal, kwargs["rotate"],
+                                                kwargs["qk_norm"])
+        score_max = float(probs.clamp_min(1e-30).log().neg().max())  # the scores' spread bounds |s - s_max|
+        values = float((x @ w.value.T).abs().max())
+    bound = rounding_bound(d_head, seq_len, score_max)
+    (explicit, g_explicit), (fused, g_fused) = runs[True], runs[False]
+    assert float((fused - explicit).abs().max()) <= bound * values
+    for a, b in zip(g_explicit, g_fused):
+        assert float((a - b).norm()) <= 2 * bound * float(a.norm())  # backward: two chained products
+
+
+def test_the_predicate_keeps_what_sdpa_cannot_express_explicit():
+    assert layers.fused_attention(False)
+    assert not layers.fused_attention(True)
+    assert not layers.fused_attention(False, logit_softcap=30.0)
+    assert not layers.fused_attention(False, gain_controlled=True)
+    w = _attention_weights(16, 2)
+    x = torch.randn(2, 16, 16, generator=torch.Generator().manual_seed(4))
+    capped, probs = layers.softmax_attention(x, w, heads=2, logit_softcap=1.0, need_weights=False)
+    assert probs is not None  # soft-capping ran the explicit path
+    reference, _ = layers.softmax_attention(x, w, heads=2, logit_softcap=1.0)
+    assert torch.equal(capped, reference)
+    gain, probs = layers.gain_controlled_attention(x, w, heads=2, need_weights=False)
+    assert probs is not None
+    assert torch.equal(gain, layers.gain_controlled_attention(x, w, heads=2)[0])
+
+
+@pytest.mark.parametrize("norm, causal, heads", [("post", False, 2), ("pre", False, 1), ("pre", True, 4),
+                                                  ("post", True, 4)])
+def test_a_block_without_probabilities_equals_the_block_with_them(norm, causal, heads):
+    """SimulatedStack.block(need_probs=False): same output and parameter gradients as with them."""
+    width, seq_len = 32, 16
+    sim = SimulationSettings(width=width, seq_len=seq_len, d_ff=64, dtype="float32", device="cpu", causal=causal)
+    stack = SimulatedStack(Architecture(norm=norm, heads=heads, alpha_sa=0.8), 1.5, 2, sim=sim, seed=1)
+    weights = stack.weights(0)
+    leaves = [t.requires_grad_() for t in (weights.attention.query, weights.attention.key, weights.attention.value,
+                                           weights.mlp.w1, weights.mlp.w2)]
+    x = torch.randn(3, seq_len, width, generator=torch.Generator().manual_seed(5))
+    cotangent = torch.randn(3, seq_len, width, generator=torch.Generator().manual_seed(6))  # LN: |out|^2 is fixed
+    runs = {}
+    for need in (True, False):
+        out, probs = stack.block(x, weights, need_probs=need)
+        assert (probs is None) == (not need)
+        runs[need] = out.detach(), torch.autograd.grad((out * cotangent).sum(), leaves)
+    bound = rounding_bound(width // heads, seq_len, 30.0, terms=4)  # |s| <= 30 here; LN and MLP around it
+    assert float((runs[True][0] - runs[False][0]).abs().max()) <= bound * float(runs[True][0].abs().max())
+    for a, b in zip(runs[True][1], runs[False][1]):
+        assert float((a - b).norm()) <= bound * float(a.norm())
+
+
+@pytest.mark.parametrize("norm, heads", [("post", 2), ("pre", 4)])
+def test_training_loss_and_gradients_are_those_of_the_probed_path(corpus, norm, heads):
+    """The model's training forward (no observer: fused attention) and its probed forward (an
+    observer: explicit probabilities) give the same loss and parameter gradients to rounding."""
+    config = TrainConfig(arch=Architecture(norm=norm, heads=heads), beta=1.0, depth=2, width=32, seq_len=16,
+                         vocab_size=1024, seed=2)
+    model = MaskedLMStack(config, corpus.vocab_size, torch.device("cpu"))
+    batch = corpus.test_batches(count=1, batch_size=4, seq_len=16, mask_prob=0.15)[0]
+    ids, positions = torch.as_tensor(batch.inputs), torch.as_tensor(batch.positions)
+    targets = torch.as_tensor(batch.targets)
+    runs = []
+    for observe in (None, lambda layer, hidden, probs: None):
+        model.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(ids, positions, observe), targets)
+        loss.backward()
+        runs.append((float(loss.detach()), {name: p.grad.clone() for name, p in model.named_parameters()}))
+    (fused_loss, fused), (explicit_loss, explicit) = runs
+    bound = rounding_bound(32 // heads, 16, 30.0, terms=4 * config.depth)
+    assert abs(fused_loss - explicit_loss) <= bound * abs(explicit_loss)
+    for name, grad in explicit.items():
+        assert float((fused[name] - grad).norm()) <= bound * float(grad.norm()) + 1e-30, name
+
+
+def test_the_probe_reads_the_explicit_probabilities(corpus):
+    """The probe's entropy at an evaluation step is that of softmax(q.k / sqrt(d_H)) computed here
+    from the weights by hand (one post-LN block: its attention reads the embedded input)."""
+    config = TrainConfig(arch=Architecture(heads=2), beta=2.0, depth=1, width=32, seq_len=16, vocab_size=1024,
+                         seed=4)
+    model = MaskedLMStack(config, corpus.vocab_size, torch.device("cpu"))
+    batches = corpus.test_batches(count=2, batch_size=4, seq_len=16, mask_prob=0.15)
+    measured = probe(model, batches, torch.device("cpu"))["attention_entropy"][0]
+    expected = 0.0
+    with torch.no_grad():
+        for batch in batches:
+            x = model.word[torch.as_tensor(batch.inputs)] + model.position
+            q = (x @ model.blocks[0].query.T).view(4, 16, 2, 16).transpose(1, 2)
+            k = (x @ model.blocks[0].key.T).view(4, 16, 2, 16).transpose(1, 2)
+            probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(16), dim=-1)
+            expected += float(attention_statistics(probs)["entropy"].mean()) / len(batches)
+    assert measured == pytest.approx(expected, rel=1e-5)  # float32 sums of 16-term rows
+    assert 0.0 < measured < math.log(16)
