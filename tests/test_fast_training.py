@@ -279,3 +279,28 @@ def test_captured_blocks_compute_the_eager_blocks(corpus):
         assert float((runs[1][1][name] - grad).norm()) <= 64 * U32 * float(grad.norm()) + 1e-30, name
     entropy = probe(model, [batch], torch.device("cpu"))["attention_entropy"]
     assert np.all(np.isfinite(entropy)) and np.all(entropy > 0)
+
+
+# -- the benchmark -------------------------------------------------------------------------
+def test_bench_training_times_each_piece(monkeypatch, capsys):
+    """benchmarks/bench_training.py at a tiny size: one record per variant, each a positive fraction
+    of the same-run matmul rate, the issue's sizes as stated (the CUDA run writes its JSON there)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_training")
+    assert bench.SIZES["bert-base"] == dict(width=768, d_ff=3072, depth=12, seq_len=128, batch=64, heads=12)
+    assert bench.SIZES["deep"]["depth"] == 48 and bench.SIZES["deep"]["width"] == 256
+    assert bench.CUDA_JSON.parts[-3:] == ("docs", "data", "bench-training-cuda.json")
+    monkeypatch.setitem(bench.SIZES, "tiny", dict(width=32, d_ff=64, depth=1, seq_len=16, batch=4, heads=2))
+    written = {}
+    monkeypatch.setattr(bench, "write_json", lambda name, payload: written.setdefault(name, payload))
+    assert bench.main(["--size", "tiny", "--variants", "before,+sdpa,+adamw", "--steps", "1", "--vocab-size",
+                       "1024", "--json"]) == 0
+    record = written["bench_training"]["sizes"]["tiny"]
+    assert list(record["variants"]) == ["before", "+sdpa", "+adamw"]
+    assert all(0 < r["ratio"] and r["tokens_per_s"] > 0 for r in record["variants"].values())
+    assert record["matmul_gflops"] > 0 and written["bench_training"]["device"] == "cpu"
+    sys.modules.pop("bench_training", None)
