@@ -139,7 +139,7 @@ class MaskedLMStack(nn.Module):
 
         One block is compiled, its weights inputs of the graph, so every block of a shape reuses one
         graph and the build time does not grow with the depth. The observed passes
-        (:func:`~remprop.validation.training.probe`) stay eager and keep their attention
+        (:func:`~remprop.validation.training.loop.probe`) stay eager and keep their attention
         probabilities; the weights are the same parameters either way.
         """
         self._compiled_block = torch.compile(self._block, **options)
