@@ -49,7 +49,7 @@ __all__ = [
     "ACTIVATION_FUNCTIONS", "AttentionWeights", "QKNorm", "MLPWeights", "GatedMLPWeights", "DenseWeights", "BlockWeights",
     "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_gated_mlp_weights",
     "draw_dense_weights", "draw_output_projection", "softmax_attention", "gain_controlled_attention",
-    "output_projection", "layer_norm", "rms_norm", "mlp", "gated_mlp", "dense", "skip", "parallel",
+    "fused_attention", "output_projection", "layer_norm", "rms_norm", "mlp", "gated_mlp", "dense", "skip", "parallel",
 ]
 
 def _identity(u):
@@ -285,16 +285,9 @@ def _expand_heads(u, heads):
     return u if groups == 1 else u.repeat_interleave(groups, dim=1)
 
 
-def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal, rotate=None, qk_norm=None,
-                             logit_softcap=None):
-    """Softmax attention matrix, shape ``(batch, heads, T, T)``.
-
-    ``rotate`` (optional) maps the queries and the keys, shape ``(batch, H, T, d_H)``, before
-    the scores: rotary positions (:mod:`remprop.validation.rope`). ``qk_norm``
-    (:class:`QKNorm`) normalises the queries and keys first and multiplies the scores by its
-    ``scale``; ``logit_softcap`` c maps the scaled scores to ``c tanh(s / c)``. Key heads
-    fewer than ``heads`` (grouped-query attention) are shared by groups of query heads.
-    """
+def _queries_keys(x, weights: AttentionWeights, heads, rotate=None, qk_norm=None):
+    """Per-head queries and keys, shape ``(batch, H, T, d_H)`` each (grouped key heads expanded to
+    their query heads), and the score scale ``1 / sqrt(d_H)`` (times ``qk_norm.scale``)."""
     batch, seq, width = x.shape
     d_head = width // heads
     kv = _kv_heads(weights, width, heads)
@@ -314,28 +307,97 @@ def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal, 
     k = k.view(batch, seq, kv, d_head).transpose(1, 2)
     if rotate is not None:
         q, k = rotate(q), rotate(k)
-    scores = q @ _expand_heads(k, heads).transpose(-1, -2)
-    scores.mul_(scale)
-    if logit_softcap is not None:
-        cap = float(logit_softcap)
-        scores = torch.tanh(scores / cap).mul_(cap)
+    return q, _expand_heads(k, heads), scale
+
+
+def _blocked_keys(mask, causal, seq, device):
+    """The (query, key) pairs that get no attention, broadcastable to ``(batch, H, T, T)``: padded keys
+    (``mask`` False) and, when ``causal``, future keys; None when none is blocked."""
     blocked = None
     if mask is not None and not bool(mask.all()):
         blocked = ~mask[:, None, None, :]
     if causal:
-        future = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu_(1)
+        future = torch.ones(seq, seq, dtype=torch.bool, device=device).triu_(1)
         blocked = future if blocked is None else (blocked | future)
+    return blocked
+
+
+def _attention_probabilities(x, weights: AttentionWeights, heads, mask, causal, rotate=None, qk_norm=None,
+                             logit_softcap=None):
+    """Softmax attention matrix, shape ``(batch, heads, T, T)``.
+
+    ``rotate`` (optional) maps the queries and the keys, shape ``(batch, H, T, d_H)``, before
+    the scores: rotary positions (:mod:`remprop.validation.rope`). ``qk_norm``
+    (:class:`QKNorm`) normalises the queries and keys first and multiplies the scores by its
+    ``scale``; ``logit_softcap`` c maps the scaled scores to ``c tanh(s / c)``. Key heads
+    fewer than ``heads`` (grouped-query attention) are shared by groups of query heads.
+    """
+    q, k, scale = _queries_keys(x, weights, heads, rotate, qk_norm)
+    scores = q @ k.transpose(-1, -2)
+    scores.mul_(scale)
+    if logit_softcap is not None:
+        cap = float(logit_softcap)
+        scores = torch.tanh(scores / cap).mul_(cap)
+    blocked = _blocked_keys(mask, causal, x.shape[1], x.device)
     if blocked is not None:
         scores.masked_fill_(blocked, float("-inf"))
     return torch.softmax(scores, dim=-1)
 
 
+def _values(x, weights: AttentionWeights, heads):
+    """``X W_V^T`` per head, shape ``(batch, H, T, d_H)`` (grouped value heads expanded), no bias."""
+    batch, seq, width = x.shape
+    v = (x @ weights.value.T).view(batch, seq, -1, width // heads).transpose(1, 2)
+    return _expand_heads(v, heads)
+
+
+def _concatenate_heads(u):
+    """``(batch, H, T, d_H)`` -> ``(batch, T, H d_H)``."""
+    batch, heads, seq, d_head = u.shape
+    return u.transpose(1, 2).reshape(batch, seq, heads * d_head)
+
+
+def fused_attention(need_weights, *, logit_softcap=None, gain_controlled=False) -> bool:
+    r"""Whether an attention layer runs through ``torch.nn.functional.scaled_dot_product_attention``.
+
+    The one rule deciding the fast path of :func:`softmax_attention`: the fused kernel computes
+    ``softmax(s Q K^T + mask) V`` without ever holding the weights ``a_ij``, so it is used exactly
+    when nobody asks for them (``need_weights`` False: the training steps; the probes, the
+    simulator and the evaluation of the entropy ask) and the layer is of that form. Queries and
+    keys may be rotated (RoPE), QK-normalised (the normalisation acts on ``Q``, ``K`` and ``s``
+    before the kernel) or grouped (expanded to their query heads). Two variants are not of that
+    form and keep the explicit path: soft-capped logits (``c tanh(s q.k / c)`` inside the
+    softmax) and gain-controlled attention (it subtracts the column mean ``ar a_j`` of the
+    weights, docs/theory.md section 2).
+
+    Parameters
+    ----------
+    need_weights : bool
+        The caller reads the attention probabilities.
+    logit_softcap : float or None
+        The layer's soft-capping.
+    gain_controlled : bool
+        Gain-controlled attention (:func:`gain_controlled_attention`).
+    """
+    return not need_weights and logit_softcap is None and not gain_controlled
+
+
+def _fused_values(x, weights: AttentionWeights, heads, mask, causal, rotate, qk_norm):
+    """``softmax(scale Q K^T) V`` per head through ``scaled_dot_product_attention`` at the layer's own
+    scale and masks, heads concatenated ``(batch, T, d)`` (no value bias)."""
+    q, k, scale = _queries_keys(x, weights, heads, rotate, qk_norm)
+    v = _values(x, weights, heads)
+    padded = mask is not None and not bool(mask.all())
+    allowed = None if not padded else ~_blocked_keys(mask, causal, x.shape[1], x.device)
+    out = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, is_causal=causal and not padded,
+                                         scale=scale)
+    return _concatenate_heads(out)
+
+
 def _weighted_values(x, probs, weights: AttentionWeights, heads):
     """``A (X W_V^T)`` per head, concatenated: shape ``(batch, T, d)``, no bias (grouped
     value heads shared by their query heads)."""
-    batch, seq, width = x.shape
-    v = (x @ weights.value.T).view(batch, seq, -1, width // heads).transpose(1, 2)
-    return (probs @ _expand_heads(v, heads)).transpose(1, 2).reshape(batch, seq, width)
+    return _concatenate_heads(probs @ _values(x, weights, heads))
 
 
 def _value_bias(weights: AttentionWeights, width, heads):
@@ -348,7 +410,7 @@ def _value_bias(weights: AttentionWeights, width, heads):
 
 
 def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False, rotate=None, qk_norm=None,
-                      logit_softcap=None):
+                      logit_softcap=None, need_weights=True):
     r"""Softmax self-attention with values and no output projection.
 
     .. math:: \mathrm{SA}(X)_i = \sum_j a_{ij} (W_V x_j) + b_V,\quad
@@ -374,23 +436,30 @@ def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causa
         Normalised queries and keys, the scores times ``qk_norm.scale``.
     logit_softcap : float, optional
         c of the soft-capped scores ``c tanh(s / c)``.
+    need_weights : bool
+        False where the caller does not read the probabilities (training steps): the layer then
+        runs through ``torch.nn.functional.scaled_dot_product_attention`` at the same scale and
+        masks when :func:`fused_attention` allows it, and returns ``probs=None``.
 
     Returns
     -------
-    (out, probs) : Tensor (batch, T, d), Tensor (batch, H, T, T)
+    (out, probs) : Tensor (batch, T, d), Tensor (batch, H, T, T) or None
 
     References
     ----------
     Vaswani et al. 2017; Giorlandino & Goldt, arXiv 2505.24333 (initialisation); J. Ainslie et al.,
     arXiv 2305.13245 (grouped-query attention); Gemma Team, arXiv 2408.00118 (soft-capping).
     """
+    if fused_attention(need_weights, logit_softcap=logit_softcap):  # its output is saved for backward: no add_
+        return _fused_values(x, weights, heads, mask, causal, rotate, qk_norm) + _value_bias(
+            weights, x.shape[-1], heads), None
     probs = _attention_probabilities(x, weights, heads, mask, causal, rotate, qk_norm, logit_softcap)
     out = _weighted_values(x, probs, weights, heads)
     return out.add_(_value_bias(weights, x.shape[-1], heads)), probs
 
 
 def gain_controlled_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causal=False, qk_norm=None,
-                              logit_softcap=None):
+                              logit_softcap=None, need_weights=True):
     r"""Attention with the sequence mean of its value-weighted output removed.
 
     .. math:: \mathrm{GC}(X)_i = \sum_j \left(a_{ij} - \bar a_j\right) (W_V x_j) + b_V,
@@ -398,7 +467,8 @@ def gain_controlled_attention(x, weights: AttentionWeights, *, heads=1, mask=Non
 
     The mean runs over the real (unpadded) tokens of each sequence (in causal mode too).
     ``qk_norm``, ``logit_softcap`` and grouped key/value heads as in :func:`softmax_attention`.
-    Returns ``(out, probs)`` as :func:`softmax_attention`.
+    Returns ``(out, probs)`` as :func:`softmax_attention`; it always computes the probabilities
+    (its mean needs them: :func:`fused_attention`), whatever ``need_weights``.
 
     References
     ----------

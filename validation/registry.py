@@ -103,7 +103,10 @@ class BlockContext:
     layer_norm_eps : float
         The epsilon of the norm (LayerNorm or RMSNorm).
     probs : Tensor, shape (batch, H, T, T), or None
-        Set by the attention component: its probabilities.
+        Set by the attention component: its probabilities (None where it ran fused).
+    need_probs : bool
+        Whether the caller reads ``probs``; False lets attention run fused
+        (:func:`remprop.validation.layers.fused_attention`).
     rotate : callable or None
         Rotary positions: applied to the queries and keys of softmax attention
         (:func:`remprop.validation.rope.rotary`); None without RoPE.
@@ -123,6 +126,7 @@ class BlockContext:
     causal: bool = False
     layer_norm_eps: float = 1e-12
     probs: torch.Tensor | None = None
+    need_probs: bool = True
     rotate: Callable | None = None
     qk_norm: layers.QKNorm | None = None
     logit_softcap: float | None = None
@@ -136,10 +140,11 @@ class BlockContext:
     def attend(self, forward, x, weights, rotary=True):
         """Run an attention function of :mod:`~remprop.validation.layers` with the block's heads,
         mask, causal mask, QK-norm and soft-capping (and its rotation when ``rotary``); keeps the
-        probabilities in ``probs``."""
+        probabilities in ``probs`` (None where ``need_probs`` is False and the layer ran fused)."""
         extra = {"rotate": self.rotate} if rotary and self.rotate is not None else {}
         out, self.probs = forward(x, weights, heads=self.heads, mask=self.mask, causal=self.causal,
-                                  qk_norm=self.qk_norm, logit_softcap=self.logit_softcap, **extra)
+                                  qk_norm=self.qk_norm, logit_softcap=self.logit_softcap,
+                                  need_weights=self.need_probs, **extra)
         return out
 
     # what the components' torch_weights read while drawing (sizes must be set)

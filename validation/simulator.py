@@ -207,11 +207,15 @@ class SimulatedStack:
         return draw_block_weights(self.theory_block, BlockContext(heads=self.heads, sizes=sizes))
 
     # -- forward ------------------------------------------------------------------------
-    def block(self, x, weights: layers.BlockWeights, mask=None):
-        """One block: :attr:`theory_block` run in torch; returns ``(x_out, attention_probabilities)``."""
+    def block(self, x, weights: layers.BlockWeights, mask=None, need_probs=True):
+        """One block: :attr:`theory_block` run in torch; returns ``(x_out, attention_probabilities)``.
+
+        ``need_probs=False`` (a training step, which reads no probabilities) lets softmax attention
+        run fused (:func:`~remprop.validation.layers.fused_attention`); its probabilities are then None.
+        """
         context = BlockContext(weights, heads=self.heads, mask=mask, causal=self.causal,
                                layer_norm_eps=self.layer_norm_eps, rotate=self.rotate, qk_norm=self.qk_norm,
-                               logit_softcap=self.logit_softcap)
+                               logit_softcap=self.logit_softcap, need_probs=need_probs)
         x = simulate_component(self.theory_block, x, context)
         return x, context.probs
 

@@ -93,6 +93,13 @@ def _clip_per_cell(params, max_norm):
         g.mul_(coef.view(-1, *([1] * (g.ndim - 1))).to(g.dtype))
 
 
+def _explicit_attention(layer, hidden, probs):
+    """A no-op observer, so that the stacked forward keeps the explicit attention path: torch has no
+    vmap rule for its CPU fused attention kernel and would loop over the cells, slower than the
+    explicit path's batched matmuls. The single runs' fused path equals it to rounding
+    (:func:`~remprop.validation.layers.fused_attention`)."""
+
+
 class _Stack:
     """The stacked parameters of several runs and the single model's forward mapped over them."""
 
@@ -102,7 +109,7 @@ class _Stack:
         self.cells = len(models)
 
         def logits(params, buffers, ids, positions):
-            return torch.func.functional_call(self.base, (params, buffers), (ids, positions))
+            return torch.func.functional_call(self.base, (params, buffers), (ids, positions, _explicit_attention))
 
         self._train = torch.func.vmap(logits, in_dims=(0, 0, 0, 0))
         self._shared = torch.func.vmap(logits, in_dims=(0, 0, None, None))

@@ -18,10 +18,12 @@ from remprop.theory.rem.checks import check_seq_len
 
 from ..backend import check_positive_int, check_scalar, check_seed
 
-__all__ = ["TrainConfig", "MODELS", "SEED_LIMIT"]
+__all__ = ["TrainConfig", "MODELS", "SEED_LIMIT", "COMPILE_MODES"]
 
 #: Models :func:`~remprop.validation.training.train` can train.
 MODELS = ("remprop", "bert")
+#: ``torch.compile`` modes ``TrainConfig.compile`` may name (True: "reduce-overhead" on CUDA, "default" elsewhere).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 #: Seeds are below this: torch's generators take 64-bit seeds.
 SEED_LIMIT = 2 ** 64
 
@@ -68,6 +70,11 @@ class TrainConfig:
         BPE vocabulary of the corpus (>= 64).
     d_ff : int, optional
         MLP hidden width (default ``width``, as the simulator).
+    compile : bool or str
+        Run the training steps' blocks through ``torch.compile`` (``model="remprop"``): False (the
+        default), True (mode "reduce-overhead", i.e. CUDA graphs, on CUDA; "default" elsewhere) or
+        one of :data:`COMPILE_MODES`. How the steps run, not what they compute: it is left out of
+        :meth:`to_dict` while False, so the runs' keys and JSON stay those of before the option.
     """
 
     arch: Architecture = field(default_factory=Architecture)
@@ -89,6 +96,7 @@ class TrainConfig:
     model: str = "remprop"
     vocab_size: int = 4096
     d_ff: int | None = None
+    compile: bool | str = False
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -119,6 +127,10 @@ class TrainConfig:
             check_bert_architecture(self.arch)
         put("vocab_size", check_positive_int("vocab_size", self.vocab_size, 64))
         put("d_ff", None if self.d_ff is None else check_positive_int("d_ff", self.d_ff))
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
+        if self.compile is not False and self.model != "remprop":
+            raise ValueError(f"compile needs model='remprop' (got model={self.model!r})")
 
     @property
     def warmup_steps(self) -> int:
@@ -130,9 +142,11 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """JSON-ready fields (``arch`` as :meth:`remprop.theory.Architecture.to_dict`)."""
+        """JSON-ready fields (``arch`` as :meth:`remprop.theory.Architecture.to_dict`; ``compile`` only when set)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["arch"] = self.arch.to_dict()
+        if out["compile"] is False:  # how it runs: the keys of uncompiled runs are those of before the option
+            del out["compile"]
         return out
 
     @classmethod

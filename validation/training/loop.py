@@ -39,7 +39,8 @@ from .data import MaskedLMCorpus, masked_lm_corpus
 from .model import MaskedLMStack
 from .result import TrainResult
 
-__all__ = ["train", "build_model", "optimiser", "train_step", "evaluate", "probe", "CHECKPOINT_NAME", "RESULT_NAME"]
+__all__ = ["train", "build_model", "optimiser", "adamw_implementation", "compile_options", "train_step",
+           "evaluate", "probe", "CHECKPOINT_NAME", "RESULT_NAME"]
 
 #: File name of the result inside ``out`` (the checkpoint's is
 #: :data:`~remprop.validation.training.checkpoint.CHECKPOINT_NAME`).
@@ -123,12 +124,16 @@ def optimiser(model, config: TrainConfig, *, cell_axes: int = 0):
     parameter stack the runs of several cells (:mod:`~remprop.validation.training.batched`):
     a matrix is a parameter with at least ``2 + cell_axes`` axes. AdamW's update is elementwise,
     so one optimiser over stacked parameters updates each cell as its own optimiser would.
+
+    The update runs as few kernels as the device allows (:func:`adamw_implementation`): fused
+    on CUDA, one ``foreach`` pass over all tensors elsewhere; the arithmetic is AdamW's either way.
     """
     params = list(model.parameters() if hasattr(model, "parameters") else model)
     decay = [p for p in params if p.ndim >= 2 + cell_axes]
     rest = [p for p in params if p.ndim < 2 + cell_axes]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": rest, "weight_decay": 0.0}], lr=config.lr)
+                                   {"params": rest, "weight_decay": 0.0}], lr=config.lr,
+                                  **adamw_implementation({p.device.type for p in params}))
     warm, total = config.warmup_steps, config.steps
 
     def factor(step):
@@ -137,6 +142,22 @@ def optimiser(model, config: TrainConfig, *, cell_axes: int = 0):
         return max(0.0, (total - step) / max(1, total - warm))
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def adamw_implementation(device_types) -> dict:
+    """The keyword of ``torch.optim.AdamW`` choosing its kernels for parameters on ``device_types``.
+
+    ``{"fused": True}`` (one kernel for every tensor's update) when every parameter is on CUDA,
+    else ``{"foreach": True}`` (one multi-tensor pass per operation; torch's default on the CPU
+    is a loop over the tensors). All three compute the same AdamW update (to float rounding).
+
+    Parameters
+    ----------
+    device_types : str or iterable of str
+        ``torch.device.type`` of the parameters, e.g. ``{"cuda"}``.
+    """
+    types = {device_types} if isinstance(device_types, str) else set(device_types)
+    return {"fused": True} if types == {"cuda"} else {"foreach": True}
 
 
 def train_step(model, batch, optimizer, scheduler, config: TrainConfig, device) -> torch.Tensor:
@@ -232,8 +253,40 @@ def train(config: TrainConfig, out=None, progress=None) -> TrainResult:
         return _train(config, out, progress)
 
 
+def compile_options(config: TrainConfig, device) -> dict | None:
+    """The ``torch.compile`` keywords of ``config.compile`` on ``device`` (None: not compiled).
+
+    True means mode "reduce-overhead" on CUDA (inductor's kernels replayed as a CUDA graph: the
+    per-operation launch cost of deep narrow stacks goes) and "default" elsewhere; shapes are
+    static (a step's sequences have one shape). Raises ``ValueError`` naming ``compile`` where
+    this platform cannot compile: torch.compile unsupported here, no Triton for CUDA, or no C++
+    compiler for the CPU.
+    """
+    if config.compile is False:
+        return None
+    import shutil
+
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        raise ValueError(f"compile is not available: torch {torch.__version__} cannot compile on this platform")
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise ValueError("compile on CUDA needs Triton (pip install triton), which is not installed")
+    elif not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
+        raise ValueError(f"compile on {device.type} needs a C++ compiler (g++ or clang++) on the PATH")
+    mode = config.compile if isinstance(config.compile, str) else (
+        "reduce-overhead" if device.type == "cuda" else "default")
+    return {"mode": mode, "dynamic": False}
+
+
 def _fresh(config, vocab_size, device):
     model = build_model(config, vocab_size, device)
+    options = compile_options(config, device)
+    if options is not None:
+        model.compile_blocks(**options)
     return (model, *optimiser(model, config))
 
 
@@ -314,6 +367,7 @@ def _result(config, corpus, test, device, history, final, step, seconds, diverge
                        final={name: np.asarray(value, dtype=float) for name, value in final.items()},
                        corpus=corpus.description,
                        run={"device": str(device), "autocast": "bfloat16" if device.type == "cuda" else None,
+                            "compiled": compile_options(config, device) is not None,
                             "torch": torch.__version__, "threads": torch.get_num_threads(),
                             "seconds": seconds, "tokens_per_second": tokens / seconds if seconds > 0 else None,
                             **run},

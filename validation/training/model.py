@@ -103,22 +103,46 @@ class MaskedLMStack(nn.Module):
         head = torch.randn(vocab_size, config.width, generator=gen, device=device).mul_(1.0 / math.sqrt(config.width))
         self.head_weight = nn.Parameter(head)
         self.head_bias = nn.Parameter(torch.zeros(vocab_size, device=device))
+        self._compiled_block = None
 
     def hidden(self, ids: torch.Tensor, observe=None) -> torch.Tensor:
         """The residual stream after the last block, ``(batch, T, d)``.
 
         ``observe(layer, hidden, probs)`` is called as in
         :meth:`SimulatedStack.forward <remprop.validation.simulator.SimulatedStack.forward>`:
-        layer 0 with the embedded input, then after each block.
+        layer 0 with the embedded input, then after each block. Without ``observe`` (the training
+        steps and the test loss) nothing reads the attention probabilities, so softmax attention
+        runs fused where it can (:func:`~remprop.validation.layers.fused_attention`).
         """
         x = self.word[ids] + self.position
-        if observe is not None:
-            observe(0, x, None)
+        if observe is None:
+            return self._blocks(x)
+        observe(0, x, None)
         for layer, block in enumerate(self.blocks):
             x, probs = self.stack.block(x, block.weights())
-            if observe is not None:
-                observe(layer + 1, x, probs)
+            observe(layer + 1, x, probs)
         return x
+
+    def _block(self, x, weights):
+        """One block, unobserved (attention fused where it can be): the unit :meth:`compile_blocks` compiles."""
+        return self.stack.block(x, weights, need_probs=False)[0]
+
+    def _blocks(self, x):
+        """The blocks on the embedded input, unobserved."""
+        step = self._block if self._compiled_block is None else self._compiled_block
+        for block in self.blocks:
+            x = step(x, block.weights())
+        return x
+
+    def compile_blocks(self, **options):
+        """Run the unobserved blocks (training steps, test loss) through ``torch.compile(**options)``.
+
+        One block is compiled, its weights inputs of the graph, so every block of a shape reuses one
+        graph and the build time does not grow with the depth. The observed passes
+        (:func:`~remprop.validation.training.loop.probe`) stay eager and keep their attention
+        probabilities; the weights are the same parameters either way.
+        """
+        self._compiled_block = torch.compile(self._block, **options)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, observe=None) -> torch.Tensor:
         """Logits ``(n, vocab)`` at the ``(sequence, position)`` pairs ``positions`` (n, 2)."""

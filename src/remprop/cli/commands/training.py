@@ -38,7 +38,7 @@ TRAIN_OPTIONS = {"beta": "--beta", "depth": "--depth", "width": "--width", "seq_
                  "weight_decay": "--weight-decay", "grad_clip": "--grad-clip", "mask_prob": "--mask-prob",
                  "eval_every": "--eval-every", "eval_batches": "--eval-batches", "seed": "--seed",
                  "device": "--device", "model": "--model", "vocab_size": "--vocab-size", "d_ff": "--d-ff",
-                 "width must be divisible": "--width"}
+                 "compile": "--compile", "width must be divisible": "--width"}
 
 
 def add_train_parser(commands):
@@ -77,6 +77,10 @@ def add_train_parser(commands):
     where = train.add_argument_group("where it runs")
     where.add_argument("--device", default="auto", help="auto (CUDA with bf16 autocast where available), cpu or "
                                                         "cuda[:n] (default: auto)")
+    where.add_argument("--compile", nargs="?", const=True, default=False, metavar="MODE",
+                       help="run the training steps' blocks through torch.compile (mode: reduce-overhead on "
+                            "CUDA, default elsewhere; or name one: default, reduce-overhead, max-autotune, "
+                            "max-autotune-no-cudagraphs); off unless given")
     where.add_argument("--threads", type=count(1), default=1, metavar="N",
                        help="torch CPU threads (default: %(default)s; more rarely helps at these sizes)")
     train.add_argument("--json", action="store_true", help="print the result as JSON instead of a summary")
