@@ -361,23 +361,12 @@ def fused_attention(need_weights, *, logit_softcap=None, gain_controlled=False) 
     r"""Whether an attention layer runs through ``torch.nn.functional.scaled_dot_product_attention``.
 
     The one rule deciding the fast path of :func:`softmax_attention`: the fused kernel computes
-    ``softmax(s Q K^T + mask) V`` without ever holding the weights ``a_ij``, so it is used exactly
-    when nobody asks for them (``need_weights`` False: the training steps; the probes, the
-    simulator and the evaluation of the entropy ask) and the layer is of that form. Queries and
-    keys may be rotated (RoPE), QK-normalised (the normalisation acts on ``Q``, ``K`` and ``s``
-    before the kernel) or grouped (expanded to their query heads). Two variants are not of that
-    form and keep the explicit path: soft-capped logits (``c tanh(s q.k / c)`` inside the
-    softmax) and gain-controlled attention (it subtracts the column mean ``ar a_j`` of the
-    weights, docs/theory.md section 2).
-
-    Parameters
-    ----------
-    need_weights : bool
-        The caller reads the attention probabilities.
-    logit_softcap : float or None
-        The layer's soft-capping.
-    gain_controlled : bool
-        Gain-controlled attention (:func:`gain_controlled_attention`).
+    ``softmax(s Q K^T + mask) V`` without holding the weights ``a_ij``, so it runs exactly when
+    nobody reads them (``need_weights`` False: training steps; probes, the simulator and the
+    entropy evaluation read them) and the layer has that form (RoPE, QK-norm and grouped heads
+    act before the kernel). Soft-capped logits (``logit_softcap``) and gain-controlled attention
+    (``gain_controlled``: it subtracts the column mean of the weights, docs/theory.md section 2)
+    keep the explicit path.
     """
     return not need_weights and logit_softcap is None and not gain_controlled
 
