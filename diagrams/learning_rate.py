@@ -24,7 +24,7 @@ __all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_ceiling",
 #: Phase code of a cell trainable at initialisation whose learning-rate ceiling is below the rate.
 LR_ABOVE_CEILING = 3
 #: Phase code of a cell trainable at initialisation whose rate is below its floor (too little movement
-#: within the steps to train; :attr:`remprop.theory.LearningRateCeiling.floor`).
+#: within the steps to train; ``floor`` of :class:`remprop.theory.LearningRateCeiling`).
 LR_BELOW_FLOOR = 4
 #: Phase code -> label, with :data:`LR_ABOVE_CEILING` and :data:`LR_BELOW_FLOOR`.
 LR_LABELS = {**PHASE_LABELS, LR_ABOVE_CEILING: "lr above ceiling", LR_BELOW_FLOOR: "lr below floor"}
@@ -47,7 +47,7 @@ def diagram_ceiling(diagram, width: int, steps: int) -> np.ndarray:
 
 
 def diagram_floor(diagram, width: int, steps: int) -> np.ndarray:
-    """The learning-rate floor of every cell (:attr:`remprop.theory.LearningRateCeiling.floor`), as
+    """The learning-rate floor of every cell (``floor`` of :class:`remprop.theory.LearningRateCeiling`), as
     :func:`diagram_ceiling` gives the ceiling."""
     return _diagram_rates(diagram, width, steps, "floor")
 

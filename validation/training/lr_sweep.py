@@ -209,6 +209,8 @@ def run_lr_sweep(out, design=LR_SWEEP_DESIGN, *, training=None, threads=1, worke
     workers : int
         0: every run in this process, one after another; N >= 1: a dask LocalCluster of N
         single-threaded workers (or the running ``scheduler``) trains up to N runs at once.
+    scheduler : str, optional
+        Address of a running dask scheduler to send the runs to instead of a local cluster.
     progress : bool
         Progress over the runs on stderr (:func:`remprop.progress.progress_bar`).
     on_run : callable, optional
