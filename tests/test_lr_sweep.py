@@ -37,12 +37,7 @@ TINY_TRAINING = {"seq_len": 16, "batch_size": 4, "steps": 20, "vocab_size": 4096
 UNIGRAM = 6.0
 
 
-class FakeResult:
-    def __init__(self, data):
-        self.data = data
-
-    def to_dict(self):
-        return self.data
+from fake_runs import FakeResult  # noqa: E402
 
 
 def fake_train(config):

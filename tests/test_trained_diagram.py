@@ -39,12 +39,7 @@ FAKE_ALPHA_STAR = 0.5
 CALLS = []  # (alpha, beta, seed) of every fake training run in this process
 
 
-class FakeResult:
-    def __init__(self, data):
-        self.data = data
-
-    def to_dict(self):
-        return self.data
+from fake_runs import FakeResult  # noqa: E402
 
 
 def fake_train(config):
