@@ -97,6 +97,42 @@ def test_check_simulate_reports_the_simulated_layers(capsys, tmp_path):
     assert simulated[-1].split(": ", 1)[1].startswith("8/8 layer"), simulated
 
 
+def test_check_simulate_with_a_bar_keeps_the_blocks_outputs(capsys, tmp_path, monkeypatch):
+    """On a terminal the progress is a tqdm bar, whose update returns a bool: the hook on the model's
+    blocks must not hand that back as the block's output (it did: the probe then read a bool)."""
+    pytest.importorskip("transformers")
+    import remprop.progress
+
+    monkeypatch.setattr(remprop.progress, "_interactive", lambda stream: True)
+    code, out, err = run_cli(capsys, "check", "gpt2", "--simulate", "--width", 64, "--depth", 2, "--seq-len", 16,
+                             "--seeds", 1, "--sequences", 1, "--device", "cpu", "--out", tmp_path, "--no-figure",
+                             "--progress", "--json")
+    assert code == 0, err
+    assert "simulate gpt2" in err and "4/4" in err  # the bar ran to its end: 2 blocks x 2 passes
+
+
+def test_a_process_that_imported_ipykernel_is_not_a_kernel(monkeypatch):
+    """A notebook runner imports ipykernel without being a kernel: its progress stays plain lines (the
+    suite's notebook tests made later tests in the same worker draw bars)."""
+    import types
+
+    import remprop.progress
+
+    class Stream:
+        def isatty(self):
+            return False
+
+    stream = Stream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = lambda: None
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    assert not remprop.progress._interactive(stream)
+    ipython.get_ipython = lambda: types.SimpleNamespace(kernel=object())   # a running kernel's shell
+    assert remprop.progress._interactive(stream)
+
+
 def test_sweep_past_max_seconds_is_refused_with_its_estimate(capsys, tmp_path):
     pytest.importorskip("torch")
     code, out, err = run_cli(capsys, "sweep", "--beta", "0.5", "--alpha", "1", "--depth", 2, "--width", 16,

@@ -56,7 +56,19 @@ def _interactive(stream) -> bool:
             return True
     except (AttributeError, ValueError):
         return False
-    return "ipykernel" in sys.modules and stream in (sys.stderr, sys.stdout)
+    return _in_jupyter_kernel() and stream in (sys.stderr, sys.stdout)
+
+
+def _in_jupyter_kernel() -> bool:
+    """This process is a running Jupyter kernel (not merely one that imported ``ipykernel``, as a
+    notebook runner does)."""
+    if "ipykernel" not in sys.modules or "IPython" not in sys.modules:
+        return False
+    try:
+        shell = sys.modules["IPython"].get_ipython()
+    except Exception:  # an IPython without a shell
+        return False
+    return getattr(shell, "kernel", None) is not None
 
 
 class NoProgress:
