@@ -18,7 +18,7 @@ from remprop.theory.checks import as_float_array
 from .phases import PHASE_LABELS, TRAINABLE
 from .residual_strength import ALPHA_MAX, min_residual_strength
 
-__all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_ceiling", "diagram_floor", "phases_at_rate", "min_alpha_at_rate",
+__all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_ceiling", "diagram_window", "phases_at_rate", "min_alpha_at_rate",
            "check_learning_rate", "draw_rate_region", "lr_ceiling_summary", "lr_line"]
 
 #: Phase code of a cell trainable at initialisation whose learning-rate ceiling is below the rate.
@@ -43,20 +43,16 @@ def diagram_ceiling(diagram, width: int, steps: int) -> np.ndarray:
     architecture (its ``seq_len`` gives ``log T``), depth and input state, for model width ``width`` and
     ``steps`` AdamW steps.
     """
-    return _diagram_rates(diagram, width, steps, "ceiling")
+    return diagram_window(diagram, width, steps)[1]
 
 
-def diagram_floor(diagram, width: int, steps: int) -> np.ndarray:
-    """The learning-rate floor of every cell (``floor`` of :class:`remprop.theory.LearningRateCeiling`), as
-    :func:`diagram_ceiling` gives the ceiling."""
-    return _diagram_rates(diagram, width, steps, "floor")
-
-
-def _diagram_rates(diagram, width, steps, field):
+def diagram_window(diagram, width: int, steps: int) -> tuple:
+    """``(floor, ceiling)`` of every cell from one walk of the grid (``floor`` and ``ceiling`` of
+    :class:`remprop.theory.LearningRateCeiling`), each shaped as :func:`diagram_ceiling` gives the ceiling."""
     arch = diagram.arch.replace(alpha_sa=np.asarray(diagram.alphas, dtype=float)[:, None])
     result = learning_rate_ceiling(arch, diagram.depth, width, steps, np.asarray(diagram.betas, dtype=float)[None, :],
                                    diagram.q0, diagram.rho0)
-    return np.broadcast_to(getattr(result, field), diagram.phase.shape).copy()
+    return tuple(np.broadcast_to(rate, diagram.phase.shape).copy() for rate in (result.floor, result.ceiling))
 
 
 def phases_at_rate(phase, ceiling, lr, floor=None) -> np.ndarray:

@@ -147,12 +147,11 @@ def _rate_region(result, args, stem) -> dict:
     ``STEM.lr.json``; returns the summary (and the phases, for the figure)."""
     import numpy as np
 
-    from remprop.diagrams.learning_rate import (LR_ABOVE_CEILING, LR_BELOW_FLOOR, LR_LABELS, diagram_ceiling,
-                                                diagram_floor, phases_at_rate)
+    from remprop.diagrams.learning_rate import (LR_ABOVE_CEILING, LR_BELOW_FLOOR, LR_LABELS, diagram_window,
+                                                phases_at_rate)
     from remprop.diagrams.phases import TRAINABLE
 
-    ceiling = diagram_ceiling(result, args.width, args.steps)
-    floor = diagram_floor(result, args.width, args.steps)
+    floor, ceiling = diagram_window(result, args.width, args.steps)
     phase = phases_at_rate(result.phase, ceiling, args.lr, floor)
     path = Path(f"{stem}.lr.json")
     summary = {"lr": args.lr, "steps": args.steps, "width": args.width, "file": str(path),
