@@ -15,26 +15,16 @@ work at a time, and the units are handed out in the order of the collection.
   last and finishes alone while the other workers are idle: longest first is the classic
   rule for sharing jobs among machines (Graham 1969, within 4/3 of the best schedule).
 
-* **With** ``REMPROP_SUITE_WARM=1``, **the common numba kernels are compiled once, first**
-  (``tests/warm_kernels.py``): while the workers collect the tests, one process per part
-  compiles them (or, on a warm cache, loads them in seconds), and the first tests are
-  handed out when they are done, so that the workers do not each compile the same kernels
-  at once. Off by default: on a cold cache it saved 11% of the CPU time of two theory
-  files under two workers (110 s -> 98 s), but its effect on the whole suite's wall time
-  is not measured yet.
+
+``make test`` compiles the common numba kernels once before pytest starts (``remprop
+precompile diagram check suite``, the Makefile), so that the workers load them from disk
+instead of each compiling the same specialisations at once.
 
 Without xdist (``-p no:xdist``, a plain ``pytest``) only the order of the files changes.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-from warm_kernels import PARTS
 
 #: Tests (node-id prefixes) that share no fixture with the rest of their file: their own units of work.
 INDEPENDENT = (
@@ -59,24 +49,7 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
     class Scheduling(LoadFileScheduling):
-        """xdist's loadfile, with the :data:`INDEPENDENT` tests as units of their own, and the
-        first tests handed out once the kernels are warm."""
-
-        def __init__(self, config, log=None):
-            super().__init__(config, log)
-            warm = os.environ.get("REMPROP_SUITE_WARM") == "1" and (config.getvalue("numprocesses") or 0) > 1
-            script = Path(__file__).with_name("warm_kernels.py")
-            self.warming = [subprocess.Popen([sys.executable, str(script), part], stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL) for part in PARTS] if warm else []
-
-        def schedule(self):
-            for process in self.warming:  # a failed part leaves its kernels to the tests that need them
-                try:
-                    process.wait(timeout=900)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-            self.warming = []
-            super().schedule()
+        """xdist's loadfile, with the :data:`INDEPENDENT` tests as units of their own."""
 
         def _split_scope(self, nodeid):
             return _unit(nodeid)

@@ -4,8 +4,9 @@ The numbers a caller needs before it starts a depth or a grid (docs/theory.md se
 for the diagrams, section 1 for the propagation it times):
 
 * time -- :func:`kernel_speed` times a short call of the compiled depth kernel of the
-  architecture (:mod:`remprop.theory.kernels`) on this machine, once per process and
-  kernel; :func:`kernel_seconds` scales it to ``cells x depth`` (``calls`` kernel calls);
+  architecture (:mod:`remprop.theory.kernels`) on this machine, once per kernel and day
+  (kept on disk beside the compiled code); :func:`kernel_seconds` scales it to
+  ``cells x depth`` (``calls`` kernel calls);
 * memory -- :func:`trajectory_bytes`, :func:`diagram_bytes` and :func:`simulation_bytes`
   count the arrays a computation keeps alive;
 * segments -- long runs advance the kernels :func:`segment_layers` blocks per call, so
@@ -23,13 +24,19 @@ What a command does with the estimates -- refuse work above ``--max-seconds`` or
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import time
 from typing import NamedTuple
 
 import numpy as np
 
 from .checks import check_count
+from ._jit import source_digest
+from .kernels import kernels_for
 from .kernels._sweeps import BATCH
+from .kernels._tree import digest
+from .rem.disk_cache import cache_directory
 from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_parameters
 
 __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
@@ -52,6 +59,8 @@ MAX_DRAWN_PER_AXIS = 1000
 _SMALL_WORK = 1 << 16
 #: Wall time a calibration aims at: long enough to dwarf the ~10 ms cost of a parallel call.
 _CALIBRATION_SECONDS = 0.03
+#: A kernel's timing read from disk is used for this long (seconds), then timed again.
+SPEED_MAX_AGE = 86400.0
 
 
 class WorkInterrupted(KeyboardInterrupt):
@@ -131,7 +140,14 @@ def kernel_speed(arch) -> KernelSpeed:
     of a few calls), with ``D`` grown until the call takes about 30 ms:
     ``call_seconds = t(1) - round_seconds`` and ``round_seconds = (t(D) - t(1)) / (D - 1)``;
     the same for a single row gives ``single_seconds``. The rows hold the architecture's
-    numbers, so a slow activation (quadrature moments) is timed as it runs. About 0.2 s.
+    numbers, so a slow activation (quadrature moments) is timed as it runs. About 0.5 s.
+
+    The timing is written to disk beside the compiled kernels
+    (:func:`remprop.theory.rem.disk_cache.cache_directory`, one small JSON file per kernel and
+    numba thread count) and read by later processes for :data:`SPEED_MAX_AGE` (a day), so a
+    command-line call does not time the kernel again; a file that cannot be read or written
+    only means timing again. Kernels with a user-registered activation (not cached on disk
+    by numba either) are timed once per process.
 
     Parameters
     ----------
@@ -141,11 +157,49 @@ def kernel_speed(arch) -> KernelSpeed:
     -------
     KernelSpeed
     """
-    key = kernel_tree(arch).kernel_key()
+    tree = kernel_tree(arch)
+    key = tree.kernel_key()
     if key not in _SPEEDS:
-        _, _, rows = pack_parameters(arch, 1.0)
-        _SPEEDS[key] = _calibrate(arch, rows(0, 1))
+        import numba
+
+        path = None
+        if kernels_for(tree).cacheable:
+            path = cache_directory() / f"kernel-speed-{digest(key)}-{source_digest()}-t{numba.get_num_threads()}.json"
+        speed = _read_speed(path)
+        if speed is None:
+            _, _, rows = pack_parameters(arch, 1.0)
+            speed = _calibrate(arch, rows(0, 1))
+            _write_speed(path, speed)
+        _SPEEDS[key] = speed
     return _SPEEDS[key]
+
+
+def _read_speed(path):
+    """The :class:`KernelSpeed` stored at ``path`` if it is younger than :data:`SPEED_MAX_AGE`, else None."""
+    if path is None:
+        return None
+    try:
+        if time.time() - path.stat().st_mtime > SPEED_MAX_AGE:
+            return None
+        stored = json.loads(path.read_text())
+        speed = KernelSpeed(*(float(stored[name]) for name in KernelSpeed._fields))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finite = all(np.isfinite(value) and value >= 0.0 for value in speed)
+    return speed._replace(cells_per_round=int(speed.cells_per_round)) if finite and speed.cells_per_round >= 1 else None
+
+
+def _write_speed(path, speed):
+    """Store ``speed`` at ``path`` (through a per-process temporary file; an unwritable folder is skipped)."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(speed._asdict()))
+        os.replace(temporary, path)
+    except OSError:
+        pass
 
 
 #: Timings by kernel key (the tree's structure): the kernel, not the numbers, decides the speed.

@@ -121,6 +121,8 @@ class Kernels(NamedTuple):
         Whether the tree's attention reads the finite-T table.
     columns : tuple of str
         The :data:`COLUMNS` the tree reads (the others are ignored).
+    cacheable : bool
+        Whether the compiled code is kept on disk (False with a user-registered activation).
     """
 
     trajectories: Callable
@@ -128,6 +130,7 @@ class Kernels(NamedTuple):
     min_alpha_bisection: Callable
     finite: bool = False
     columns: tuple = ()
+    cacheable: bool = True
 
 
 #: Batches per unit of work handed to a thread (several units per thread balance cells of
@@ -254,7 +257,7 @@ def _kernels(tree, key):
 
     run_trajectories.__doc__, run_final_states.__doc__, run_min_alpha_bisection.__doc__ = (
         function.__doc__ for function in sweeps)
-    return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection, finite, columns)
+    return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection, finite, columns, step.cacheable)
 
 
 def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba.extending import register_jitable
-from scipy.special import digamma, gammaln, polygamma
 
 from ..checks import as_float_array, check_overlap, scalar_or_array
 from .checks import check_orders
@@ -103,6 +102,8 @@ def _log_one_key_moment(k, m_c):
     (relative error below ``m^2 < 1e-10``): the difference of log-gammas would lose the
     digits of a tiny m.
     """
+    from scipy.special import digamma, gammaln, polygamma  # lazily, like every scipy.special use in theory
+
     series = -m_c * (digamma(k) - digamma(1.0)) - 0.5 * m_c ** 2 * (polygamma(1, 1.0) - polygamma(1, k))
     return np.where(m_c < _SERIES_M, series, gammaln(k - m_c) - gammaln(k) - gammaln(1.0 - m_c))
 
@@ -159,5 +160,7 @@ def asymptotic_participation_moment(beta, q, p, orders=(2,), complement=False):
             if complement:
                 raise ValueError("complement applies to one-key orders only (orders=(k,))")
             k, m = orders
+            from scipy.special import gammaln
+
             value = mm * np.exp(gammaln(k - mm) + gammaln(m - mm) - gammaln(k + m) - 2.0 * gammaln(1.0 - mm))
     return scalar_or_array(np.where(frozen, value, 0.0))

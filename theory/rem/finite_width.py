@@ -41,7 +41,6 @@ import functools
 import math
 
 import numpy as np
-from scipy.interpolate import CubicSpline
 
 from ..checks import (as_float_array, check_choice, check_count, check_overlap, check_simplex_cosine, output_pair,
                       scalar_or_array)
@@ -112,6 +111,8 @@ _ENERGY_NODES = 97
 @functools.lru_cache(maxsize=32)
 def _energy_table(seq_len):
     nodes = np.linspace(0.0, ENERGY_X_MAX, _ENERGY_NODES)
+    from scipy.interpolate import CubicSpline  # lazily: 0.4 s of import
+
     return CubicSpline(nodes, [_energy_square_at(float(x), seq_len) for x in nodes])
 
 

@@ -57,7 +57,6 @@ import math
 
 import numpy as np
 from numba.extending import register_jitable
-from scipy.special import gammaln, hyp2f1, poch
 
 from ..checks import as_float_array, check_simplex_cosine, scalar_or_array
 from .checks import check_seq_len
@@ -86,6 +85,8 @@ def _dims(head_dim, norm_dim, scale_dim):
 
 def _cosine_constant(dim):
     """``(2/n) (Gamma((n+1)/2) / Gamma(n/2))^2``: kappa_n(rho) = c rho 2F1(1/2, 1/2; n/2 + 1; rho^2)."""
+    from scipy.special import poch  # lazily: scipy.special costs 0.25 s of import
+
     return 2.0 / dim * float(poch(dim / 2.0, 0.5)) ** 2   # poch: no cancellation of two log-gammas
 
 
@@ -133,6 +134,8 @@ _SERIES_FROM_C, _SERIES_TERMS = 40.0, 256
 def _hypergeometric_half(c, z):
     """``2F1(1/2, 1/2; c; z)`` for ``0 <= z < 1``."""
     if c < _SERIES_FROM_C:
+        from scipy.special import hyp2f1
+
         return hyp2f1(0.5, 0.5, c, z)
     k = np.arange(1, _SERIES_TERMS + 1, dtype=np.float64)
     ratios = (k - 0.5) ** 2 / ((c + k - 1.0) * k)
@@ -142,6 +145,8 @@ def _hypergeometric_half(c, z):
 
 def _gauss_at_one(a, b, c):
     """``2F1(a, b; c; 1) = Gamma(c) Gamma(c - a - b) / (Gamma(c - a) Gamma(c - b))`` (Gauss), c > a + b."""
+    from scipy.special import gammaln
+
     return math.exp(gammaln(c) + gammaln(c - a - b) - gammaln(c - a) - gammaln(c - b))
 
 

@@ -5,7 +5,8 @@
 * :mod:`.simulation` -- ``sweep``, ``validate`` (against simulated networks; validation extra);
 * :mod:`.check` -- ``check`` (a real model at its default initialisation);
 * :mod:`.lr_sweep` -- ``lr-sweep`` (the measured learning-rate sweep; validation extra);
-* :mod:`.acceptance` -- ``acceptance`` (the acceptance cases of issue 14; validation extra).
+* :mod:`.acceptance` -- ``acceptance`` (the acceptance cases of issue 14; validation extra);
+* :mod:`.precompile` -- ``precompile`` (compile the kernels of the built-in commands ahead of use).
 
 Each ``add_*_parser(commands)`` adds one sub-parser whose ``handler`` default is the
 function that runs it: ``handler(args)`` returns the exit status.
@@ -16,6 +17,7 @@ from .acceptance import add_acceptance_parser
 from .check import add_check_parser
 from .figures import add_figures_parser
 from .lr_sweep import add_lr_sweep_parser
+from .precompile import add_precompile_parser
 from .recipes import add_recipes_parser
 from .simulation import add_sweep_parser, add_validate_parser
 from .theory import add_diagram_parser, add_min_alpha_parser, add_propagate_parser
@@ -38,6 +40,7 @@ PARSERS = {
     "lr-sweep": add_lr_sweep_parser,
     "train": add_train_parser,
     "acceptance": add_acceptance_parser,
+    "precompile": add_precompile_parser,
 }
 
 #: Sub-commands, in the order of ``remprop --help``.

@@ -1,0 +1,122 @@
+"""Cold starts (issue 27): ``remprop precompile`` and the kernel timings kept on disk.
+
+The speed itself is measured by benchmarks/bench_cold_start.py; these tests check the
+mechanisms: a precompiled command compiles nothing on its first call, and a kernel's timing
+is read back by a later process instead of timed again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from remprop.cli.commands import precompile
+from remprop.theory import Architecture, work_estimates
+from cli_checks import assert_one_line, run_cli
+
+#: Counts numba compilations while a ``remprop`` command line runs in this process.
+COUNT_COMPILES = """
+import sys
+from numba.core import event
+compiled = []
+class Listener(event.Listener):
+    def on_start(self, data):
+        pass
+    def on_end(self, data):
+        compiled.append(data.data["dispatcher"].py_func.__qualname__)
+event.register("numba:compile", Listener())
+from remprop.cli.entry import main
+status = main(sys.argv[1:])
+print("COMPILED", len(compiled), sorted(set(compiled))[:5])
+sys.exit(status)
+"""
+
+#: A specialisation no other test compiles (no LN, tanh MLP, gain-controlled attention), kept small.
+TINY = ("propagate", "--depth", "3", "--beta", "0.5", "--norm", "none", "--activation", "tanh",
+        "--attention", "gain-controlled")
+
+
+def compiles(argv, env):
+    """Number of numba compilations of a fresh process running ``remprop argv``."""
+    done = subprocess.run([sys.executable, "-c", COUNT_COMPILES, *argv], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("COMPILED"))
+    return int(line.split()[1]), line
+
+
+def test_a_precompiled_command_compiles_nothing_on_its_first_call(tmp_path, monkeypatch):
+    """After ``precompile_parts`` of a part, a fresh process running the part's command line
+    loads every kernel from disk: zero compilations (a cold one compiles dozens). This holds
+    only if the precompiling processes load remprop as later ones do (from its bytecode:
+    ``write_bytecode``), since numba's cache keys differ otherwise."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), REMPROP_CACHE_DIR=str(tmp_path / "remprop"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setitem(precompile.PARTS, "tiny", (TINY,))
+    results = precompile.precompile_parts(["tiny"], jobs=1, log=None)
+    assert results["tiny"][1] == 0, results
+    count, line = compiles(TINY, env)
+    assert count == 0, line
+    cold_env = dict(env, NUMBA_CACHE_DIR=str(tmp_path / "numba-cold"))
+    cold, line = compiles(TINY, cold_env)
+    assert cold > 10, line  # the same call on an empty cache compiles: the zero above is the cache's
+
+
+def test_precompile_parts_reports_a_failing_command_line(monkeypatch):
+    """A command line that fails ends its part with its exit status and says so in the log."""
+    import io
+
+    monkeypatch.setitem(precompile.PARTS, "broken", (("propagate", "--depth", "0"),))
+    log = io.StringIO()
+    results = precompile.precompile_parts(["broken"], jobs=1, log=log)
+    assert results["broken"][1] == 2
+    assert "broken: failed: remprop propagate --depth" in log.getvalue() and "depth" in log.getvalue()
+    with pytest.raises(ValueError, match="parts must be among"):
+        precompile.precompile_parts(["nope"])
+
+
+def test_precompile_refuses_an_unknown_part_in_one_line(capsys):
+    code, out, err = run_cli(capsys, "precompile", "diagram", "nope")
+    assert_one_line(err, "PART", "nope", code=code)
+
+
+@pytest.fixture
+def timing_store(tmp_path, monkeypatch):
+    """An empty remprop cache folder and no timing in memory (restored after)."""
+    monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(work_estimates, "_SPEEDS", {})
+    return tmp_path
+
+
+def test_a_kernel_timing_is_kept_on_disk_for_later_processes(timing_store, monkeypatch):
+    """The first :func:`kernel_speed` times the kernel and writes its timing; a later process
+    (an empty in-memory store) reads it back instead of timing again -- until it is older than
+    ``SPEED_MAX_AGE`` or damaged."""
+    arch = Architecture()
+    first = work_estimates.kernel_speed(arch)
+    (path,) = timing_store.glob("kernel-speed-*.json")
+    assert json.loads(path.read_text())["round_seconds"] == first.round_seconds
+
+    def no_timing(*args):
+        raise AssertionError("timed again")
+
+    monkeypatch.setattr(work_estimates, "_SPEEDS", {})
+    monkeypatch.setattr(work_estimates, "_calibrate", no_timing)
+    assert work_estimates.kernel_speed(arch) == first
+
+    timed = work_estimates.KernelSpeed(1e-3, 2e-6, 64, 1e-7)
+    monkeypatch.setattr(work_estimates, "_calibrate", lambda arch, row: timed)
+    for spoil in ("age", "damage"):
+        monkeypatch.setattr(work_estimates, "_SPEEDS", {})
+        if spoil == "age":
+            old = time.time() - work_estimates.SPEED_MAX_AGE - 60
+            os.utime(path, (old, old))
+        else:
+            path.write_text('{"call_seconds": NaN}')
+        assert work_estimates.kernel_speed(arch) == timed, spoil
+        assert json.loads(path.read_text())["round_seconds"] == timed.round_seconds
