@@ -21,10 +21,10 @@ from remprop.cli.options import RENAMED_OPTIONS, SIMULATION_SEEDS, plain_help  #
 from remprop.cli.parser import build_parser  # noqa: E402
 
 #: Commands without a sequence length: figures draws fixed figures (its sizes come with --quick);
-#: lr-sweep trains a design fixed before its runs (T 64 in every run).
-NO_SEQUENCE = {"figures", "lr-sweep"}
-#: Commands that write no file (they print their answer), hence have no --out.
-NO_FILES = {"min-alpha", "propagate"}
+#: lr-sweep trains a design fixed before its runs (T 64 in every run); precompile runs fixed command lines.
+NO_SEQUENCE = {"figures", "lr-sweep", "precompile"}
+#: Commands that write no file (they print their answer, or fill caches), hence have no --out.
+NO_FILES = {"min-alpha", "propagate", "precompile"}
 #: Commands whose --seeds default differs from SIMULATION_SEEDS, with the documented reason
 #: (remprop.cli.options.SIMULATION_SEEDS): a training run per seed; the table's 12.
 OTHER_SEEDS = {"trained-diagram": [0], "acceptance": None}

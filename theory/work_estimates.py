@@ -39,7 +39,7 @@ from .kernels._tree import digest
 from .rem.disk_cache import cache_directory
 from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_parameters
 
-__all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
+__all__ = ["SPEED_MAX_AGE", "SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
            "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
            "kernel_speed", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes", "diagram_bytes",
            "simulation_bytes", "simulation_flops", "simulation_seconds", "SIMULATION_BLOCK_SECONDS", "gram_theory_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds", "spread_indices"]
@@ -144,7 +144,7 @@ def kernel_speed(arch) -> KernelSpeed:
 
     The timing is written to disk beside the compiled kernels
     (:func:`remprop.theory.rem.disk_cache.cache_directory`, one small JSON file per kernel and
-    numba thread count) and read by later processes for :data:`SPEED_MAX_AGE` (a day), so a
+    numba thread count) and read by later processes for :data:`~remprop.theory.work_estimates.SPEED_MAX_AGE` (a day), so a
     command-line call does not time the kernel again; a file that cannot be read or written
     only means timing again. Kernels with a user-registered activation (not cached on disk
     by numba either) are timed once per process.

@@ -64,7 +64,7 @@ def part_name(text: str) -> str:
 
 
 def add_precompile_parser(commands):
-    from ..options import add_command
+    from ..options import add_command, add_threads_option
 
     precompile = add_command(commands, "precompile", run_precompile,
                              help="compile the kernels of the built-in commands (diagram, check) "
@@ -76,9 +76,10 @@ def add_precompile_parser(commands):
     precompile.add_argument("--background", action="store_true",
                             help="run in a detached process and return at once "
                                  "(output: precompile.log in the theory's cache folder)")
+    add_threads_option(precompile)
 
 
-def precompile_parts(parts, jobs=None, log=sys.stderr):
+def precompile_parts(parts, jobs=None, log=sys.stderr, threads=None):
     """Run the command lines of ``parts`` (names of :data:`PARTS`), each part in its own process.
 
     Parameters
@@ -88,6 +89,8 @@ def precompile_parts(parts, jobs=None, log=sys.stderr):
         Parts run side by side (default: ``os.cpu_count()``).
     log : file, optional
         Where a line per finished part goes (None: nowhere).
+    threads : int, optional
+        The ``--threads`` of every command line (default: theirs, all cores).
 
     Returns
     -------
@@ -108,7 +111,8 @@ def precompile_parts(parts, jobs=None, log=sys.stderr):
     def run(part, out):
         start = time.perf_counter()
         for line in PARTS[part]:
-            done = subprocess.run([sys.executable, "-m", "remprop", *(word.format(out=out) for word in line)],
+            words = [word.format(out=out) for word in line] + ([] if threads is None else ["--threads", str(threads)])
+            done = subprocess.run([sys.executable, "-m", "remprop", *words],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True, env=environment)
             if done.returncode != 0:
@@ -152,11 +156,12 @@ def run_precompile(args) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         log = folder / "precompile.log"
         command = [sys.executable, "-m", "remprop", "precompile", *parts]
-        if args.jobs is not None:
-            command += ["--jobs", str(args.jobs)]
+        for option, value in (("--jobs", args.jobs), ("--threads", args.threads)):
+            if value is not None:
+                command += [option, str(value)]
         with open(log, "w") as handle:
             subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True)
         print(f"remprop precompile: compiling {', '.join(parts)} in the background (log: {log})")
         return 0
-    results = precompile_parts(parts, args.jobs)
+    results = precompile_parts(parts, args.jobs, threads=args.threads)
     return 0 if all(status == 0 for _, status in results.values()) else 1
