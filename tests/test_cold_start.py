@@ -120,3 +120,23 @@ def test_a_kernel_timing_is_kept_on_disk_for_later_processes(timing_store, monke
             path.write_text('{"call_seconds": NaN}')
         assert work_estimates.kernel_speed(arch) == timed, spoil
         assert json.loads(path.read_text())["round_seconds"] == timed.round_seconds
+
+
+def test_background_precompile_returns_at_once_and_logs_each_part(tmp_path):
+    """``--background`` returns before the part is compiled (it prints where the log goes) and a
+    detached process compiles it, writing one line per part to that log. The kernels come from
+    the suite's shared cache (``make test`` precompiled them), so the part takes seconds."""
+    env = dict(os.environ, REMPROP_CACHE_DIR=str(tmp_path))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "remprop", "precompile", "diagram", "--background", "--jobs", "1"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    returned = time.perf_counter() - start
+    log = tmp_path / "precompile.log"
+    assert done.returncode == 0 and str(log) in done.stdout, done.stderr
+    deadline = time.time() + 600
+    while "diagram: " not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+        time.sleep(1)
+    text = log.read_text()
+    assert "remprop precompile: diagram: done in" in text, text
+    seconds = float(text.split("done in")[1].split()[0])
+    assert returned < seconds, (returned, seconds)  # it did not wait for the part
