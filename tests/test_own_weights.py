@@ -357,3 +357,27 @@ def test_measured_weights_doctests():
     from remprop.theory.models import measured_weights
 
     assert doctest.testmod(measured_weights).failed == 0
+
+
+def test_a_long_context_folder_is_measured_once_at_the_default_length(tmp_path, capsys, monkeypatch):
+    """A folder whose model allows more than the default T (here 4096 positions) is checked at
+    T = 2048, its maximum read from config.json alone: the weights are read and measured once,
+    and the result equals the Python route at that T."""
+    from remprop.cli.commands import check as check_command
+    from remprop.validation import own_weights
+
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2,
+                                      num_attention_heads=HEADS, num_key_value_heads=2, intermediate_size=96,
+                                      max_position_embeddings=4096)
+    torch.manual_seed(0)
+    folder = tmp_path / "weights"
+    _save(transformers.LlamaForCausalLM(config).eval(), folder, capsys)
+    calls = []
+    measure = own_weights.own_weights_spec
+    monkeypatch.setattr(own_weights, "own_weights_spec", lambda *a, **k: calls.append(k) or measure(*a, **k))
+    code, out, err = run_cli(capsys, "check", folder, "--json", "--no-figure", "--out", tmp_path / "out")
+    assert code == 0, err
+    result = json.loads(out)
+    assert calls == [{"seq_len": check_command.DEFAULT_SEQ_LEN}]
+    assert result["seq_len_choice"] == {"seq_len": 2048, "max_seq_len": 4096, "source": "default"}
+    assert result["beta"] == pytest.approx(measure(folder, seq_len=2048).beta, rel=1e-12)

@@ -204,10 +204,11 @@ def _model_spec(args):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
     config = args.config if args.config is not None else args.model
     if holds_weights(config):  # a folder with the model's own weights: measured, not the library's init
-        spec = _own_weights_spec(args, config, args.seq_len)  # at the model's maximum context unless given
-        longest = spec.seq_len
-        if args.seq_len is None and longest > DEFAULT_SEQ_LEN:
-            spec = _own_weights_spec(args, config, DEFAULT_SEQ_LEN)
+        from remprop.theory.models.hf_config import load_hf_config
+
+        longest = model_spec(load_hf_config(config)).seq_len  # its maximum context, from config.json alone
+        seq_len = args.seq_len if args.seq_len is not None else min(longest, DEFAULT_SEQ_LEN)
+        spec = _own_weights_spec(args, config, seq_len)  # the weights are read and measured once
         if args.rho0 is not None:
             spec = spec.with_settings(rho0=args.rho0)
         return spec, {"seq_len": spec.seq_len, "max_seq_len": longest,
