@@ -40,7 +40,7 @@ from .residual_strength import min_residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
            "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
-           "COMFORTABLE_MARGINS", "GRADES", "DIAGNOSIS_GRAM_FLOPS", "lr_ceiling_summary"]
+           "COMFORTABLE_MARGINS", "GRADES", "DIAGNOSIS_GRAM_FLOPS"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
@@ -420,7 +420,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     gram_draws : int
         Monte Carlo draws per attention layer of the causal Gram state.
     lr_steps : int
-        AdamW steps of the learning-rate ceiling (:func:`lr_ceiling_summary`, docs/theory.md section 20).
+        AdamW steps of the learning-rate ceiling (:func:`~remprop.diagrams.learning_rate.lr_ceiling_summary`, docs/theory.md section 20).
 
     Returns
     -------

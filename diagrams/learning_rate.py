@@ -18,7 +18,7 @@ from remprop.theory.checks import as_float_array
 from .phases import PHASE_LABELS, TRAINABLE
 from .residual_strength import ALPHA_MAX, min_residual_strength
 
-__all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_ceiling", "diagram_window", "phases_at_rate", "min_alpha_at_rate",
+__all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_window", "phases_at_rate", "min_alpha_at_rate",
            "check_learning_rate", "draw_rate_region", "lr_ceiling_summary", "lr_line"]
 
 #: Phase code of a cell trainable at initialisation whose learning-rate ceiling is below the rate.
@@ -35,20 +35,15 @@ def check_learning_rate(lr):
     return as_float_array("lr", lr, positive=True)
 
 
-def diagram_ceiling(diagram, width: int, steps: int) -> np.ndarray:
-    """The learning-rate ceiling of every cell of a :class:`~remprop.diagrams.TrainabilityDiagram`.
-
-    Returns an array of shape ``(len(alphas), len(betas))`` (rows alphas, as the diagram's phases):
-    :func:`remprop.theory.learning_rate_ceiling` at the cell's ``alpha_SA`` and ``beta``, the diagram's
-    architecture (its ``seq_len`` gives ``log T``), depth and input state, for model width ``width`` and
-    ``steps`` AdamW steps.
-    """
-    return diagram_window(diagram, width, steps)[1]
-
-
 def diagram_window(diagram, width: int, steps: int) -> tuple:
-    """``(floor, ceiling)`` of every cell from one walk of the grid (``floor`` and ``ceiling`` of
-    :class:`remprop.theory.LearningRateCeiling`), each shaped as :func:`diagram_ceiling` gives the ceiling."""
+    """``(floor, ceiling)``: the learning-rate window of every cell of a
+    :class:`~remprop.diagrams.TrainabilityDiagram`, from one walk of the grid.
+
+    :func:`remprop.theory.learning_rate_ceiling` (its ``floor`` and ``ceiling``) at the cell's ``alpha_SA``
+    and ``beta``, the diagram's architecture (its ``seq_len`` gives ``log T``), depth and input state, for
+    model width ``width`` and ``steps`` AdamW steps; two arrays of shape ``(len(alphas), len(betas))`` (rows
+    alphas, as the diagram's phases).
+    """
     arch = diagram.arch.replace(alpha_sa=np.asarray(diagram.alphas, dtype=float)[:, None])
     result = learning_rate_ceiling(arch, diagram.depth, width, steps, np.asarray(diagram.betas, dtype=float)[None, :],
                                    diagram.q0, diagram.rho0)
@@ -70,7 +65,7 @@ def phases_at_rate(phase, ceiling, lr, floor=None) -> np.ndarray:
 
 
 def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, threshold=None, *, q0=1.0, rho0=0.0,
-                      alpha_max=ALPHA_MAX, iterations=60):
+                      alpha_max=ALPHA_MAX, iterations=60, alpha_star=None):
     r"""Smallest ``alpha_SA`` out of rank collapse whose learning-rate ceiling is at least ``lr``.
 
     .. math:: \alpha^*_{\eta} = \max\big(\alpha^*(L),\ \min\{\alpha : \eta_{\max}(\alpha) \ge \eta\}\big)
@@ -96,6 +91,9 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
         Upper end of the search (default :data:`~remprop.diagrams.ALPHA_MAX`).
     iterations : int
         Halvings of the bracket (default 60).
+    alpha_star : array_like, optional
+        :math:`\alpha^*(L)` at ``beta`` when the caller has it already
+        (:func:`~remprop.diagrams.min_residual_strength` with the same arguments); computed otherwise.
 
     Returns
     -------
@@ -103,7 +101,9 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
     """
     lr = check_learning_rate(lr)
     beta = as_float_array("beta", beta, positive=True)
-    star = np.asarray(min_residual_strength(arch, depth, beta, threshold, q0=q0, rho0=rho0), dtype=float)
+    if alpha_star is None:
+        alpha_star = min_residual_strength(arch, depth, beta, threshold, q0=q0, rho0=rho0)
+    star = np.asarray(alpha_star, dtype=float)
 
     def ceiling(alpha):
         return np.asarray(learning_rate_ceiling(arch.replace(alpha_sa=alpha), depth, width, steps, beta,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from typing import NamedTuple
 
@@ -36,7 +35,7 @@ from ._jit import source_digest
 from .kernels import kernels_for
 from .kernels._sweeps import BATCH
 from .kernels._tree import digest
-from .rem.disk_cache import cache_directory
+from .rem.disk_cache import cache_directory, write_atomically
 from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_parameters
 
 __all__ = ["SPEED_MAX_AGE", "SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
@@ -190,16 +189,9 @@ def _read_speed(path):
 
 
 def _write_speed(path, speed):
-    """Store ``speed`` at ``path`` (through a per-process temporary file; an unwritable folder is skipped)."""
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(speed._asdict()))
-        os.replace(temporary, path)
-    except OSError:
-        pass
+    """Store ``speed`` at ``path`` (:func:`~remprop.theory.rem.disk_cache.write_atomically`)."""
+    if path is not None:
+        write_atomically(path, lambda handle: handle.write(json.dumps(speed._asdict()).encode()))
 
 
 #: Timings by kernel key (the tree's structure): the kernel, not the numbers, decides the speed.

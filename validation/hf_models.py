@@ -581,9 +581,10 @@ def _measure_seed(spec, seed, sequences, dtype, device, streamed=False, advance=
     else:
         model = build_model(spec, seed=seed, dtype=dtype, device=device)
     inputs = model_inputs(spec, sequences, seed=seed, device=next(model.parameters()).device)
-    # the hook returns None whatever advance returns (a tqdm bar's update gives a bool, and a forward
-    # hook's non-None value would replace the block's output)
-    hooks = [] if advance is None else [block.register_forward_hook(lambda *_: None if advance(1) else None)
+    def block_done(*_):  # returns None: a forward hook's value would replace the block's output
+        advance(1)            # (a tqdm bar's update returns a bool)
+
+    hooks = [] if advance is None else [block.register_forward_hook(block_done)
                                         for block in find_blocks(model, None)[0]]
     try:
         trace = probe(model, inputs)
@@ -594,4 +595,3 @@ def _measure_seed(spec, seed, sequences, dtype, device, streamed=False, advance=
         for hook in hooks:
             hook.remove()
     return record
-

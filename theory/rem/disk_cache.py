@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["cached_array", "cache_directory"]
+__all__ = ["cached_array", "cache_directory", "write_atomically"]
 
 
 def cache_directory() -> Path:
@@ -59,12 +59,28 @@ def cached_array(name: str, sources: tuple, build, valid) -> np.ndarray:
     except (OSError, ValueError):
         pass
     packed = np.asarray(build(), dtype=np.float64)
+    write_atomically(path, lambda handle: np.save(handle, packed))  # read-only install: in memory only
+    return packed
+
+
+def write_atomically(path: Path, write) -> bool:
+    """Create or replace the file ``path`` with what ``write(handle)`` writes to a binary handle.
+
+    The bytes go to a per-process temporary name first and are renamed into place, so a reader
+    (or another process writing the same file) never sees a half-written file. A folder that
+    cannot be created or written is not an error: returns whether the file was written, and
+    leaves no temporary file behind.
+    """
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
         with open(temporary, "wb") as handle:
-            np.save(handle, packed)
+            write(handle)
         os.replace(temporary, path)
-    except OSError:  # read-only install: keep the table in memory only
-        pass
-    return packed
+        return True
+    except OSError:
+        try:
+            temporary.unlink()
+        except OSError:
+            pass
+        return False

@@ -279,19 +279,25 @@ def _run_record(run: LRSweepRun, spec, result: dict, theory: str) -> dict:
 def pending_runs(out, design=LR_SWEEP_DESIGN, *, training=None, threads=1) -> list:
     """``(run, spec)`` of every run of ``design`` without a valid record under ``out`` yet
     (a folder of other settings counts as pending: training it is refused by name)."""
-    from ..experiments.cell_store import MANIFEST_NAME
-    from .trained_grid import load_trained_records
-
     pending = []
     for run in design_runs(design):
-        spec, folder = run.spec(training, threads=threads), Path(out) / run.folder
+        spec = run.spec(training, threads=threads)
         try:
-            done = (folder / MANIFEST_NAME).is_file() and bool(load_trained_records(spec, folder, require_all=False))
+            done = bool(_finished_cells(spec, Path(out) / run.folder))
         except ValueError:
             done = False
         if not done:
             pending.append((run, spec))
     return pending
+
+
+def _finished_cells(spec, folder) -> dict:
+    """The trained records of the run's one-cell grid in ``folder`` (empty when it has none yet; a
+    folder of other settings is a ``ValueError``)."""
+    from ..experiments.cell_store import MANIFEST_NAME
+    from .trained_grid import load_trained_records
+
+    return load_trained_records(spec, folder, require_all=False) if (folder / MANIFEST_NAME).is_file() else {}
 
 
 def lr_sweep_outcomes(out, design=LR_SWEEP_DESIGN, *, training=None, threads=1, require_all=True,
@@ -312,16 +318,11 @@ def lr_sweep_outcomes(out, design=LR_SWEEP_DESIGN, *, training=None, threads=1, 
     the finished runs only (the references ``R`` then come from those).
     """
     from .trained_diagram import TRAINED_FRACTION, trained_fraction
-    from .trained_grid import load_trained_records
-
-    from ..experiments.cell_store import MANIFEST_NAME
 
     records, missing = [], []
     for run in design_runs(design):
         spec = run.spec(training, threads=threads)
-        folder = Path(out) / run.folder
-        cells = load_trained_records(spec, folder, require_all=False) \
-            if (folder / MANIFEST_NAME).is_file() else {}
+        cells = _finished_cells(spec, Path(out) / run.folder)
         if not cells:
             missing.append(run.folder)
             continue

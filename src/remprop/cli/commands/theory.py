@@ -225,7 +225,7 @@ def run_min_alpha(args) -> int:
         from remprop.diagrams.learning_rate import min_alpha_at_rate
 
         at_rate = min_alpha_at_rate(arch, args.depth, beta, args.lr, args.width, args.steps, args.threshold,
-                                    q0=args.q0, rho0=args.rho0)
+                                    q0=args.q0, rho0=args.rho0, alpha_star=alpha_star)
     if args.json:
         extra = {} if at_rate is None else {"alpha_star_at_lr": at_rate, "lr": args.lr, "steps": args.steps,
                                             "width": args.width}
