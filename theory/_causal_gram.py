@@ -116,6 +116,9 @@ class _CausalGramWalker(_gram._GramWalker):
         np.fill_diagonal(g_out, np.diag(q_out))
         return g_out
 
+    #: Most doubles of the stacked draws ``L X_f L`` held at once (chunks of rotating frequencies).
+    CHUNK_DOUBLES = 2 ** 23
+
     def _scores(self, root, c, t):
         if self.frequencies is None:
             return c * (root @ self.rng.standard_normal((t, t)) @ root)
@@ -124,11 +127,22 @@ class _CausalGramWalker(_gram._GramWalker):
         scores = np.zeros((t, t))
         if slow.any():
             scores += c * np.sqrt(slow.sum() / count) * (root @ self.rng.standard_normal((t, t)) @ root)
-        position = np.arange(t)
-        for theta in self.frequencies[~slow]:
-            z = (self.rng.standard_normal((t, t)) + 1j * self.rng.standard_normal((t, t))) / np.sqrt(2.0)
-            phase = np.exp(1j * theta * position)
-            scores += c * np.sqrt(2.0 / count) * np.real(np.conj(phase)[:, None] * (root @ z @ root) * phase)
+        # Z_f = (X_f + i Y_f) / sqrt 2 and D_f = diag(exp(i theta_f m)):
+        # sqrt(2 / F) Re[D_f^* (L Z_f L) D_f]_ij = sqrt(1 / F) [cos(theta_f (j - i)) (L X_f L)_ij
+        # - sin(theta_f (j - i)) (L Y_f L)_ij]: real products only, and for a chunk of frequencies
+        # two matrix products, L [X_1 .. Y_k] then the stacked rows times L (draws laid out (i, f, j))
+        rotating = self.frequencies[~slow]
+        lag = np.arange(t)[None, :] - np.arange(t)[:, None]
+        chunk = max(1, self.CHUNK_DOUBLES // (2 * t * t))
+        for start in range(0, rotating.size, chunk):
+            thetas = rotating[start:start + chunk]
+            k = thetas.size
+            draws = self.rng.standard_normal((t, 2 * k, t))
+            left = (root @ draws.reshape(t, 2 * k * t)).reshape(t * 2 * k, t)
+            both = (left @ root).reshape(t, 2 * k, t)
+            angle = thetas[None, :, None] * lag[:, None, :]                           # (i, f, j)
+            scores += (c / np.sqrt(count)) * (np.einsum("ifj,ifj->ij", np.cos(angle), both[:, :k])
+                                              - np.einsum("ifj,ifj->ij", np.sin(angle), both[:, k:]))
         return scores
 
     @staticmethod

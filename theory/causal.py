@@ -358,13 +358,13 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     r"""Floating-point operations of :func:`propagate_causal_gram`, counted before it runs.
 
     Per layer: the square root of the score kernel (an eigendecomposition, about ``10 T^3``),
-    per draw the scores (``4 T^3``: ``L Z L``; with RoPE ``16 T^3`` for each rotating frequency,
-    a complex ``L Z_f L``, plus ``4 T^3`` for the slow ones together) and ``E[A G A^T]``
+    per draw the scores (``4 T^3``: ``L Z L``; with RoPE ``8 T^3`` for each rotating frequency,
+    the two real draws ``L X_f L`` and ``L Y_f L``, plus ``4 T^3`` for the slow ones together) and ``E[A G A^T]``
     (``4 T^3``), and with ``norm="none"`` and an activation that is not positively homogeneous
     the quadrature of :func:`pair_moment` over the ``T (T + 1) / 2`` pairs (``N`` nodes per axis,
     about 30 operations a node for two activations):
 
-    .. math:: W = L \big(10 T^3 + n_{\rm draws} T^3 (4 + 4 + 16 F_{\rm rot})
+    .. math:: W = L \big(10 T^3 + n_{\rm draws} T^3 (4 + 4 + 8 F_{\rm rot})
               + 15\,T (T + 1)\,N^2\big)
 
     with ``F_rot`` the rotary frequencies with ``theta_f (T - 1) >= 0.05`` (0 without RoPE).
@@ -396,7 +396,7 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     quadrature = 0.0
     if not arch.norm.has_norm and not activation_spec(arch.activation).homogeneous:
         quadrature = 15.0 * seq_len * (seq_len + 1.0) * (2 * PAIR_HALF_NODES + 1) ** 2
-    return depth * (10.0 * cube + draws * cube * (8.0 + 16.0 * rotating) + quadrature)
+    return depth * (10.0 * cube + draws * cube * (8.0 + 8.0 * rotating) + quadrature)
 
 
 def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice="auto", budget=AUTO_GRAM_FLOPS):
