@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from remprop.theory import (ATTENTION_CONSTANT, STACK_CONSTANT, Architecture, attention_growth_budget,
-                            learning_rate_ceiling, sub_block_sensitivities, update_sensitivity)
+from remprop.theory import (ATTENTION_CONSTANT, COHERENT_STEPS, FLOOR_CONSTANT, STACK_CONSTANT, Architecture,
+                            attention_growth_budget, learning_rate_ceiling, sub_block_sensitivities,
+                            update_sensitivity)
 
 # Gain-controlled attention with T -> infinity below beta_c outputs the value bias alone (section 3.5):
 # every branch then has a constant output variance and the sums have closed forms.
@@ -101,14 +102,25 @@ def test_ceiling_vanishes_at_beta_c():
 
 
 def test_ceiling_scalings():
-    """eta_stack = 2 C_stack / (d S_sens steps) exactly: ~ 1/d and ~ 1/steps."""
+    """eta_stack = 2 C_stack / (d S_sens min(steps, S_c)) exactly: ~ 1/d, ~ 1/steps up to the coherence
+    horizon S_c and flat beyond it; the floor 2 C_floor / (d S_sens steps) falls like 1/steps throughout."""
     arch = Architecture(alpha_sa=2.0, seq_len=128)
-    one = learning_rate_ceiling(arch, 24, 128, 400, 0.5)
-    two = learning_rate_ceiling(arch, 24, 256, 800, 0.5)
-    assert one.stack == pytest.approx(2 * STACK_CONSTANT / (128 * one.sensitivity * 400), rel=1e-12)
-    assert two.stack == pytest.approx(one.stack / 4, rel=1e-12)
-    assert one.attention == pytest.approx(ATTENTION_CONSTANT * 2 * one.budget / 400, rel=1e-12)
+    horizon = COHERENT_STEPS
+    one = learning_rate_ceiling(arch, 24, 128, horizon, 0.5)
+    assert one.stack == pytest.approx(2 * STACK_CONSTANT / (128 * one.sensitivity * horizon), rel=1e-12)
+    assert one.attention == pytest.approx(ATTENTION_CONSTANT * 2 * one.budget / horizon, rel=1e-12)
+    assert one.floor == pytest.approx(2 * FLOOR_CONSTANT / (128 * one.sensitivity * horizon), rel=1e-12)
     assert one.ceiling == min(one.stack, one.attention)
+    wide = learning_rate_ceiling(arch, 24, 256, horizon, 0.5)
+    assert wide.stack == pytest.approx(one.stack / 2, rel=1e-12)
+    short = learning_rate_ceiling(arch, 24, 128, horizon // 3, 0.5)
+    assert short.stack == pytest.approx(3 * one.stack, rel=1e-12)
+    assert short.attention == pytest.approx(3 * one.attention, rel=1e-12)
+    for factor in (2, 10):
+        long = learning_rate_ceiling(arch, 24, 128, horizon * factor, 0.5)
+        assert (long.stack, long.attention) == (pytest.approx(one.stack, rel=1e-12),
+                                                pytest.approx(one.attention, rel=1e-12))
+        assert long.floor == pytest.approx(one.floor / factor, rel=1e-12)
 
 
 def test_ceiling_orders_the_published_points():

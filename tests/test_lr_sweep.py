@@ -285,3 +285,38 @@ def test_command_prints_the_table_and_refuses_big_work(tiny_sweep, capsys, monke
     code, _, err = run_cli(capsys, "lr-sweep", "--out", tmp_path / "new", "--workers", "0", "--max-seconds", "0.001")
     assert_one_line_error(code, err, "--max-seconds", "4 of 4 run(s)")
     assert not (tmp_path / "new" / "A").exists()
+
+
+def test_the_measured_window_keeps_its_best_rate_over_the_steps():
+    """docs/data/lr-sweep-steps.json (docs/training.md, "How the window moves with the steps"): the
+    depth-24 F1 stacks at 1000 and 3000 steps. The best rate of each norm placement is the same grid
+    rate at 300, 1000 and 3000 steps (the fact behind COHERENT_STEPS), and the ceilings that count
+    min(steps, COHERENT_STEPS) read the 3000-step runs (held out: the amendment was fixed before any
+    of them finished) better than ceilings falling like 1/steps. The predictions are recomputed here
+    from the theory, so a change to the ceilings is scored against the stored measurements."""
+    from remprop.theory import COHERENT_STEPS, Architecture, learning_rate_ceiling
+
+    data = Path(__file__).resolve().parent.parent / "docs" / "data"
+    steps_runs = load_outcomes(data / "lr-sweep-steps.json")
+    f1 = [r for r in load_outcomes(data / "lr-sweep.json") if r["group"] == "F1"]
+    for norm in ("post", "pre"):
+        best = {s: min((r for r in steps_runs + f1 if r["norm"] == norm and r["steps"] == s),
+                       key=lambda r: r["final_test_loss"])["lr"] for s in (300, 1000, 3000)}
+        assert best[1000] == best[300] and best[3000] == best[300], (norm, best)
+
+    def window(r):
+        arch = Architecture(norm=r["norm"], attention=r["attention"], alpha_sa=r["alpha"], seq_len=r["seq_len"])
+        return learning_rate_ceiling(arch, r["depth"], r["width"], r["steps"], r["beta"])
+
+    held = [r for r in steps_runs if r["steps"] == 3000]
+    assert len(held) == 9 and all(r["split"] == HELD_OUT for r in held)
+    windows = {r["folder"]: window(r) for r in held}
+    floor = lambda r: float(windows[r["folder"]].floor)  # noqa: E731
+    amended = evaluate_ceiling(held, lambda r: float(windows[r["folder"]].ceiling), floor=floor)
+    falling = evaluate_ceiling(held, lambda r: float(windows[r["folder"]].ceiling) * COHERENT_STEPS / r["steps"],
+                               floor=floor)
+    assert amended[HELD_OUT]["correct"] > falling[HELD_OUT]["correct"]
+    # every run at its family's best rate is predicted to train
+    for r in held:
+        if r["fraction"] == 1.0:
+            assert r["folder"] not in {d["folder"] for d in amended["disagreements"]}, r["folder"]

@@ -26,8 +26,8 @@ from .components.gated_mlp import gated_mlp_map
 from .components.layer_norm import layernorm_map
 from .components.rms_norm import rmsnorm_map
 from .propagation import Trajectory, final_state, propagate
-from .learning_rate import (ATTENTION_CONSTANT, FLOOR_CONSTANT, STACK_CONSTANT, LearningRateCeiling, attention_growth_budget,
-                            learning_rate_ceiling, sub_block_sensitivities, update_sensitivity)
+from .learning_rate import (ATTENTION_CONSTANT, COHERENT_STEPS, FLOOR_CONSTANT, STACK_CONSTANT, LearningRateCeiling,
+                            attention_growth_budget, learning_rate_ceiling, sub_block_sensitivities, update_sensitivity)
 from .sampled_trajectory import SampledTrajectory, propagate_at_layers
 from .settings import DEFAULT_THRESHOLD, RunSettings
 from .components.residual import skip_map
@@ -81,5 +81,5 @@ __all__ = [
     "qk_norm_beta",
     "GramTrajectory", "propagate_gram", "simplex_distance",
     "update_sensitivity", "sub_block_sensitivities", "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling",
-    "STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT",
+    "STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS",
 ]

@@ -16,10 +16,12 @@ while its gradient keeps its sign pattern. Two ways for such updates to break a 
   entropy collapse during training.
 
 The ceiling is the smaller of the two (:func:`learning_rate_ceiling`); each carries one fitted constant,
-:data:`STACK_CONSTANT` and :data:`ATTENTION_CONSTANT`. Within a fixed budget of steps a run also needs
-enough movement to learn: below the **floor** ``A d S = C_floor`` (:data:`FLOOR_CONSTANT`) it ends short
-of what its stack can learn. The constants were fitted on the fit part of the measured sweep
-(:mod:`remprop.validation.training.lr_sweep`, docs/training.md).
+:data:`STACK_CONSTANT` and :data:`ATTENTION_CONSTANT`. Adam's updates stay coherent for a limited number
+of steps only: the ceilings count the steps up to the horizon :data:`COHERENT_STEPS` (measured: the best
+rate of a depth-24 stack does not fall from 300 to 1000 and 3000 steps). Within a fixed budget of steps a
+run also needs enough movement to learn: below the **floor** ``A d S = C_floor`` (:data:`FLOOR_CONSTANT`,
+all the steps counted) it ends short of what its stack can learn. The constants were fitted on the fit
+part of the measured sweep (:mod:`remprop.validation.training.lr_sweep`, docs/training.md).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from .components.residual import Parallel, Residual
 from .components.base import Serial
 from .rem import check_seq_len
 
-__all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
+__all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
            "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds"]
 
 #: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
@@ -53,6 +55,12 @@ FLOOR_CONSTANT = 170.0
 #: (in log) between the largest rate that trained there, 1e-2, and the sweep's next rate, 3e-2: the
 #: window's own edge convention (:func:`~remprop.validation.training.lr_sweep.fit_window`).
 ATTENTION_CONSTANT = 22.0
+#: ``S_c``: the steps over which Adam's updates add up coherently, as the two ceilings count them
+#: (``min(steps, S_c)``; the floor counts every step). Measured (docs/training.md, "How the window moves
+#: with the steps"): the best rate of the depth-24 fit stacks is the same at 300, 1000 and 3000 steps, so
+#: the horizon is at most the 300 steps of the fit runs; the runs cannot place it lower, and at or below
+#: 300 steps the ceilings are those fitted.
+COHERENT_STEPS = 300
 #: Step count that reports use when none is given.
 DEFAULT_STEPS = 10000
 #: Seconds per block of the NumPy walk (:func:`ceiling_seconds`): a fixed part per block and a part per
@@ -267,7 +275,7 @@ class LearningRateCeiling:
         The predicted largest peak rate, ``min(stack, attention)``.
     floor : ndarray
         The smallest peak rate that moves the stack enough to train within the steps,
-        ``2 C_floor / (d S steps)`` (:data:`FLOOR_CONSTANT`).
+        ``2 C_floor / (d S steps)`` (:data:`FLOOR_CONSTANT`; every step counts).
     stack, attention : ndarray
         The two ceilings.
     binding : ndarray of str
@@ -294,16 +302,17 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
                           *, seq_len=None) -> LearningRateCeiling:
     r"""The largest AdamW peak rate at which the stack still trains (docs/theory.md section 20).
 
-    .. math:: \eta_{\rm stack} = \frac{2\,C_{\rm stack}}{d\,\mathcal{S}\,S},\qquad
-              \eta_{\rm attention} = C_{\rm attention}\,\frac{2 a^*}{S},\qquad
+    .. math:: \eta_{\rm stack} = \frac{2\,C_{\rm stack}}{d\,\mathcal{S}\,\min(S, S_c)},\qquad
+              \eta_{\rm attention} = C_{\rm attention}\,\frac{2 a^*}{\min(S, S_c)},\qquad
               \eta_{\max} = \min(\eta_{\rm stack}, \eta_{\rm attention}),
 
-    for ``S`` steps of the warm-up/linear-decay recipe (cumulative rate :math:`\eta S/2`), with
+    for ``S`` steps of the warm-up/linear-decay recipe (cumulative rate :math:`\eta S/2`, coherent over at
+    most :math:`S_c` = :data:`COHERENT_STEPS` of them), with
     :math:`\mathcal{S}` from :func:`update_sensitivity` and ``a*`` from :func:`attention_growth_budget`
     at the per-head effective beta and the stack's critical beta (the rule of section 6): 0 for a stack
     entropy-collapsed at initialisation. The constants are :data:`STACK_CONSTANT` and
     :data:`ATTENTION_CONSTANT` (fitted on the measured sweep; the attention one only bounded below); the
-    floor :math:`2 C_{\rm floor} / (d\,\mathcal{S}\,S)` comes with it. Rank collapse at initialisation is not part of the ceiling:
+    floor :math:`2 C_{\rm floor} / (d\,\mathcal{S}\,S)` (every step counted) comes with it. Rank collapse at initialisation is not part of the ceiling:
     a rank-collapsed stack fails at any rate (the diagram says so).
 
     Parameters
@@ -354,11 +363,12 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     budget = np.asarray(attention_growth_budget(np.asarray(arch.effective_beta(beta)) * np.ones_like(beta_c),
                                                 np.where(np.isnan(beta_c), np.inf, beta_c) * scale,
                                                 width, seq_len, head_dim))
-    stack = 2.0 * STACK_CONSTANT / (width * np.asarray(sensitivity) * steps)
-    attention = ATTENTION_CONSTANT * 2.0 * budget / steps
+    coherent = min(steps, COHERENT_STEPS)
+    stack = 2.0 * STACK_CONSTANT / (width * np.asarray(sensitivity) * coherent)
+    attention = ATTENTION_CONSTANT * 2.0 * budget / coherent
     stack, attention = np.broadcast_arrays(stack, attention)
     ceiling = np.minimum(stack, attention)
-    floor = stack * (FLOOR_CONSTANT / STACK_CONSTANT)
+    floor = stack * (FLOOR_CONSTANT / STACK_CONSTANT) * (coherent / steps)
     binding = np.where(attention < stack, "attention", "stack")
     return LearningRateCeiling(*(scalar_or_array(x) for x in (ceiling, floor, stack, attention)),
                                binding=binding if binding.ndim else binding[()],
