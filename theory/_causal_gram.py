@@ -130,19 +130,23 @@ class _CausalGramWalker(_gram._GramWalker):
         # Z_f = (X_f + i Y_f) / sqrt 2 and D_f = diag(exp(i theta_f m)):
         # sqrt(2 / F) Re[D_f^* (L Z_f L) D_f]_ij = sqrt(1 / F) [cos(theta_f (j - i)) (L X_f L)_ij
         # - sin(theta_f (j - i)) (L Y_f L)_ij]: real products only, and for a chunk of frequencies
-        # two matrix products, L [X_1 .. Y_k] then the stacked rows times L (draws laid out (i, f, j))
+        # two matrix products, L [X_1 .. Y_k] then the stacked rows times L (draws laid out (i, f, j));
+        # cos(theta (j - i)) = c_i c_j + s_i s_j and sin(theta (j - i)) = s_j c_i - c_j s_i with
+        # c_m = cos(theta m), s_m = sin(theta m): trigonometry on T positions, not on T^2 pairs
         rotating = self.frequencies[~slow]
-        lag = np.arange(t)[None, :] - np.arange(t)[:, None]
         chunk = max(1, self.CHUNK_DOUBLES // (2 * t * t))
         for start in range(0, rotating.size, chunk):
-            thetas = rotating[start:start + chunk]
-            k = thetas.size
+            angle = rotating[start:start + chunk, None] * np.arange(t)                  # (f, m)
+            cos, sin = np.cos(angle), np.sin(angle)
+            k = angle.shape[0]
             draws = self.rng.standard_normal((t, 2 * k, t))
             left = (root @ draws.reshape(t, 2 * k * t)).reshape(t * 2 * k, t)
             both = (left @ root).reshape(t, 2 * k, t)
-            angle = thetas[None, :, None] * lag[:, None, :]                           # (i, f, j)
-            scores += (c / np.sqrt(count)) * (np.einsum("ifj,ifj->ij", np.cos(angle), both[:, :k])
-                                              - np.einsum("ifj,ifj->ij", np.sin(angle), both[:, k:]))
+            x, y = both[:, :k], both[:, k:]
+            scores += (c / np.sqrt(count)) * (np.einsum("fi,fj,ifj->ij", cos, cos, x)
+                                              + np.einsum("fi,fj,ifj->ij", sin, sin, x)
+                                              - np.einsum("fi,fj,ifj->ij", cos, sin, y)
+                                              + np.einsum("fi,fj,ifj->ij", sin, cos, y))
         return scores
 
     @staticmethod
