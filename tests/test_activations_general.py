@@ -230,3 +230,35 @@ def test_callable_activation_in_an_architecture():
 def test_bad_activations_are_named(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_flat_remainders_are_the_formula_bit_for_bit():
+    """The SiLU and GELU remainders return |x|/2 beyond |x| = 44 and 9 without calling tanh or erf; there
+    the formula (x/2) tanh(x/2), (x/2) erf(x/sqrt 2) gives exactly |x|/2 in float64 (compiled, as the
+    kernels evaluate it), and the shortcut starts well inside that range (exact from about 38.2 and 8.4)."""
+    from numba import njit
+
+    from remprop.theory.activations import quadrature_moments as qm
+
+    @njit
+    def compare(remainder, formula, xs):
+        bad = 0
+        for x in xs:
+            if remainder(x) != formula(x):
+                bad += 1
+        return bad
+
+    @njit
+    def silu(x):
+        return 0.5 * x * math.tanh(0.5 * x)
+
+    @njit
+    def gelu(x):
+        return 0.5 * x * math.erf(x * 0.7071067811865476)
+
+    for remainder, formula, flat, exact_from in ((qm._silu_remainder, silu, qm._SILU_FLAT, 38.2),
+                                                 (qm._gelu_remainder, gelu, qm._GELU_FLAT, 8.4)):
+        xs = np.concatenate([np.linspace(0.0, 2 * flat, 400001), np.geomspace(flat, 1e300, 20001)])
+        xs = np.concatenate([xs, -xs, np.nextafter([flat, -flat], [np.inf, -np.inf])])
+        assert compare(njit(remainder), formula, xs) == 0
+        assert flat > exact_from and formula(exact_from) == 0.5 * exact_from
