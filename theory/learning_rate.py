@@ -43,8 +43,9 @@ __all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_S
 #: which the stack's output has moved too far to train. Fitted (:func:`~remprop.validation.training.lr_sweep.fit_window`)
 #: on the 22 fit runs of the measured sweep (depth 8 and 24, width 32, post- and pre-LN, 300 steps,
 #: lr 1e-4 to 3e-2; docs/training.md): the upper edge of the window of ``lr / eta_stack`` that trains,
-#: 0.598 times the provisional 900 that issue 23's published GPU points allowed (451 to 1827): the
-#: fitted value lies inside that range.
+#: 0.598 times a provisional 900. Issue 23's published GPU points, never read by the fit, allow 274 to
+#: 1370 with the ceilings counting at most :data:`COHERENT_STEPS` steps (365 to 1827 if every step
+#: counted): the fitted value lies inside both.
 STACK_CONSTANT = 538.0
 #: ``C_floor``: the update budget ``A d S`` below which a run of the recipe has not moved enough to train
 #: within its steps (the lower edge of the same fitted window, 0.189 x 900).
