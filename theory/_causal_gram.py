@@ -139,8 +139,8 @@ class _CausalGramWalker(_gram._GramWalker):
             angle = rotating[start:start + chunk, None] * np.arange(t)                  # (f, m)
             cos, sin = np.cos(angle), np.sin(angle)
             k = angle.shape[0]
-            draws = self.rng.standard_normal((t, 2 * k, t))
-            left = (root @ draws.reshape(t, 2 * k * t)).reshape(t * 2 * k, t)
+            normals = self.rng.standard_normal((t, 2 * k, t))
+            left = (root @ normals.reshape(t, 2 * k * t)).reshape(t * 2 * k, t)
             both = (left @ root).reshape(t, 2 * k, t)
             x, y = both[:, :k], both[:, k:]
             scores += (c / np.sqrt(count)) * (np.einsum("fi,fj,ifj->ij", cos, cos, x)

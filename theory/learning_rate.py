@@ -364,12 +364,12 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     budget = np.asarray(attention_growth_budget(np.asarray(arch.effective_beta(beta)) * np.ones_like(beta_c),
                                                 np.where(np.isnan(beta_c), np.inf, beta_c) * scale,
                                                 width, seq_len, head_dim))
-    coherent = min(steps, COHERENT_STEPS)
+    coherent = min(steps, COHERENT_STEPS)        # the ceilings' steps; the floor counts all of them
     stack = 2.0 * STACK_CONSTANT / (width * np.asarray(sensitivity) * coherent)
     attention = ATTENTION_CONSTANT * 2.0 * budget / coherent
-    stack, attention = np.broadcast_arrays(stack, attention)
+    floor = 2.0 * FLOOR_CONSTANT / (width * np.asarray(sensitivity) * steps)
+    stack, attention, floor = np.broadcast_arrays(stack, attention, floor)
     ceiling = np.minimum(stack, attention)
-    floor = stack * (FLOOR_CONSTANT / STACK_CONSTANT) * (coherent / steps)
     binding = np.where(attention < stack, "attention", "stack")
     return LearningRateCeiling(*(scalar_or_array(x) for x in (ceiling, floor, stack, attention)),
                                binding=binding if binding.ndim else binding[()],
