@@ -59,6 +59,8 @@ _STEP = 0.25
 _Z_LOW = 11.0
 #: tau is integrated this far beyond the largest energy kept (integrand ~ e^{-(tau - g)}).
 _TAU_MARGIN = 45.0
+#: The tau lattice starts this far below the lowest energy kept (a whole number of steps).
+_TAU_BELOW = 10.0
 #: Rows of the (tau, g) lattice evaluated at a time.
 _CHUNK = 512
 
@@ -69,6 +71,26 @@ def key_dimension(width) -> int:
     ``width`` must be an integer >= 4 (two query directions and a remainder).
     """
     return check_count("width", width, 4) - 1
+
+
+def _kernels(y):
+    """``e^{k y - e^y}`` for k = 0, 1, 2 (``e^y`` capped at ``e^700``: the kernels are 0 there)."""
+    e = np.exp(np.minimum(y, 700.0))
+    return np.exp(-e), np.exp(y - e), np.exp(2.0 * y - e)
+
+
+def _lattice_sums(weights, n_tau, step):
+    """``sum_i K_k(g_i - tau_a) w_i`` for every tau_a, g and tau on one lattice of spacing ``step``.
+
+    The differences take the ``n_g + n_tau - 1`` values ``_TAU_BELOW + m step``, so each sum is a
+    discrete correlation of the kernel on those values with the weights: the exponentials are
+    evaluated once per difference instead of once per (tau, g) pair.
+    """
+    n_g = next(iter(weights.values()))[1].size
+    y = _TAU_BELOW + step * np.arange(-(n_tau - 1), n_g)
+    kernels = _kernels(y)
+    # c[j] = sum_i K[i + j] w_i belongs to tau index a = n_tau - 1 - j
+    return {name: np.correlate(kernels[k], weight, mode="valid")[::-1] for name, (k, weight) in weights.items()}
 
 
 def _energy_square_at(x, seq_len, step=_STEP):
@@ -82,18 +104,16 @@ def _energy_square_at(x, seq_len, step=_STEP):
     h_g = min(step, s / 6.0)
     g = np.arange(-_Z_LOW * s, s * z_top + h_g, h_g)
     w = np.exp(-0.5 * (g / s) ** 2) * (h_g / (s * math.sqrt(2.0 * math.pi)))
-    taus = np.arange(-_Z_LOW * s - 10.0, s * z_top + _TAU_MARGIN, step)
-    names = ("L", "H0", "A1", "G1", "G21", "G22")
-    f = {k: np.empty(taus.size) for k in names}
-    gw, g2w = g * w, g * g * w
-    for a in range(0, taus.size, _CHUNK):
-        y = g[None, :] - taus[a:a + _CHUNK, None]
-        e = np.exp(np.minimum(y, 700.0))
-        f0, f1, f2 = np.exp(-e), np.exp(y - e), np.exp(2.0 * y - e)  # e^{k y - e^y}
-        sl = slice(a, a + _CHUNK)
-        f["L"][sl], f["H0"][sl] = f0 @ w, f0 @ gw
-        f["A1"][sl], f["G1"][sl], f["G21"][sl] = f1 @ w, f1 @ gw, f1 @ g2w
-        f["G22"][sl] = f2 @ g2w
+    taus = np.arange(-_Z_LOW * s - _TAU_BELOW, s * z_top + _TAU_MARGIN, step)
+    weights = {"L": (0, w), "H0": (0, g * w), "G1": (1, g * w), "G21": (1, g * g * w), "G22": (2, g * g * w)}  # name: (k of the kernel e^{k y - e^y}, Gaussian weights)
+    if h_g == step:  # g and tau on one lattice: y = g_i - tau_a = _TAU_BELOW + (i - a) step
+        f = _lattice_sums(weights, taus.size, step)
+    else:
+        f = {k: np.empty(taus.size) for k in weights}
+        for a in range(0, taus.size, _CHUNK):
+            kernels = _kernels(g[None, :] - taus[a:a + _CHUNK, None])
+            for name, (k, weight) in weights.items():
+                f[name][a:a + _CHUNK] = kernels[k] @ weight
     log_l = np.log(np.clip(f["L"], 1e-300, 1.0))
     p1, p2 = np.exp((seq_len - 1) * log_l), np.exp((seq_len - 2) * log_l)
     t = seq_len
