@@ -16,13 +16,21 @@ work at a time, and the units are handed out in the order of the collection.
   rule for sharing jobs among machines (Graham 1969, within 4/3 of the best schedule).
 
 
-**Idle OpenMP threads sleep** (``OMP_WAIT_POLICY=PASSIVE``, ``KMP_BLOCKTIME=0``, set here before
-any test module imports numba or torch, and inherited by the workers, the notebook kernels
-and the commands the tests start). By default an OpenMP thread that finishes its share of a
-parallel loop spins, waiting for the next one; with two workers, each running two-thread
-numba kernels and torch, on two cores, the spinning threads take the cores from the other
-worker's work. Measured, the seven notebooks on two workers: 188 -> 124 CPU-seconds,
-116 -> 91 s.
+**Idle threads do not spin** (set here before any test module imports numpy, numba or torch,
+and inherited by the notebook kernels and the commands the tests start). A thread that
+finishes its share of a parallel operation spins by default, waiting for the next one; with
+two workers on two cores, each running two-thread numba kernels, torch and BLAS, the spinning
+threads take the cores from the other worker's work.
+
+* OpenMP (numba's threading layer, torch): ``OMP_WAIT_POLICY=PASSIVE``, ``KMP_BLOCKTIME=0``,
+  idle threads sleep. Measured, the seven notebooks on two workers: 188 -> 124 CPU-seconds,
+  116 -> 91 s.
+* OpenBLAS (numpy's BLAS): under xdist with more than one worker, one BLAS thread per worker
+  (``OPENBLAS_NUM_THREADS=1``; the workers are the parallelism). Measured, five simulation
+  files (96 tests) on two workers, OpenMP already passive: 131 -> 85 CPU-seconds, 79 -> 53 s.
+
+``REMPROP_SUITE_THREAD_DEFAULTS=1`` leaves the libraries' defaults (``benchmarks/bench_suite_threads.py``
+times a part of the suite both ways in one run).
 
 ``make test`` compiles the common numba kernels once before pytest starts (``remprop
 precompile diagram check suite``, the Makefile), so that the workers load them from disk
@@ -36,8 +44,12 @@ import os
 
 import pytest
 
-for _name, _value in (("OMP_WAIT_POLICY", "PASSIVE"), ("KMP_BLOCKTIME", "0")):
-    os.environ.setdefault(_name, _value)
+_QUIET_THREADS = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:  # set by xdist before this file loads
+    _QUIET_THREADS["OPENBLAS_NUM_THREADS"] = "1"
+if os.environ.get("REMPROP_SUITE_THREAD_DEFAULTS") != "1":
+    for _name, _value in _QUIET_THREADS.items():
+        os.environ.setdefault(_name, _value)
 
 #: Tests (node-id prefixes) that share no fixture with the rest of their file: their own units of work.
 INDEPENDENT = (
