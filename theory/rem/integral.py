@@ -397,7 +397,7 @@ def _moments_serial(sigma, seq_len, k, m, refine, complement, fit):
 _PARALLEL_FROM = 32
 
 
-def row_moment(x, seq_len, orders=(2,), refine=1, complement=False):
+def row_moment(x, seq_len, orders=(2,), refine=1, complement=False, parallel=None):
     r"""Exact finite-T moment of a REM row at reduced scale(s) ``x`` (no input checks).
 
     ``orders=(k,)``: ``Y_k = E[sum_j a_j^k]``; ``orders=(k, m)``:
@@ -416,6 +416,11 @@ def row_moment(x, seq_len, orders=(2,), refine=1, complement=False):
     complement : bool
         One-key orders only: return ``1 - Y_k``, to full relative precision also where
         ``Y_k`` rounds to 1 (``sigma > SIGMA_LARGE``); the gradients need it.
+    parallel : bool, optional
+        Integrate the distinct x on all threads (None: from 32 distinct x on). ``False``
+        where compiling the parallel loop (about 7 s on two cores while its code is not yet
+        on disk) would cost more than it saves: the participation tables, built once and
+        kept on disk (1000 x in about 0.7 s on one thread).
 
     Returns
     -------
@@ -434,6 +439,8 @@ def row_moment(x, seq_len, orders=(2,), refine=1, complement=False):
         sigma = unique * math.sqrt(math.log(seq_len))
     fit = (_cached_fit(float(seq_len), float(k), float(m), int(refine)) if unique.size and sigma[-1] > SIGMA_LARGE
            else np.zeros(3))
-    run = _moments if unique.size >= _PARALLEL_FROM else _moments_serial
+    if parallel is None:
+        parallel = unique.size >= _PARALLEL_FROM
+    run = _moments if parallel else _moments_serial
     values = run(sigma, float(seq_len), float(k), float(m), int(refine), bool(complement), fit)
     return values[inverse].reshape(x.shape)

@@ -1,7 +1,7 @@
 r"""The table type of the REM: a moment tabulated in ``x = beta sqrt(q (q - p))`` at one T.
 
 Depth kernels evaluate ``Y_2`` millions of times, so :func:`participation_table`
-tabulates the exact ``Y_k`` of :mod:`.integral` once per ``(T, k)`` (about 0.3 s; cached
+tabulates the exact ``Y_k`` of :mod:`.integral` once per ``(T, k)`` (about 0.7 s; cached
 in memory and on disk) at 1000 nodes uniform in ``u = x / (x + x_s)``,
 ``x_s = min(2, 3 / sqrt(log T))`` (dense where the crossover from the annealed to the
 frozen regime sits; it sharpens like ``1 / log T``), ``x`` in ``[0, 50]``, and
@@ -179,7 +179,8 @@ class ParticipationTable:
         if packed is None:
             x_scale = _table_scale(seq_len)
             du = TABLE_X_MAX / (TABLE_X_MAX + x_scale) / (nodes - 1)
-            y = row_moment(_nodes(du, nodes, x_scale), seq_len, (order,))
+            # one thread: a cold start then compiles only the serial loop (row_moment)
+            y = row_moment(_nodes(du, nodes, x_scale), seq_len, (order,), parallel=False)
             # dY/du at the right end from a 5-point one-sided difference; 0 at x = 0 (even)
             slope_right = (25 * y[-1] - 48 * y[-2] + 36 * y[-3] - 16 * y[-4] + 3 * y[-5]) / (12 * du)
             second = _clamped_spline_second_derivatives(y, du, 0.0, slope_right)
@@ -216,7 +217,7 @@ def _cached_table(seq_len, order):
 def participation_table(seq_len, order=2):
     r"""The cached table of ``Y_k(x)`` at sequence length ``seq_len``.
 
-    Building costs 1000 exact evaluations (about 0.3 s on two cores); later calls with
+    Building costs 1000 exact evaluations (about 0.7 s, on one thread); later calls with
     the same ``(seq_len, order)`` return the same object, and the table is also saved in
     ``$REMPROP_CACHE_DIR`` (default: the ``__pycache__`` folder of this package, where
     numba caches its code) so that other processes load it instead (file name keyed by
