@@ -51,7 +51,8 @@ def run_part(files, workers, defaults):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("files", nargs="*", default=list(DEFAULT_FILES), help="test files (default: five simulation files)")
+    parser.add_argument("files", nargs="*", default=list(DEFAULT_FILES),
+                        help="test files (default: five simulation files)")
     parser.add_argument("--workers", type=int, default=2, help="xdist workers (default 2)")
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs, alternating (default 1)")
     args = parser.parse_args()

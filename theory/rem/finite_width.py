@@ -79,14 +79,14 @@ def _kernels(y):
     return np.exp(-e), np.exp(y - e), np.exp(2.0 * y - e)
 
 
-def _lattice_sums(weights, n_tau, step):
-    """``sum_i K_k(g_i - tau_a) w_i`` for every tau_a, g and tau on one lattice of spacing ``step``.
+def _lattice_sums(weights, n_g, n_tau, step):
+    """``sum_i K_k(g_i - tau_a) w_i`` for every tau_a, g and tau on one lattice of spacing ``step``
+    (``tau_a = g_0 - _TAU_BELOW + a step``, ``g_i = g_0 + i step``; ``weights``: name -> (k, w)).
 
     The differences take the ``n_g + n_tau - 1`` values ``_TAU_BELOW + m step``, so each sum is a
     discrete correlation of the kernel on those values with the weights: the exponentials are
     evaluated once per difference instead of once per (tau, g) pair.
     """
-    n_g = next(iter(weights.values()))[1].size
     y = _TAU_BELOW + step * np.arange(-(n_tau - 1), n_g)
     kernels = _kernels(y)
     # c[j] = sum_i K[i + j] w_i belongs to tau index a = n_tau - 1 - j
@@ -105,9 +105,10 @@ def _energy_square_at(x, seq_len, step=_STEP):
     g = np.arange(-_Z_LOW * s, s * z_top + h_g, h_g)
     w = np.exp(-0.5 * (g / s) ** 2) * (h_g / (s * math.sqrt(2.0 * math.pi)))
     taus = np.arange(-_Z_LOW * s - _TAU_BELOW, s * z_top + _TAU_MARGIN, step)
-    weights = {"L": (0, w), "H0": (0, g * w), "G1": (1, g * w), "G21": (1, g * g * w), "G22": (2, g * g * w)}  # name: (k of the kernel e^{k y - e^y}, Gaussian weights)
+    # name: (k of the kernel e^{k y - e^y}, Gaussian weights)
+    weights = {"L": (0, w), "H0": (0, g * w), "G1": (1, g * w), "G21": (1, g * g * w), "G22": (2, g * g * w)}
     if h_g == step:  # g and tau on one lattice: y = g_i - tau_a = _TAU_BELOW + (i - a) step
-        f = _lattice_sums(weights, taus.size, step)
+        f = _lattice_sums(weights, g.size, taus.size, step)
     else:
         f = {k: np.empty(taus.size) for k in weights}
         for a in range(0, taus.size, _CHUNK):
