@@ -21,7 +21,8 @@ pytest.importorskip("torch")
 
 from remprop.cli import main  # noqa: E402
 from remprop.diagrams import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE, trainability_diagram  # noqa: E402
-from remprop.theory import Architecture  # noqa: E402
+from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR  # noqa: E402
+from remprop.theory import Architecture, learning_rate_ceiling  # noqa: E402
 from remprop.validation.experiments.cell_store import DamagedRecordWarning  # noqa: E402
 from remprop.validation.training.config import TrainConfig  # noqa: E402
 from remprop.validation.training.trained_diagram import (TRAINED_FRACTION, UNTRAINED, TrainedDiagram,  # noqa: E402
@@ -130,6 +131,46 @@ def test_grid_classification_and_agreement_with_the_theory(tmp_path):
     json.dumps(summary, allow_nan=False)
     assert summary["values"]["confusion"]["entropy-collapse"]["entropy-collapse"] == \
         int(np.sum((theory.phase == ENTROPY_COLLAPSE) & (expected == ENTROPY_COLLAPSE)))
+
+
+@pytest.mark.parametrize("lr", [1e-3, 0.25, 0.35])
+def test_agreement_at_the_grids_learning_rate(tmp_path, lr):
+    """The theory's phases at the grid's rate: cells trainable at init whose window (floor,
+    ceiling of learning_rate_ceiling at the grid's width and steps) excludes lr are relabelled.
+    At the fake's sizes (depth 3, d 16, 20 steps) the alpha 1 row's window is about 0.18-0.39
+    (beta 0.5) and 0.18-0.31 (beta 1): 1e-3 is below both floors, 0.25 inside both, 0.35 above
+    the second ceiling only."""
+    spec = TrainedGridSpec(
+        TrainConfig(arch=Architecture(norm="post"), depth=3, width=16, seq_len=16, steps=20, eval_every=10, lr=lr),
+        betas=(0.5, 1.0, 3.0), alphas=(0.2, 1.0), seeds=1)
+    run_trained_grid(spec, tmp_path / "grid", train=fake_train, workers=0)
+    diagram = TrainedDiagram.from_folder(tmp_path / "grid")
+    # the window computed here through the theory's own function, cell by cell
+    expected = diagram.predicted.phase.copy()
+    for a, alpha in enumerate(spec.alphas):
+        for b, beta in enumerate(spec.betas):
+            window = learning_rate_ceiling(spec.config.arch.replace(alpha_sa=alpha, seq_len=16), 3, 16, 20, beta,
+                                           1.0, diagram.input_rho)
+            if expected[a, b] == TRAINABLE and float(window.ceiling) < lr:
+                expected[a, b] = LR_ABOVE_CEILING
+            elif expected[a, b] == TRAINABLE and float(window.floor) > lr:
+                expected[a, b] = LR_BELOW_FLOOR
+    np.testing.assert_array_equal(diagram.predicted_at_rate(), expected)
+    relabelled = {1e-3: [LR_BELOW_FLOOR, LR_BELOW_FLOOR], 0.25: [TRAINABLE, TRAINABLE],
+                  0.35: [TRAINABLE, LR_ABOVE_CEILING]}[lr]
+    assert expected[1, :2].tolist() == relabelled
+    # the fake trains the alpha 1 row below beta_c: a relabelled cell there disagrees
+    outside = np.isin(expected, (LR_ABOVE_CEILING, LR_BELOW_FLOOR))
+    agreement = np.mean(np.where(outside, False, diagram.phase == expected))
+    assert diagram.agreement_at_rate == pytest.approx(agreement)
+    assert diagram.agreement_trainable_at_rate == pytest.approx(np.mean((diagram.phase == 0) == (expected == 0)))
+    assert f"learning-rate window at lr {lr:g}" in diagram.summary()
+    # written and read back; a file without the values (older) computes them again
+    diagram.save(tmp_path / "trained", figure=False)
+    back = TrainedDiagram.load(tmp_path / "trained")
+    assert back.agreement_at_rate == diagram.agreement_at_rate
+    back.grid.values.pop("agreement_at_rate")
+    assert back.agreement_at_rate == pytest.approx(agreement)
 
 
 def test_grid_stopped_after_k_cells_resumes_each_cell_once(tmp_path):

@@ -62,6 +62,15 @@ started from ``q0 = 1`` (the embeddings are scaled so) and the measured input co
 Two agreements: the fraction of cells whose trained phase is the theory's phase, and the
 fraction on which trained and theory agree about *trainable or not*.
 
+**At the grid's learning rate.** The phase at initialisation says nothing about the rate; the
+theory's learning-rate window (:func:`remprop.diagrams.learning_rate.diagram_window`,
+docs/theory.md section 20: a floor below which the stack cannot move within its steps and a
+ceiling above which the updates break it) does. :meth:`TrainedDiagram.predicted_at_rate`
+relabels the cells trainable at init whose window excludes the grid's ``lr``; the same two
+agreements are then reported against it (``agreement_at_rate``,
+``agreement_trainable_at_rate``). A cell outside the window agrees when it did not train
+(untrained or diverged); a collapsed cell keeps its phase.
+
 **Running.** The grid is trained by
 :func:`~remprop.validation.training.trained_grid.run_trained_grid` (resumable cell by cell,
 on dask or in this process); this module reads its records (plain JSON).
@@ -80,6 +89,7 @@ import numpy as np
 from remprop.diagrams import (ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram,
                               trainability_diagram)
 from remprop.diagrams.grid_result import CELL_AXES, ComparedView, GridResult, cell_array, check_arrays, suffixed
+from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR, diagram_window, phases_at_rate
 from remprop.theory import DEFAULT_THRESHOLD
 
 from ..experiments.cell_store import MANIFEST_NAME
@@ -215,6 +225,28 @@ def run_verdict(result, theory="auto", threshold=DEFAULT_THRESHOLD) -> dict:
             "line": f"verdict: {where}; {outcome}"}
 
 
+def _phases_at_rate(predicted, config):
+    """:func:`~remprop.diagrams.learning_rate.phases_at_rate` of ``predicted`` at ``config``'s rate,
+    width and steps; None where the window has no derivation (``ValueError`` from it)."""
+    try:
+        floor, ceiling = diagram_window(predicted, config.width, config.steps)
+    except ValueError:
+        return None
+    return phases_at_rate(predicted.phase, ceiling, config.lr, floor)
+
+
+def _rate_values(phase, at_rate) -> dict:
+    """``agreement_at_rate`` and ``agreement_trainable_at_rate`` of trained ``phase`` against the
+    phases at the rate (None for both without them). Outside the window a cell agrees when it did
+    not train (untrained or diverged)."""
+    if at_rate is None:
+        return {"agreement_at_rate": None, "agreement_trainable_at_rate": None}
+    outside = (at_rate == LR_ABOVE_CEILING) | (at_rate == LR_BELOW_FLOOR)
+    agrees = np.where(outside, (phase == UNTRAINED) | (phase == DIVERGED), phase == at_rate)
+    agrees_trainable = (phase == TRAINABLE) == (at_rate == TRAINABLE)
+    return {"agreement_at_rate": float(agrees.mean()), "agreement_trainable_at_rate": float(agrees_trainable.mean())}
+
+
 def _eval_steps(config) -> list:
     """The steps of a finished run's test loss: 0, every ``eval_every``, the last."""
     return sorted({0, *range(config.eval_every, config.steps + 1, config.eval_every), config.steps})
@@ -330,7 +362,8 @@ class TrainedDiagram(ComparedView):
         agrees_trainable = (phase == TRAINABLE) == (predicted.phase == TRAINABLE)
         values = {"unigram_loss": unigram, "reference_loss": _best(loss), "input_rho": input_rho,
                   **cls.comparison_values(phase, predicted.phase, TRAINED_LABELS),
-                  "agreement_trainable": float(agrees_trainable.mean())}
+                  "agreement_trainable": float(agrees_trainable.mean()),
+                  **_rate_values(phase, _phases_at_rate(predicted, cfg))}
         grid = GridResult("trained", spec.alphas, spec.betas, arrays, dict(_ARRAYS), TRAINED_LABELS,
                           {"grid": spec.manifest(), "theory": theory, "rules": _RULES}, values,
                           {"devices": devices}, tuple(_ARRAYS), predicted.grid)
@@ -398,12 +431,40 @@ class TrainedDiagram(ComparedView):
         """Fraction of cells on which trained and predicted agree about trainable or not."""
         return float(self.agrees_trainable.mean())
 
+    def predicted_at_rate(self):
+        """The theory's phases at the grid's learning rate (module docstring): cells trainable at
+        init whose window excludes ``lr`` become ``LR_BELOW_FLOOR`` or ``LR_ABOVE_CEILING``
+        (:data:`remprop.diagrams.learning_rate.LR_LABELS`); None for a block form the window has no
+        derivation for."""
+        return _phases_at_rate(self.predicted, self.spec.config)
+
+    @property
+    def agreement_at_rate(self):
+        """Fraction of cells whose trained phase agrees with :meth:`predicted_at_rate` (None without it)."""
+        return self._rate_value("agreement_at_rate")
+
+    @property
+    def agreement_trainable_at_rate(self):
+        """Fraction of cells on which trained and :meth:`predicted_at_rate` agree about trainable or
+        not (None without it)."""
+        return self._rate_value("agreement_trainable_at_rate")
+
+    def _rate_value(self, name):
+        if name not in self.grid.values:  # a grid written before the window was reported
+            return _rate_values(self.phase, self.predicted_at_rate())[name]
+        return self.grid.values[name]
+
     def summary(self) -> str:
-        """One line: agreements, grid and training sizes."""
+        """One line: agreements (at init and at the grid's rate), grid and training sizes."""
         cfg, n = self.spec.config, self.phase.size
+        at_rate = self.agreement_at_rate
+        rate = "" if at_rate is None else (
+            f"; with the learning-rate window at lr {cfg.lr:g}: phase {round(at_rate * n)}/{n} "
+            f"({100 * at_rate:.1f}%), trainable-or-not {round(self.agreement_trainable_at_rate * n)}/{n} "
+            f"({100 * self.agreement_trainable_at_rate:.1f}%)")
         return (f"trained vs predicted ({self.theory} theory): phase agrees in {int(self.agrees.sum())}/{n} cells "
                 f"({100 * self.agreement:.1f}%), trainable-or-not in {int(self.agrees_trainable.sum())}/{n} "
-                f"({100 * self.agreement_trainable:.1f}%); {self.spec.shape[1]} betas x {self.spec.shape[0]} alphas, "
+                f"({100 * self.agreement_trainable:.1f}%){rate}; {self.spec.shape[1]} betas x {self.spec.shape[0]} alphas, "
                 f"depth {cfg.depth}, d={cfg.width}, T={cfg.seq_len}, {cfg.steps} steps, "
                 f"{len(self.spec.seeds)} seed(s) per cell"
                 + (f"; {diverged} cell(s) diverged" if (diverged := int((self.phase == DIVERGED).sum())) else ""))

@@ -117,7 +117,8 @@ def run_trained_diagram(args) -> int:
     train is called entropy-collapsed when some layer's attention entropy at init is below
     (1/2) log T, else rank-collapsed when its token cosine after the last block at init is
     above the threshold. Writes OUT/trained_diagram.png, .npz and .json with the agreement against
-    the theory's phases. Needs the validation extra.
+    the theory's phases, at init and with the learning-rate window at --lr (cells trainable at init
+    whose window excludes the rate are expected not to train). Needs the validation extra.
     """
     import numpy as np
 
@@ -160,6 +161,9 @@ def run_trained_diagram(args) -> int:
     if args.json:
         print(dumps({"files": files, "agreement": diagram.agreement,
                      "agreement_trainable": diagram.agreement_trainable, "cells": int(diagram.phase.size),
+                     "agreement_at_rate": diagram.agreement_at_rate,
+                     "agreement_trainable_at_rate": diagram.agreement_trainable_at_rate,
+                     "predicted_phase_at_rate": diagram.predicted_at_rate(),
                      "theory": diagram.theory, "confusion_predicted_vs_trained": diagram.confusion(),
                      "trained_phase": diagram.phase, "predicted_phase": diagram.predicted.phase,
                      "final_test_loss": diagram.final_test_loss, "trained_fraction": diagram.fraction,
