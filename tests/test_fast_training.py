@@ -304,3 +304,28 @@ def test_bench_training_times_each_piece(monkeypatch, capsys):
     assert all(0 < r["ratio"] and r["tokens_per_s"] > 0 for r in record["variants"].values())
     assert record["matmul_gflops"] > 0 and written["bench_training"]["device"] == "cpu"
     sys.modules.pop("bench_training", None)
+
+
+def test_training_time_is_estimated_at_the_training_precisions_rate(monkeypatch):
+    """The estimate divides the run's FLOPs by the rate of the precision it trains in: float32
+    (flop_rate) on the CPU, a large bf16 product on CUDA (the autocast; a 256 x 256 float32
+    product is launch-bound there and read 0.5 TFLOP/s on an H200, estimating a 4-minute grid
+    at 4.3 hours). The measurement is replaced by a recorder: no GPU is needed."""
+    from remprop.theory import Architecture
+    from remprop.validation.training import TrainConfig
+    from remprop.validation.training import work
+
+    asked = []
+
+    def measured(device, threads, size=256, dtype="float32"):
+        asked.append((device, size, dtype))
+        return 1e12 if device.startswith("cuda") else 1e10
+
+    monkeypatch.setattr(work, "_measured_rate", measured)
+    assert work.training_flop_rate("cpu") == work.flop_rate("cpu") == 1e10
+    assert work.training_flop_rate("cuda") == 1e12
+    assert asked[-1] == ("cuda", 4096, "bfloat16")
+    config = TrainConfig(arch=Architecture(), depth=4, width=32, seq_len=16, batch_size=4, steps=10, vocab_size=64)
+    small = work.SECONDS_PER_BLOCK_STEP * 4 * (10 + (10 // config.eval_every + 2) * config.eval_batches)
+    for device, rate in (("cpu", 1e10), ("cuda", 1e12)):
+        assert work.training_seconds(config, 64, device) == pytest.approx(work.training_flops(config, 64) / rate + small)

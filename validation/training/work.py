@@ -20,9 +20,12 @@ whatever it is asked.
 forward passes a step (forward and backward), one a held-out batch at each evaluation,
 three for each of the two probes, a forward pass costing
 ``2 B T L (4 d^2 + 3 d f) + 4 B T^2 d L + 2 n V d`` -- divided by the matrix-multiply
-rate measured on the device (:func:`flop_rate`, once per process), plus a fixed cost per
-block and step for the many small operations of a step (:data:`SECONDS_PER_BLOCK_STEP`).
-It is a lower bound of the order of magnitude, enough to refuse runs of hours or years.
+rate measured on the device in the precision the training runs in (:func:`training_flop_rate`,
+once per process), plus a fixed cost per block and step for the many small operations of a
+step (:data:`SECONDS_PER_BLOCK_STEP`). It is a lower bound of the order of magnitude, enough to
+refuse runs of hours or years. (On one H200 the depth-48 grid of docs/training.md, 18 runs of
+400 steps trained as three stacked rows, took 4 min; timed with the float32 256 x 256 product
+that ``flop_rate`` measures, 0.5 TFLOP/s there, it was estimated at 4.3 h.)
 """
 from __future__ import annotations
 
@@ -32,8 +35,8 @@ import time
 
 import torch
 
-__all__ = ["training_bytes", "training_flops", "training_seconds", "flop_rate", "simulation_flop_rate",
-           "SECONDS_PER_BLOCK_STEP"]
+__all__ = ["training_bytes", "training_flops", "training_seconds", "flop_rate", "training_flop_rate",
+           "simulation_flop_rate", "SECONDS_PER_BLOCK_STEP"]
 
 #: Time of the small operations (launches, normalisations, activations) of one block in one step.
 SECONDS_PER_BLOCK_STEP = 2e-3
@@ -67,10 +70,15 @@ def training_flops(config, vocab_size=None) -> float:
     return forward * (3 * config.steps + evaluations * config.eval_batches + 6 * config.eval_batches)
 
 
+#: The product :func:`training_flop_rate` times on CUDA: bf16 (the training's autocast), large
+#: enough that one product is not launch-bound.
+_CUDA_TRAINING_PRODUCT = (4096, "bfloat16")
+
+
 @functools.lru_cache(maxsize=8)
-def _measured_rate(device: str, threads: int) -> float:
-    size, repeats = 256, 8
-    a = torch.randn(size, size, device=device)
+def _measured_rate(device: str, threads: int, size: int = 256, dtype: str = "float32") -> float:
+    repeats = 8
+    a = torch.randn(size, size, device=device, dtype=getattr(torch, dtype))
     (a @ a).sum().item()  # warm up
     start = time.perf_counter()
     for _ in range(repeats):
@@ -84,6 +92,18 @@ def flop_rate(device) -> float:
     """Floating-point operations per second of a float32 matrix product on ``device``
     (measured once per process, device and torch thread count)."""
     return _measured_rate(str(torch.device(device)), torch.get_num_threads())
+
+
+def training_flop_rate(device) -> float:
+    """The rate (floating-point operations per second) at which a training run's time is estimated
+    on ``device``: on CUDA a bf16 product of 4096 x 4096 matrices, the precision of the training's
+    autocast (:mod:`remprop.validation.training.loop`); elsewhere :func:`flop_rate` (float32, the
+    precision the CPU trains in). Measured once per process."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        size, dtype = _CUDA_TRAINING_PRODUCT
+        return _measured_rate(str(device), torch.get_num_threads(), size, dtype)
+    return flop_rate(device)
 
 
 def simulation_flop_rate(device) -> float:
@@ -100,4 +120,4 @@ def training_seconds(config, vocab_size=None, device="cpu") -> float:
     """Estimated seconds to train ``config`` on ``device`` (module docstring)."""
     evaluations = config.steps // config.eval_every + 2
     small = SECONDS_PER_BLOCK_STEP * config.depth * (config.steps + evaluations * config.eval_batches)
-    return training_flops(config, vocab_size) / flop_rate(device) + small
+    return training_flops(config, vocab_size) / training_flop_rate(device) + small
