@@ -12,7 +12,9 @@ one column per beta and one row per alpha of the grid (``cividis``, monotone in 
 0 to 1; the value written in each cell of a small grid), with the cells' own boundaries
 drawn along their edges: where the predicted phase of the cells changes (white dashed) and
 around the cells with ``f >= diagram.TRAINED_FRACTION`` (solid black) -- no contour interpolated through a
-coarse grid. The title gives both agreements.
+coarse grid. The title gives both agreements, and the agreement with the learning-rate window at the
+grid's rate (:attr:`TrainedDiagram.agreement_at_rate
+<remprop.validation.training.trained_diagram.TrainedDiagram.agreement_at_rate>`).
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c, f).
 """
@@ -89,14 +91,17 @@ def trained_diagram_figure(diagram, *, fine_points=120) -> Figure:
     fig.legend(handles=handles, loc="outside lower left", ncol=2, fontsize=8, frameon=False)
 
     _fraction_table(fig, right, diagram)
-    arch = cfg.arch
+    arch, cells = cfg.arch, diagram.agrees.size
+    at_rate = diagram.agreement_at_rate
+    rate = "" if at_rate is None else (f"; with the learning-rate window at lr {cfg.lr:g}: "
+                                       f"{round(at_rate * cells)}/{cells} ({100 * at_rate:.0f}%)")
     fig.suptitle(
         f"trained diagram: {NORM_TITLES.get(arch.norm, arch.norm)} {arch.attention} attention, {arch.activation} "
         f"MLP, $L = {cfg.depth}$, $d = {cfg.width}$, $T = {cfg.seq_len}$, {cfg.steps} steps, "
         f"{len(spec.seeds)} seed(s)\n"
-        f"trained phase = predicted in {int(diagram.agrees.sum())}/{diagram.agrees.size} cells "
+        f"trained phase = predicted in {int(diagram.agrees.sum())}/{cells} cells "
         f"({100 * diagram.agreement:.0f}%); trainable or not agrees in {int(diagram.agrees_trainable.sum())}/"
-        f"{diagram.agrees.size} ({100 * diagram.agreement_trainable:.0f}%)", fontsize=11)
+        f"{cells} ({100 * diagram.agreement_trainable:.0f}%){rate}", fontsize=11)
     return keep_labels_clear(fig)
 
 
