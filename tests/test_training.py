@@ -224,6 +224,23 @@ def test_verdict_sets_the_theory_phase_at_init_beside_the_trained_outcome(tmp_pa
         assert shown["theory_phase"] == PHASE_LABELS[expected] and f": {PHASE_LABELS[expected]};" in shown["line"]
     assert {run_verdict(replace(result, config=cfg.replace(beta=b)))["theory_phase"] for b in (0.5, 40.0)} == \
         {PHASE_LABELS[TRAINABLE], PHASE_LABELS[ENTROPY_COLLAPSE]}
+    # the learning-rate window at the run's width and steps, and what it expects at the run's rate
+    # (also at depth 4 and 300 steps: the window of the run's own depth 1 and 3 steps is empty, its
+    # floor above its ceiling; the verdict reads the sizes from the config only)
+    from remprop.theory import learning_rate_ceiling
+    rho0 = float(result.init["token_cosine"][0])
+    for depth, steps in ((cfg.depth, cfg.steps), (4, 300)):
+        window = learning_rate_ceiling(cfg.arch.replace(seq_len=cfg.seq_len), depth, cfg.width, steps, cfg.beta,
+                                       1.0, rho0)
+        shown = run_verdict(replace(result, config=cfg.replace(depth=depth, steps=steps)))["lr_window"]
+        assert shown == (pytest.approx(float(window.floor)), pytest.approx(float(window.ceiling)))
+    floor, ceiling = float(window.floor), float(window.ceiling)
+    assert floor < ceiling
+    for lr, expected in ((floor / 2, "lr below floor"), (ceiling * 2, "lr above ceiling"),
+                         (math.sqrt(floor * ceiling), "trainable")):
+        shown = run_verdict(replace(result, config=cfg.replace(lr=lr, depth=4, steps=300)))
+        assert shown["expected_at_rate"] == expected, (lr, shown["line"])
+        assert ("expected to train;" in shown["line"]) == (expected == "trainable"), shown["line"]
     # the outcome: the final loss against the unigram loss, in either direction
     assert verdict["gain"] == pytest.approx(result.unigram_loss - result.final_test_loss)
     worse = run_verdict(replace(result, test_loss=np.append(result.test_loss[:-1], result.unigram_loss + 0.5)))

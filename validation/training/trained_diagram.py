@@ -89,7 +89,8 @@ import numpy as np
 from remprop.diagrams import (ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram,
                               trainability_diagram)
 from remprop.diagrams.grid_result import CELL_AXES, ComparedView, GridResult, cell_array, check_arrays, suffixed
-from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR, diagram_window, phases_at_rate
+from remprop.diagrams.learning_rate import (LR_ABOVE_CEILING, LR_BELOW_FLOOR, LR_LABELS, diagram_window,
+                                            phases_at_rate)
 from remprop.theory import DEFAULT_THRESHOLD
 
 from ..experiments.cell_store import MANIFEST_NAME
@@ -196,18 +197,33 @@ def run_verdict(result, theory="auto", threshold=DEFAULT_THRESHOLD) -> dict:
     label it; the outcome is its final test loss ``L`` against the unigram loss ``U``:
     ``gain = U - L`` nats (> 0: it learned more than the token frequencies).
 
+    Beside the phase at init stands the theory's learning-rate window at the run's width and
+    steps (:func:`remprop.diagrams.learning_rate.diagram_window`, docs/theory.md section 20) and
+    what it expects at the run's ``lr``: a cell trainable at init trains only inside it.
+
     Returns
     -------
     dict
-        ``theory_phase`` (label), ``theory``, ``final_test_loss``, ``unigram_loss``, ``gain``,
-        ``beat_unigram`` (bool), ``diverged`` (bool) and ``line``: one line saying all that.
+        ``theory_phase`` (label), ``theory``, ``lr_window`` (``(floor, ceiling)``, None where the
+        window has no derivation), ``expected_at_rate`` (a label of
+        :data:`remprop.diagrams.learning_rate.LR_LABELS`, or None), ``final_test_loss``,
+        ``unigram_loss``, ``gain``, ``beat_unigram`` (bool), ``diverged`` (bool) and ``line``: one
+        line saying all that.
     """
     config = result.config
     cosine = np.asarray(result.init.get("token_cosine", []), dtype=float)
     rho = float(np.clip(cosine[0], -1.0, 1.0)) if cosine.size and np.isfinite(cosine[0]) else 0.0
     theory = resolve_theory(theory)
-    phase = PHASE_LABELS[int(predicted_diagram(config, config.beta, config.arch.alpha_sa, theory, threshold,
-                                               rho).phase[0, 0])]
+    predicted = predicted_diagram(config, config.beta, config.arch.alpha_sa, theory, threshold, rho)
+    phase = PHASE_LABELS[int(predicted.phase[0, 0])]
+    window = _window(predicted, config)
+    if window is not None:  # one cell
+        window = tuple(float(edge[0, 0]) for edge in window)
+    at_rate = None if window is None else LR_LABELS[int(phases_at_rate(predicted.phase, window[1], config.lr,
+                                                                       window[0])[0, 0])]
+    rate = "" if window is None else (
+        f"; at lr {config.lr:g} (its window {window[0]:.2g} - {window[1]:.2g}): "
+        + ("expected to train" if at_rate == PHASE_LABELS[TRAINABLE] else f"expected not to train ({at_rate})"))
     loss, unigram = float(result.final_test_loss), float(result.unigram_loss)
     diverged = result.diverged is not None or not np.isfinite(loss)
     gain = unigram - loss
@@ -220,19 +236,27 @@ def run_verdict(result, theory="auto", threshold=DEFAULT_THRESHOLD) -> dict:
         outcome = (f"trained: final test loss {loss:.4f}, {abs(gain):.4f} nats {side} the unigram loss {unigram:.4f} "
                    f"({'learned beyond' if gain > 0 else 'did not beat'} the token frequencies; 'trainable' needs a "
                    f"grid's best cell, remprop trained-diagram)")
-    return {"theory_phase": phase, "theory": theory, "final_test_loss": loss, "unigram_loss": unigram, "gain": gain,
+    return {"theory_phase": phase, "theory": theory, "lr_window": window, "expected_at_rate": at_rate,
+            "final_test_loss": loss, "unigram_loss": unigram, "gain": gain,
             "beat_unigram": bool(not diverged and gain > 0), "diverged": bool(diverged),
-            "line": f"verdict: {where}; {outcome}"}
+            "line": f"verdict: {where}{rate}; {outcome}"}
+
+
+def _window(predicted, config):
+    """``(floor, ceiling)`` of the cells of ``predicted`` at ``config``'s width and steps
+    (:func:`~remprop.diagrams.learning_rate.diagram_window`); None where the window has no
+    derivation for the block (its ``ValueError``): a trained grid still gets its diagram."""
+    try:
+        return diagram_window(predicted, config.width, config.steps)
+    except ValueError:
+        return None
 
 
 def _phases_at_rate(predicted, config):
-    """:func:`~remprop.diagrams.learning_rate.phases_at_rate` of ``predicted`` at ``config``'s rate,
-    width and steps; None where the window has no derivation (``ValueError`` from it)."""
-    try:
-        floor, ceiling = diagram_window(predicted, config.width, config.steps)
-    except ValueError:
-        return None
-    return phases_at_rate(predicted.phase, ceiling, config.lr, floor)
+    """:func:`~remprop.diagrams.learning_rate.phases_at_rate` of ``predicted`` at ``config``'s rate
+    and window (:func:`_window`); None without a window."""
+    window = _window(predicted, config)
+    return None if window is None else phases_at_rate(predicted.phase, window[1], config.lr, window[0])
 
 
 def _rate_values(phase, at_rate) -> dict:
@@ -464,7 +488,8 @@ class TrainedDiagram(ComparedView):
             f"({100 * self.agreement_trainable_at_rate:.1f}%)")
         return (f"trained vs predicted ({self.theory} theory): phase agrees in {int(self.agrees.sum())}/{n} cells "
                 f"({100 * self.agreement:.1f}%), trainable-or-not in {int(self.agrees_trainable.sum())}/{n} "
-                f"({100 * self.agreement_trainable:.1f}%){rate}; {self.spec.shape[1]} betas x {self.spec.shape[0]} alphas, "
+                f"({100 * self.agreement_trainable:.1f}%){rate}; "
+                f"{self.spec.shape[1]} betas x {self.spec.shape[0]} alphas, "
                 f"depth {cfg.depth}, d={cfg.width}, T={cfg.seq_len}, {cfg.steps} steps, "
                 f"{len(self.spec.seeds)} seed(s) per cell"
                 + (f"; {diverged} cell(s) diverged" if (diverged := int((self.phase == DIVERGED).sum())) else ""))
