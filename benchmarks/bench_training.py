@@ -18,7 +18,10 @@ Measured in one run on one device:
    * ``+adamw``: AdamW fused on CUDA, ``foreach`` elsewhere
      (:func:`remprop.validation.training.loop.adamw_implementation`), as :func:`train` does;
    * ``+compile``: the blocks through ``torch.compile`` (``TrainConfig(compile=True)``; on CUDA
-     by default, on the CPU only with ``--compile``: inductor's C++ build takes minutes there).
+     by default, on the CPU only with ``--compile``: inductor's C++ build takes minutes there);
+   * ``+compile-stack``: the whole stack as one compiled graph
+     (``MaskedLMStack.compile_blocks(whole_stack=True)``; not what :func:`train` does yet: the
+     candidate for CUDA, where one CUDA graph per block misses the graph trees' fast path).
 
 Matmul FLOPs of one step (forward + backward = 3 x forward):
 
@@ -54,7 +57,7 @@ TARGETS = {("cpu", "default"): 0.8, ("cuda", "bert-base"): 0.5, ("cuda", "deep")
 SIZES = {"default": dict(width=256, d_ff=1024, depth=4, seq_len=128, batch=16, heads=1),
          "bert-base": dict(width=768, d_ff=3072, depth=12, seq_len=128, batch=64, heads=12),
          "deep": dict(width=256, d_ff=1024, depth=48, seq_len=128, batch=64, heads=4)}
-VARIANTS = ("before", "+sdpa", "+adamw", "+compile")
+VARIANTS = ("before", "+sdpa", "+adamw", "+compile", "+compile-stack")
 CUDA_JSON = REPO / "docs" / "data" / "bench-training-cuda.json"
 
 
@@ -102,7 +105,8 @@ def run_size(torch, device, size, variants, steps, vocab_size, sync):
         torch.manual_seed(0)
         model = build_model(config, corpus.vocab_size, device)
         if level >= 3:
-            model.compile_blocks(**compile_options(config.replace(compile=True), device))
+            model.compile_blocks(**compile_options(config.replace(compile=True), device),
+                                 whole_stack=variant == "+compile-stack")
         optimizer, scheduler = optimiser(model, config)
         if level < 2:  # torch's default AdamW kernels, as before the fast path
             for group in optimizer.param_groups:
@@ -155,9 +159,9 @@ def main(argv=None) -> int:
     parser.add_argument("--size", action="append", choices=tuple(SIZES),
                         help="benchmark size, repeatable (default: 'default' on the CPU, bert-base and deep on CUDA)")
     parser.add_argument("--variants", default=None,
-                        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all but +compile on the "
-                             "CPU, all on CUDA)")
-    parser.add_argument("--compile", action="store_true", help="also time +compile on the CPU")
+                        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all but the +compile ones "
+                             "on the CPU, all on CUDA)")
+    parser.add_argument("--compile", action="store_true", help="also time +compile and +compile-stack on the CPU")
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per variant (default: 8; best kept)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
@@ -182,7 +186,7 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--variants: unknown {unknown[0]!r} (choose from {', '.join(VARIANTS)})")
     else:
-        variants = [v for v in VARIANTS if v != "+compile" or cuda or args.compile]
+        variants = [v for v in VARIANTS if not v.startswith("+compile") or cuda or args.compile]
     result = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if cuda else None,
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "autocast": "bfloat16" if cuda else None, "machine": machine(), "sizes": {}}

@@ -104,6 +104,7 @@ class MaskedLMStack(nn.Module):
         self.head_weight = nn.Parameter(head)
         self.head_bias = nn.Parameter(torch.zeros(vocab_size, device=device))
         self._compiled_block = None
+        self._compiled_stack = None
 
     def hidden(self, ids: torch.Tensor, observe=None) -> torch.Tensor:
         """The residual stream after the last block, ``(batch, T, d)``.
@@ -127,22 +128,33 @@ class MaskedLMStack(nn.Module):
         """One block, unobserved (attention fused where it can be): the unit :meth:`compile_blocks` compiles."""
         return self.stack.block(x, weights, need_probs=False)[0]
 
-    def _blocks(self, x):
-        """The blocks on the embedded input, unobserved."""
+    def _each_block(self, x):
+        """The blocks on the embedded input, unobserved, one (compiled or eager) block at a time."""
         step = self._block if self._compiled_block is None else self._compiled_block
         for block in self.blocks:
             x = step(x, block.weights())
         return x
 
-    def compile_blocks(self, **options):
+    def _blocks(self, x):
+        """The blocks on the embedded input, unobserved (:meth:`compile_blocks`)."""
+        return self._each_block(x) if self._compiled_stack is None else self._compiled_stack(x)
+
+    def compile_blocks(self, *, whole_stack=False, **options):
         """Run the unobserved blocks (training steps, test loss) through ``torch.compile(**options)``.
 
-        One block is compiled, its weights inputs of the graph, so every block of a shape reuses one
-        graph and the build time does not grow with the depth. The observed passes
-        (:func:`~remprop.validation.training.loop.probe`) stay eager and keep their attention
+        By default one block is compiled, its weights inputs of the graph, so every block of a shape
+        reuses one graph and the build time does not grow with the depth. With ``whole_stack`` the
+        loop over the blocks is compiled as one graph instead: the build grows with the depth, but
+        the compiler fuses across blocks and, with ``mode="reduce-overhead"`` on CUDA, a step's
+        forward is one CUDA graph rather than one per block (whose replays cannot take the CUDA
+        graph trees' fast path while the earlier blocks' backwards are pending). The observed
+        passes (:func:`~remprop.validation.training.loop.probe`) stay eager and keep their attention
         probabilities; the weights are the same parameters either way.
         """
-        self._compiled_block = torch.compile(self._block, **options)
+        if whole_stack:
+            self._compiled_block, self._compiled_stack = None, torch.compile(self._each_block, **options)
+        else:
+            self._compiled_block, self._compiled_stack = torch.compile(self._block, **options), None
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, observe=None) -> torch.Tensor:
         """Logits ``(n, vocab)`` at the ``(sequence, position)`` pairs ``positions`` (n, 2)."""
