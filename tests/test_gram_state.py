@@ -326,7 +326,9 @@ def test_sampled_chain_keeps_the_row_fluctuations_of_a_simulated_layer():
     # beta = 2 (frozen), T = 32, a simplex input: the spread (coefficient of variation) of the
     # output token norms |a_i|^2 of one torch attention layer at d = 2048 (40 initialisations)
     # against 200 single draws; the mean Gram state has none. Tolerance: 4 combined standard
-    # errors plus the finite-width spread sqrt(2/d) of |W_V v|^2, added in quadrature
+    # errors plus the finite-width spread sqrt(2/d) of |W_V v|^2, added in quadrature. The layer
+    # runs in float32 (rounding 6e-8, far below the spreads compared; the d x d draws take a third
+    # of float64's time)
     from remprop.theory import components
     from remprop.theory.gram_state import _SampledGramWalker
     from remprop.validation import layers
@@ -344,10 +346,10 @@ def test_sampled_chain_keeps_the_row_fluctuations_of_a_simulated_layer():
     simulated = []
     for seed in range(40):
         frame = np.linalg.qr(rng.standard_normal((d, T)))[0].T * math.sqrt(d)     # x x^T / d = g exactly
-        x = torch.tensor(np.linalg.cholesky(g) @ frame)
+        x = torch.tensor(np.linalg.cholesky(g) @ frame, dtype=torch.float32)
         weights = layers.draw_attention_weights(torch.Generator().manual_seed(seed), d, beta, T, 0.2, 4e-4,
-                                                dtype=torch.float64, device="cpu")
-        a = layers.softmax_attention(x[None], weights)[0][0]
+                                                dtype=torch.float32, device="cpu")
+        a = layers.softmax_attention(x[None], weights)[0][0].double()
         simulated.append(spread((a @ a.T / d).numpy()))
     simulated = np.array(simulated)
     se = math.hypot(theory.std(ddof=1) / math.sqrt(len(theory)), simulated.std(ddof=1) / math.sqrt(len(simulated)))
