@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # One GPU session's device checks (issues 23 and 27), in the order of their priority, each
 # time-boxed so that a slow step cannot take the later ones' results with it. STAGES (default
-# "bench stack batched diagram") picks them:
+# "stack figs": what is still unmeasured) picks them, in this order:
 #
 #   bench    benchmarks/bench_training.py --device cuda: bert-base, then deep (before, +sdpa,
 #            +adamw, +compile);
-#   stack    the same for +compile-stack (the whole stack one compiled graph), bert-base then deep;
+#   stack    +compile beside +compile-stack (the whole stack one compiled graph) in one process at
+#            bert-base, then +compile-stack at deep;
 #   batched  benchmarks/bench_batched_training.py --device cuda: runs per hour one at a time / batched;
+#   figs     remprop figures --only 6,8 at the paper's sizes on CUDA, with whatever time is left
+#            before the diagram (estimated at 8e16 floating-point operations: more than one
+#            session; its finished training runs are kept in OUT/figs.tgz, and a figs.tgz carried
+#            to the machine as .gpu/figs.tgz is unpacked first, so the next session resumes: put
+#            it in .gpu/, ignored through .git/info/exclude, and name .gpu in the run's carry);
 #   diagram  the depth-48 trained diagram of docs/training.md (post-LN, 3 x 3 cells x 2 seeds), with
 #            whatever time is left (its cells are written as they finish; an interrupted grid resumes).
 #
@@ -21,7 +27,7 @@
 set -u
 out=${1:?usage: bash benchmarks/cuda_session.sh OUT [SECONDS]}
 budget=${2:-540}
-stages=" ${3:-bench stack batched diagram} "
+stages=" ${3:-stack figs} "
 want() { [[ "$stages" == *" $1 "* ]]; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -52,11 +58,12 @@ if want bench; then
     done
 fi
 if want stack; then
-    for size in bert-base deep; do
-        stamp "bench_training $size +compile-stack"
-        timeout -k 5 240 python3 benchmarks/bench_training.py --device cuda --size $size --steps 5 --json \
-            --variants +compile-stack > "$out/bench-training-$size-stack.json"
-    done
+    stamp "bench_training bert-base +compile, +compile-stack"
+    timeout -k 5 300 python3 benchmarks/bench_training.py --device cuda --size bert-base --steps 5 --json \
+        --variants +compile,+compile-stack > "$out/bench-training-bert-base-stack.json"
+    stamp "bench_training deep +compile-stack"
+    timeout -k 5 240 python3 benchmarks/bench_training.py --device cuda --size deep --steps 5 --json \
+        --variants +compile-stack > "$out/bench-training-deep-stack.json"
 fi
 if want batched; then
     stamp "bench_batched_training"
@@ -65,6 +72,17 @@ if want batched; then
 fi
 
 wait
+if want figs; then
+    limit=$(( $(left) - 30 ))
+    stamp "figures 6 and 8 at the paper's sizes ($limit s)"
+    [ -f .gpu/figs.tgz ] && tar xzf .gpu/figs.tgz -C "$out"
+    if [ "$limit" -gt 60 ]; then
+        timeout -s INT -k 10 "$limit" python3 -m remprop figures --only 6,8 --device cuda --out "$out/figs" \
+            --max-seconds 1e6 --max-memory 100 --json > "$out/figures-6-8.json"
+        echo "figures exit status $?"
+    fi
+    [ -d "$out/figs" ] && tar czf "$out/figs.tgz" -C "$out" figs && rm -rf "$out/figs"
+fi
 limit=$(( $(left) - 20 ))
 stamp "trained diagram, depth 48 ($limit s)"
 if want diagram && [ "$limit" -gt 30 ]; then
