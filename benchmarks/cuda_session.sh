@@ -21,9 +21,9 @@
 #     bash benchmarks/cuda_session.sh OUT [SECONDS] [STAGES]
 #
 # SECONDS (default 540) is the whole script's budget. The first session (2026-11-28, one H200)
-# ran bench, batched and diagram (then the pre-LN diagram by hand): docs/data/cuda-session-h200.log. Needs torch with CUDA, numba, scipy,
-# sympy and matplotlib in python3; installs remprop into it without network (editable, no
-# dependencies), or, where pip cannot build, runs it from the tree.
+# ran bench, batched and diagram (then the pre-LN diagram by hand): docs/data/cuda-session-h200.log.
+# Needs torch with CUDA, numba, scipy, sympy and matplotlib in python3; installs remprop into it
+# without network (editable, no dependencies), or, where pip cannot build, runs it from the tree.
 set -u
 out=${1:?usage: bash benchmarks/cuda_session.sh OUT [SECONDS]}
 budget=${2:-540}
