@@ -331,3 +331,22 @@ def test_training_time_is_estimated_at_the_training_precisions_rate(monkeypatch)
     for device, rate in (("cpu", 1e10), ("cuda", 1e12)):
         expected = work.training_flops(config, 64) / rate + small
         assert work.training_seconds(config, 64, device) == pytest.approx(expected)
+
+
+def test_torch_threads_holds_once_numbas_threading_layer_starts():
+    """A fresh process with OMP_NUM_THREADS=1 (what dask gives its workers): numba's first call,
+    inside torch_threads, starts numba's threading layer, whose OpenMP start-up set the process's
+    OpenMP count to numba's own (NUMBA_NUM_THREADS, here 2), and torch read it: a dask worker
+    trained its cells on two threads, 15x slower with two workers on two cores. Inside the block
+    the count is the one asked for, and after it the one before."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom remprop.validation.backend import torch_threads\n"
+            "with torch_threads(1):\n    inside = torch.get_num_threads()\nprint(inside, torch.get_num_threads())\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "2"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    inside, after = (int(v) for v in result.stdout.split())
+    assert inside == 1 and after == 1, result.stdout

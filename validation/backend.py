@@ -125,14 +125,18 @@ def torch_threads(count: int):
     numba kernels run with the same count inside the block: numba's OpenMP layer sets the
     process's OpenMP thread count at every parallel launch, which torch reads, so a theory
     call inside the block would otherwise leave torch on every core (12x slower small
-    training steps were measured on two shared cores).
+    training steps were measured on two shared cores). The same start-up, on numba's first
+    call in a process, did it once more: a fresh dask worker (``OMP_NUM_THREADS=1``) trained its
+    cells on two torch threads, 15x slower with two such workers on two cores.
     """
     import numba
 
     before = torch.get_num_threads()
     numba_before = numba.get_num_threads()
     numba.set_num_threads(max(1, min(count, numba.config.NUMBA_NUM_THREADS)))
-    if before != count:
+    # read again: numba's first call starts its threading layer, whose OpenMP start-up sets the
+    # process's OpenMP count to numba's own (all cores), which torch then reads
+    if torch.get_num_threads() != count:
         torch.set_num_threads(count)
     try:
         yield
