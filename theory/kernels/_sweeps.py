@@ -55,7 +55,7 @@ import numba
 from numba import njit
 from numba.extending import register_jitable
 
-from .._jit import borrowed, specialised
+from .._jit import borrowed, inline_jitable, specialised
 from ..components.base import Component
 from ..rem import cross_overlap_table, participation_table
 from ._tree import COLUMNS, NO_SCALE, PARAMS, SCALE_INPUTS, KernelBuilder, digest, stream_scaling
@@ -87,7 +87,7 @@ def scale_factor(exponent):
     return math.ldexp(1.0, -int(max(min(exponent, 1100.0), -1000.0)))
 
 
-@register_jitable(forceinline=True)
+@inline_jitable
 def cell_row(prm, j, alpha_sa, scale):
     """The step's row of cell ``j`` of a batch: its :data:`COLUMNS` (``alpha_sa`` given apart, the
     bisection's trial value), then the carried scale ``s``. A tuple: passed by value, with no

@@ -4,7 +4,7 @@
 ``component.kernel(build)`` (:meth:`remprop.theory.components.Component.kernel`); the builder
 names it after the component's :meth:`~remprop.theory.components.Component.kernel_key`
 (``remprop.theory._jit.specialised``) and registers it with numba: compiled once per process
-(``register_jitable``) and marked ``forceinline``, so that LLVM inlines the whole tree into the
+and inlined by LLVM (``remprop.theory._jit.inline_jitable``), so that the whole tree sits in the
 sweeps' loop over a batch of cells. Equal subtrees share one step (the two LayerNorms of a
 post-LN block are one function).
 """
@@ -14,9 +14,8 @@ import hashlib
 from typing import NamedTuple
 
 import numpy as np
-from numba.extending import register_jitable
 
-from .._jit import specialised
+from .._jit import inline_jitable, specialised
 from ..activations import activation_spec
 from ..components.base import Column, Component
 
@@ -170,7 +169,7 @@ class KernelBuilder:
             raise ValueError(f"{component!r}.kernel(build) must return a step function, got {function!r}")
         else:
             specialised(function, f"{type(component).__name__}_{digest(key)}")
-            register_jitable(forceinline=True)(function)
+            inline_jitable(function)
             step = _REGISTERED[function] = Step(function, frame.reads_table, frame.cacheable,
                                                 frozenset(frame.columns))
         _STEPS[key] = step
@@ -197,5 +196,5 @@ def _reader(index, value):
         else:
             raise ValueError(f"a rescaled column has degree -1, 0 or 1, got {value!r}")
         tag = f"constant_{float(value).hex()}" if index is None else f"column{index}_degree{value}"
-        _READERS[key] = register_jitable(forceinline=True)(specialised(read, tag))
+        _READERS[key] = inline_jitable(specialised(read, tag))
     return _READERS[key]
