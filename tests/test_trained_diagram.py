@@ -25,8 +25,9 @@ from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR  # n
 from remprop.theory import Architecture, learning_rate_ceiling  # noqa: E402
 from remprop.validation.experiments.cell_store import DamagedRecordWarning  # noqa: E402
 from remprop.validation.training.config import TrainConfig  # noqa: E402
-from remprop.validation.training.trained_diagram import (TRAINED_FRACTION, UNTRAINED, TrainedDiagram,  # noqa: E402
-                                                         classify_trained, trained_fraction)
+from remprop.validation.training.trained_diagram import (DIVERGED, TRAINED_FRACTION, UNTRAINED,  # noqa: E402
+                                                         TrainedDiagram, classify_trained, predicted_diagram,
+                                                         trained_fraction)
 from remprop.validation.training.trained_grid import (TrainedGridSpec, load_trained_records,  # noqa: E402
                                                       run_trained_grid, train_cell)
 
@@ -285,6 +286,32 @@ def test_trained_diagram_reads_back_from_its_files(tmp_path):
     old.write_text(json.dumps({"format": "remprop.trained_diagram/1", "cells": 6}))
     with pytest.raises(ValueError, match=f"^path: {old} .*remprop trained-diagram --out FOLDER"):
         TrainedDiagram.load(tmp_path / "old")
+
+
+#: The trained diagrams of docs/training.md stored with their arrays (``TrainedDiagram.save``).
+STORED = sorted((HERE.parent / "docs" / "data").glob("trained-diagram-*.npz"))
+
+
+@pytest.mark.parametrize("path", STORED, ids=[path.stem for path in STORED])
+def test_stored_diagrams_follow_from_their_own_numbers(path):
+    """A diagram docs/training.md reports still loads, and what it records follows from its numbers
+    under today's code: f from the losses, the trained labels from the rule, the theory's phases
+    from the grid's settings, and both agreements (at init, at the grid's rate) from the labels. A
+    change to the rule, the theory or the window that would alter a reported number fails here."""
+    diagram = TrainedDiagram.load(path.with_suffix(""))
+    spec, config = diagram.spec, diagram.spec.config
+    np.testing.assert_allclose(diagram.fraction, trained_fraction(diagram.final_test_loss, diagram.unigram_loss),
+                               rtol=1e-12)
+    np.testing.assert_array_equal(diagram.phase, classify_trained(
+        diagram.fraction, diagram.init_entropy_min, diagram.init_cosine_final, config.seq_len, spec.threshold,
+        ~np.isfinite(diagram.final_test_loss)))
+    theory = predicted_diagram(config, spec.betas, spec.alphas, diagram.theory, spec.threshold, diagram.input_rho)
+    np.testing.assert_array_equal(theory.phase, diagram.predicted.phase)
+    assert diagram.agreement == pytest.approx(np.mean(diagram.phase == theory.phase), abs=1e-12)
+    at_rate = diagram.predicted_at_rate()
+    outside = (at_rate == LR_ABOVE_CEILING) | (at_rate == LR_BELOW_FLOOR)
+    agrees = np.where(outside, (diagram.phase == UNTRAINED) | (diagram.phase == DIVERGED), diagram.phase == at_rate)
+    assert diagram.agreement_at_rate == pytest.approx(agrees.mean(), abs=1e-12)
 
 
 @pytest.mark.parametrize("argv, option", [
