@@ -260,6 +260,40 @@ def _kernels(tree, key):
     return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection, finite, columns, step.cacheable)
 
 
+@register_jitable
+def load_batch(params, start, count, prm, q, p, e, s, beta_c_first, beta_c_min):
+    """(Re)load the rows ``start:start + count`` into a batch's buffers.
+
+    This and :func:`batch_buffers` do not depend on the block: compiled once per process for
+    every tree (and cached), where as closures of :func:`_compile_sweeps` each tree compiled
+    its own copy (about 0.5 of the 2.5 s a further tree's first sweep took to compile)."""
+    for j in range(count):
+        for k in range(len(PARAMS)):
+            prm[k, j] = params[start + j, k]
+        q[j] = params[start + j, Q0]
+        p[j] = params[start + j, P0]
+        e[j] = params[start + j, LOG2_SCALE]
+        s[j] = scale_factor(e[j])
+        beta_c_first[j] = np.inf
+        beta_c_min[j] = np.inf
+
+
+@register_jitable
+def batch_buffers(params, b):
+    """Buffers of batch ``b``, loaded: ``(start, count, prm, q, p, e, s, beta_c_first, beta_c_min)``."""
+    start = b * BATCH
+    count = min(params.shape[0], start + BATCH) - start
+    prm = np.empty((len(PARAMS), BATCH))
+    q = np.empty(BATCH)
+    p = np.empty(BATCH)
+    e = np.zeros(BATCH)
+    s = np.ones(BATCH)
+    first = np.empty(BATCH)
+    low = np.empty(BATCH)
+    load_batch(params, start, count, prm, q, p, e, s, first, low)
+    return start, count, prm, q, p, e, s, first, low
+
+
 def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
     """The compiled ``(trajectories, final_states, min_alpha)`` around one block ``step``
     (``step(q, p, row, table) -> (q, p, beta_c)``), of scaling ``mode`` (``rescale_beta_c``: the
@@ -294,40 +328,11 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
 
     advance = register_jitable(specialised(advance, tag))
 
-    def load(params, start, count, prm, q, p, e, s, beta_c_first, beta_c_min):
-        """(Re)load the rows ``start:start + count`` into a batch's buffers."""
-        for j in range(count):
-            for k in range(len(PARAMS)):
-                prm[k, j] = params[start + j, k]
-            q[j] = params[start + j, Q0]
-            p[j] = params[start + j, P0]
-            e[j] = params[start + j, LOG2_SCALE]
-            s[j] = scale_factor(e[j])
-            beta_c_first[j] = np.inf
-            beta_c_min[j] = np.inf
-
-    load = register_jitable(specialised(load, tag))
-    def batch(params, b):
-        """Buffers of batch ``b``, loaded: ``(start, count, prm, q, p, e, s, beta_c_first, beta_c_min)``."""
-        start = b * BATCH
-        count = min(params.shape[0], start + BATCH) - start
-        prm = np.empty((len(PARAMS), BATCH))
-        q = np.empty(BATCH)
-        p = np.empty(BATCH)
-        e = np.zeros(BATCH)
-        s = np.ones(BATCH)
-        first = np.empty(BATCH)
-        low = np.empty(BATCH)
-        load(params, start, count, prm, q, p, e, s, first, low)
-        return start, count, prm, q, p, e, s, first, low
-
-    batch = register_jitable(specialised(batch, tag))
-
     def trajectories(params, depth, table, b0, b1, q_out, p_out, e_out, beta_c_out):
         """Whole trajectories of batches ``b0:b1``, into q, p, their log2 scale (n, depth + 1) and beta_c (n, depth)."""
         table = borrowed(table)
         for b in range(b0, b1):
-            start, count, prm, q, p, e, s, first, low = batch(params, b)
+            start, count, prm, q, p, e, s, first, low = batch_buffers(params, b)
             for j in range(count):
                 q_out[start + j, 0] = q[j]
                 p_out[start + j, 0] = p[j]
@@ -349,7 +354,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
         ``out`` (n, 5), without storing trajectories."""
         table = borrowed(table)
         for b in range(b0, b1):
-            start, count, prm, q, p, e, s, first, low = batch(params, b)
+            start, count, prm, q, p, e, s, first, low = batch_buffers(params, b)
             advance(q, p, e, s, first, low, prm, prm[ALPHA_SA], count, True, depth, table)
             for j in range(count):
                 out[start + j, 0] = q[j]
@@ -370,7 +375,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
         """
         table = borrowed(table)
         for b in range(b0, b1):
-            start, count, prm, q, p, e, s, first, low_bc = batch(params, b)
+            start, count, prm, q, p, e, s, first, low_bc = batch_buffers(params, b)
             low = np.zeros(BATCH)
             high = np.full(BATCH, alpha_max)
             trial = np.zeros(BATCH)
@@ -378,7 +383,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
             at_zero = np.empty(BATCH, dtype=np.bool_)
             for j in range(count):
                 at_zero[j] = p[j] / q[j] <= threshold
-            load(params, start, count, prm, q, p, e, s, first, low_bc)
+            load_batch(params, start, count, prm, q, p, e, s, first, low_bc)
             advance(q, p, e, s, first, low_bc, prm, high, count, True, depth, table)
             for j in range(count):
                 if at_zero[j]:
@@ -390,7 +395,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
             for _ in range(iterations):
                 for j in range(count):
                     trial[j] = 0.5 * (low[j] + high[j])
-                load(params, start, count, prm, q, p, e, s, first, low_bc)
+                load_batch(params, start, count, prm, q, p, e, s, first, low_bc)
                 advance(q, p, e, s, first, low_bc, prm, trial, count, True, depth, table)
                 for j in range(count):
                     if p[j] / q[j] <= threshold:
