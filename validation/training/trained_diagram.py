@@ -216,11 +216,9 @@ def run_verdict(result, theory="auto", threshold=DEFAULT_THRESHOLD) -> dict:
     theory = resolve_theory(theory)
     predicted = predicted_diagram(config, config.beta, config.arch.alpha_sa, theory, threshold, rho)
     phase = PHASE_LABELS[int(predicted.phase[0, 0])]
-    window = _window(predicted, config)
+    window, at_rate = _window_and_phases(predicted, config)
     if window is not None:  # one cell
-        window = tuple(float(edge[0, 0]) for edge in window)
-    at_rate = None if window is None else LR_LABELS[int(phases_at_rate(predicted.phase, window[1], config.lr,
-                                                                       window[0])[0, 0])]
+        window, at_rate = tuple(float(edge[0, 0]) for edge in window), LR_LABELS[int(at_rate[0, 0])]
     rate = "" if window is None else (
         f"; at lr {config.lr:g} (its window {window[0]:.2g} - {window[1]:.2g}): "
         + ("expected to train" if at_rate == PHASE_LABELS[TRAINABLE] else f"expected not to train ({at_rate})"))
@@ -242,21 +240,17 @@ def run_verdict(result, theory="auto", threshold=DEFAULT_THRESHOLD) -> dict:
             "line": f"verdict: {where}{rate}; {outcome}"}
 
 
-def _window(predicted, config):
-    """``(floor, ceiling)`` of the cells of ``predicted`` at ``config``'s width and steps
-    (:func:`~remprop.diagrams.learning_rate.diagram_window`); None where the window has no
-    derivation for the block (its ``ValueError``): a trained grid still gets its diagram."""
+def _window_and_phases(predicted, config):
+    """``((floor, ceiling), phases)``: the window of the cells of ``predicted`` at ``config``'s width
+    and steps (:func:`~remprop.diagrams.learning_rate.diagram_window`) and the phases at
+    ``config``'s rate (:func:`~remprop.diagrams.learning_rate.phases_at_rate`); ``(None, None)``
+    where the window has no derivation for the block (its ``ValueError``): a trained grid still
+    gets its diagram."""
     try:
-        return diagram_window(predicted, config.width, config.steps)
+        floor, ceiling = diagram_window(predicted, config.width, config.steps)
     except ValueError:
-        return None
-
-
-def _phases_at_rate(predicted, config):
-    """:func:`~remprop.diagrams.learning_rate.phases_at_rate` of ``predicted`` at ``config``'s rate
-    and window (:func:`_window`); None without a window."""
-    window = _window(predicted, config)
-    return None if window is None else phases_at_rate(predicted.phase, window[1], config.lr, window[0])
+        return None, None
+    return (floor, ceiling), phases_at_rate(predicted.phase, ceiling, config.lr, floor)
 
 
 def _rate_values(phase, at_rate) -> dict:
@@ -387,7 +381,7 @@ class TrainedDiagram(ComparedView):
         values = {"unigram_loss": unigram, "reference_loss": _best(loss), "input_rho": input_rho,
                   **cls.comparison_values(phase, predicted.phase, TRAINED_LABELS),
                   "agreement_trainable": float(agrees_trainable.mean()),
-                  **_rate_values(phase, _phases_at_rate(predicted, cfg))}
+                  **_rate_values(phase, _window_and_phases(predicted, cfg)[1])}
         grid = GridResult("trained", spec.alphas, spec.betas, arrays, dict(_ARRAYS), TRAINED_LABELS,
                           {"grid": spec.manifest(), "theory": theory, "rules": _RULES}, values,
                           {"devices": devices}, tuple(_ARRAYS), predicted.grid)
@@ -460,7 +454,7 @@ class TrainedDiagram(ComparedView):
         init whose window excludes ``lr`` become ``LR_BELOW_FLOOR`` or ``LR_ABOVE_CEILING``
         (:data:`remprop.diagrams.learning_rate.LR_LABELS`); None for a block form the window has no
         derivation for."""
-        return _phases_at_rate(self.predicted, self.spec.config)
+        return _window_and_phases(self.predicted, self.spec.config)[1]
 
     @property
     def agreement_at_rate(self):
