@@ -265,7 +265,7 @@ def load_batch(params, start, count, prm, q, p, e, s, beta_c_first, beta_c_min):
     """(Re)load the rows ``start:start + count`` into a batch's buffers.
 
     This and :func:`batch_buffers` do not depend on the block: compiled once per process for
-    every tree (and cached), where as closures of :func:`_compile_sweeps` each tree compiled
+    every tree (and cached), whereas as closures of :func:`_compile_sweeps` each tree compiled
     its own copy (about 0.5 of the 2.5 s a further tree's first sweep took to compile)."""
     for j in range(count):
         for k in range(len(PARAMS)):
