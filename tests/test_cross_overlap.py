@@ -106,3 +106,24 @@ def test_packed_coefficients_are_the_cubic_through_the_nodes():
     # beyond the table: held at CROSS_X_MAX (also for x = inf); rho < 0: r = rho
     assert ratio(np.inf, 0.3) == pytest.approx(ratio(table.x_nodes[-1], 0.3), abs=1e-13)
     assert ratio(1.0, -0.01) == pytest.approx(-0.01, abs=1e-13)
+
+
+def test_branch_free_lookup_selects_each_law_on_its_side():
+    """The lookup computes both laws and selects one (so that the kernels' cell loop vectorises):
+    below rho = 0 it is the linear law ``1/T + rho (Y2 - 1/T)`` exactly, above it the cubic (equal
+    to the node values at the nodes), and a NaN cosine gives NaN, not a number from a clamped cell."""
+    T = 64
+    table = cross_overlap_table(T)
+    y2 = 0.3
+    rho = np.array([-1.0 / (T - 1), -1e-3, 0.0, 1e-12, 0.5, 1.0, np.nan])
+    x = np.full(rho.shape, 1.5)
+    c = _lookup_many(table.packed, x, rho, np.full(rho.shape, y2))
+    linear = 1.0 / T + rho[:3] * (y2 - 1.0 / T)
+    np.testing.assert_array_equal(c[:3], linear)
+    # rho = 1 is the xi = 0 node column, where r = 1: C = Y2 (to rounding of 1/T + (Y2 - 1/T))
+    assert c[5] == pytest.approx(y2, abs=1e-15)
+    assert 1.0 / T < c[3] <= y2 + 1e-15 and 1.0 / T < c[4] < y2
+    assert math.isnan(c[6])
+    # x beyond the table and x = NaN (read at the first node) stay finite for a finite rho
+    far = _lookup_many(table.packed, np.array([1e3, np.inf, np.nan]), np.full(3, 0.5), np.full(3, y2))
+    assert np.isfinite(far).all()

@@ -177,3 +177,46 @@ def test_disk_cache_keys_are_the_same_in_every_process():
     first, second = (sorted(line for line in run if line) for run in runs)
     assert len(first) == 9 and len(set(first)) == 9
     assert first == second
+
+
+# -- the kernels' batch buffers on the stack (remprop.theory.kernels._sweeps) ----------------------
+def test_stack_buffers_have_their_shapes_and_do_not_overlap():
+    """``stack_empty`` gives each call its own stack memory, 1-D or C-ordered 2-D."""
+    from numba import njit
+
+    from remprop.theory._jit import stack_empty
+
+    @njit
+    def fill(values):
+        matrix = stack_empty(3, 4)
+        first = stack_empty(4, 0)
+        second = stack_empty(4, 0)
+        for i in range(3):
+            for j in range(4):
+                matrix[i, j] = values[4 * i + j]
+        for j in range(4):
+            first[j] = -1.0 - j
+            second[j] = 10.0 + j
+        return matrix.copy(), first.copy(), second.copy(), matrix[1].sum()
+
+    matrix, first, second, row_sum = fill(np.arange(12.0))
+    np.testing.assert_array_equal(matrix, np.arange(12.0).reshape(3, 4))
+    np.testing.assert_array_equal(first, [-1.0, -2.0, -3.0, -4.0])
+    np.testing.assert_array_equal(second, [10.0, 11.0, 12.0, 13.0])
+    assert row_sum == 4.0 + 5.0 + 6.0 + 7.0
+    # plain Python (NUMBA_DISABLE_JIT runs the sweeps so): numpy.empty of the same shapes
+    assert stack_empty(4, 0).shape == (4,) and stack_empty(3, 4).shape == (3, 4)
+
+
+def test_stack_buffers_need_compile_time_sizes():
+    from numba import njit
+    from numba.core.errors import TypingError
+
+    from remprop.theory._jit import stack_empty
+
+    @njit
+    def runtime_size(n):
+        return stack_empty(n, 0)[0]
+
+    with pytest.raises(TypingError, match="stack_empty takes compile-time integer sizes"):
+        runtime_size(4)

@@ -1,4 +1,5 @@
-"""numba compilation helpers: unique names for specialised closures, inlined jitables, borrowed arrays.
+"""numba compilation helpers: unique names for specialised closures, inlined jitables, borrowed arrays,
+buffers on the stack.
 
 numba names compiled code after the Python function's ``__qualname__`` plus a
 per-process counter, and its on-disk cache restores those names. Two specialisations of
@@ -28,7 +29,7 @@ import hashlib
 import re
 from pathlib import Path
 
-__all__ = ["specialised", "inline_jitable", "source_digest", "borrowed"]
+__all__ = ["specialised", "inline_jitable", "source_digest", "borrowed", "stack_empty"]
 
 _IMPORTS_NUMBA = re.compile(rb"^\s*(?:from|import) numba\b", re.M)
 
@@ -108,3 +109,60 @@ def _register_borrowed():
 
 
 _register_borrowed()
+
+
+
+def stack_empty(rows, cols):
+    """A float64 C array of ``rows`` (``cols`` 0) or ``rows x cols`` items, uninitialised: in Python
+    ``numpy.empty``; in jitted code an array on the stack of the calling function (the sizes then
+    compile-time integers, e.g. module constants).
+
+    It lives until that function returns and has no meminfo: no allocation and no reference
+    counts. Above all LLVM knows that it aliases no other memory, so a loop that stores into it
+    while it reads a table at computed positions (the finite-T lookups) can still be vectorised
+    over the cells of a batch; with heap buffers the stores might overwrite the table, and the
+    loop stays scalar (``remprop.theory.kernels._sweeps``, "Batch buffers on the stack")."""
+    import numpy as np
+
+    return np.empty(rows if cols == 0 else (rows, cols))
+
+
+def _register_stack_empty():
+    from numba.core import cgutils, types
+    from numba.core.errors import TypingError
+    from numba.extending import intrinsic, overload
+    from numba.np.arrayobj import make_array, populate_array
+
+    def sizes(rows, cols):
+        if not (isinstance(rows, types.IntegerLiteral) and isinstance(cols, types.IntegerLiteral)):
+            raise TypingError(f"stack_empty takes compile-time integer sizes, got {rows}, {cols}")
+        shape = (rows.literal_value,) if cols.literal_value == 0 else (rows.literal_value, cols.literal_value)
+        if min(shape) < 1:
+            raise TypingError(f"stack_empty: sizes must be >= 1, got {shape}")
+        return shape
+
+    @intrinsic(prefer_literal=True)
+    def on_stack(typingctx, rows, cols):
+        shape = sizes(rows, cols)
+        array_type = types.Array(types.float64, len(shape), "C")
+
+        def codegen(context, builder, signature, args):
+            count = shape[0] * (shape[1] if len(shape) == 2 else 1)
+            data = cgutils.alloca_once(builder, context.get_value_type(types.float64), size=count)
+            intp = context.get_value_type(types.intp)
+            strides = (8 * shape[1], 8) if len(shape) == 2 else (8,)
+            out = make_array(array_type)(context, builder)
+            populate_array(out, data=data, shape=[intp(size) for size in shape],
+                           strides=[intp(stride) for stride in strides], itemsize=8, meminfo=None)
+            return out._getvalue()
+
+        return array_type(rows, cols), codegen
+
+    # inlined into the caller (numba IR), so that the alloca is in the caller's frame
+    @overload(stack_empty, prefer_literal=True, inline="always")
+    def stack_empty_on_stack(rows, cols):
+        sizes(rows, cols)
+        return lambda rows, cols: on_stack(rows, cols)
+
+
+_register_stack_empty()

@@ -295,14 +295,18 @@ def cross_overlap_core(table, x, rho, y2):
 def cross_overlap_at(table, position_x, rho, y2):
     r""":func:`cross_overlap_core` at the position ``u / du`` of ``x`` on the table's x nodes
     (``u = x / (x + x_s)``, the coordinate of the participation table too: the depth kernels
-    take it from :func:`~remprop.theory.rem.table_position`, one division for both tables)."""
+    take it from :func:`~remprop.theory.rem.table_position`, one division for both tables).
+    Branch-free: the ``rho <= 0`` law and the cubic are both computed and one is selected, so that
+    the depth kernels' loop over cells vectorises (``remprop.theory.kernels._sweeps``)."""
     inv_t = table[1]
-    if rho <= 0.0:
-        return inv_t + rho * (y2 - inv_t)
+    negative = inv_t + rho * (y2 - inv_t)  # r = rho below rho = 0 (selected at the end: no branch)
     if not position_x >= 0.0:  # NaN or negative x
         position_x = 0.0
     position_x = min(position_x, _X_NODES - 1.0)
     position_xi = math.sqrt(max(1.0 - rho, 0.0)) * (_XI_NODES - 1.0)
+    if not position_xi >= 0.0:  # NaN rho
+        position_xi = 0.0
+    position_xi = min(position_xi, _XI_NODES - 1.0)  # rho < 0 (its value is not used)
     cell_x = min(math.floor(position_x), _X_NODES - 2.0)
     cell_xi = min(math.floor(position_xi), _XI_NODES - 2.0)
     sx = position_x - cell_x
@@ -317,7 +321,8 @@ def cross_overlap_at(table, position_x, rho, y2):
     r2 = (table[k + 2] + table[k + 6] * sy) + (table[k + 10] * sy2 + table[k + 14] * sy3)
     r3 = (table[k + 3] + table[k + 7] * sy) + (table[k + 11] * sy2 + table[k + 15] * sy3)
     r = (r0 + r1 * sx) + (r2 * sx2 + r3 * sx3)
-    return inv_t + r * (y2 - inv_t)
+    inside = inv_t + r * (y2 - inv_t)
+    return inside if rho > 0.0 else negative  # a NaN rho gives NaN (from the law below 0)
 
 
 @njit(cache=True, error_model="numpy")

@@ -7,7 +7,10 @@ in memory and on disk) at 1000 nodes uniform in ``u = x / (x + x_s)``,
 frozen regime sits; it sharpens like ``1 / log T``), ``x`` in ``[0, 50]``, and
 interpolates with a clamped cubic spline (``d/du = 0`` at ``x = 0``, where ``Y_k`` is
 even in ``x``). A lookup is a division, a floor and a cubic: no transcendental
-function, so a finite-T depth kernel costs little more than an asymptotic one.
+function, and no branch (both sides of each choice are computed and one is selected), so
+that the depth kernels' loop over a batch of cells vectorises
+(``remprop.theory.kernels._sweeps``, "Batch buffers on the stack") and a finite-T depth
+kernel costs little more than an asymptotic one.
 
 Guaranteed interpolation error: ``|Y_table - Y_exact| <= TABLE_TOLERANCE * Y_exact``
 (relative 1e-6) for every ``x`` in ``[0, 50]`` and ``T`` in ``[2, 1e7]`` (measured worst
@@ -68,13 +71,12 @@ def table_position(table, x):
     """Position of ``x`` on a packed table's nodes, ``u / du`` with ``u = x / (x + x_s)`` (in
     ``[0, n - 1]``; ``n - 1`` from ``x_last`` on): one division, shared by the lookups at the same
     ``x`` (:func:`table_lookup_at`; the cross-overlap table, on the same ``u`` with its own step,
-    :func:`~remprop.theory.rem.cross_overlap_at`)."""
-    if x >= table[5]:
-        return table[3] - 1.0
+    :func:`~remprop.theory.rem.cross_overlap_at`). Branch-free, like the lookups (module notes)."""
     position = x / ((x + table[4]) * table[2])
     if not position >= 0.0:  # NaN or negative round-off
         position = 0.0
-    return position
+    last = table[3] - 1.0
+    return last if x >= table[5] else position
 
 
 @inline_jitable
@@ -84,18 +86,16 @@ def table_lookup_at(table, x, position):
     du = table[2]
     n = int(table[3])
     x_last = table[5]
-    if x >= x_last:
-        return 1.0 - (1.0 - table[_HEADER + n - 1]) * x_last / x
-    i = int(position)
-    if i > n - 2:
-        i = n - 2
+    beyond = 1.0 - (1.0 - table[_HEADER + n - 1]) * x_last / x
+    i = min(max(int(position), 0), n - 2)
     t = position - i
     s = 1.0 - t
     f0 = table[_HEADER + i]
     f1 = table[_HEADER + i + 1]
     m0 = table[_HEADER + n + i]
     m1 = table[_HEADER + n + i + 1]
-    return s * f0 + t * f1 + (du * du / 6.0) * ((s * s * s - s) * m0 + (t * t * t - t) * m1)
+    spline = s * f0 + t * f1 + (du * du / 6.0) * ((s * s * s - s) * m0 + (t * t * t - t) * m1)
+    return beyond if x >= x_last else spline
 
 
 @inline_jitable
