@@ -86,7 +86,7 @@ def table_lookup_at(table, x, position):
     du = table[2]
     n = int(table[3])
     x_last = table[5]
-    beyond = 1.0 - (1.0 - table[_HEADER + n - 1]) * x_last / x
+    beyond = 1.0 - (1.0 - table[_HEADER + n - 1]) * x_last / max(x, x_last)  # selected from x_last on
     i = min(max(int(position), 0), n - 2)
     t = position - i
     s = 1.0 - t
