@@ -206,12 +206,17 @@ def keep_labels_clear(figure):
         obstacles = marker_extents(ax)
         obstacles += [legend.get_window_extent() for legend in (ax.get_legend(),) if legend is not None]
         for text in labels:
-            for x, y in [text.get_position(), *_LABEL_CANDIDATES[text]]:
-                text.set_position((x, y))
-                box = label_extent(text)
+            # A label moves rigidly with its anchor in display space: its box is measured once
+            # (a text layout each time, most of this function's cost) and translated to each position.
+            positions = [text.get_position(), *_LABEL_CANDIDATES[text]]
+            anchors = text.get_transform().transform(np.asarray(positions, dtype=float))
+            start = label_extent(text)
+            for (x, y), anchor in zip(positions, anchors):
+                box = start.translated(*(anchor - anchors[0]))
                 inside = (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0
                           and box.y1 <= frame.y1)
                 if inside and not any(box.overlaps(other) for other in obstacles):
+                    text.set_position((x, y))
                     obstacles.append(box)  # the next label keeps clear of this one too
                     break
             else:
