@@ -21,10 +21,19 @@ pair of nodes ``+-y`` combines into a single division,
 .. math:: \tanh(x + y) + \tanh(x - y) = \frac{2 (2 + P C)}{1 + P C + P^2} - 2,
           \quad P = e^{-2x},\ C = 2\cosh 2y .
 
+Beyond ``q1 = 900``, where the products of exponentials would overflow, SiLU keeps its
+cost down differently (:func:`_silu_remainder_cross_wide`): the inner nodes more than 44 from
+an outer node, where the remainder is exactly ``|z|/2`` in float64, are summed in closed
+form, the rest without a transcendental function per pair. The sums are the plain ones on
+the same nodes, rearranged (equal to 1e-15 of ``E[silu^2]``), in 5-190 microseconds instead
+of 15-1200 (a stream without pre-norm, whose MLP sees ``q1`` growing with depth: a warm
+``remprop check olmo-2-1b`` 16.9 s -> 6.7 s, the same report).
+
 Accuracy: 1e-10 absolute or better for the built-in smooth activations while the
 pre-activation variance q1 is at most 16 (checked against the erf closed form,
 a 4x finer rule and Monte Carlo in tests/test_activations_general.py); beyond
-``q1 ~ 100`` (tanh) the node cap of :mod:`remprop.theory.quadrature` limits it.
+``q1 ~ 100`` (tanh) the node cap of :mod:`remprop.theory.quadrature` limits it (SiLU:
+relative 5e-7 at ``q1 = 1e4``, 2e-5 at ``1e5``, against nested adaptive quadrature).
 
 References
 ----------
@@ -184,16 +193,25 @@ def make_derivative_moment(derivative, strip, tag):
     return _mean_square(derivative, strip, False, f"{tag}_derivative")
 
 
-def _factorised_moments(remainder, parity, slope, strip, positive_remainder, remainder_cross, tag):
+def _factorised_moments(remainder, parity, slope, strip, positive_remainder, remainder_cross, tag,
+                        wide_cross=None):
     """Moments of ``phi(x) = slope x + remainder(x)`` (remainder odd or even) by faster sums.
 
     For ``q1 <= 900`` the diagonal sum evaluates ``positive_remainder``, the remainder
     written with ``exp`` and valid for ``x >= 0``, and ``remainder_cross(q1, p1)`` gives
     ``E[r(u) r(v)]`` by the factorised inner sums (module notes); beyond, where the exp
-    factors would overflow, the plain sums of :func:`make_quadrature_moments` are used.
+    factors would overflow, ``wide_cross(q1, p1)`` where given (the same sums rearranged,
+    :func:`_silu_remainder_cross_wide`), else the plain sums of :func:`make_quadrature_moments`.
     """
-    direct = make_quadrature_moments(remainder, parity, slope, strip, tag)
     remainder_square = _mean_square(positive_remainder, strip, True, f"{tag}_positive_remainder")
+    if wide_cross is not None:
+        def moments(q1, p1):
+            cross = wide_cross(q1, p1) if q1 > _FACTORISED_Q1_MAX else remainder_cross(q1, p1)
+            m2 = slope * slope * q1 + remainder_square(q1)
+            return m2, capped_covariance(m2, slope * slope * p1 + cross)
+
+        return register_jitable(specialised(moments, f"{tag}_factorised_wide"))
+    direct = make_quadrature_moments(remainder, parity, slope, strip, tag)
 
     def moments(q1, p1):
         if q1 > _FACTORISED_Q1_MAX:
@@ -290,6 +308,64 @@ def _silu_remainder_cross(q1, p1):
     return acc
 
 
+#: Largest inner step whose growth factor ``exp(step)`` the windowed SiLU sums carry along a window.
+_RUNNING_STEP_MAX = 8.0
+
+
+@register_jitable
+def _silu_remainder_cross_wide(q1, p1):
+    r"""E[r(u) r(v)] of the SiLU remainder for a large pre-activation variance (``q1 > 900``).
+
+    The sums of :func:`make_quadrature_moments` (the same nodes, the same values up to
+    round-off), rearranged so that their cost does not grow with the node count squared. For
+    ``x, y >= 0`` a pair of inner nodes is ``r(x + y) + r(x - y) = max(x, y) - k(x + y) -
+    k(x - y)`` with ``r(z) = |z|/2 - k(z)``, ``k(z) = |z| / (1 + e^{|z|})``, and ``k`` is dropped
+    where ``|z| > 44`` (where the remainder's own flat branch, ``|z|/2``, holds). So for an outer
+    node ``x`` the inner nodes more than 44 below ``x`` add ``x`` times their weights, those
+    more than 44 above add their weighted ``y`` (prefix sums, once per call), and only the window
+    ``|x - y| <= 44`` is summed term by term, with ``e^{y - x}`` carried from node to node by
+    one multiplication (no transcendental function per pair). At ``q1 = 900`` about a tenth of
+    the pairs lie in the window, at ``q1 = 1e5`` a hundredth.
+    """
+    a, h_out, w_out, b, h_in, w_in, _ = _covariance_rules(q1, p1, _SILU_STRIP)
+    m_in = w_in.size - 1
+    step = b * h_in
+    weight_sum = np.zeros(m_in + 1)  # sums over the inner nodes 1..j of w and of w y
+    moment_sum = np.zeros(m_in + 1)
+    for j in range(1, m_in + 1):
+        weight_sum[j] = weight_sum[j - 1] + w_in[j]
+        moment_sum[j] = moment_sum[j - 1] + w_in[j] * (j * step)
+    growth = math.exp(step) if step <= _RUNNING_STEP_MAX else 0.0
+    acc = 0.0
+    for i in range(0, w_out.size):
+        x = a * i * h_out
+        g = w_in[0] * _silu_remainder_positive(x)
+        if step == 0.0:  # full correlation: every inner node at y = 0
+            g += weight_sum[m_in] * 2.0 * _silu_remainder_positive(x)
+        else:
+            lo = max(1, int(math.floor((x - _SILU_FLAT) / step)))
+            hi = min(m_in, int(math.ceil((x + _SILU_FLAT) / step)))
+            if lo <= m_in and hi >= 1 and lo <= hi:
+                g += x * weight_sum[lo - 1] + (moment_sum[m_in] - moment_sum[hi])
+                t = math.exp(lo * step - x)  # e^{y - x} at y = y_lo, |y_lo - x| <= 44 + step
+                for j in range(lo, hi + 1):
+                    y = j * step
+                    if growth == 0.0:
+                        t = math.exp(min(y - x, 700.0))
+                    pair = max(x, y)
+                    z = abs(x - y)
+                    if z <= _SILU_FLAT:  # k(x - y) = z / (1 + e^z), e^z = t or 1 / t
+                        pair -= z * t / (t + 1.0) if x >= y else z / (1.0 + t)
+                    if x + y <= _SILU_FLAT:
+                        pair -= (x + y) / (1.0 + math.exp(x + y))
+                    g += w_in[j] * pair
+                    t *= growth
+            else:  # the window is empty: every node is far on one side
+                g += x * weight_sum[min(max(lo - 1, 0), m_in)] + (moment_sum[m_in] - moment_sum[min(max(hi, 0), m_in)])
+        acc += (w_out[i] if i == 0 else 2.0 * w_out[i]) * g * g
+    return acc
+
+
 @register_jitable
 def _silu_remainder_positive(x):
     """(x/2) tanh(x/2) = x / (1 + e^-x) - x/2 for x >= 0."""
@@ -298,7 +374,7 @@ def _silu_remainder_positive(x):
 
 #: (E[silu(u)^2], E[silu(u) silu(v)]) by the factorised trapezoid rule.
 silu_moments_core = _factorised_moments(_silu_remainder, EVEN, 0.5, _SILU_STRIP, _silu_remainder_positive,
-                                        _silu_remainder_cross, "silu")
+                                        _silu_remainder_cross, "silu", wide_cross=_silu_remainder_cross_wide)
 
 
 @register_jitable
