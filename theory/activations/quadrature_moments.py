@@ -22,7 +22,7 @@ pair of nodes ``+-y`` combines into a single division,
           \quad P = e^{-2x},\ C = 2\cosh 2y .
 
 Beyond ``q1 = 900``, where the products of exponentials would overflow, SiLU keeps its
-cost down differently (:func:`_silu_remainder_cross_wide`): the inner nodes more than 44 from
+cost down differently (``_silu_remainder_cross_wide``): the inner nodes more than 44 from
 an outer node, where the remainder is exactly ``|z|/2`` in float64, are summed in closed
 form, the rest without a transcendental function per pair. The sums are the plain ones on
 the same nodes, rearranged (equal to 1e-15 of ``E[silu^2]``), in 5-190 microseconds instead
@@ -201,7 +201,7 @@ def _factorised_moments(remainder, parity, slope, strip, positive_remainder, rem
     written with ``exp`` and valid for ``x >= 0``, and ``remainder_cross(q1, p1)`` gives
     ``E[r(u) r(v)]`` by the factorised inner sums (module notes); beyond, where the exp
     factors would overflow, ``wide_cross(q1, p1)`` where given (the same sums rearranged,
-    :func:`_silu_remainder_cross_wide`), else the plain sums of :func:`make_quadrature_moments`.
+    ``_silu_remainder_cross_wide``), else the plain sums of :func:`make_quadrature_moments`.
     """
     remainder_square = _mean_square(positive_remainder, strip, True, f"{tag}_positive_remainder")
     if wide_cross is not None:

@@ -293,6 +293,15 @@ def load_batch(params, start, count, prm, q, p, e, s, beta_c_first, beta_c_min):
         beta_c_min[j] = np.inf
 
 
+@register_jitable(inline="always")
+def batch_state():
+    """A batch's buffers ``(prm, q, p, e, s, beta_c_first, beta_c_min)``, uninitialised, on the stack
+    of the sweep that calls this (numba inlines it there, so the arrays live in that frame; module
+    notes, "Batch buffers on the stack")."""
+    return (stack_empty(N_PARAMS, BATCH), stack_empty(BATCH, 0), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
+            stack_empty(BATCH, 0), stack_empty(BATCH, 0), stack_empty(BATCH, 0))
+
+
 @register_jitable
 def batch_range(params, b):
     """``(start, count)``: the rows of batch ``b``."""
@@ -337,9 +346,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
     def trajectories(params, depth, table, b0, b1, q_out, p_out, e_out, beta_c_out):
         """Whole trajectories of batches ``b0:b1``, into q, p, their log2 scale (n, depth + 1) and beta_c (n, depth)."""
         table = borrowed(table)
-        prm, q, p, e, s, first, low = (stack_empty(N_PARAMS, BATCH), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
-                                       stack_empty(BATCH, 0), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
-                                       stack_empty(BATCH, 0))
+        prm, q, p, e, s, first, low = batch_state()
         for b in range(b0, b1):
             start, count = batch_range(params, b)
             load_batch(params, start, count, prm, q, p, e, s, first, low)
@@ -363,9 +370,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
         """Final q, p, the first/smallest beta_c and the log2 scale of the rows of batches ``b0:b1``, into
         ``out`` (n, 5), without storing trajectories."""
         table = borrowed(table)
-        prm, q, p, e, s, first, low = (stack_empty(N_PARAMS, BATCH), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
-                                       stack_empty(BATCH, 0), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
-                                       stack_empty(BATCH, 0))
+        prm, q, p, e, s, first, low = batch_state()
         for b in range(b0, b1):
             start, count = batch_range(params, b)
             load_batch(params, start, count, prm, q, p, e, s, first, low)
@@ -388,9 +393,7 @@ def _compile_sweeps(step, mode, rescale_beta_c, jit, tag):
         (bracket width ``alpha_max / 2**iterations``).
         """
         table = borrowed(table)
-        prm, q, p, e, s, first, low_bc = (stack_empty(N_PARAMS, BATCH), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
-                                          stack_empty(BATCH, 0), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
-                                          stack_empty(BATCH, 0))
+        prm, q, p, e, s, first, low_bc = batch_state()
         low, high, trial, at_zero = (stack_empty(BATCH, 0), stack_empty(BATCH, 0), stack_empty(BATCH, 0),
                                      stack_empty(BATCH, 0))
         for b in range(b0, b1):
