@@ -111,7 +111,6 @@ def _register_borrowed():
 _register_borrowed()
 
 
-
 def stack_empty(rows, cols):
     """A float64 C array of ``rows`` (``cols`` 0) or ``rows x cols`` items, uninitialised: in Python
     ``numpy.empty``; in jitted code an array on the stack of the calling function (the sizes then

@@ -340,29 +340,28 @@ def _silu_remainder_cross_wide(q1, p1):
     acc = 0.0
     for i in range(0, w_out.size):
         x = a * i * h_out
-        g = w_in[0] * _silu_remainder_positive(x)
+        at_x = _silu_remainder_positive(x)
+        g = w_in[0] * at_x
         if step == 0.0:  # full correlation: every inner node at y = 0
-            g += weight_sum[m_in] * 2.0 * _silu_remainder_positive(x)
+            g += weight_sum[m_in] * 2.0 * at_x
         else:
-            lo = max(1, int(math.floor((x - _SILU_FLAT) / step)))
+            # the window lo..hi (empty, lo = m_in + 1, where every node lies more than 44 below x)
+            lo = min(max(1, int(math.floor((x - _SILU_FLAT) / step))), m_in + 1)
             hi = min(m_in, int(math.ceil((x + _SILU_FLAT) / step)))
-            if lo <= m_in and hi >= 1 and lo <= hi:
-                g += x * weight_sum[lo - 1] + (moment_sum[m_in] - moment_sum[hi])
-                t = math.exp(lo * step - x)  # e^{y - x} at y = y_lo, |y_lo - x| <= 44 + step
-                for j in range(lo, hi + 1):
-                    y = j * step
-                    if growth == 0.0:
-                        t = math.exp(min(y - x, 700.0))
-                    pair = max(x, y)
-                    z = abs(x - y)
-                    if z <= _SILU_FLAT:  # k(x - y) = z / (1 + e^z), e^z = t or 1 / t
-                        pair -= z * t / (t + 1.0) if x >= y else z / (1.0 + t)
-                    if x + y <= _SILU_FLAT:
-                        pair -= (x + y) / (1.0 + math.exp(x + y))
-                    g += w_in[j] * pair
-                    t *= growth
-            else:  # the window is empty: every node is far on one side
-                g += x * weight_sum[min(max(lo - 1, 0), m_in)] + (moment_sum[m_in] - moment_sum[min(max(hi, 0), m_in)])
+            g += x * weight_sum[lo - 1] + (moment_sum[m_in] - moment_sum[hi])
+            t = math.exp(lo * step - x)  # e^{y - x} at y = y_lo, |y_lo - x| <= 44 + step
+            for j in range(lo, hi + 1):
+                y = j * step
+                if growth == 0.0:
+                    t = math.exp(min(y - x, 700.0))
+                pair = max(x, y)
+                z = abs(x - y)
+                if z <= _SILU_FLAT:  # k(x - y) = z / (1 + e^z), e^z = t or 1 / t
+                    pair -= z * t / (t + 1.0) if x >= y else z / (1.0 + t)
+                if x + y <= _SILU_FLAT:
+                    pair -= (x + y) / (1.0 + math.exp(x + y))
+                g += w_in[j] * pair
+                t *= growth
         acc += (w_out[i] if i == 0 else 2.0 * w_out[i]) * g * g
     return acc
 
