@@ -73,10 +73,12 @@ def inline_jitable(function):
     call site and made up a third of a cold ``remprop check bert-base`` (35.5 s of compiling
     -> 22.4 s; each table-lookup loop 3.5-4.5 s -> 0.5 s), and ran no faster (a 500 x 500
     finite-T diagram at 60 layers, and 1e6 table lookups, equal within the run-to-run spread).
+    Only compiled code calls the compiled function, so numba builds neither its CPython nor its
+    C wrapper.
     """
     from numba.extending import register_jitable
 
-    register_jitable(forceinline=True)(function)
+    register_jitable(forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(function)
     return function
 
 
@@ -89,23 +91,26 @@ def borrowed(array):
 
 
 def _register_borrowed():
-    from numba.extending import intrinsic, overload
+    from numba.core import types
+    from numba.core.typing.templates import AbstractTemplate, infer_global, signature
+    from numba.extending import lower_builtin
     from numba.np.arrayobj import make_array, populate_array
 
-    @intrinsic
-    def view(typingctx, array):
-        def codegen(context, builder, signature, args):
-            source = make_array(signature.args[0])(context, builder, args[0])
-            out = make_array(signature.return_type)(context, builder)
-            populate_array(out, data=source.data, shape=source.shape, strides=source.strides,
-                           itemsize=source.itemsize, meminfo=None)
-            return out._getvalue()
+    # a typing template and an inline lowering (not an overload, whose front end numba would
+    # rerun at every resolution of every call site)
+    @infer_global(borrowed)
+    class BorrowedTyping(AbstractTemplate):
+        def generic(self, args, kws):
+            if len(args) == 1 and not kws and isinstance(args[0], types.Array):
+                return signature(args[0], args[0])
 
-        return array(array), codegen
-
-    @overload(borrowed, inline="always")
-    def borrowed_view(array):
-        return lambda array: view(array)
+    @lower_builtin(borrowed, types.Array)
+    def view(context, builder, sig, args):
+        source = make_array(sig.args[0])(context, builder, args[0])
+        out = make_array(sig.return_type)(context, builder)
+        populate_array(out, data=source.data, shape=source.shape, strides=source.strides,
+                       itemsize=source.itemsize, meminfo=None)
+        return out._getvalue()
 
 
 _register_borrowed()
@@ -129,39 +134,40 @@ def stack_empty(rows, cols):
 def _register_stack_empty():
     from numba.core import cgutils, types
     from numba.core.errors import TypingError
-    from numba.extending import intrinsic, overload
+    from numba.core.typing.templates import AbstractTemplate, infer_global, signature
+    from numba.extending import lower_builtin
     from numba.np.arrayobj import make_array, populate_array
 
-    def sizes(rows, cols):
-        if not (isinstance(rows, types.IntegerLiteral) and isinstance(cols, types.IntegerLiteral)):
-            raise TypingError(f"stack_empty takes compile-time integer sizes, got {rows}, {cols}")
-        shape = (rows.literal_value,) if cols.literal_value == 0 else (rows.literal_value, cols.literal_value)
-        if min(shape) < 1:
-            raise TypingError(f"stack_empty: sizes must be >= 1, got {shape}")
-        return shape
+    # Typed by a template and lowered inline into the calling function's own IR, so the alloca
+    # is in the caller's frame. An ``inline="always"`` overload did the same, but numba reran its
+    # front end at each resolution of each call site: 42 times a sweep, 0.3 s of compiling a tree.
+    @infer_global(stack_empty)
+    class StackEmptyTyping(AbstractTemplate):
+        prefer_literal = True
 
-    @intrinsic(prefer_literal=True)
-    def on_stack(typingctx, rows, cols):
-        shape = sizes(rows, cols)
-        array_type = types.Array(types.float64, len(shape), "C")
+        def generic(self, args, kws):
+            if kws or len(args) != 2:
+                raise TypingError("stack_empty takes two positional sizes (rows, cols)")
+            rows, cols = args
+            if not (isinstance(rows, types.IntegerLiteral) and isinstance(cols, types.IntegerLiteral)):
+                raise TypingError(f"stack_empty takes compile-time integer sizes, got {rows}, {cols}")
+            shape = (rows.literal_value,) if cols.literal_value == 0 else (rows.literal_value, cols.literal_value)
+            if min(shape) < 1:
+                raise TypingError(f"stack_empty: sizes must be >= 1, got {shape}")
+            return signature(types.Array(types.float64, len(shape), "C"), rows, cols)
 
-        def codegen(context, builder, signature, args):
-            count = shape[0] * (shape[1] if len(shape) == 2 else 1)
-            data = cgutils.alloca_once(builder, context.get_value_type(types.float64), size=count)
-            intp = context.get_value_type(types.intp)
-            strides = (8 * shape[1], 8) if len(shape) == 2 else (8,)
-            out = make_array(array_type)(context, builder)
-            populate_array(out, data=data, shape=[intp(size) for size in shape],
-                           strides=[intp(stride) for stride in strides], itemsize=8, meminfo=None)
-            return out._getvalue()
-
-        return array_type(rows, cols), codegen
-
-    # inlined into the caller (numba IR), so that the alloca is in the caller's frame
-    @overload(stack_empty, prefer_literal=True, inline="always")
-    def stack_empty_on_stack(rows, cols):
-        sizes(rows, cols)
-        return lambda rows, cols: on_stack(rows, cols)
+    @lower_builtin(stack_empty, types.IntegerLiteral, types.IntegerLiteral)
+    def on_stack(context, builder, sig, args):
+        array_type = sig.return_type
+        rows, cols = (size.literal_value for size in sig.args)
+        shape = (rows,) if cols == 0 else (rows, cols)
+        data = cgutils.alloca_once(builder, context.get_value_type(types.float64), size=rows * max(cols, 1))
+        intp = context.get_value_type(types.intp)
+        strides = (8 * cols, 8) if cols else (8,)
+        out = make_array(array_type)(context, builder)
+        populate_array(out, data=data, shape=[intp(size) for size in shape],
+                       strides=[intp(stride) for stride in strides], itemsize=8, meminfo=None)
+        return out._getvalue()
 
 
 _register_stack_empty()
