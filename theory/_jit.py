@@ -29,7 +29,16 @@ import hashlib
 import re
 from pathlib import Path
 
-__all__ = ["specialised", "inline_jitable", "source_digest", "borrowed", "stack_empty"]
+__all__ = ["specialised", "inline_jitable", "source_digest", "borrowed", "stack_empty", "JIT_OPTIONS"]
+
+#: The options of every compiled entry point of theory (``njit(cache=..., **JIT_OPTIONS)``). numba
+#: compiles a ``register_jitable`` helper once per set of its callers' flags (and a helper inherits
+#: ``error_model`` and ``forceinline`` from its caller): with one set for all entry points, a helper
+#: reached from several of them is compiled once. The loops of an activation's moments over arrays
+#: add ``forceinline``, as the kernel steps that call the same moments have it
+#: (``remprop.theory.activations.maps``): in a ``remprop check`` of a SiLU model the quadrature
+#: below the moments had been compiled twice.
+JIT_OPTIONS = dict(error_model="numpy", nogil=True)
 
 _IMPORTS_NUMBA = re.compile(rb"^\s*(?:from|import) numba\b", re.M)
 

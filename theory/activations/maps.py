@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
-from .._jit import specialised
+from .._jit import JIT_OPTIONS, specialised
 from ..checks import as_float_array, check_overlap, output_pair, scalar_or_array
 from ..quadrature import HALF_WIDTH
 from .closed_form import relu_kernel_core
@@ -46,7 +46,9 @@ def _over_arrays(code, kind):
     jittable function (see :mod:`remprop.theory.kernels` on stable cache keys).
     """
     spec = _BY_CODE[code]
-    jit = njit(cache=spec.builtin, error_model="numpy")
+    # forceinline as in the kernel steps, which call the same moments: the helpers below them are
+    # then compiled once for both (remprop.theory._jit.JIT_OPTIONS)
+    jit = njit(cache=spec.builtin, forceinline=True, **JIT_OPTIONS)
     if kind == "moments":
         moments = spec.moments
 

@@ -69,7 +69,7 @@ import numba
 from numba import njit
 from numba.extending import register_jitable
 
-from .._jit import borrowed, inline_jitable, specialised, stack_empty
+from .._jit import JIT_OPTIONS, borrowed, inline_jitable, specialised, stack_empty
 from ..components.base import Component
 from ..rem import cross_overlap_table, participation_table
 from ._tree import COLUMNS, NO_SCALE, PARAMS, SCALE_INPUTS, KernelBuilder, digest, stream_scaling
@@ -231,7 +231,7 @@ def _kernels(tree, key):
     mode, rescaled = stream_scaling(tree)
     step = KernelBuilder(mode, rescaled).build(tree)
     finite, columns = step.reads_table, tuple(name for name in COLUMNS if name in step.columns)
-    jit = dict(cache=step.cacheable, error_model="numpy", nogil=True)
+    jit = dict(cache=step.cacheable, **JIT_OPTIONS)
     sweeps = _compile_sweeps(step.function, mode, mode == SCALE_INPUTS and "beta" in rescaled, jit,
                              f"{type(tree).__name__}_{digest((key, mode))}")
 

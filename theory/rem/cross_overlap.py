@@ -45,7 +45,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .._jit import inline_jitable
+from .._jit import JIT_OPTIONS, inline_jitable
 from ..checks import as_float_array, check_choice, check_overlap, scalar_or_array
 from .checks import check_seq_len
 from .disk_cache import cached_array
@@ -55,7 +55,7 @@ from .integral import _DY, _Y_LEFT_MARGIN, _Y_RIGHT_S, EULER_GAMMA, GUMBEL_STD, 
 __all__ = ["cross_overlap", "cross_moment", "cross_ratio", "cross_overlap_core", "cross_overlap_at", "CrossOverlapTable", "cross_overlap_table",
            "CROSS_X_MAX"]
 
-_JIT = dict(cache=True, error_model="numpy")
+_JIT = dict(cache=True, **JIT_OPTIONS)
 _SQRT2 = math.sqrt(2.0)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 #: The one-row integrand is kept down to this drop (in log) from its peak.
@@ -325,7 +325,7 @@ def cross_overlap_at(table, position_x, rho, y2):
     return inside if rho > 0.0 else negative  # a NaN rho gives NaN (from the law below 0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(**_JIT)
 def _lookup_many(table, x, rho, y2):
     out = np.empty(x.size)
     for i in range(x.size):

@@ -98,9 +98,11 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
+from .._jit import JIT_OPTIONS
+
 __all__ = ["row_moment"]
 
-_JIT = dict(cache=True, error_model="numpy")
+_JIT = dict(cache=True, **JIT_OPTIONS)
 
 EULER_GAMMA = 0.5772156649015329
 #: Standard deviation of the Gumbel law, pi / sqrt(6).
@@ -356,6 +358,12 @@ def _cached_fit(seq_len, k, m, refine):
     return fit
 
 
+#: ``fit`` where no sigma reaches the large-sigma law: read-only like the cached fits, so that the
+#: loops over sigma have one compiled signature, not one for each.
+_NO_FIT = np.zeros(3)
+_NO_FIT.setflags(write=False)
+
+
 @register_jitable
 def _moment_value(s, seq_len, k, m, refine, complement, fit):
     """Y_k or the two-key moment at ``sigma = s``; ``complement``: ``1 - Y_k`` (one key).
@@ -438,7 +446,7 @@ def row_moment(x, seq_len, orders=(2,), refine=1, complement=False, parallel=Non
     with np.errstate(over="ignore"):  # x near the float64 maximum: sigma = inf, Y_k = 1
         sigma = unique * math.sqrt(math.log(seq_len))
     fit = (_cached_fit(float(seq_len), float(k), float(m), int(refine)) if unique.size and sigma[-1] > SIGMA_LARGE
-           else np.zeros(3))
+           else _NO_FIT)
     if parallel is None:
         parallel = unique.size >= _PARALLEL_FROM
     run = _moments if parallel else _moments_serial

@@ -35,7 +35,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .._jit import inline_jitable
+from .._jit import JIT_OPTIONS, inline_jitable
 from .checks import check_order, check_seq_len
 from .disk_cache import cached_array
 from .integral import row_moment
@@ -110,7 +110,7 @@ def table_lookup(table, x):
     return table_lookup_at(table, x, table_position(table, x))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, **JIT_OPTIONS)
 def _lookup_many(table, x):
     out = np.empty(x.size)
     flat = x.ravel()
