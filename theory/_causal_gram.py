@@ -11,13 +11,41 @@ import numpy as np
 
 from . import gram_state as _gram
 from .activations import activation_spec, moments_array
+from ._jit import JIT_OPTIONS, specialised
 from .checks import as_float_array
 from .quadrature import gaussian_trapezoid
 from .rem.qk_norm import gaussian_cosine_mean
 
 #: Trapezoid nodes per side of :func:`pair_moment` (``remprop.theory.causal.PAIR_HALF_NODES``).
 PAIR_HALF_NODES = 32
-_UFUNCS = {}
+#: The compiled pair sums of each activation (by its code), built on first use.
+_PAIR_SUMS = {}
+
+
+def _pair_sums(spec):
+    """The compiled double sum of :func:`pair_moment` for the activation ``spec``: one pass over
+    the pairs (on all threads), the K x K nodes of a pair summed in place, no temporaries. Kept
+    on disk for a built-in activation."""
+    if spec.code not in _PAIR_SUMS:
+        phi = spec.function
+
+        def pair_sums(root_a, root_b, r, s, z, w, out):
+            for n in numba.prange(root_a.size):
+                total = 0.0
+                for k in range(z.size):
+                    first = phi(root_a[n] * z[k]) * w[k]
+                    if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
+                        continue
+                    shift = r[n] * z[k]
+                    inner = 0.0
+                    for l in range(z.size):
+                        inner += phi(root_b[n] * (shift + s[n] * z[l])) * w[l]
+                    total += first * inner
+                out[n] = total
+
+        _PAIR_SUMS[spec.code] = numba.njit(parallel=True, cache=spec.builtin, **JIT_OPTIONS)(
+            specialised(pair_sums, f"code{spec.code}"))
+    return _PAIR_SUMS[spec.code]
 
 
 def pair_moment(activation, var_a, var_b, cov):
@@ -26,22 +54,13 @@ def pair_moment(activation, var_a, var_b, cov):
     spec = activation_spec(activation)
     a, b, c = np.broadcast_arrays(as_float_array("var_a", var_a, positive=True),
                                   as_float_array("var_b", var_b, positive=True), as_float_array("cov", cov))
-    if spec.name not in _UFUNCS:
-        _UFUNCS[spec.name] = numba.vectorize(["float64(float64)"])(spec.function)
-    phi = _UFUNCS[spec.name]
     z, w = gaussian_trapezoid(PAIR_HALF_NODES)
     scale = np.sqrt(a * b)
     r = np.clip(np.divide(c, scale, out=np.zeros(a.shape), where=scale > 0), -1.0, 1.0)
     s = np.sqrt(1.0 - r * r)
     out = np.empty(a.shape)
-    flat_a, flat_b, flat_r, flat_s, flat_out = a.ravel(), b.ravel(), r.ravel(), s.ravel(), out.reshape(-1)
-    chunk = max(1, 2 ** 22 // (z.size * z.size))
-    for start in range(0, flat_a.size, chunk):
-        part = slice(start, start + chunk)
-        first = phi(np.sqrt(flat_a[part])[:, None] * z) * w                                  # (n, K)
-        inner = (flat_r[part][:, None, None] * z[None, :, None] + flat_s[part][:, None, None] * z[None, None, :])
-        second = phi(np.sqrt(flat_b[part])[:, None, None] * inner) @ w                        # (n, K)
-        flat_out[part] = (first * second).sum(axis=1)
+    flat = (np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (np.sqrt(a), np.sqrt(b), r, s))
+    _pair_sums(spec)(*flat, np.ascontiguousarray(z), np.ascontiguousarray(w), out.reshape(-1))
     return out
 
 
