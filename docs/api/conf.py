@@ -168,31 +168,34 @@ def add_public_aliases(app, env):
                 objects[alias + member[len(home):]] = objects[member]._replace(aliased=True)
 
 
-def share_numpydoc_template_environment():
+def share_numpydoc_template_environment(app):
     """Give numpydoc one jinja environment for the whole build.
 
     numpydoc makes a new environment for each docstring, and so compiles its docstring
     template 2,700 times in this site (a sixth of the build). The environment of the first
     docstring, kept, compiles it once; the template and its loader are the same for every
-    docstring of a build. Left alone if numpydoc no longer builds its environment this way."""
+    docstring of a build, and each build (``builder-inited``) starts with a new one. Left
+    alone if numpydoc no longer builds its environment this way."""
     from numpydoc import docscrape_sphinx
 
-    make = getattr(docscrape_sphinx, "SandboxedEnvironment", None)
-    if make is None or getattr(make, "shared_by_remprop", False):
+    environment = getattr(docscrape_sphinx, "SandboxedEnvironment", None)
+    if environment is None:
         return
-    shared = {}
+    if not hasattr(environment, "remprop_environments"):
+        make = environment
 
-    def one_environment(*args, **kwargs):
-        if "environment" not in shared:
-            shared["environment"] = make(*args, **kwargs)
-        return shared["environment"]
+        def one_environment(*args, **kwargs):
+            if "environment" not in one_environment.remprop_environments:
+                one_environment.remprop_environments["environment"] = make(*args, **kwargs)
+            return one_environment.remprop_environments["environment"]
 
-    one_environment.shared_by_remprop = True
-    docscrape_sphinx.SandboxedEnvironment = one_environment
+        one_environment.remprop_environments = {}
+        docscrape_sphinx.SandboxedEnvironment = environment = one_environment
+    app.connect("builder-inited", lambda app: environment.remprop_environments.clear())
 
 
 def setup(app):
-    share_numpydoc_template_environment()
+    share_numpydoc_template_environment(app)
     app.connect("autodoc-process-docstring", check_parameter_lists, priority=400)
     app.add_directive("public-names", PublicNames)
     app.connect("env-updated", add_public_aliases)
