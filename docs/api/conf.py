@@ -178,20 +178,19 @@ def share_numpydoc_template_environment(app):
     alone if numpydoc no longer builds its environment this way."""
     from numpydoc import docscrape_sphinx
 
-    environment = getattr(docscrape_sphinx, "SandboxedEnvironment", None)
-    if environment is None:
+    original = getattr(docscrape_sphinx, "SandboxedEnvironment", None)
+    if original is None:
         return
-    if not hasattr(environment, "remprop_environments"):
-        make = environment
-
+    if not hasattr(original, "remprop_environments"):  # not yet wrapped (conf.py runs once a build)
         def one_environment(*args, **kwargs):
             if "environment" not in one_environment.remprop_environments:
-                one_environment.remprop_environments["environment"] = make(*args, **kwargs)
+                one_environment.remprop_environments["environment"] = original(*args, **kwargs)
             return one_environment.remprop_environments["environment"]
 
         one_environment.remprop_environments = {}
-        docscrape_sphinx.SandboxedEnvironment = environment = one_environment
-    app.connect("builder-inited", lambda app: environment.remprop_environments.clear())
+        docscrape_sphinx.SandboxedEnvironment = one_environment
+    shared = docscrape_sphinx.SandboxedEnvironment.remprop_environments
+    app.connect("builder-inited", lambda app: shared.clear())
 
 
 def setup(app):
