@@ -24,11 +24,13 @@ PYTHON_VERSIONS := 3.13 3.12 3.11 3.10
 # pythonX.Y of the local torch wheel (cpXY in its name), if the folder holds one
 TORCH_PYTHON := $(shell ls $(TORCH_LINKS)/$(TORCH_WHEEL)-cp3*.whl 2>/dev/null | \
                   sed -n 's/.*-cp3\([0-9][0-9]*\)-.*/python3.\1/p' | head -n 1)
-# the first candidate that runs (a pyenv shim of an inactive version does not) and is >= 3.10
+# the first candidate that runs (a pyenv shim of an inactive version does not) and is >= 3.10;
+# looked for only where a recipe needs it (creating the venv), once: starting each candidate
+# took about a second of every make call, twice in `make run` (which calls make again)
 ifeq ($(origin PYTHON),undefined)
-PYTHON := $(firstword $(foreach python,$(TORCH_PYTHON) $(addprefix python,$(PYTHON_VERSIONS)) python3,\
+PYTHON = $(eval PYTHON := $(firstword $(foreach python,$(TORCH_PYTHON) $(addprefix python,$(PYTHON_VERSIONS)) python3,\
             $(shell $(python) -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' \
-                    >/dev/null 2>&1 && echo $(python))))
+                    >/dev/null 2>&1 && echo $(python)))))$(PYTHON)
 endif
 OUT ?= remprop-diagram
 
