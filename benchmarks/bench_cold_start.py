@@ -33,6 +33,9 @@ COMMANDS = (
     ("min-alpha", ["min-alpha", "--depth", "60", "--beta", "0.5"], None, "diagram"),
     ("propagate", ["propagate", "--depth", "60", "--beta", "0.5"], None, "diagram"),
     ("check bert-base", ["check", "bert-base", "--out", "{tmp}/check"], 10.0, "check"),
+    # a Llama-style decoder, and another that shares its kernels (Qwen2.5: RoPE, RMSNorm, SwiGLU)
+    ("check llama-3.2-1b", ["check", "llama-3.2-1b", "--out", "{tmp}/check"], None, "decoders"),
+    ("check qwen2.5-0.5b", ["check", "qwen2.5-0.5b", "--out", "{tmp}/check"], None, "decoders"),
 )
 
 

@@ -80,6 +80,24 @@ def test_precompile_parts_reports_a_failing_command_line(monkeypatch):
         precompile.precompile_parts(["nope"])
 
 
+def test_every_part_runs_command_lines_the_parser_takes_on_shipped_models():
+    """A part's command lines run only in a background process (``make run``) whose log nobody
+    reads: each parses, and each ``check`` names a shipped model configuration; the default parts
+    are parts."""
+    from remprop.cli.parser import build_parser
+    from remprop.theory import shipped_configs
+
+    parser = build_parser()
+    for part, lines in precompile.PARTS.items():
+        for line in lines:
+            words = [word.format(out="out") for word in line]
+            assert parser.parse_args(words).command == words[0], (part, words)
+            if words[0] == "check":
+                assert words[1] in shipped_configs(), (part, words)
+    assert set(precompile.DEFAULT_PARTS) <= set(precompile.PARTS)
+    assert "llama-3.2-1b" in {line[1] for line in precompile.PARTS["decoders"]}
+
+
 def test_precompile_refuses_an_unknown_part_in_one_line(capsys):
     code, out, err = run_cli(capsys, "precompile", "diagram", "nope")
     assert_one_line(err, "PART", "nope", code=code)
