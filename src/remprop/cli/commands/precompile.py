@@ -5,8 +5,9 @@ time a process runs them, and then kept on disk (``cache=True``, in the package'
 ``__pycache__`` folders or ``$NUMBA_CACHE_DIR``); the finite-T tables, the kernels' timings
 (:func:`remprop.theory.work_estimates.kernel_speed`) and matplotlib's font list are kept on
 disk too. In a fresh environment the first call of a command therefore pays for all of it:
-measured on two cores (benchmarks/bench_cold_start.py), the first ``remprop diagram`` 9 s
-against 4 s warm, the first ``remprop check bert-base`` 30 s against 5 s warm.
+measured on two cores (benchmarks/bench_cold_start.py, a quiet and a busy machine), the first
+``remprop diagram`` 4-9 s against 1.6-4 s warm, the first ``remprop check bert-base`` 14-30 s
+against 2.7-5 s warm.
 
 This command runs the commands of each part of :data:`PARTS` once, quietly, each part in its
 own process and up to ``--jobs`` parts side by side (numba compiles on one core per
