@@ -75,8 +75,8 @@ def add_precompile_parser(commands):
     from ..options import add_command, add_threads_option
 
     precompile = add_command(commands, "precompile", run_precompile,
-                             help="compile the kernels of the built-in commands (diagram, check of an encoder and of decoders) "
-                                  "so that their first call is quick")
+                             help="compile the kernels of the built-in commands (diagram; check of an encoder and "
+                                  "of decoders) so that their first call is quick")
     precompile.add_argument("parts", nargs="*", type=part_name, metavar="PART",
                             help=f"what to compile: {', '.join(PARTS)} (default: {' '.join(DEFAULT_PARTS)})")
     precompile.add_argument("--jobs", type=count(1), default=None, metavar="N",
