@@ -6,6 +6,8 @@ module, and imports nothing of :mod:`remprop.theory.causal`.
 """
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
@@ -18,34 +20,31 @@ from .rem.qk_norm import gaussian_cosine_mean
 
 #: Trapezoid nodes per side of :func:`pair_moment` (``remprop.theory.causal.PAIR_HALF_NODES``).
 PAIR_HALF_NODES = 32
-#: The compiled pair sums of each activation (by its code), built on first use.
-_PAIR_SUMS = {}
 
 
-def _pair_sums(spec):
-    """The compiled double sum of :func:`pair_moment` for the activation ``spec``: one pass over
-    the pairs (on all threads), the K x K nodes of a pair summed in place, no temporaries. Kept
-    on disk for a built-in activation."""
-    if spec.code not in _PAIR_SUMS:
-        phi = spec.function
+@functools.lru_cache(maxsize=None)
+def _pair_sums(code):
+    """The compiled double sum of :func:`pair_moment` for the activation of ``code``: one pass
+    over the pairs (on all threads), the K x K nodes of a pair summed in place, no temporaries.
+    Kept on disk for a built-in activation (as ``remprop.theory.activations.maps._over_arrays``)."""
+    spec = activation_spec(code)
+    phi = spec.function
 
-        def pair_sums(root_a, root_b, r, s, z, w, out):
-            for n in numba.prange(root_a.size):
-                total = 0.0
-                for k in range(z.size):
-                    first = phi(root_a[n] * z[k]) * w[k]
-                    if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
-                        continue
-                    shift = r[n] * z[k]
-                    inner = 0.0
-                    for l in range(z.size):
-                        inner += phi(root_b[n] * (shift + s[n] * z[l])) * w[l]
-                    total += first * inner
-                out[n] = total
+    def pair_sums(root_a, root_b, r, s, z, w, out):
+        for n in numba.prange(root_a.size):
+            total = 0.0
+            for k in range(z.size):
+                first = phi(root_a[n] * z[k]) * w[k]
+                if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
+                    continue
+                shift = r[n] * z[k]
+                inner = 0.0
+                for l in range(z.size):
+                    inner += phi(root_b[n] * (shift + s[n] * z[l])) * w[l]
+                total += first * inner
+            out[n] = total
 
-        _PAIR_SUMS[spec.code] = numba.njit(parallel=True, cache=spec.builtin, **JIT_OPTIONS)(
-            specialised(pair_sums, f"code{spec.code}"))
-    return _PAIR_SUMS[spec.code]
+    return numba.njit(parallel=True, cache=spec.builtin, **JIT_OPTIONS)(specialised(pair_sums, f"code{code}"))
 
 
 def pair_moment(activation, var_a, var_b, cov):
@@ -60,7 +59,7 @@ def pair_moment(activation, var_a, var_b, cov):
     s = np.sqrt(1.0 - r * r)
     out = np.empty(a.shape)
     flat = (np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (np.sqrt(a), np.sqrt(b), r, s))
-    _pair_sums(spec)(*flat, np.ascontiguousarray(z), np.ascontiguousarray(w), out.reshape(-1))
+    _pair_sums(spec.code)(*flat, np.ascontiguousarray(z), np.ascontiguousarray(w), out.reshape(-1))
     return out
 
 
