@@ -75,6 +75,10 @@ OUTCOMES_FORMAT = "remprop.lr_sweep/1"
 #: The training recipe of every run of the sweep, beside each group's depth and width (the
 #: defaults of ``remprop trained-diagram`` but batch 16; ``eval_every`` is ``steps // 10`` as there).
 LR_SWEEP_TRAINING = {"seq_len": 64, "batch_size": 16, "steps": 300, "vocab_size": 4096}
+#: Further recipe fields a sweep's ``training`` may set (the :class:`TrainConfig` fields of the same
+#: names; the defaults of the recipe otherwise): the recipe axes of the scale sweep
+#: (:mod:`~remprop.validation.training.lr_scale`).
+RECIPE_FIELDS = ("warmup_ratio", "weight_decay")
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,9 @@ class LRSweepRun:
         from .trained_grid import TrainedGridSpec
 
         training = dict(LR_SWEEP_TRAINING if training is None else training)
-        if set(training) != set(LR_SWEEP_TRAINING):
-            raise ValueError(f"training must give exactly {', '.join(sorted(LR_SWEEP_TRAINING))}, "
-                             f"got {', '.join(sorted(training)) or 'nothing'}")
+        if not set(LR_SWEEP_TRAINING) <= set(training) <= set(LR_SWEEP_TRAINING) | set(RECIPE_FIELDS):
+            raise ValueError(f"training must give {', '.join(sorted(LR_SWEEP_TRAINING))} (and optionally "
+                             f"{', '.join(RECIPE_FIELDS)}), got {', '.join(sorted(training)) or 'nothing'}")
         config = TrainConfig(arch=Architecture(norm=self.norm, attention=self.attention), depth=self.depth,
                              width=self.width, lr=self.lr, eval_every=max(training["steps"] // 10, 1), device=device,
                              **training)
@@ -268,7 +272,8 @@ def _run_record(run: LRSweepRun, spec, result: dict, theory: str) -> dict:
     cosine = [float(v) for v in init["token_cosine"]]
     return {"group": run.group, "folder": run.folder, "split": run.split, "norm": run.norm, "depth": run.depth,
             "width": run.width, "alpha": run.alpha, "beta": run.beta, "attention": run.attention, "lr": run.lr,
-            "seq_len": spec.config.seq_len, "steps": spec.config.steps,
+            "seq_len": spec.config.seq_len, "steps": spec.config.steps, "batch_size": spec.config.batch_size,
+            "warmup_ratio": spec.config.warmup_ratio, "weight_decay": spec.config.weight_decay,
             "final_test_loss": verdict["final_test_loss"], "unigram_loss": verdict["unigram_loss"],
             "diverged": verdict["diverged"], "theory_phase": verdict["theory_phase"], "theory": verdict["theory"],
             "init_entropy_min": min(entropy) if entropy else math.nan,

@@ -1,0 +1,102 @@
+r"""The learning-rate sweep at scale: how the largest rate that trains moves with width, depth and recipe.
+
+The first sweep (:mod:`~remprop.validation.training.lr_sweep`, :data:`LR_SWEEP_DESIGN`) fitted the
+ceiling's constants at width 16-32 only, and its width law (``1/d``, docs/theory.md section 20)
+put the ceiling of GPT-2-sized models 8-22x below the rates they were pre-trained at. This
+module holds the sweep that measures the width law instead of assuming it, and a few recipe
+axes beside it. Every run is a run of the first sweep's kind (a one-cell trained grid,
+:class:`~remprop.validation.training.lr_sweep.LRSweepRun`; masked-LM, T 64, batch 16,
+vocabulary 4096, one seed, seed 0), read by the same rule, fixed before the runs: a run
+*trains at its rate* when its trained fraction ``f = (U - L) / (U - R) >= 3/4``, ``R`` the best
+final test loss of its family (norm placement, depth and width, within one recipe), and it did
+not diverge.
+
+**The design** (:data:`LR_SCALE_DESIGN`, fixed before any run finished). Each *recipe* is a
+training dict and a list of groups, trained under ``OUT/<recipe>/``:
+
+* ``base`` (300 steps, warm-up 5 %, the first sweep's recipe): depth 8, post- and pre-LN,
+  ``alpha_SA = 1`` (the skip strength of real models), ``beta = 0.5``, at widths 32, 128 and
+  512 (the **fit** part) and 64 and 256 (**held out**), rates ``1e-4 .. 1e-1`` by half-decades
+  (width <= 128) or ``1e-4 .. 3e-2`` (width 256 and 512, where the largest rates diverge);
+  and depth 24 at width 64 (held out: the depth law);
+* ``warm25`` (warm-up 25 % of the steps): depth 8, width 128 (held out: the warm-up term);
+* ``long`` (1000 steps): depth 8, width 128, rates ``1e-3 .. 3e-2`` (held out: the step term).
+
+Reference: docs/theory.md section 20; docs/training.md, "The ceiling at scale".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .lr_sweep import LR_SWEEP_TRAINING, LRSweepGroup, design_runs, lr_sweep_outcomes, pending_runs, run_lr_sweep
+
+__all__ = ["LR_SCALE_DESIGN", "scale_recipes", "scale_pending", "run_scale_sweep", "scale_outcomes"]
+
+_RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+_WIDE_RATES = _RATES[:-1]
+_POINT = ((1.0, 0.5),)
+_NORMS = ("post", "pre")
+
+
+def _group(name, width, depth=8, rates=_RATES, held_out=False):
+    return LRSweepGroup(name, _NORMS, depth, width, _POINT, rates, held_out=held_out)
+
+
+#: recipe name -> (training dict, groups): the scale sweep, fixed before any run (module docstring).
+LR_SCALE_DESIGN = {
+    "base": (dict(LR_SWEEP_TRAINING), (
+        _group("w32", 32), _group("w128", 128), _group("w512", 512, rates=_WIDE_RATES),
+        _group("w64", 64, held_out=True), _group("w256", 256, rates=_WIDE_RATES, held_out=True),
+        _group("w64-L24", 64, depth=24, held_out=True),
+    )),
+    "warm25": (dict(LR_SWEEP_TRAINING, warmup_ratio=0.25), (_group("w128", 128, held_out=True),)),
+    "long": (dict(LR_SWEEP_TRAINING, steps=1000), (_group("w128", 128, rates=(1e-3, 3e-3, 1e-2, 3e-2),
+                                                          held_out=True),)),
+}
+
+
+def scale_recipes(recipes=None, groups=None) -> list:
+    """``(recipe, training, groups)`` of the chosen ``recipes`` (names; default all) and ``groups``
+    (names; default all), in design order; an unknown name is a ``ValueError``."""
+    names = list(LR_SCALE_DESIGN) if recipes is None else list(recipes)
+    unknown = [n for n in names if n not in LR_SCALE_DESIGN]
+    if unknown:
+        raise ValueError(f"recipes: unknown {', '.join(unknown)} (known: {', '.join(LR_SCALE_DESIGN)})")
+    out = []
+    for name in names:
+        training, design = LR_SCALE_DESIGN[name]
+        chosen = tuple(g for g in design if groups is None or g.name in groups)
+        if chosen:
+            out.append((name, training, chosen))
+    if groups is not None:
+        known = {g.name for _, (_, design) in LR_SCALE_DESIGN.items() for g in design}
+        missing = sorted(set(groups) - known)
+        if missing:
+            raise ValueError(f"groups: unknown {', '.join(missing)} (known: {', '.join(sorted(known))})")
+    return out
+
+
+def scale_pending(out, recipes=None, groups=None) -> list:
+    """``(recipe, run, spec)`` of every run of the chosen part without a finished record under ``out``."""
+    return [(name, run, spec) for name, training, design in scale_recipes(recipes, groups)
+            for run, spec in pending_runs(Path(out) / name, design, training=training)]
+
+
+def run_scale_sweep(out, recipes=None, groups=None, *, progress=False) -> dict:
+    """Train (or resume) the chosen part of :data:`LR_SCALE_DESIGN` under ``out``, one run after another
+    in this process (one torch thread a run, as recorded in each run's settings); returns
+    ``{recipe: LRSweepReport}``. Two processes may share ``out`` when they train disjoint groups (each
+    run's folder is locked while it trains)."""
+    return {name: run_lr_sweep(Path(out) / name, design, training=training, progress=progress)
+            for name, training, design in scale_recipes(recipes, groups)}
+
+
+def scale_outcomes(out, recipes=None, *, require_all=True) -> list:
+    """The outcome records of every finished run (:func:`~remprop.validation.training.lr_sweep.lr_sweep_outcomes`,
+    recipe by recipe; each record gains ``recipe``). With ``require_all`` an unfinished run is a ``ValueError``."""
+    records = []
+    for name, training, design in scale_recipes(recipes):
+        design_runs(design)
+        for record in lr_sweep_outcomes(Path(out) / name, design, training=training, require_all=require_all):
+            records.append(dict(record, recipe=name))
+    return records
