@@ -47,30 +47,19 @@ $(VENV)/bin/python:
 	$(PYTHON) -m pip --python $(VENV)/bin/python install -q --no-compile pip >/dev/null 2>&1 || \
 	    $(VENV)/bin/python -m ensurepip -q
 
-# After installing, `remprop precompile` compiles the numba kernels of the built-in commands
-# (src/remprop/cli/commands/precompile.py), so that the first call of each loads them from
-# disk instead of compiling them (a fresh `remprop check bert-base`: 30 s -> 2-5 s; of
-# llama-3.2-1b, and so of Qwen2.5, Mistral, Phi-3, SmolLM2: 18 s -> 3 s): those of `remprop
-# check` (parts check and decoders) in a detached process, started once `make run` has drawn
-# its diagram (which compiles its own kernels); `make install` compiles those of `remprop
-# diagram` too.
-# Rerun when theory/ changes (numba's cache is keyed on its sources).
+# After installing, `remprop precompile` compiles the theory's engine (the three numba sweeps that
+# run every architecture, src/remprop/cli/commands/precompile.py) once, in a detached process
+# started once `make run` has drawn its diagram: later commands load it from disk. numba's cache is
+# keyed on the sources, so it runs again when theory/ changes.
 THEORY_SOURCES := $(shell find theory -name '*.py' 2>/dev/null)
 
-# remprop's own bytecode is written at once (numba keys its disk cache differently for a module
-# loaded from bytecode and one compiled from source: the diagram of `make run` must compile its
-# kernels as later processes will load them; remprop.cli.commands.precompile.write_bytecode).
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q --no-compile -e .
 	$(VENV)/bin/python -c "from remprop.cli.commands.precompile import write_bytecode; write_bytecode()"
 	touch $@
 
-$(VENV)/.precompiled-check: $(THEORY_SOURCES) | $(VENV)/.installed-run
-	$(VENV)/bin/remprop precompile check decoders --background --jobs 1
-	touch $@
-
-$(VENV)/.precompiled-run: $(THEORY_SOURCES) | $(VENV)/.installed-run
-	$(VENV)/bin/remprop precompile diagram
+$(VENV)/.precompiled: $(THEORY_SOURCES) | $(VENV)/.installed-run
+	$(VENV)/bin/remprop precompile --background --jobs 1
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
@@ -93,12 +82,12 @@ $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q -e ".[test,validation,distributed,notebooks,docs]"
 	touch $@ $(VENV)/.installed-run
 
-install: $(VENV)/.installed-run $(VENV)/.precompiled-check $(VENV)/.precompiled-run
+install: $(VENV)/.installed-run $(VENV)/.precompiled
 install-test: $(VENV)/.installed-test
 
 run: $(VENV)/.installed-run
 	$(VENV)/bin/remprop diagram --out $(OUT)
-	@$(MAKE) --no-print-directory $(VENV)/.precompiled-check
+	@$(MAKE) --no-print-directory $(VENV)/.precompiled
 
 # The suite runs on every core (at most 4 worker processes). A test file goes to one worker
 # (its module fixtures are built once), except the tests tests/conftest.py names INDEPENDENT;
@@ -106,12 +95,10 @@ run: $(VENV)/.installed-run
 # compiling the kernels' specialisations, which the workers share through the disk cache.
 PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
-# Before the tests, the parts of `remprop precompile` that the suite runs most (side by side on
-# the cores): each kernel specialisation is compiled once and loaded from disk by the workers,
-# instead of by each worker that reaches it first. (Not `decoders`: the suite's one check of
-# such a decoder compiles its kernels in less time than the part takes.)
+# Before the tests, the engine (`remprop precompile`, in the foreground): compiled once, and loaded
+# from disk by every worker instead of compiled by each.
 $(VENV)/.precompiled-test: $(THEORY_SOURCES) | $(VENV)/.installed-test
-	$(VENV)/bin/remprop precompile diagram check suite
+	$(VENV)/bin/remprop precompile
 	touch $@
 
 test: install-test $(VENV)/.precompiled-test

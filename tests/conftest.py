@@ -33,7 +33,7 @@ threads take the cores from the other worker's work.
 times a part of the suite both ways in one run).
 
 ``make test`` compiles the common numba kernels once before pytest starts (``remprop
-precompile diagram check suite``, the Makefile), so that the workers load them from disk
+precompile``, the engine, in the Makefile), so that the workers load them from disk
 instead of each compiling the same specialisations at once.
 
 Without xdist (``-p no:xdist``, a plain ``pytest``) only the order of the files changes.

@@ -1,4 +1,4 @@
-"""Cold starts (issue 27): ``remprop precompile`` and the kernel timings kept on disk.
+"""Cold starts (issues 27 and 43): ``remprop precompile`` (the engine, once) and the kernel timings kept on disk.
 
 The speed itself is measured by benchmarks/bench_cold_start.py; these tests check the
 mechanisms: a precompiled command compiles nothing on its first call, and a kernel's timing
@@ -95,11 +95,14 @@ def test_every_part_runs_command_lines_the_parser_takes_on_shipped_models():
             if words[0] == "check":
                 assert words[1] in shipped_configs(), (part, words)
     assert set(precompile.DEFAULT_PARTS) <= set(precompile.PARTS)
-    assert "llama-3.2-1b" in {line[1] for line in precompile.PARTS["decoders"]}
+    # the engine part reaches the three sweeps: trajectories (propagate), the bisection (min-alpha)
+    # and final states (diagram), the last at finite T (its table)
+    engine = {line[0]: line for line in precompile.PARTS["engine"]}
+    assert set(engine) == {"propagate", "min-alpha", "diagram"} and "--seq-len" in engine["diagram"]
 
 
 def test_precompile_refuses_an_unknown_part_in_one_line(capsys):
-    code, out, err = run_cli(capsys, "precompile", "diagram", "nope")
+    code, out, err = run_cli(capsys, "precompile", "engine", "nope")
     assert_one_line(err, "PART", "nope", code=code)
 
 
@@ -146,15 +149,15 @@ def test_background_precompile_returns_at_once_and_logs_each_part(tmp_path):
     the suite's shared cache (``make test`` precompiled them), so the part takes seconds."""
     env = dict(os.environ, REMPROP_CACHE_DIR=str(tmp_path))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "remprop", "precompile", "diagram", "--background", "--jobs", "1"],
+    done = subprocess.run([sys.executable, "-m", "remprop", "precompile", "engine", "--background", "--jobs", "1"],
                           env=env, capture_output=True, text=True, timeout=120)
     returned = time.perf_counter() - start
     log = tmp_path / "precompile.log"
     assert done.returncode == 0 and str(log) in done.stdout, done.stderr
     deadline = time.time() + 600
-    while "diagram: " not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+    while "engine: " not in (log.read_text() if log.exists() else "") and time.time() < deadline:
         time.sleep(1)
     text = log.read_text()
-    assert "remprop precompile: diagram: done in" in text, text
+    assert "remprop precompile: engine: done in" in text, text
     seconds = float(text.split("done in")[1].split()[0])
     assert returned < seconds, (returned, seconds)  # it did not wait for the part

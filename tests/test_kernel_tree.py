@@ -1,10 +1,12 @@
-"""The depth kernels take any tree of components: the step is composed from the tree.
+"""The depth kernels take any tree of components: the tree is lowered to a program that one
+compiled interpreter runs.
 
 A component defined here, outside remprop.theory.components, reaches the kernels through the
-tree that holds it (its kernel face is a method of its own; there is no registry); the
-kernels' results equal the tree iterated in NumPy to 1e-12 (same maps, same order: round-off
-only). Kernels are shared by structure (kernel keys), and their on-disk cache keys are the
-same in every process (numba hashes the pickled closure cells of each sweep).
+tree that holds it (its kernel face is a method of its own, composing the tape's instructions;
+there is no registry of components); the kernels' results equal the tree iterated in NumPy to
+1e-12 (same maps, same order: round-off only). Every architecture runs in the same compiled
+sweeps, and their on-disk cache keys are the same in every process (numba hashes the pickled
+closure cells of each sweep).
 """
 from __future__ import annotations
 
@@ -37,14 +39,8 @@ class ScaledIdentity(Component):
     def apply(self, q, p):
         return self.gain * q, self.gain * p
 
-    def kernel(self, build):
-        gain = build.parameter(self.gain)
-
-        def step(q, p, row, table):
-            g = gain(row)
-            return g * q, g * p, math.inf
-
-        return step
+    def kernel(self, tape):
+        tape.dense(self.gain, 0.0)  # gain q + 0: the library's dense instruction, bit for bit
 
 
 def iterate(tree, depth, q0, p0):
@@ -155,68 +151,42 @@ import hashlib, sys
 from numba.core.serialize import dumps
 from remprop.theory import Architecture
 from remprop.theory.kernels import kernels_for
+from remprop.theory.kernels._engine import ENGINE, engine_for
 from remprop.theory.propagation import kernel_tree
 archs = [Architecture(), Architecture(norm="pre", seq_len=64, positions="rope", head_dim=16, block_form="parallel"),
          Architecture(norm="none", mlp="gated", activation="silu", seq_len=32, qk_norm=True, head_dim=8,
                       branch_norm=True, sigma_o2=0.5)]
 for arch in archs[::int(sys.argv[1])]:
-    wrapper = kernels_for(kernel_tree(arch)).final_states
-    sweeps = next(c.cell_contents for c in wrapper.__closure__ if isinstance(c.cell_contents, tuple))
-    for sweep in sweeps:
-        cells = tuple(c.cell_contents for c in sweep.py_func.__closure__)
-        print(sweep.py_func.__qualname__, hashlib.sha256(dumps(cells)).hexdigest())
+    assert engine_for(kernels_for(kernel_tree(arch)).program) is ENGINE
+for sweep in ENGINE:
+    cells = tuple(c.cell_contents for c in sweep.py_func.__closure__)
+    print(sweep.py_func.__qualname__, hashlib.sha256(dumps(cells)).hexdigest())
 """
 
 
-def test_disk_cache_keys_are_the_same_in_every_process():
-    """numba's index key of a cached sweep hashes its pickled closure cells: two fresh processes
-    (one building the trees in the other order, so that shared steps are made in another order)
-    must agree, or the on-disk cache would miss and grow on every run."""
+def test_every_architecture_runs_in_one_engine_with_the_same_cache_keys_in_every_process():
+    """One compiled interpreter serves every tree of built-in components (no tree compiles code of
+    its own); numba's index key of a cached sweep hashes its pickled closure cells: two fresh
+    processes (lowering the trees in the other order) must agree, or the on-disk cache would miss
+    and grow on every run."""
     runs = [subprocess.run([sys.executable, "-c", _CACHE_KEYS, order], capture_output=True, text=True, check=True,
                            cwd=Path(__file__).parent).stdout.split("\n") for order in ("1", "-1")]
     first, second = (sorted(line for line in run if line) for run in runs)
-    assert len(first) == 9 and len(set(first)) == 9
+    assert len(first) == 3 and len(set(first)) == 3
     assert first == second
 
 
-# -- the kernels' batch buffers on the stack (remprop.theory.kernels._sweeps) ----------------------
-def test_stack_buffers_have_their_shapes_and_do_not_overlap():
-    """``stack_empty`` gives each call its own stack memory, 1-D or C-ordered 2-D."""
-    from numba import njit
+def test_a_program_is_data():
+    """The lowered tree is op codes, operand slots and constants: a post-LN block is two skips, two
+    norms, one attention and one MLP, with the skip's input pushed before each branch."""
+    from remprop.theory.kernels import _tape
 
-    from remprop.theory._jit import stack_empty
-
-    @njit
-    def fill(values):
-        matrix = stack_empty(3, 4)
-        first = stack_empty(4, 0)
-        second = stack_empty(4, 0)
-        for i in range(3):
-            for j in range(4):
-                matrix[i, j] = values[4 * i + j]
-        for j in range(4):
-            first[j] = -1.0 - j
-            second[j] = 10.0 + j
-        return matrix.copy(), first.copy(), second.copy(), matrix[1].sum()
-
-    matrix, first, second, row_sum = fill(np.arange(12.0))
-    np.testing.assert_array_equal(matrix, np.arange(12.0).reshape(3, 4))
-    np.testing.assert_array_equal(first, [-1.0, -2.0, -3.0, -4.0])
-    np.testing.assert_array_equal(second, [10.0, 11.0, 12.0, 13.0])
-    assert row_sum == 4.0 + 5.0 + 6.0 + 7.0
-    # plain Python (NUMBA_DISABLE_JIT runs the sweeps so): numpy.empty of the same shapes
-    assert stack_empty(4, 0).shape == (4,) and stack_empty(3, 4).shape == (3, 4)
-
-
-def test_stack_buffers_need_compile_time_sizes():
-    from numba import njit
-    from numba.core.errors import TypingError
-
-    from remprop.theory._jit import stack_empty
-
-    @njit
-    def runtime_size(n):
-        return stack_empty(n, 0)[0]
-
-    with pytest.raises(TypingError, match="stack_empty takes compile-time integer sizes"):
-        runtime_size(4)
+    program = kernels_for(kernel_tree(Architecture())).program
+    codes = [int(code) for code in program.ops[:, 0]]
+    assert codes == [_tape.OP_PUSH, _tape.OP_ATTENTION, _tape.OP_SKIP, _tape.OP_NORM,
+                     _tape.OP_PUSH, _tape.OP_MLP, _tape.OP_SKIP, _tape.OP_NORM]
+    assert program.stack == 1 and program.mode == _tape.NO_SCALE and not program.finite
+    # the skips before a norm are read up to scale (post-LN: a norm follows each)
+    assert all(program.ops[i, 1] == _tape.SKIP_SCALE_FREE for i in (2, 6))
+    with pytest.raises(ValueError, match="pops an empty stack"):
+        _tape.Tape().skip(1.0)

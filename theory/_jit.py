@@ -1,5 +1,4 @@
-"""numba compilation helpers: unique names for specialised closures, inlined jitables, borrowed arrays,
-buffers on the stack.
+"""numba compilation helpers: unique names for specialised closures, inlined jitables.
 
 numba names compiled code after the Python function's ``__qualname__`` plus a
 per-process counter, and its on-disk cache restores those names. Two specialisations of
@@ -29,7 +28,7 @@ import hashlib
 import re
 from pathlib import Path
 
-__all__ = ["specialised", "inline_jitable", "source_digest", "borrowed", "stack_empty", "JIT_OPTIONS"]
+__all__ = ["specialised", "inline_jitable", "source_digest", "JIT_OPTIONS"]
 
 #: The options of every compiled entry point of theory (``njit(cache=..., **JIT_OPTIONS)``). numba
 #: compiles a ``register_jitable`` helper once per set of its callers' flags (and a helper inherits
@@ -89,94 +88,3 @@ def inline_jitable(function):
 
     register_jitable(forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(function)
     return function
-
-
-def borrowed(array):
-    """``array`` itself in Python; in jitted code a view of it that numba does not reference-count
-    (no meminfo), valid while ``array`` lives. Passing it to a compiled call then costs no atomic
-    reference-count updates, which contend between threads when every thread passes the same
-    array once per cell and layer (the kernels' finite-T table)."""
-    return array
-
-
-def _register_borrowed():
-    from numba.core import types
-    from numba.core.typing.templates import AbstractTemplate, infer_global, signature
-    from numba.extending import lower_builtin
-    from numba.np.arrayobj import make_array, populate_array
-
-    # a typing template and an inline lowering (not an overload, whose front end numba would
-    # rerun at every resolution of every call site)
-    @infer_global(borrowed)
-    class BorrowedTyping(AbstractTemplate):
-        def generic(self, args, kws):
-            if len(args) == 1 and not kws and isinstance(args[0], types.Array):
-                return signature(args[0], args[0])
-
-    @lower_builtin(borrowed, types.Array)
-    def view(context, builder, sig, args):
-        source = make_array(sig.args[0])(context, builder, args[0])
-        out = make_array(sig.return_type)(context, builder)
-        populate_array(out, data=source.data, shape=source.shape, strides=source.strides,
-                       itemsize=source.itemsize, meminfo=None)
-        return out._getvalue()
-
-
-_register_borrowed()
-
-
-def stack_empty(rows, cols):
-    """A float64 C array of ``rows`` (``cols`` 0) or ``rows x cols`` items, uninitialised: in Python
-    ``numpy.empty``; in jitted code an array on the stack of the calling function (the sizes then
-    compile-time integers, e.g. module constants).
-
-    It lives until that function returns and has no meminfo: no allocation and no reference
-    counts. Above all LLVM knows that it aliases no other memory, so a loop that stores into it
-    while it reads a table at computed positions (the finite-T lookups) can still be vectorised
-    over the cells of a batch; with heap buffers the stores might overwrite the table, and the
-    loop stays scalar (``remprop.theory.kernels._sweeps``, "Batch buffers on the stack")."""
-    import numpy as np
-
-    return np.empty(rows if cols == 0 else (rows, cols))
-
-
-def _register_stack_empty():
-    from numba.core import cgutils, types
-    from numba.core.errors import TypingError
-    from numba.core.typing.templates import AbstractTemplate, infer_global, signature
-    from numba.extending import lower_builtin
-    from numba.np.arrayobj import make_array, populate_array
-
-    # Typed by a template and lowered inline into the calling function's own IR, so the alloca
-    # is in the caller's frame. An ``inline="always"`` overload did the same, but numba reran its
-    # front end at each resolution of each call site: 42 times a sweep, 0.3 s of compiling a tree.
-    @infer_global(stack_empty)
-    class StackEmptyTyping(AbstractTemplate):
-        prefer_literal = True
-
-        def generic(self, args, kws):
-            if kws or len(args) != 2:
-                raise TypingError("stack_empty takes two positional sizes (rows, cols)")
-            rows, cols = args
-            if not (isinstance(rows, types.IntegerLiteral) and isinstance(cols, types.IntegerLiteral)):
-                raise TypingError(f"stack_empty takes compile-time integer sizes, got {rows}, {cols}")
-            shape = (rows.literal_value,) if cols.literal_value == 0 else (rows.literal_value, cols.literal_value)
-            if min(shape) < 1:
-                raise TypingError(f"stack_empty: sizes must be >= 1, got {shape}")
-            return signature(types.Array(types.float64, len(shape), "C"), rows, cols)
-
-    @lower_builtin(stack_empty, types.IntegerLiteral, types.IntegerLiteral)
-    def on_stack(context, builder, sig, args):
-        array_type = sig.return_type
-        rows, cols = (size.literal_value for size in sig.args)
-        shape = (rows,) if cols == 0 else (rows, cols)
-        data = cgutils.alloca_once(builder, context.get_value_type(types.float64), size=rows * max(cols, 1))
-        intp = context.get_value_type(types.intp)
-        strides = (8 * cols, 8) if cols else (8,)
-        out = make_array(array_type)(context, builder)
-        populate_array(out, data=data, shape=[intp(size) for size in shape],
-                       strides=[intp(stride) for stride in strides], itemsize=8, meminfo=None)
-        return out._getvalue()
-
-
-_register_stack_empty()

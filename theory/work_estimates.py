@@ -24,6 +24,7 @@ What a command does with the estimates -- refuse work above ``--max-seconds`` or
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
 from typing import NamedTuple
@@ -33,8 +34,7 @@ import numpy as np
 from .checks import check_count
 from ._jit import source_digest
 from .kernels import kernels_for
-from .kernels._sweeps import BATCH
-from .kernels._tree import digest
+from .kernels._engine import BATCH
 from .rem.disk_cache import cache_directory, write_atomically
 from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_parameters
 
@@ -163,7 +163,7 @@ def kernel_speed(arch) -> KernelSpeed:
 
         path = None
         if kernels_for(tree).cacheable:
-            path = cache_directory() / f"kernel-speed-{digest(key)}-{source_digest()}-t{numba.get_num_threads()}.json"
+            path = cache_directory() / f"kernel-speed-{_digest(key)}-{source_digest()}-t{numba.get_num_threads()}.json"
         speed = _read_speed(path)
         if speed is None:
             _, _, rows = pack_parameters(arch, 1.0)
@@ -171,6 +171,11 @@ def kernel_speed(arch) -> KernelSpeed:
             _write_speed(path, speed)
         _SPEEDS[key] = speed
     return _SPEEDS[key]
+
+
+def _digest(key) -> str:
+    """Sixteen hex digits of SHA-256 over ``repr(key)`` (a kernel key: the same in every process)."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
 
 def _read_speed(path):

@@ -175,6 +175,53 @@ def _map_inputs(q, p, beta, sigma_v2, sigma_b2, seq_len):
     return q, p, y2, seq_len, sigma_v2, sigma_b2
 
 
+@register_jitable
+def asymptotic_attention_step_core(q, p, beta, sigma_v2, sigma_b2, cbar, gain_controlled, rope):
+    """The attention's map as T -> infinity on one cell's scalars and its critical beta, ``(q_A, p_A,
+    beta_c)``: ``Y2 = max(0, 1 - beta_c / beta)``, ``beta_c = sqrt(2 / (q (q - p cbar)))`` (``cbar``
+    read with RoPE only)."""
+    p_rem = p * cbar if rope else p
+    beta_c = critical_beta_core(q, p_rem)
+    y2 = asymptotic_participation_core(beta, beta_c)
+    if gain_controlled:
+        q, p = gain_controlled_attention_core(q, p, y2, sigma_v2, sigma_b2)
+    else:
+        q, p = softmax_attention_core(q, p, y2, sigma_v2, sigma_b2)
+    return q, p, beta_c
+
+
+@register_jitable
+def finite_attention_step_core(q, p, beta, sigma_v2, sigma_b2, cbar, qk_dim, gain_controlled, rope, qk, table):
+    """The attention's map at finite T on one cell's scalars and its critical beta: ``(q_A, p_A, beta_c)``.
+
+    ``Y2`` (and the cross-overlap ``C`` of two rows, or ``1/T`` with RoPE) are read from the packed
+    ``table`` at ``x = beta sqrt(q (q - p cbar))`` (with QK-norm ``beta sqrt(1 - kappa_n cbar)``).
+    ``beta_c`` is the REM's critical beta at the input, ``sqrt(2 / (q (q - p cbar)))`` (QK-norm:
+    ``sqrt(2 / (1 - kappa_n cbar))``, docs/theory.md section 19). ``cbar`` is 1 without RoPE,
+    ``qk_dim`` read with QK-norm only.
+    """
+    if qk:
+        energy = qk_norm_energy_core(p / q, qk_dim, cbar)
+        beta_c = math.sqrt(2.0 / energy) if energy > 0.0 else math.inf
+        x = beta * math.sqrt(energy)
+    else:
+        p_rem = p * cbar if rope else p
+        beta_c = critical_beta_core(q, p_rem)
+        x = beta * math.sqrt(max(q * (q - p_rem), 0.0))
+    position = table_position(table, x)  # one division for both tables (the same u = x / (x + x_s))
+    y2 = table_lookup_at(table, x, position)
+    if gain_controlled:
+        q_a, p_a = gain_controlled_attention_core(q, p, y2 - 1.0 / table[0], sigma_v2, sigma_b2)
+    else:
+        if rope and cbar < 1.0:
+            cross = 1.0 / table[0]
+        else:
+            cross_table = after_table(table)  # its x position: u / du = position du_Y (1 / du_C)
+            cross = cross_overlap_at(cross_table, position * (table[2] * cross_table[3]), p / q, y2)
+        q_a, p_a = softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2)
+    return q_a, p_a, beta_c
+
+
 @dataclass(repr=False)
 class Attention(Component):
     """Softmax or gain-controlled self-attention (:func:`softmax_attention`, :func:`gain_controlled_attention`)."""
@@ -282,59 +329,17 @@ class Attention(Component):
             return bias
         return merge_rescaled([bias, {self.beta.name: -1}]) if isinstance(self.beta, Column) else None
 
-    def kernel(self, build):
-        """The step of ``apply`` on the cell's scalars, with its critical beta.
-
-        As T -> infinity ``Y2 = max(0, 1 - beta_c / beta)``; at finite T ``Y2`` (and the
-        cross-overlap ``C`` of two rows, or ``1/T`` with RoPE) are read from the packed table
-        at ``x = beta sqrt(q (q - p cbar))`` (with QK-norm ``beta sqrt(1 - kappa_n cbar)``; the
-        step reads the table, ``build.reads_table``). ``beta_c`` is the REM's
-        critical beta at the input, ``sqrt(2 / (q (q - p cbar)))`` (QK-norm:
-        ``sqrt(2 / (1 - kappa_n cbar))``, docs/theory.md section 19).
-        """
-        beta, sigma_v2, sigma_b2 = (build.parameter(value) for value in (self.beta, self.sigma_v2, self.sigma_b2))
-        rope, qk, gain_controlled = self.mean_rope_correlation is not None, self.qk_norm_dim is not None, \
-            self.gain_controlled
-        cbar = build.parameter(self.mean_rope_correlation if rope else 1.0)
-        if self.seq_len is None:
-            if qk:
-                raise ValueError("qk_norm_dim needs seq_len: a QK-normed attention reads the finite-T table")
-            core = gain_controlled_attention_core if gain_controlled else softmax_attention_core
-
-            def step(q, p, row, table):
-                p_rem = p * cbar(row) if rope else p
-                beta_c = critical_beta_core(q, p_rem)
-                q, p = core(q, p, asymptotic_participation_core(beta(row), beta_c), sigma_v2(row), sigma_b2(row))
-                return q, p, beta_c
-
-            return step
-        build.reads_table()
-        qk_dim = build.parameter(self.qk_norm_dim if qk else 0.0)
-
-        def step(q, p, row, table):
-            c = cbar(row)
-            if qk:
-                energy = qk_norm_energy_core(p / q, qk_dim(row), c)
-                beta_c = math.sqrt(2.0 / energy) if energy > 0.0 else math.inf
-                x = beta(row) * math.sqrt(energy)
-            else:
-                p_rem = p * c if rope else p
-                beta_c = critical_beta_core(q, p_rem)
-                x = beta(row) * math.sqrt(max(q * (q - p_rem), 0.0))
-            position = table_position(table, x)  # one division for both tables (the same u = x / (x + x_s))
-            y2 = table_lookup_at(table, x, position)
-            if gain_controlled:
-                q_a, p_a = gain_controlled_attention_core(q, p, y2 - 1.0 / table[0], sigma_v2(row), sigma_b2(row))
-            else:
-                if rope and c < 1.0:
-                    cross = 1.0 / table[0]
-                else:
-                    cross_table = after_table(table)  # its x position: u / du = position du_Y (1 / du_C)
-                    cross = cross_overlap_at(cross_table, position * (table[2] * cross_table[3]), p / q, y2)
-                q_a, p_a = softmax_attention_overlap_core(q, p, y2, cross, sigma_v2(row), sigma_b2(row))
-            return q_a, p_a, beta_c
-
-        return step
+    def kernel(self, tape):
+        """One attention instruction (:func:`attention_step_core` on each cell's scalars, with its
+        critical beta). As T -> infinity ``Y2 = max(0, 1 - beta_c / beta)``; at finite T ``Y2`` (and the
+        cross-overlap ``C`` of two rows, or ``1/T`` with RoPE) are read from the packed table (the
+        program then needs the table)."""
+        rope, qk = self.mean_rope_correlation is not None, self.qk_norm_dim is not None
+        if self.seq_len is None and qk:
+            raise ValueError("qk_norm_dim needs seq_len: a QK-normed attention reads the finite-T table")
+        tape.attention(self.beta, self.sigma_v2, self.sigma_b2, self.mean_rope_correlation if rope else 1.0,
+                       self.qk_norm_dim if qk else 0.0, finite=self.seq_len is not None,
+                       gain_controlled=self.gain_controlled, rope=rope, qk_norm=qk)
 
     def _attend(self, q, p, y2, sigma_v2, sigma_b2):
         """(q_A, p_A) given the participation ratio ``y2`` (numbers or sympy expressions);

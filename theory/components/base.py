@@ -162,17 +162,18 @@ class Component:
     #: a serial of such maps): pre-LN streams, :mod:`remprop.theory.kernels`.
     carries_scale = False
 
-    def kernel(self, build):
-        """This map's step for the numba depth kernels (:mod:`remprop.theory.kernels`).
+    def kernel(self, tape):
+        """This map's instructions for the depth kernels (:mod:`remprop.theory.kernels`).
 
-        Returns a plain function ``step(q, p, row, table) -> (q', p', beta_c)`` that numba can
-        compile: ``row`` is the cell's packed parameters (a tuple of floats; read parameter
-        ``x`` with ``reader = build.parameter(x)`` outside the step and ``reader(row)``
-        inside), ``table`` the finite-T table (pass it on to children unchanged), ``beta_c``
-        the critical beta of the attention in this map (``math.inf`` without one; combine
-        children's with :func:`least`). Children's steps come from ``build.child(component)``.
+        Appends to ``tape`` (``remprop.theory.kernels._tape.Tape``) what the map does, through
+        the tape's methods: ``tape.norm()``, ``tape.dense(sigma_w2, sigma_b2)``, ``tape.mlp(...)``,
+        ``tape.attention(...)``; a combinator lowers its children with ``tape.child(component)``
+        and keeps a skip's input with ``tape.push()`` / ``tape.skip(alpha)``. Parameters are numbers
+        or :class:`Column` placeholders (read from the cell's packed row). One compiled interpreter
+        runs every tape: a new component composes the existing instructions (a map of its own is a
+        new instruction in ``remprop.theory.kernels._engine``).
         """
-        raise NotImplementedError(f"{self!r}: this component has no kernel face (kernel(build))")
+        raise NotImplementedError(f"{self!r}: this component has no kernel face (kernel(tape))")
 
     def kernel_key(self):
         """What the compiled step depends on, hashable and the same in every process: the
@@ -299,24 +300,14 @@ class Serial(Component):
     def rescaled_parameters(self):
         return merge_rescaled(layer.rescaled_parameters() for layer in self.layers)
 
-    def kernel(self, build):
-        """The first layer's step, then the rest's (a serial of the remaining layers, so a
-        serial of n layers is n - 1 two-step compositions). A layer followed by a
-        :attr:`~Component.scale_free` one is built with ``output_scale_free`` (its output is read
-        only up to scale, :meth:`Component.apply_up_to_scale`), as is the last when this
-        serial's own output is."""
-        free = build.output_scale_free
-        if len(self.layers) == 1:
-            return build.child(self.layers[0], output_scale_free=free)
-        first = build.child(self.layers[0], output_scale_free=self.layers[1].scale_free)
-        rest = build.child(Serial(self.layers[1:]), output_scale_free=free)
-
-        def step(q, p, row, table):
-            q, p, beta_c = first(q, p, row, table)
-            q, p, beta_c_rest = rest(q, p, row, table)
-            return q, p, least(beta_c, beta_c_rest)
-
-        return step
+    def kernel(self, tape):
+        """The layers' instructions in turn. A layer followed by a :attr:`~Component.scale_free` one
+        is lowered with ``output_scale_free`` (its output is read only up to scale,
+        :meth:`Component.apply_up_to_scale`), as is the last when this serial's own output is."""
+        free = tape.output_scale_free
+        for index, layer in enumerate(self.layers):
+            after = self.layers[index + 1].scale_free if index + 1 < len(self.layers) else free
+            tape.child(layer, output_scale_free=after)
 
 
 def rescaled_bias(value):

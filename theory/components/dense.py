@@ -52,15 +52,9 @@ class Dense(Component):
     def rescaled_parameters(self):
         return rescaled_bias(self.sigma_b2)
 
-    def kernel(self, build):
-        """``dense_core`` with the weight and bias variances read from the row (or constants)."""
-        sigma_w2, sigma_b2 = build.parameter(self.sigma_w2), build.parameter(self.sigma_b2)
-
-        def step(q, p, row, table):
-            q, p = dense_core(q, p, sigma_w2(row), sigma_b2(row))
-            return q, p, math.inf
-
-        return step
+    def kernel(self, tape):
+        """One dense instruction: ``dense_core`` with the weight and bias variances (columns or constants)."""
+        tape.dense(self.sigma_w2, self.sigma_b2)
 
 
 def dense(sigma_w2=1.0, sigma_b2=0.0) -> Component:

@@ -101,6 +101,7 @@ class GatedMLP(MLP):
     name = "gated_mlp"
     #: ``h = phi(g) u``: ``gated_hidden_core``.
     hidden_core = staticmethod(gated_hidden_core)
+    gated = True
 
     def rescaled_parameters(self):
         """None: a product of two projections is homogeneous of degree two, not one."""

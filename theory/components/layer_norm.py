@@ -61,15 +61,12 @@ class LayerNorm(Component):
     #: ``(1, p / q)`` whatever the input's scale.
     scale_free = True
 
-    def kernel(self, build):
-        """The norm's :attr:`core` on the cell's state."""
-        core = self.core
+    #: The kernels' norm kind (``Tape.norm``): which core the interpreter runs.
+    kernel_kind = 0
 
-        def step(q, p, row, table):
-            q, p = core(q, p)
-            return q, p, math.inf
-
-        return step
+    def kernel(self, tape):
+        """One norm instruction: the interpreter runs this norm's :attr:`core`."""
+        tape.norm(self.kernel_kind)
 
 
 def layer_norm() -> Component:

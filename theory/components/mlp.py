@@ -81,21 +81,13 @@ class MLP(Component):
             return None
         return rescaled_bias(self.sigma_b2)
 
-    def kernel(self, build):
-        """``_two_layers`` on scalars: dense, the activation's moments (``build.moments``),
-        :attr:`hidden_core`, dense."""
-        sigma_w2, sigma_b2 = build.parameter(self.sigma_w2), build.parameter(self.sigma_b2)
-        sigma_w2_out = sigma_w2 if self.sigma_w2_out is None else build.parameter(self.sigma_w2_out)
-        moments, hidden = build.moments(self.activation), self.hidden_core
+    #: Whether :attr:`hidden_core` is the gated one (the interpreter's MLP instruction runs either).
+    gated = False
 
-        def step(q, p, row, table):
-            q1, p1 = dense_core(q, p, sigma_w2(row), sigma_b2(row))
-            m2, m11 = moments(q1, p1)
-            m2, m11 = hidden(q1, p1, m2, m11)
-            q2, p2 = dense_core(m2, m11, sigma_w2_out(row), sigma_b2(row))
-            return q2, p2, math.inf
-
-        return step
+    def kernel(self, tape):
+        """One MLP instruction: dense, the activation's moments, :attr:`hidden_core`, dense."""
+        tape.mlp(self.sigma_w2, self.sigma_b2, self.activation,
+                 self.sigma_w2 if self.sigma_w2_out is None else self.sigma_w2_out, gated=self.gated)
 
 
 def mlp(sigma_w2=0.2, sigma_b2=4e-4, activation="relu", sigma_w2_out=None) -> Component:

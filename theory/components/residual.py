@@ -112,24 +112,13 @@ class Residual(Component):
     def rescaled_parameters(self):
         return self.branch.rescaled_parameters()
 
-    def kernel(self, build):
-        """The branch's step, its output times the stream's carried scale (``build.stream_scale``:
-        1 unless the kernels carry a pre-LN stream's scale, :mod:`remprop.theory.kernels`), then
-        the skip."""
-        alpha, branch, scale = build.parameter(self.alpha), build.child(self.branch), build.stream_scale
-        free = build.output_scale_free  # a norm follows: past SCALED_SKIP_ABOVE, the skip over alpha^2
-
-        def step(q, p, row, table):
-            q_branch, p_branch, beta_c = branch(q, p, row, table)
-            s = scale(row)
-            a = alpha(row)
-            if free and a > SCALED_SKIP_ABOVE:
-                q, p = skip_over_alpha2_core(s * q_branch, s * p_branch, q, p, a)
-            else:
-                q, p = skip_core(s * q_branch, s * p_branch, q, p, a)
-            return q, p, beta_c
-
-        return step
+    def kernel(self, tape):
+        """Save the input, the branch, then the skip (the branch's output times the stream's carried scale
+        where the kernels carry a pre-LN stream's scale, :mod:`remprop.theory.kernels`; past
+        :data:`SCALED_SKIP_ABOVE` divided by ``alpha**2`` where a norm follows)."""
+        tape.push()
+        tape.child(self.branch)
+        tape.skip(self.alpha)
 
 
 @dataclass(repr=False)
@@ -183,10 +172,10 @@ class Parallel(Component):
     def rescaled_parameters(self):
         return merge_rescaled(branch.rescaled_parameters() for branch in self.branches)
 
-    def kernel(self, build):
-        """The residual step (:meth:`Residual.kernel`) around the branches' summed outputs
+    def kernel(self, tape):
+        """The residual (:meth:`Residual.kernel`) around the branches' summed outputs
         (:class:`BranchSum`): their sum times the stream's carried scale, then the skip."""
-        return Residual(self.alpha, BranchSum(self.branches)).kernel(build)
+        Residual(self.alpha, BranchSum(self.branches)).kernel(tape)
 
 
 @dataclass(repr=False)
@@ -205,17 +194,18 @@ class BranchSum(Component):
             q_sum, p_sum = q_sum + q_branch, p_sum + p_branch
         return q_sum, p_sum
 
-    def kernel(self, build):
+    def kernel(self, tape):
+        """The branches on one saved input, summed in order: ``((F_1 + F_2) + F_3) ...``."""
         if len(self.branches) == 1:
-            return build.child(self.branches[0])
-        head, last = build.child(BranchSum(self.branches[:-1])), build.child(self.branches[-1])
-
-        def step(q, p, row, table):
-            q_head, p_head, beta_c = head(q, p, row, table)
-            q_last, p_last, beta_c_last = last(q, p, row, table)
-            return q_head + q_last, p_head + p_last, least(beta_c, beta_c_last)
-
-        return step
+            tape.child(self.branches[0])
+            return
+        tape.push()
+        tape.child(self.branches[0])
+        for branch in self.branches[1:]:
+            tape.swap_in()
+            tape.child(branch)
+            tape.add_pop()
+        tape.drop()
 
 
 def scaled_skip(branch_out, q, p, alpha):

@@ -72,6 +72,7 @@ class RMSNorm(LayerNorm):
 
     name = "rms_norm"
     core = staticmethod(rmsnorm_core)
+    kernel_kind = 1  # Tape.norm: the interpreter's RMSNorm core
 
     def torch_forward(self, x, sim):
         return sim.ops.rms_norm(x, sim.layer_norm_eps)

@@ -1,51 +1,40 @@
-"""numba depth kernels: a block tree's step swept over depth and whole parameter grids.
+"""numba depth kernels: a block tree lowered to a program, run over depth and whole parameter grids by
+one compiled interpreter.
 
-The step is composed from the tree
-----------------------------------
+The tree is lowered, the engine is fixed
+----------------------------------------
 A block is a tree of components (:mod:`remprop.theory.components`; an architecture's is
 :meth:`Architecture.block <remprop.theory.Architecture.block>`). Every component has a kernel
-face, :meth:`Component.kernel(build) <remprop.theory.components.Component.kernel>`, returning
-a plain function ``step(q, p, row, table) -> (q', p', beta_c)`` that numba compiles:
+face, :meth:`Component.kernel(tape) <remprop.theory.components.Component.kernel>`, which appends
+its instructions to a tape (``_tape.Tape``):
 
-* a layer's step evaluates its own ``*_core`` map (the same function its NumPy map calls) on
-  the cell's scalars: :class:`~remprop.theory.components.LayerNorm` ``layernorm_core``,
-  :class:`~remprop.theory.components.Dense` ``dense_core``, :class:`~remprop.theory.components.MLP`
-  dense, the activation's moments, ``hidden_core``, dense; the attention computes ``Y2`` (and
-  its critical beta ``beta_c``) from its input;
-* a combinator's step calls its children's steps, obtained from ``build.child(component)``:
-  :class:`~remprop.theory.components.Serial` the first layer, then the serial of the rest;
-  :class:`~remprop.theory.components.Residual` the branch, its output times the stream's carried
-  scale (``build.stream_scale``), then the skip; :class:`~remprop.theory.components.Parallel` the
-  sum of its branches likewise. ``beta_c`` is ``inf`` without attention and combinators keep the
-  smallest (:func:`~remprop.theory.components.base.least`);
-* parameters are read through ``build.parameter(x)``, a reader ``read(row) -> float``: a
-  :class:`~remprop.theory.components.Column` placeholder reads its slot of the cell's row
-  (:data:`COLUMNS`), a number is a compile-time constant. ``row`` is a tuple of floats (a value:
-  no reference counts in the hot loop), the packed columns then the carried scale;
-* ``table`` is the packed finite-T table; only an attention at finite T reads it
-  (``build.reads_table()``: its kernels then require the table). The sweeps hand the tree a
-  ``remprop.theory._jit.borrowed`` view of it, which costs no reference counts however
-  many steps pass it on.
+* a layer emits one instruction naming the map it is: ``tape.norm(kind)`` (LayerNorm's or
+  RMSNorm's core), ``tape.dense(sigma_w2, sigma_b2)``, ``tape.mlp(...)`` (dense, the activation's
+  moments by its code, the own or gated hidden moments, dense), ``tape.attention(...)`` (the REM's
+  ``Y2`` and critical beta, asymptotic or from the finite-T table; RoPE and QK-norm as flags);
+* a combinator lowers its children (``tape.child``): :class:`~remprop.theory.components.Serial`
+  its layers in turn, :class:`~remprop.theory.components.Residual` ``push`` (save the input), the
+  branch, ``skip(alpha)`` (add it back, times the stream's carried scale),
+  :class:`~remprop.theory.components.Parallel` its branches on one saved input (``swap_in``,
+  ``add_pop``);
+* parameters are :class:`~remprop.theory.components.Column` placeholders (read from the cell's
+  packed row, :data:`COLUMNS`) or numbers (constants of the program).
 
-Every step is compiled once by numba (``register_jitable``) and marked ``forceinline``: LLVM
-then inlines the whole tree into the sweeps' loop over a batch of cells, as if the block were
-written out by hand (the interleaved cells hide the latency of each cell's chain of divisions
-and square roots). A batch's buffers sit on the sweep's stack, where LLVM knows they alias
-nothing, so it vectorises the loop over the cells, the finite-T table lookups included
-(``_sweeps``, "Batch buffers on the stack"). Inlining at numba's level instead (``inline="always"`` overloads, typed once
-per level of the tree) took two to three times as long to compile; plain compiled calls
-(no inlining) ran 1.5 times slower at finite T.
+The program (``_tape.Program``: op codes, operand slots, constants) is data. ``_engine`` holds
+the three sweeps that run any program -- whole trajectories, final states, the minimum-alpha
+bisection -- compiled once (numba, ``cache=True``: once per install) and shared by every
+architecture: each instruction is a loop over a batch of cells calling the core of the component
+that emitted it, and batches run in parallel (``prange``). A new component that composes existing
+maps (a scaled identity is ``tape.dense(c**2, 0)``) needs no new code; a new map is one
+instruction: a ``Tape`` method and its branch in ``_engine``. A tree whose MLP uses a
+user-registered activation runs in an interpreter compiled for that activation, in the process
+that registered it.
 
-``_tree.KernelBuilder`` is the ``build`` object: it names each step after the
-component's :meth:`~remprop.theory.components.Component.kernel_key` and registers it. No table of
-components exists anywhere: a component defined in any module, with a kernel face, reaches the
-kernels through the tree that holds it.
-
-The carried scale of deep pre-LN and no-LN streams is a property of the tree too
+The carried scale of deep pre-LN and no-LN streams is a property of the tree
 (:attr:`~remprop.theory.components.Component.scale_free`,
 :attr:`~remprop.theory.components.Component.carries_scale`,
 :meth:`~remprop.theory.components.Component.rescaled_parameters`; ``_sweeps``, "The
-carried scale").
+carried scale"): the program's mode, and each operand's degree.
 
 Public surface
 --------------
@@ -57,29 +46,17 @@ Public surface
   a :class:`~remprop.theory.components.Column` per parameter;
 * :data:`SCALE_EXPONENT` -- a cell's q is kept in ``[2**-SCALE_EXPONENT, 2**SCALE_EXPONENT]``
   and the rest moves into its exponent (docs/theory.md section 5, "The carried scale");
-* :func:`kernels_for` -- the compiled :class:`Kernels` (trajectories, final states, minimum-alpha
-  bisection) of a tree, cached by its kernel key;
+* :func:`kernels_for` -- the :class:`Kernels` (trajectories, final states, minimum-alpha
+  bisection) of a tree: its program bound to the engine;
 * :func:`propagate_tree` -- a tree of numbers iterated over depth from ``(q0, p0)``;
 * :func:`packed_table` -- the finite-T participation table the kernels read;
 * :func:`min_alpha_bisection` -- the smallest ``alpha_sa`` with final cosine below a
   threshold, per packed row; :func:`bisection_steps` -- its number of halvings.
 
 tests/test_theory_kernels.py (``test_kernels_follow_the_composed_block`` and the tests after
-it) check the kernels against the tree iterated in NumPy for every structural choice, to 1e-12.
-
-Caching
--------
-numba's on-disk cache keys a compiled sweep on its source file, its qualname and the pickled
-contents of its closure cells. Those cells hold only integers, floats, booleans and functions
-that pickle deterministically: module-level ``register_jitable`` functions (the ``*_core`` maps)
-by reference, the nested steps and readers by value (their code and their own cells). A
-dispatcher in a closure cell would pickle with a random uuid: the cache would miss, and grow,
-on every run. Every step and sweep gets a qualname unique to its specialisation
-(``remprop.theory._jit.specialised``, with a digest of the kernel key, which holds a digest of
-the component's module source): otherwise two trees' kernels compiled in different processes
-can share symbol names and break when both are loaded from the cache into one process. Kernels
-of user-registered activations call a function object created at run time and are compiled per
-process, without the disk cache.
+it) check the kernels against the tree iterated in NumPy for every structural choice, to 1e-12;
+tests/test_kernel_tree.py that one engine serves every architecture, with the same disk-cache
+keys in every process.
 """
 from ._sweeps import (COLUMNS, PARAMS, SCALE_EXPONENT, Kernels, bisection_steps, kernels_for, min_alpha_bisection,
                       packed_table, propagate_tree)

@@ -1,37 +1,22 @@
-"""``remprop precompile``: compile the kernels of the built-in commands before their first call.
+"""``remprop precompile``: compile the theory's engine, once per install, before the first command needs it.
 
-The theory's depth kernels are numba functions compiled for each block structure the first
-time a process runs them, and then kept on disk (``cache=True``, in the package's
-``__pycache__`` folders or ``$NUMBA_CACHE_DIR``); the finite-T tables, the kernels' timings
-(:func:`remprop.theory.work_estimates.kernel_speed`) and matplotlib's font list are kept on
-disk too. In a fresh environment the first call of a command therefore pays for all of it:
-measured on two cores (benchmarks/bench_cold_start.py, a quiet and a busy machine), the first
-``remprop diagram`` 4-9 s against 1.6-4 s warm, the first ``remprop check bert-base`` 14-30 s
-against 2.7-5 s warm.
+The theory's depth kernels are one interpreter of lowered block trees (:mod:`remprop.theory.kernels`):
+three numba sweeps (trajectories, final states, the minimum-alpha bisection) that run every
+architecture, compiled the first time a process needs each and then kept on disk (numba's
+cache). A fresh install pays for them once, in whichever command comes first (about 10-25 s a
+sweep on two cores); this command pays it ahead. No architecture compiles anything of its own
+afterwards.
 
-This command runs the commands of each part of :data:`PARTS` once, quietly, each part in its
-own process and up to ``--jobs`` parts side by side (numba compiles on one core per
-process), so that the first real call loads everything from disk.
+The parts (:data:`PARTS`), each run in its own process, up to ``--jobs`` side by side:
 
-Python's bytecode is written first, even under ``PYTHONDONTWRITEBYTECODE``: remprop's modules
-all (:func:`write_bytecode`), and the parts write that of every module they import. This
-matters twice. numba keys its disk cache on the compiled closures, and those of a module
-loaded from its bytecode file key differently from those of the same module compiled from
-source (measured: a run after the one that wrote the bytecode compiled every kernel again),
-so the kernels must be compiled by processes that load remprop as every later process will,
-from bytecode. And an install without bytecode (``pip install --no-compile``, as ``make
-install`` does, half a minute quicker) then costs nothing later: without it every process
-would compile numba's and scipy's modules again on import (about 1.2 s). ``make install``
-runs this command (README, "Quick start"). Parts:
+* ``engine`` -- the three sweeps (``propagate``, ``min-alpha`` and a finite-T ``diagram`` at tiny
+  sizes), the default;
+* ``check`` -- ``remprop check`` of ``bert-base`` and ``gpt2``: what a check compiles beside the
+  engine (the causal Gram state's loops) and the tables and font list it reads.
 
-* ``diagram`` -- ``remprop diagram``, ``min-alpha`` and ``propagate`` with their defaults;
-* ``check`` -- ``remprop check`` of ``bert-base`` and ``gpt2`` (an encoder and a decoder);
-* ``decoders`` -- ``remprop check`` of ``llama-3.2-1b``, a decoder with RoPE, RMSNorm and a
-  SwiGLU MLP: its kernels are those of every shipped decoder of that form (Llama, Qwen2.5,
-  Mistral, Phi-3, SmolLM2), whose first check then takes about 3 s instead of 18-20 s;
-* ``suite`` -- the default stacks at finite T and with every norm placement, small grids:
-  what most of the test suite runs (``make test`` runs ``diagram``, ``check`` and ``suite``:
-  its one check of such a decoder compiles in less time than ``decoders`` takes).
+Python's bytecode is written first (:func:`write_bytecode`): ``make install`` installs without it
+(half a minute quicker), and every process would otherwise compile numba's and scipy's modules
+again on import (about 1.2 s).
 
 ``--background`` starts the parts in a detached process and returns at once (its output goes
 to ``precompile.log`` in the theory's cache folder); a command started meanwhile compiles what
@@ -51,15 +36,13 @@ __all__ = ["DEFAULT_PARTS", "PARTS", "add_precompile_parser", "run_precompile", 
 
 #: Part -> the ``remprop`` command lines it runs ("{out}" is a temporary folder).
 PARTS = {
-    "diagram": (("diagram", "--out", "{out}"), ("min-alpha",), ("propagate",)),
+    "engine": (("propagate", "--depth", "2"), ("min-alpha", "--depth", "2"),
+               ("diagram", "--depth", "2", "--beta", "0.5,2", "--alpha", "0.5,1.5", "--seq-len", "64", "--out",
+                "{out}")),
     "check": (("check", "bert-base", "--out", "{out}"), ("check", "gpt2", "--out", "{out}")),
-    "decoders": (("check", "llama-3.2-1b", "--out", "{out}"),),
-    "suite": tuple(("diagram", "--depth", "4", "--beta", "0.5,2", "--alpha", "0.5,1.5", "--out", "{out}", *options)
-                   for options in ((), ("--seq-len", "64"), ("--norm", "pre"), ("--norm", "none"),
-                                   ("--norm", "pre", "--seq-len", "64"))),
 }
-#: The parts compiled when none is named: those of the commands users run first.
-DEFAULT_PARTS = ("diagram", "check", "decoders")
+#: The parts compiled when none is named: the engine.
+DEFAULT_PARTS = ("engine",)
 
 
 def part_name(text: str) -> str:
@@ -75,8 +58,8 @@ def add_precompile_parser(commands):
     from ..options import add_command, add_threads_option
 
     precompile = add_command(commands, "precompile", run_precompile,
-                             help="compile the kernels of the built-in commands (diagram; check of an encoder and "
-                                  "of decoders) so that their first call is quick")
+                             help="compile the theory's engine (once per install) so that the first command "
+                                  "does not")
     precompile.add_argument("parts", nargs="*", type=part_name, metavar="PART",
                             help=f"what to compile: {', '.join(PARTS)} (default: {' '.join(DEFAULT_PARTS)})")
     precompile.add_argument("--jobs", type=count(1), default=None, metavar="N",

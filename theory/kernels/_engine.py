@@ -1,0 +1,377 @@
+"""The interpreter of lowered block trees: three sweeps compiled once for every architecture.
+
+A program (``_tape.Program``) is a list of instructions over the stream state ``(q, p)`` of each
+cell; :func:`run_program` advances a batch of cells through one block by running the
+instructions in turn, each instruction a loop over the batch's cells (so the dispatch on the op
+code is paid once per instruction and batch, and the loop over cells is the component's own
+``*_core`` map, which LLVM can vectorise). The sweeps (:func:`trajectories`,
+:func:`final_states`, :func:`min_alpha`) run blocks over depth, batches in parallel
+(``numba.prange``); they are compiled once, on first use, and kept on disk (``cache=True``).
+
+Every op calls the core of the component that emits it, imported from that component's module:
+LayerNorm's and RMSNorm's ``*_core``, ``dense_core``, the MLP's dense-moments-hidden-dense chain
+with the activation's moments chosen by its code (one loop per activation), the
+attention's ``attention_step_core``, the skip's ``skip_core``. A new map is one op here and one
+method of ``_tape.Tape``; a new component that composes existing maps needs neither.
+
+A user-registered activation cannot be a branch of code compiled before it existed: a program
+that uses one runs in an interpreter made for that activation (:func:`engine_for`), compiled in
+the process that registered it and not kept on disk.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import njit, prange
+from numba.extending import register_jitable
+
+from .._jit import JIT_OPTIONS
+from ..activations.closed_form import erf_moments_core, linear_moments_core, relu_moments_core
+from ..activations.maps import dense_core
+from ..activations.quadrature_moments import gelu_moments_core, silu_moments_core, tanh_moments_core
+from ..activations.registry import ERF, GELU, LINEAR, RELU, SILU, TANH, activation_spec
+from ..components.attention import asymptotic_attention_step_core, finite_attention_step_core
+from ..components.base import least
+from ..components.gated_mlp import gated_hidden_core
+from ..components.layer_norm import layernorm_core
+from ..components.residual import SCALED_SKIP_ABOVE, skip_core, skip_over_alpha2_core
+from ..components.rms_norm import rmsnorm_core
+from ._tape import (ATTENTION_FINITE, ATTENTION_GAIN_CONTROLLED, ATTENTION_QK_NORM, ATTENTION_ROPE, COLUMNS,
+                    MAX_OPERANDS, MLP_GATED, NO_SCALE, NORM_RMS, OP_ADD_POP, OP_ATTENTION, OP_DENSE, OP_DROP,
+                    OP_MLP, OP_NORM, OP_PUSH, OP_SKIP, OP_SWAP_IN, PARAMS, SCALE_BRANCHES, SCALE_INPUTS,
+                    SKIP_SCALE_FREE)
+
+N_COLUMNS = len(COLUMNS)
+N_PARAMS = len(PARAMS)
+ALPHA_SA, ALPHA_MLP, Q0, P0, LOG2_SCALE = (PARAMS.index(name) for name in
+                                           ("alpha_sa", "alpha_mlp", "q0", "p0", "log2_scale"))
+#: Cells advanced together: each instruction is a loop over a batch's cells, so the op dispatch is
+#: paid once per batch, and independent cells hide each other's chains of divisions and roots.
+BATCH = 64
+#: A cell's q is kept in [2**-SCALE_EXPONENT, 2**SCALE_EXPONENT]; the rest is its exponent.
+SCALE_EXPONENT = 128
+_BIG = 2.0 ** SCALE_EXPONENT
+_SMALL = 2.0 ** -SCALE_EXPONENT
+#: A carried scale is renormalised every fourth block, or every block in a batch with a skip
+#: strength above this: four blocks grow q by up to ``alpha**16`` (pre-LN), which leaves float64
+#: from ``2**128 alpha**16`` (alpha about 2**56); one block at a time holds up to about 7e134.
+_FAST_GROWTH = 2.0 ** 32
+
+
+@register_jitable
+def scale_factor(exponent):
+    """``2**-exponent``, clamped to [2**-1100, 2**1000] (0 below float64's range)."""
+    return math.ldexp(1.0, -int(max(min(exponent, 1100.0), -1000.0)))
+
+
+@register_jitable
+def no_user_moments(q1, p1):
+    """The interpreter's stand-in for a user activation's moments (a program without one never calls it)."""
+    return math.nan, math.nan
+
+
+def _make_engine(user_moments, cache):
+    """The interpreter and its three sweeps around ``user_moments`` (the moments of the one user
+    activation a program may use; :func:`no_user_moments` for the built-in engine)."""
+
+    @register_jitable
+    def operands(values, ops, i, n, s, args, count):
+        """The first ``n`` operands of instruction ``i`` for the batch's cells, into ``args`` (n x cells):
+        each its slot's value times ``s**degree`` (slot and degree read once, outside the cells' loop).
+        Copies, not views of ``values``: LLVM then knows that the cells' loops of an instruction read
+        memory they do not write, and vectorises them (views made them 1.5x slower)."""
+        for k in range(n):
+            slot, degree = ops[i, 2 + k], ops[i, 2 + MAX_OPERANDS + k]
+            if degree == 1:
+                for j in range(count):
+                    args[k, j] = values[slot, j] * s[j]
+            elif degree == -1:
+                for j in range(count):
+                    args[k, j] = values[slot, j] / s[j]
+            else:
+                for j in range(count):
+                    args[k, j] = values[slot, j]
+
+    @register_jitable
+    def moments(code, q1, p1, m2, m11, count):
+        """The activation's Gaussian moments at ``(q1, p1)`` for the batch's cells (the code chosen once)."""
+        if code >= 100:
+            for j in range(count):
+                m2[j], m11[j] = user_moments(q1[j], p1[j])
+        elif code == RELU:
+            for j in range(count):
+                m2[j], m11[j] = relu_moments_core(q1[j], p1[j])
+        elif code == LINEAR:
+            for j in range(count):
+                m2[j], m11[j] = linear_moments_core(q1[j], p1[j])
+        elif code == TANH:
+            for j in range(count):
+                m2[j], m11[j] = tanh_moments_core(q1[j], p1[j])
+        elif code == ERF:
+            for j in range(count):
+                m2[j], m11[j] = erf_moments_core(q1[j], p1[j])
+        elif code == GELU:
+            for j in range(count):
+                m2[j], m11[j] = gelu_moments_core(q1[j], p1[j])
+        elif code == SILU:
+            for j in range(count):
+                m2[j], m11[j] = silu_moments_core(q1[j], p1[j])
+        else:
+            for j in range(count):
+                m2[j], m11[j] = math.nan, math.nan
+
+    @register_jitable
+    def run_program(ops, mode, values, q, p, s, beta_c, stack_q, stack_p, args, t, count, table):
+        """Advance the ``count`` cells of a batch through one block: the instructions of ``ops`` in
+        turn, each a loop over the cells. ``values`` (slots x cells) holds each cell's columns then the
+        program's constants, ``s`` the carried scale, ``beta_c`` receives the block's smallest critical
+        beta; ``args`` (operands x cells) and ``t`` (4 x cells) are scratch."""
+        for j in range(count):
+            beta_c[j] = np.inf
+        top = 0
+        for i in range(ops.shape[0]):
+            code, flags = ops[i, 0], ops[i, 1]
+            if code == OP_NORM:
+                if flags == NORM_RMS:
+                    for j in range(count):
+                        q[j], p[j] = rmsnorm_core(q[j], p[j])
+                else:
+                    for j in range(count):
+                        q[j], p[j] = layernorm_core(q[j], p[j])
+            elif code == OP_DENSE:
+                operands(values, ops, i, 2, s, args, count)
+                for j in range(count):
+                    q[j], p[j] = dense_core(q[j], p[j], args[0, j], args[1, j])
+            elif code == OP_MLP:
+                operands(values, ops, i, 3, s, args, count)
+                for j in range(count):
+                    t[0, j], t[1, j] = dense_core(q[j], p[j], args[0, j], args[1, j])
+                moments(flags >> 8, t[0], t[1], t[2], t[3], count)
+                if (flags & MLP_GATED) != 0:
+                    for j in range(count):
+                        t[2, j], t[3, j] = gated_hidden_core(t[0, j], t[1, j], t[2, j], t[3, j])
+                for j in range(count):
+                    q[j], p[j] = dense_core(t[2, j], t[3, j], args[2, j], args[1, j])
+            elif code == OP_ATTENTION:
+                operands(values, ops, i, 5, s, args, count)
+                gain_controlled = (flags & ATTENTION_GAIN_CONTROLLED) != 0
+                rope, qk = (flags & ATTENTION_ROPE) != 0, (flags & ATTENTION_QK_NORM) != 0
+                if (flags & ATTENTION_FINITE) != 0:
+                    for j in range(count):
+                        q[j], p[j], t[0, j] = finite_attention_step_core(
+                            q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], args[4, j], gain_controlled, rope, qk, table)
+                elif rope:
+                    for j in range(count):
+                        q[j], p[j], t[0, j] = asymptotic_attention_step_core(q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j],
+                                                                             gain_controlled, True)
+                elif gain_controlled:
+                    for j in range(count):
+                        q[j], p[j], t[0, j] = asymptotic_attention_step_core(q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0,
+                                                                             True, False)
+                else:
+                    for j in range(count):
+                        q[j], p[j], t[0, j] = asymptotic_attention_step_core(q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0,
+                                                                             False, False)
+                for j in range(count):
+                    beta_c[j] = least(beta_c[j], t[0, j])
+            elif code == OP_PUSH or code == OP_SWAP_IN:
+                for j in range(count):
+                    stack_q[top, j] = q[j]
+                    stack_p[top, j] = p[j]
+                top += 1
+                if code == OP_SWAP_IN:  # the next branch reads the input saved beneath
+                    for j in range(count):
+                        q[j] = stack_q[top - 2, j]
+                        p[j] = stack_p[top - 2, j]
+            elif code == OP_SKIP:
+                top -= 1
+                operands(values, ops, i, 1, s, args, count)
+                alpha = args[0]
+                if mode == SCALE_BRANCHES:  # the branch times the carried scale of a pre-LN stream
+                    for j in range(count):
+                        q[j] = s[j] * q[j]
+                        p[j] = s[j] * p[j]
+                huge = False  # a skip so strong that alpha**2 would leave float64 (rare: checked per batch)
+                if (flags & SKIP_SCALE_FREE) != 0:
+                    for j in range(count):
+                        huge |= alpha[j] > SCALED_SKIP_ABOVE
+                if huge:
+                    for j in range(count):
+                        if alpha[j] > SCALED_SKIP_ABOVE:
+                            q[j], p[j] = skip_over_alpha2_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
+                        else:
+                            q[j], p[j] = skip_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
+                else:
+                    for j in range(count):
+                        q[j], p[j] = skip_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
+            elif code == OP_ADD_POP:
+                top -= 1
+                for j in range(count):
+                    q[j] = stack_q[top, j] + q[j]
+                    p[j] = stack_p[top, j] + p[j]
+            elif code == OP_DROP:
+                top -= 1
+
+    @register_jitable
+    def load_batch(params, constants, start, count, values, q, p, e, s):
+        """Rows ``start:start + count`` into a batch's buffers (columns and constants into ``values``)."""
+        for j in range(count):
+            for k in range(N_COLUMNS):
+                values[k, j] = params[start + j, k]
+            for k in range(constants.size):
+                values[N_COLUMNS + k, j] = constants[k]
+            q[j] = params[start + j, Q0]
+            p[j] = params[start + j, P0]
+            e[j] = params[start + j, LOG2_SCALE]
+            s[j] = scale_factor(e[j])
+
+    @register_jitable
+    def buffers(constants, stack):
+        return (np.empty((N_COLUMNS + constants.size, BATCH)), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH),
+                np.empty(BATCH), np.empty(BATCH), np.empty((stack, BATCH)), np.empty((stack, BATCH)),
+                np.empty((MAX_OPERANDS, BATCH)), np.empty((4, BATCH)))
+
+    @register_jitable
+    def advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low, count,
+                first_layer, depth, table):
+        """Advance ``count`` cells by ``depth`` blocks in place (state ``(q, p) 2**e``, ``s = 2**-e``),
+        keeping the first layer's and the smallest critical beta."""
+        every = 3  # renormalise after blocks 4k - 1 (and the last), or after every block (fast growth)
+        for j in range(count):
+            if values[ALPHA_SA, j] > _FAST_GROWTH or values[ALPHA_MLP, j] > _FAST_GROWTH:
+                every = 0
+        for layer in range(depth):
+            run_program(ops, mode, values, q, p, s, bc, stack_q, stack_p, args, t, count, table)
+            for j in range(count):
+                b = bc[j]
+                if rescale_beta_c and b < np.inf:  # inf (collapsed tokens) stays inf
+                    b = b * s[j]
+                if first_layer and layer == 0:
+                    first[j] = b
+                low[j] = min(low[j], b)
+            if mode != NO_SCALE and ((layer & every) == every or layer == depth - 1):
+                for j in range(count):
+                    if (q[j] > _BIG or q[j] < _SMALL) and q[j] > 0.0 and q[j] < np.inf:
+                        mantissa, exponent = math.frexp(q[j])
+                        q[j] = mantissa
+                        p[j] = math.ldexp(p[j], -exponent)
+                        e[j] += exponent
+                        s[j] = scale_factor(e[j])
+
+    jit = njit(cache=cache, parallel=True, **JIT_OPTIONS)
+
+    @jit
+    def trajectories(ops, constants, mode, rescale_beta_c, stack, params, depth, table, q_out, p_out, e_out,
+                     beta_c_out):
+        """Whole trajectories: q, p, their log2 scale (n, depth + 1) and beta_c (n, depth)."""
+        for b in prange((params.shape[0] + BATCH - 1) // BATCH):
+            values, q, p, e, s, bc, stack_q, stack_p, args, t = buffers(constants, stack)
+            first, low = np.empty(BATCH), np.empty(BATCH)
+            start = b * BATCH
+            count = min(params.shape[0], start + BATCH) - start
+            load_batch(params, constants, start, count, values, q, p, e, s)
+            for j in range(count):
+                q_out[start + j, 0] = q[j]
+                p_out[start + j, 0] = p[j]
+                e_out[start + j, 0] = e[j]
+            for layer in range(depth):
+                for j in range(count):
+                    low[j] = np.inf
+                advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low,
+                        count, False, 1, table)
+                for j in range(count):
+                    q_out[start + j, layer + 1] = q[j]
+                    p_out[start + j, layer + 1] = p[j]
+                    e_out[start + j, layer + 1] = e[j]
+                    beta_c_out[start + j, layer] = low[j]
+
+    @jit
+    def final_states(ops, constants, mode, rescale_beta_c, stack, params, depth, table, out):
+        """Final q, p, the first/smallest beta_c and the log2 scale of every row, into ``out`` (n, 5)."""
+        for b in prange((params.shape[0] + BATCH - 1) // BATCH):
+            values, q, p, e, s, bc, stack_q, stack_p, args, t = buffers(constants, stack)
+            first, low = np.empty(BATCH), np.empty(BATCH)
+            start = b * BATCH
+            count = min(params.shape[0], start + BATCH) - start
+            load_batch(params, constants, start, count, values, q, p, e, s)
+            for j in range(count):
+                first[j] = np.inf
+                low[j] = np.inf
+            advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low,
+                    count, True, depth, table)
+            for j in range(count):
+                out[start + j, 0] = q[j]
+                out[start + j, 1] = p[j]
+                out[start + j, 2] = first[j]
+                out[start + j, 3] = low[j]
+                out[start + j, 4] = e[j]
+
+    @jit
+    def min_alpha(ops, constants, mode, rescale_beta_c, stack, params, depth, threshold, alpha_max, iterations,
+                  table, out):
+        """Smallest alpha_sa with final rho <= threshold per row, by bisection (``out``, n).
+
+        Assumes the final cosine does not increase with alpha_sa. 0 when alpha_sa = 0 already
+        satisfies the threshold, +inf when alpha_max does not. The cells of a batch bisect in
+        lock-step for ``iterations`` halvings (bracket width ``alpha_max / 2**iterations``)."""
+        for b in prange((params.shape[0] + BATCH - 1) // BATCH):
+            values, q, p, e, s, bc, stack_q, stack_p, args, t = buffers(constants, stack)
+            first, low_bc = np.empty(BATCH), np.empty(BATCH)
+            low, high, trial, at_zero = np.empty(BATCH), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH)
+            start = b * BATCH
+            count = min(params.shape[0], start + BATCH) - start
+            # pass 0 at alpha_sa = 0, pass 1 at alpha_max, then the bisection's midpoints
+            for stage in range(iterations + 2):
+                for j in range(count):
+                    if stage == 0:
+                        low[j] = 0.0
+                        high[j] = alpha_max
+                        trial[j] = 0.0
+                    elif stage == 1:
+                        trial[j] = alpha_max
+                    else:
+                        trial[j] = 0.5 * (low[j] + high[j])
+                load_batch(params, constants, start, count, values, q, p, e, s)
+                for j in range(count):
+                    values[ALPHA_SA, j] = trial[j]
+                    first[j] = np.inf
+                    low_bc[j] = np.inf
+                advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low_bc,
+                        count, True, depth, table)
+                for j in range(count):
+                    below = p[j] / q[j] <= threshold
+                    if stage == 0:
+                        at_zero[j] = 1.0 if below else 0.0
+                    elif stage == 1:
+                        if at_zero[j] == 1.0:
+                            out[start + j] = 0.0
+                        elif not below:
+                            out[start + j] = np.inf
+                        else:
+                            out[start + j] = -1.0  # to be bisected
+                    elif below:
+                        high[j] = trial[j]
+                    else:
+                        low[j] = trial[j]
+            for j in range(count):
+                if out[start + j] < 0.0:
+                    out[start + j] = high[j]
+
+    return trajectories, final_states, min_alpha
+
+
+#: The interpreter of every program with built-in activations: compiled once, kept on disk.
+ENGINE = _make_engine(no_user_moments, True)
+
+
+@functools.lru_cache(maxsize=None)
+def _user_engine(code):
+    return _make_engine(activation_spec(code).moments, False)
+
+
+def engine_for(program):
+    """The sweeps ``(trajectories, final_states, min_alpha)`` that run ``program``: :data:`ENGINE`, or
+    for a program with a user-registered activation an interpreter made for it (per process)."""
+    return ENGINE if program.cacheable else _user_engine(program.user_activation)
