@@ -109,7 +109,9 @@ def run_check(args) -> int:
     controlled attention) with their predicted effect. Writes OUT/NAME.png (the model on its
     trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
     (no weights are downloaded; needs the validation extra) and overlays the measured cosines;
-    each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes.
+    each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes; the
+    report ends with one verdict line (agree or disagree by
+    :func:`remprop.validation.agreement.acceptance_error`, the worst layer).
     A model whose parameters would take more than half the available memory is measured one block
     at a time, the block redrawn for each layer (:mod:`remprop.validation.streamed_layers`).
     T defaults to a length models train at, min(maximum context, 2048), and the report says so.
@@ -190,7 +192,17 @@ def run_check(args) -> int:
               f"from the model's q0 = {spec.q0:.4g}, rho0 = {spec.rho0:.4g}): alpha*(L = {spec.depth}) at the "
               f"model's beta = {format_number(result['diagram']['alpha_star'], 4)}")
     print("wrote " + ", ".join(files))
+    if measured is not None:  # the last line: agree or not, by which rule, and where it is worst
+        print(_verdict_text(measured["agreement"]))
     return 0
+
+
+def _verdict_text(agreement) -> str:
+    """The verdict line of a --simulate comparison (:func:`remprop.validation.agreement.verdict_line`)."""
+    with validation_extra(option="--simulate"):
+        from remprop.validation.agreement import verdict_line
+
+    return verdict_line(agreement)
 
 
 def _model_spec(args):
