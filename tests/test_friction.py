@@ -113,3 +113,13 @@ def test_the_query_gradient_norm_example_states_its_meaning_and_its_numbers():
     g = float(query_gradient_norm(1.5, 1.0, 0.0, width=128, seq_len=256, sigma_v2=1.0))
     assert f"{g:.1f}"[:9] in example                 # 1386350.6...
     assert f"{g / (256 * 128 ** 2):.4f}" in example   # 0.3305...
+
+
+def test_the_readme_quotes_the_gradient_norm_it_computes():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    line = next(text for text in readme.splitlines() if text.startswith("query_gradient_norm(1.0, 1.0, 0.0"))
+    g = float(query_gradient_norm(1.0, 1.0, 0.0, width=256, seq_len=1024, sigma_v2=1.0))
+    assert round(g / 1e6, 1) == 8.7 and "8.7e6" in line
+    assert round(g / (1024 * 256 ** 2), 2) == 0.13 and "0.13 T d^2" in readme
