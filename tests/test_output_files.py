@@ -35,6 +35,8 @@ def test_the_default_run_keeps_its_name_and_every_answer_option_is_in_the_stem()
     assert stem_of("bert-base", "--simulate", "--seeds", "8", "--sequences", "3") == (
         "check-bert-base-uncased-seeds=8-sequences=3")
     assert stem_of("bert-base", "--simulate", "--seeds", "3,5") == "check-bert-base-uncased-seeds=3_5"
+    # --heads of a reduced model is named once (it is check's own option, not a what-if override)
+    assert stem_of("bert-base", "--width", "64", "--heads", "2") == "check-bert-base-uncased-width=64-heads=2"
 
 
 def test_every_option_that_changes_the_answer_changes_the_stem():

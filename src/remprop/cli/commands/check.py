@@ -329,6 +329,7 @@ def _what_if(spec, args):
     the model its config builds, so it does not combine with overrides.
     """
     fields = architecture_overrides(args)
+    fields.pop("heads", None)  # check's own --heads sizes a reduced model (with --width), not a what-if
     options = {ARCHITECTURE_OPTIONS[name]: value for name, value in fields.items()}
     if args.beta is not None:
         options["--beta"] = args.beta
