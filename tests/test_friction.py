@@ -86,7 +86,8 @@ def test_the_learning_rate_window_of_a_training_verdict_warns_nothing(monkeypatc
     from remprop.diagrams.learning_rate import diagram_window
     from remprop.theory import Architecture
 
-    cross_overlap = importlib.import_module("remprop.theory.rem.cross_overlap")  # the package has a function of that name
+    # the module itself (the package remprop.theory.rem also has a function called cross_overlap)
+    cross_overlap = importlib.import_module("remprop.theory.rem.cross_overlap")
     lookup = cross_overlap._lookup_many
 
     def reading_the_flags(*arrays):
