@@ -91,7 +91,7 @@ def did_you_mean(text, choices) -> str:
     """`` (did you mean 'x'?)`` for the choice closest to an unknown ``text``, or ``""`` when none is close.
 
     A choice equal to ``text`` but for letter case comes first (``llama-3.2-1B``: ``llama-3.2-1b``);
-    else the closest by :func:`difflib.get_close_matches` (similarity ratio >= 0.75, about one
+    else the closest by ``difflib.get_close_matches`` (similarity ratio >= 0.75, about one
     typo in every four characters: ``--seqlen``: ``--seq-len``).
     """
     text, choices = str(text), [str(c) for c in choices]

@@ -81,7 +81,7 @@ def layer_count(text: str) -> int:
 
 def integer(text: str, minimum: int) -> int:
     """``int(text)``, at least ``minimum``; a text that is not an integer written in digits is refused
-    with what is wrong with it (:func:`_not_an_integer`)."""
+    with what is wrong with it (not a number, not finite, not whole, floating-point notation)."""
     try:
         value = int(text)
     except (TypeError, ValueError):
