@@ -19,7 +19,7 @@ from .phases import PHASE_LABELS, TRAINABLE
 from .residual_strength import ALPHA_MAX, min_residual_strength
 
 __all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_window", "phases_at_rate", "min_alpha_at_rate",
-           "check_learning_rate", "draw_rate_region", "lr_ceiling_summary", "lr_line"]
+           "check_learning_rate", "draw_rate_region", "rate_cell_label", "lr_ceiling_summary", "lr_line"]
 
 #: Phase code of a cell trainable at initialisation whose learning-rate ceiling is below the rate.
 LR_ABOVE_CEILING = 3
@@ -124,24 +124,47 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
 
 def draw_rate_region(ax, diagram, phase_at_rate, lr, steps, width):
     """Hatch the :data:`LR_ABOVE_CEILING` (and :data:`LR_BELOW_FLOOR`) cells of ``phase_at_rate`` on a diagram drawn by
-    :func:`~remprop.diagrams.trainability_figure` into ``ax``, and add them to its legend."""
+    :func:`~remprop.diagrams.trainability_figure` into ``ax``, and add them to its legend.
+
+    The hatched cells are labelled by what they are, "trainable at init, lr above ceiling" (or "... lr
+    below floor"), in the legend and in place; the "trainable" label of the region is redrawn inside the
+    cells that stay trainable at the rate (none left: no "trainable" label)."""
     from matplotlib.patches import Patch
 
-    from .theory_figures import add_to_legend
+    from .style import PHASE_STYLE, phase_label
+    from .theory_figures import _LABEL_MIN_SHARE, add_to_legend
 
+    phase_at_rate = np.asarray(phase_at_rate)
+    trainable = PHASE_STYLE[TRAINABLE]
+    for text in list(ax.texts):  # the region's label: its cells are split by the rate now
+        if text.get_text() == trainable["text"]:
+            text.remove()
+    two_d = len(diagram.betas) > 1 and len(diagram.alphas) > 1
     handles = []
-    for code, hatch, what in ((LR_ABOVE_CEILING, "xx", "above ceiling"), (LR_BELOW_FLOOR, "..", "below floor")):
-        mask = np.asarray(phase_at_rate) == code
-        if code == LR_BELOW_FLOOR and not mask.any():
+    for code, hatch in ((TRAINABLE, None), (LR_ABOVE_CEILING, "xx"), (LR_BELOW_FLOOR, "..")):
+        mask = phase_at_rate == code
+        what = trainable["text"] if code == TRAINABLE else rate_cell_label(code)
+        if two_d and mask.mean() >= _LABEL_MIN_SHARE:
+            phase_label(ax, diagram.betas, diagram.alphas, mask, TRAINABLE, fontsize=9, text=what)
+        if code == TRAINABLE or (code == LR_BELOW_FLOOR and not mask.any()):
             continue
-        if mask.any() and len(diagram.betas) > 1 and len(diagram.alphas) > 1:
+        if mask.any() and two_d:
             hatched = ax.contourf(diagram.betas, diagram.alphas, mask.astype(float), levels=[0.5, 1.5],
                                   colors="none", hatches=[hatch])
             hatched.set_edgecolor("#6b4c00")
             hatched.set_linewidth(0.0)
-        handles.append(Patch(facecolor="none", hatch=hatch, edgecolor="#6b4c00",
-                             label=f"lr {lr:.3g} {what} ({steps} steps, d = {width})"))
+        handles.append(Patch(facecolor=trainable["color"], hatch=hatch, edgecolor="#6b4c00",
+                             label=f"{what}: lr {lr:.3g} ({steps} steps, d = {width})"))
     add_to_legend(ax, handles)
+
+
+def rate_cell_label(code) -> str:
+    """What a cell of phase ``code`` at a learning rate is, in a figure: "trainable at init, lr above
+    ceiling" (:data:`LR_ABOVE_CEILING`), "trainable at init, lr below floor" (:data:`LR_BELOW_FLOOR`),
+    else the phase's label (:data:`LR_LABELS`)."""
+    if code in (LR_ABOVE_CEILING, LR_BELOW_FLOOR):
+        return f"{PHASE_LABELS[TRAINABLE]} at init, {LR_LABELS[code]}"
+    return LR_LABELS[code]
 
 
 def lr_line(ceiling) -> str:

@@ -3,7 +3,8 @@
 Left panel: the predicted phases on a fine grid (filled regions in the colours of
 :mod:`remprop.diagrams.style`, which differ in lightness) and, on top, one marker per
 simulated cell: its *measured* phase by shape and fill (circle trainable, square rank
-collapse, triangle entropy collapse); cells whose measured phase differs from the
+collapse, triangle entropy collapse; the fill is the phase's ``marker_color``, which stands out
+from the region of the same phase, as the legend shows it); cells whose measured phase differs from the
 prediction carry a thick black ring. Right panel: the measured final mean token cosine
 per cell (``cividis``, monotone in lightness; the scale starts at the smallest value rounded down to 0.1) with the predicted rank-collapse boundary
 (theory's final cosine = threshold, dashed) and the measured one (solid). The title
@@ -93,7 +94,7 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
             rows, cols = np.nonzero((diagram.phase == code) & (agrees == ok))
             if rows.size:
                 left.scatter(betas[cols], alphas[rows], s=size, marker=MARKERS[code],
-                             facecolor=PHASE_STYLE[code]["color"], edgecolor="black",
+                             facecolor=PHASE_STYLE[code]["marker_color"], edgecolor="black",
                              linewidth=0.8 if ok else 1.6, zorder=3, clip_on=False)
     bad_rows, bad_cols = np.nonzero(~agrees)
     if bad_rows.size:
@@ -110,7 +111,8 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
     left.set_title(f"background: predicted ({diagram.theory} theory); markers: measured", fontsize=10)
     handles = [Patch(facecolor=PHASE_STYLE[c]["color"], edgecolor="0.4", label=f"predicted {PHASE_STYLE[c]['text']}")
                for c in codes]
-    handles += [Line2D([], [], linestyle="none", marker=MARKERS[c], markersize=8, markerfacecolor=PHASE_STYLE[c]["color"],
+    handles += [Line2D([], [], linestyle="none", marker=MARKERS[c], markersize=8,
+                       markerfacecolor=PHASE_STYLE[c]["marker_color"],
                        markeredgecolor="black", label=f"measured {PHASE_STYLE[c]['text']}") for c in codes]
     handles.append(Line2D([], [], linestyle="none", marker="o", markersize=12, markerfacecolor="none",
                           markeredgecolor="black", markeredgewidth=1.8, label="measured differs from predicted"))

@@ -488,7 +488,7 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     from matplotlib.patches import Patch
 
     from .style import LINE, NORM_TITLES, PHASE_STYLE, keep_labels_clear, new_figure
-    from .theory_figures import trainability_figure
+    from .theory_figures import ALPHA_STAR_BEYOND_LABEL, trainability_figure
     from .trainability import trainability_diagram
 
     resolution = FIGURE_RESOLUTION if resolution is None else resolution
@@ -524,6 +524,7 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
                      label=style["text"]) for style in PHASE_STYLE.values()]
     handles += [Line2D([], [], label=r"$\beta_c$ (each panel's)", **LINE["beta_critical"]),
                 Line2D([], [], label=r"$\alpha^*(L)$", **LINE["alpha_star"]),
+                Line2D([], [], label=ALPHA_STAR_BEYOND_LABEL, **LINE["alpha_star_beyond"]),
                 Line2D([], [], label="the recipe", **star)]
     # about 2 inches per entry: as many columns as the figure's width holds
     ncol = max(1, min(len(handles), int(figure.get_figwidth() / 2.0)))

@@ -19,6 +19,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.patheffects import Normal, Stroke
 from scipy import ndimage
 
 from remprop.theory.work_estimates import spread_indices
@@ -29,20 +30,27 @@ __all__ = ["PHASE_STYLE", "LINE", "NORM_TITLES", "VARIANT_STYLE", "VARIANT_MARKE
            "curve_colours", "draw_phases", "new_figure", "pyplot_figures", "phase_label", "keep_labels_clear",
            "marker_extents"]
 
-#: Per phase: fill colour, hatch pattern, hatch colour, label text and label colour.
+#: Per phase: fill colour, hatch pattern, hatch colour, label text and label colour, and the fill of
+#: a marker of a measured or trained cell in that phase (``marker_color``): it differs from the
+#: region's fill by at least 25 in CIE L*, so a marker that agrees with the region behind it still
+#: reads as a filled marker, as the legend shows it (not a hollow ring in the background colour).
 PHASE_STYLE = {
     TRAINABLE: dict(color="#fbf3d5", hatch=None, hatch_color=None, text="trainable",
-                    text_color="#3b3b3b"),
+                    text_color="#3b3b3b", marker_color="#d9a21b"),
     RANK_COLLAPSE: dict(color="#7fa7cf", hatch="//", hatch_color="#4f7299", text="rank collapse",
-                        text_color="#0d2a4a"),
+                        text_color="#0d2a4a", marker_color="#1f3f66"),
     ENTROPY_COLLAPSE: dict(color="#8c2f28", hatch="\\\\", hatch_color="#b9574f",
-                           text="entropy collapse", text_color="#ffffff"),
+                           text="entropy collapse", text_color="#ffffff", marker_color="#f4b5ad"),
 }
 
 #: Line styles of the curves drawn over the regions.
 LINE = {
     "beta_critical": dict(color="black", linestyle="--", linewidth=1.6),
     "alpha_star": dict(color="#111111", linestyle="-", linewidth=2.2),
+    # alpha*(L) continued where beta > beta_c (entropy collapse): light dots on a dark outline,
+    # readable on the dark red region and on a white legend alike
+    "alpha_star_beyond": dict(color="0.85", linestyle=":", linewidth=2.2,
+                              path_effects=[Stroke(linewidth=3.6, foreground="0.25"), Normal()]),
 }
 
 #: Human-readable names of the LayerNorm placements.
@@ -123,8 +131,9 @@ _LABEL_CANDIDATES = weakref.WeakKeyDictionary()
 _MAX_CANDIDATES = 400
 
 
-def phase_label(ax, xs, ys, mask, code, fontsize=11):
-    """Write the name of phase ``code`` inside its region ``mask`` (rows = ``ys``, columns = ``xs``).
+def phase_label(ax, xs, ys, mask, code, fontsize=11, text=None):
+    """Write the name of phase ``code`` (or ``text``, in its colours) inside its region ``mask``
+    (rows = ``ys``, columns = ``xs``).
 
     The label goes to the cell farthest from the region's edge (among equally deep cells
     the one nearest its centroid); the other cells of the region, deepest first, are kept
@@ -141,7 +150,8 @@ def phase_label(ax, xs, ys, mask, code, fontsize=11):
     order = order[spread_indices(order.size, _MAX_CANDIDATES)]
     candidates = [(float(xs[cols[k]]), float(ys[rows[k]])) for k in order]
     x, y = candidates[0]
-    text = ax.text(x, y, style["text"], ha="center", va="center", fontsize=fontsize, fontweight="bold",
+    text = ax.text(x, y, style["text"] if text is None else text, ha="center", va="center", fontsize=fontsize,
+                   fontweight="bold",
                    color=style["text_color"],
                    bbox=dict(boxstyle="round,pad=0.25", facecolor=style["color"], edgecolor="none", alpha=0.9))
     text.set_in_layout(False)

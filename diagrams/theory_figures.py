@@ -24,10 +24,18 @@ from .figure_data import attention_phase_data, layernorm_placement_data
 from .style import (LINE, NORM_TITLES, PHASE_STYLE, VARIANT_STYLE, draw_phases, keep_labels_clear, new_figure,
                     phase_label)
 
-__all__ = ["trainability_figure", "attention_phase_figure", "layernorm_placement_figure"]
+__all__ = ["trainability_figure", "attention_phase_figure", "layernorm_placement_figure", "ALPHA_STAR_BEYOND_LABEL"]
 
 #: Smallest share of the grid a phase needs to get a text label inside its region.
 _LABEL_MIN_SHARE = 0.02
+#: Legend entry of the dotted alpha*(L) where a column's beta exceeds its smallest beta_c (entropy
+#: collapse in part of the column: ``TrainabilityDiagram.beta_critical``).
+ALPHA_STAR_BEYOND_LABEL = r"$\alpha^*(L)$ where $\beta > \beta_c$ (entropy collapse in the column)"
+
+
+def _theory_length(seq_len) -> str:
+    r"""The theory's T in a title: ``$T = 1024$`` (finite-T maps), ``$T \to \infty$`` (None)."""
+    return r"$T \to \infty$" if seq_len is None else rf"$T = {seq_len}$"
 
 
 def trainability_figure(diagram, ax=None):
@@ -38,8 +46,10 @@ def trainability_figure(diagram, ax=None):
     first layer's :math:`\beta_c = \sqrt{2 / (q_0 (q_0 - p_0))}` for post-LN, the
     contour :math:`\beta = \beta_c` of the smallest per-layer value for pre-LN and no
     LN); the solid curve is the minimum residual strength :math:`\alpha^*(L)` per beta.
-    The title states the stack, the depth and the collapse threshold (rank collapse:
-    final mean cosine of two tokens above it).
+    The title states the stack, the depth, the theory's sequence length T (``arch.seq_len``;
+    :math:`T \to \infty` when None) and the collapse threshold (rank collapse: final mean
+    cosine of two tokens above it). The dotted continuation of alpha*(L) where beta exceeds
+    beta_c (inside entropy collapse) has its own legend entry.
 
     A figure cannot show more cells than its pixels: a grid with more than
     :data:`~remprop.theory.work_estimates.MAX_DRAWN_PER_AXIS` (1000) betas or alphas is drawn
@@ -109,9 +119,10 @@ def trainability_figure(diagram, ax=None):
     below = diagram.betas <= diagram.beta_critical
     ax.plot(diagram.betas, np.where(below, alpha_star, np.nan), **LINE["alpha_star"])
     beyond = ~below | np.r_[~below[1:], False]  # overlap one point so the curve stays joined
-    ax.plot(diagram.betas, np.where(beyond, alpha_star, np.nan),
-            **{**LINE["alpha_star"], "linestyle": ":", "color": "0.85"})  # light: readable on dark red
+    ax.plot(diagram.betas, np.where(beyond, alpha_star, np.nan), **LINE["alpha_star_beyond"])
     handles.append(Line2D([], [], label=rf"$\alpha^*(L)$, $L = {diagram.depth}$", **LINE["alpha_star"]))
+    if np.isfinite(alpha_star[~below]).any():  # the dotted continuation is drawn: the legend names it
+        handles.append(Line2D([], [], label=ALPHA_STAR_BEYOND_LABEL, **LINE["alpha_star_beyond"]))
     ax.set_xlim(*_span(betas))
     ax.set_ylim(*_span(alphas))
     ax.set_xlabel(r"query/key scale $\beta$")
@@ -120,7 +131,7 @@ def trainability_figure(diagram, ax=None):
     heads = "" if arch.heads == 1 else (f"{arch.heads} heads" + (r" ($\beta$ per head $\times$" f" {arch.heads})"
                                                                    if arch.head_factor > 1 else "") + ", ")
     ax.set_title(f"{NORM_TITLES[arch.norm]} {arch.attention} attention, {heads}{arch.activation} MLP, "
-                 rf"$L = {diagram.depth}$" "\n"
+                 rf"$L = {diagram.depth}$, {_theory_length(arch.seq_len)}" "\n"
                  rf"rank collapse: $\rho_L > {diagram.threshold:g}$ (final mean token cosine)",
                  fontsize=10)
     ax.legend(handles=handles, **_BELOW_AXES)

@@ -35,7 +35,8 @@ def test_check_json_is_the_diagnosis(capsys, tmp_path):
     np.testing.assert_allclose(result["rho"], expected.rho)
     assert result["phase"] == expected.phase and result["alpha_star"] == pytest.approx(expected.alpha_star)
     assert result["model"]["depth"] == 5 and len(result["changes"]) == 4
-    assert json.loads((tmp_path / "check-bert-base-uncased.json").read_text())["phase"] == expected.phase
+    # --depth changes the answer: the file name says so (the default run keeps check-bert-base-uncased.json)
+    assert json.loads((tmp_path / "check-bert-base-uncased-depth=5.json").read_text())["phase"] == expected.phase
 
 
 def test_check_report_and_figure(capsys, tmp_path):
@@ -116,7 +117,7 @@ def test_check_with_collapsed_input_tokens(capsys, tmp_path):
     code, out, err = run_cli(capsys, "check", "bert-base", "--depth", "3", "--rho0", "1", "--out", tmp_path)
     assert code == 0, err
     assert "beta_c = inf" in out and "none helps" in out and "rank collapse sets in at layer 1" in out
-    assert (tmp_path / "check-bert-base-uncased.png").exists()
+    assert (tmp_path / "check-bert-base-uncased-depth=3-rho0=1.png").exists()
 
 
 def test_check_simulate_compares_a_decoder_with_the_causal_gram_state(capsys, tmp_path):

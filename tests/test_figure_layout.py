@@ -232,7 +232,8 @@ def test_check_writes_one_extension_for_a_config_file(capsys, tmp_path):
     names = sorted(path.name for path in (tmp_path / "out").iterdir())
     assert names and all(name.count(".") == 1 for name in names), names
     assert not any(name.endswith(".json.json") or name.endswith(".json.png") for name in names), names
-    assert any(name.endswith("mymodel_config.png") for name in names), names
+    # the stem: the config's name, then the options given that change the answer
+    assert any(name.endswith("mymodel_config-depth=2-max-depth=8.png") for name in names), names
 
 
 def test_name_option_drops_its_extension_once(capsys, tmp_path):

@@ -240,7 +240,8 @@ def test_verdict_sets_the_theory_phase_at_init_beside_the_trained_outcome(tmp_pa
                          (math.sqrt(floor * ceiling), "trainable")):
         shown = run_verdict(replace(result, config=cfg.replace(lr=lr, depth=4, steps=300)))
         assert shown["expected_at_rate"] == expected, (lr, shown["line"])
-        assert ("expected to train;" in shown["line"]) == (expected == "trainable"), shown["line"]
+        assert ("expected to train." in shown["line"]) == (expected == "trainable"), shown["line"]
+        assert ("not expected to train" in shown["line"]) == (expected != "trainable"), shown["line"]
     # the outcome: the final loss against the unigram loss, in either direction
     assert verdict["gain"] == pytest.approx(result.unigram_loss - result.final_test_loss)
     worse = run_verdict(replace(result, test_loss=np.append(result.test_loss[:-1], result.unigram_loss + 0.5)))
@@ -249,4 +250,9 @@ def test_verdict_sets_the_theory_phase_at_init_beside_the_trained_outcome(tmp_pa
     better = run_verdict(replace(result, test_loss=np.append(result.test_loss[:-1], result.unigram_loss - 0.25)))
     assert better["beat_unigram"] and "0.2500 nats below the unigram loss" in better["line"]
     diverged = run_verdict(replace(result, diverged={"step": 2, "reason": "x"}))
-    assert diverged["diverged"] and diverged["line"].endswith("trained: diverged")
+    assert diverged["diverged"] and diverged["line"].endswith(". The run: diverged (loss not finite)")
+    # two sentences: the theory's expectation, then the run's outcome (not "expected not to train ... trained")
+    for shown in (verdict, worse, better, diverged):
+        expectation, outcome = shown["line"].split(". The run: ")
+        assert expectation.startswith("verdict: theory's phase at init") and "loss" not in expectation
+        assert "expected not to train" not in shown["line"] and "trained:" not in shown["line"]

@@ -1,6 +1,7 @@
 """Input checking shared by the public functions: every error names its parameter."""
 from __future__ import annotations
 
+import difflib
 import numbers
 
 import numpy as np
@@ -84,6 +85,19 @@ def check_choice(name, value, choices):
         options = ", ".join(repr(c) for c in choices)
         raise ParameterError(name, f"{name} must be one of {options}, got {value!r}")
     return value
+
+
+def did_you_mean(text, choices) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to an unknown ``text``, or ``""`` when none is close.
+
+    A choice equal to ``text`` but for letter case comes first (``llama-3.2-1B``: ``llama-3.2-1b``);
+    else the closest by ``difflib.get_close_matches`` (similarity ratio >= 0.75, about one
+    typo in every four characters: ``--seqlen``: ``--seq-len``).
+    """
+    text, choices = str(text), [str(c) for c in choices]
+    folded = [c for c in choices if c.casefold() == text.casefold()]
+    close = folded or difflib.get_close_matches(text, choices, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def check_overlap(q, p, q_name="q", p_name="p"):

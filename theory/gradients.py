@@ -334,7 +334,15 @@ def query_gradient_norm(beta, q, p, width, seq_len, *, sigma_v2=0.2, asymptotic=
 
     Examples
     --------
+    The value is a squared norm summed over every output entry ``S_ia`` (``T x d``) and every query
+    weight (``d x d``), for input tokens of squared norm ``d q`` per token; it grows like ``T d^2``,
+    so divide by ``T d^2`` to compare sizes (an O(1) number per output entry and weight):
+
     >>> g = query_gradient_norm(1.5, 1.0, 0.0, width=128, seq_len=256, sigma_v2=1.0)  # doctest: +SKIP
+    >>> float(g)  # E |dS/dW_Q|_F^2 at q = 1, p = 0  # doctest: +SKIP
+    1386350.6...
+    >>> float(g) / (256 * 128 ** 2)  # per output entry and query weight  # doctest: +SKIP
+    0.3305...
     """
     options = _NormOptions(sigma_v2, asymptotic, finite_width, overlap_variance, norm_variance, "query")
     return _norm("query_gradient_norm", beta, q, p, width, seq_len, options, scaled=False)

@@ -61,4 +61,8 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)
+#: What to do when a name needs torch or transformers (the validation extra), said by the names'
+#: import errors here and by the command line's one-line errors.
+VALIDATION_HINT = "the validation extra is needed: pip install 'remprop[validation]'"
+
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, missing_hint=VALIDATION_HINT)

@@ -22,6 +22,7 @@ from remprop.theory.checks import as_float_array, check_choice, simplex_cosine_f
 from remprop.theory.rem.finite_width import attention_mean_cosine, finite_width_attention_map
 
 from . import layers
+from .agreement import agreement, verdict_line
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_dtype
 from .inputs import gaussian_tokens
 from .measurements import attention_statistics, token_statistics
@@ -146,6 +147,19 @@ class Comparison:
         """Mean error over layers 1..depth."""
         return float(self.error[1:].mean())
 
+    def agreement(self) -> dict:
+        """Whether theory and measurement agree, by the package's one rule
+        (:func:`~remprop.validation.agreement.acceptance_error`: every layer 1..L within
+        ``max(0.02, 2 s.e.)`` of the theory, the standard error over the seeds' means, each seed's
+        sequences averaged first: they share its weights)."""
+        measured = getattr(self.trace, self.observable)
+        return agreement(self.theory.rho, measured, sequences_per_seed=int(self.settings["sequences"]))
+
+    def verdict(self) -> str:
+        """One line: agree / disagree, the rule and the worst layer
+        (:func:`~remprop.validation.agreement.verdict_line` of :meth:`agreement`)."""
+        return verdict_line(self.agreement())
+
     def table(self) -> list:
         """One dict per layer: theory, measured mean and std, and error of rho; q and Y2 beside."""
         rows = []
@@ -168,7 +182,7 @@ class Comparison:
         """JSON-ready summary: settings, errors, table and (optionally) the per-sequence measurements."""
         out = {"settings": self.settings, "observable": self.observable, "samples": self.samples,
                "max_abs_error": self.max_abs_error, "mean_abs_error": self.mean_abs_error,
-               "elapsed_s": self.elapsed, "table": self.table()}
+               "elapsed_s": self.elapsed, "agreement": self.agreement(), "table": self.table()}
         if per_sequence:
             out["per_sequence"] = {k: v.tolist() for k, v in self.trace.as_dict().items()}
         return out

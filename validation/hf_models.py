@@ -37,6 +37,7 @@ from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 from remprop._json import to_jsonable
 from remprop.progress import progress_bar
 
+from .agreement import agreement
 from .backend import check_positive_int, resolve_device, resolve_dtype
 from .experiments.cell_store import CellStore, stored_manifest
 from .probing import probe
@@ -395,7 +396,8 @@ class ModelMeasurement:
         return np.where(self.rho_std > 0, z, np.nan)
 
     def summary(self) -> dict:
-        """Max and mean error over layers, the largest ``|z|``, the first layer's participation
+        """Max and mean error over layers, the largest ``|z|``, the ``agreement`` of the one rule
+        (:func:`~remprop.validation.agreement.agreement`), the first layer's participation
         ratio against :func:`first_layer_participation`, and the per-layer curves (JSON-ready)."""
         z = np.abs(self.z)
         y2_first = self.y2[:, :, 0].mean(axis=1)
@@ -405,7 +407,8 @@ class ModelMeasurement:
                 "compared": ("all tokens" if self.rho_last is None
                              else f"last {compared_last_tokens(self.spec.seq_len)} tokens"),
                 "max_error": float(self.error.max()), "mean_error": float(self.error.mean()),
-                "max_abs_z": float(np.nanmax(z)) if np.isfinite(z).any() else None,
+                "max_abs_z": float(np.nanmax(z)) if np.isfinite(z).any() else None, "agreement": agreement(
+                    self.theory, self.compared.reshape(-1, self.theory.size), sequences_per_seed=self.rho.shape[1]),
                 "y2_first": float(y2_first.mean()),
                 "y2_first_std": float(y2_first.std(ddof=1)) if len(self.seeds) > 1 else 0.0,
                 "y2_first_theory": first_layer_participation(self.spec),

@@ -13,7 +13,7 @@ import sys
 __all__ = ["lazy_attributes"]
 
 
-def lazy_attributes(package: str, exports=None, submodules=()):
+def lazy_attributes(package: str, exports=None, submodules=(), missing_hint=None):
     """``(__getattr__, __dir__)`` for the package ``package`` (module-level hooks, PEP 562).
 
     Parameters
@@ -25,6 +25,11 @@ def lazy_attributes(package: str, exports=None, submodules=()):
         leading dot); ``package.<name>`` is that module's attribute of the same name.
     submodules : sequence of str
         Names whose value is the submodule ``package.<name>`` itself.
+    missing_hint : str, optional
+        What to say when a name needs a package that is not installed (a ``ModuleNotFoundError``
+        of a module outside remprop): the error is raised again as a ``ModuleNotFoundError``
+        naming the attribute, the missing module and this hint (``"pip install
+        'remprop[validation]'"``), with the same ``name``.
 
     Returns
     -------
@@ -37,13 +42,22 @@ def lazy_attributes(package: str, exports=None, submodules=()):
     submodules = tuple(submodules)
     lazy = set(exports) | set(submodules)
 
-    def __getattr__(name):
+    def load(name):
         if name in exports:
-            value = getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
-        elif name in submodules:
-            value = importlib.import_module(f"{package}.{name}")
-        else:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __getattr__(name):
+        try:
+            value = load(name)
+        except ModuleNotFoundError as err:
+            missing = err.name or ""
+            if missing_hint is None or missing.split(".")[0] == "remprop" or not missing:
+                raise
+            raise ModuleNotFoundError(f"{package}.{name} needs {missing}, which is not installed: {missing_hint}",
+                                      name=missing) from err
         setattr(sys.modules[package], name, value)
         return value
 

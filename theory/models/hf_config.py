@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from ..architecture import Architecture
+from ..checks import did_you_mean
 from ..rem import ROPE_BASE, check_seq_len, query_key_variance
 from ..settings import RunSettings
 from .measured_weights import input_state, weight_parameters
@@ -85,8 +86,8 @@ LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
 
 #: Hugging Face activation names -> the engine's activations (and whether it is exact).
 _ACTIVATIONS = {"gelu": ("gelu", True), "gelu_new": ("gelu", False), "gelu_pytorch_tanh": ("gelu", False),
-                "gelu_fast": ("gelu", False), "relu": ("relu", True), "silu": ("silu", True),
-                "swish": ("silu", True), "tanh": ("tanh", True), "linear": ("linear", True)}
+                "gelu_fast": ("gelu", False), "relu": ("relu", True), "silu": ("silu", True), "swish": ("silu", True),
+                "tanh": ("tanh", True), "linear": ("linear", True)}
 
 
 def shipped_configs() -> list:
@@ -100,10 +101,9 @@ def load_hf_config(config) -> dict:
     Parameters
     ----------
     config : transformers.PretrainedConfig, dict, str or os.PathLike
-        A configuration object (anything with ``to_dict()``), a dict, the path of a
-        ``config.json`` or of a folder that holds one, or the name of a shipped
-        configuration (:func:`shipped_configs`; a few hub names are aliases). Nothing is
-        downloaded.
+        A configuration object (anything with ``to_dict()``), a dict, the path of a ``config.json`` or of a
+        folder that holds one, or a shipped name (:func:`shipped_configs`; a few hub names are aliases; an
+        unknown name is refused naming the closest shipped one). Nothing is downloaded.
     """
     if hasattr(config, "to_dict") and callable(config.to_dict):
         out = dict(config.to_dict())
@@ -123,7 +123,8 @@ def load_hf_config(config) -> dict:
         if not path.is_file():
             shipped = CONFIG_DIR / f"{ALIASES.get(text, text)}.json"
             if not (text and shipped.is_file() and shipped.parent == CONFIG_DIR):
-                raise ValueError(f"config: no file {text!r} and no shipped configuration of that name "
+                hint = did_you_mean(text, [*shipped_configs(), *ALIASES])
+                raise ValueError(f"config: no file {text!r} and no shipped configuration of that name{hint} "
                                  f"(shipped: {', '.join(shipped_configs())})")
             path = shipped
         try:
@@ -484,13 +485,12 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     beta = params.pop("beta")
     arch = _from_config(source, lambda: Architecture(
         norm=FAMILIES[family], norm_type="rms" if llama else "layer", mlp="gated" if llama else "dense",
-        attention="softmax", activation=activation, alpha_sa=1.0, alpha_mlp=1.0,
-        seq_len=seq_len, heads=heads, qk_scaling="model", **params, **rope))
+        attention="softmax", activation=activation, alpha_sa=1.0, alpha_mlp=1.0, seq_len=seq_len, heads=heads,
+        qk_scaling="model", **params, **rope))
     settings = _from_config(source, lambda: RunSettings(arch, beta, depth, q0, rho0))
     name = str(cfg.get("_name_or_path") or family)
     return ModelSpec(
-        name=name, family=family, settings=settings, width=width, d_ff=d_ff,
-        causal=causal, init_range=r,
+        name=name, family=family, settings=settings, width=width, d_ff=d_ff, causal=causal, init_range=r,
         embedding_layer_norm=family in ("bert", "roberta"), final_layer_norm=family in ("gpt2", "vit") or llama,
         layer_norm_eps=eps, hidden_act=act_name, assumptions=tuple(assumptions), pixel_std=pixel_std, config=cfg)
 

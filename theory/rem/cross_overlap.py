@@ -365,7 +365,11 @@ class CrossOverlapTable:
 
     def __call__(self, x, rho):
         """Interpolated ``C`` at reduced scale(s) ``x`` and cosine(s) ``rho`` (broadcast)."""
-        x, rho = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(rho, dtype=np.float64))
+        x, rho = np.asarray(x, dtype=np.float64), np.asarray(rho, dtype=np.float64)
+        # fresh writable arrays of the common shape: the compiled lookup reads the arrays' flags, and a
+        # view from np.broadcast_arrays warns (FutureWarning) when its writeable flag is read
+        shape = np.broadcast_shapes(x.shape, rho.shape)
+        x, rho = np.broadcast_to(x, shape).copy(), np.broadcast_to(rho, shape).copy()
         y2 = participation_table(self.seq_len)(x)
         return _lookup_many(self.packed, x.ravel(), rho.ravel(), y2.ravel()).reshape(x.shape)
 

@@ -16,7 +16,7 @@ The curves are cached, one record per cell, under ``<store>/theory/<hash>``
 (:func:`compute_theories`). The rule of the issue: a case passes when at every layer
 ``1..L`` ``|theory - measured mean cosine| <= max(0.02, 2 s.e.)``, the standard error being
 that of the mean over the initialisations (each seed's sequences averaged first: they share
-its weights; :func:`acceptance_error`).
+its weights; :func:`~remprop.validation.agreement.acceptance_error`).
 :func:`acceptance_table` gives one row per (case, depth, theory), :func:`acceptance_markdown`
 the table of docs/validation.md.
 
@@ -32,21 +32,18 @@ from pathlib import Path
 
 import numpy as np
 
-from remprop.theory.checks import as_float_array, check_choice, check_count
+from remprop.theory.checks import check_choice, check_count
 
 from .acceptance import ACCEPTANCE_CASES, ACCEPTANCE_FORMAT, AcceptanceCase, CaseMeasurement, input_grams, \
     open_existing_store
 from .cell_runner import run_cells
 from .cell_store import CellStore, json_sha256
+from ..agreement import ACCEPTANCE_TOLERANCE, STANDARD_ERRORS, acceptance_error
 from ..comparison import measured_input_theory
 
-__all__ = ["ACCEPTANCE_TOLERANCE", "STANDARD_ERRORS", "THEORIES", "THEORY_FORMAT", "available_theories",
-           "compute_theories", "acceptance_error", "acceptance_table", "acceptance_markdown"]
+__all__ = ["THEORIES", "THEORY_FORMAT", "available_theories",
+           "compute_theories", "acceptance_table", "acceptance_markdown"]
 
-#: The absolute tolerance of the issue's rule on ``|theory - measured mean cosine|``.
-ACCEPTANCE_TOLERANCE = 0.02
-#: Standard errors of the measured mean that count as agreement where they exceed the tolerance.
-STANDARD_ERRORS = 2.0
 #: Theories :func:`acceptance_table` can set against the measurements.
 THEORIES = ("mean", "gram", "sampled")
 #: Inputs the Gram-matrix theory is computed for: real text. Gaussian tokens are a simplex up to
@@ -301,73 +298,6 @@ def compute_theories(store, theories=("mean", "sampled"), *, draws=8, workers=No
 
 
 # -- the rule and the table ---------------------------------------------------------------
-def acceptance_error(theory, measured, *, depth=None, tolerance=ACCEPTANCE_TOLERANCE,
-                     standard_errors=STANDARD_ERRORS, sequences_per_seed=1) -> dict:
-    r"""The issue's rule on one curve: the largest error over layers 1..L and whether it passes.
-
-    With ``e_l = |theory_l - mean_n measured_{n,l}|`` and ``s_l`` the standard error of that
-    mean, the case passes when
-
-    .. math:: e_l \le \max(\text{tolerance}, k\, s_l) \quad \text{for every } l = 1..L.
-
-    Parameters
-    ----------
-    theory : array_like, shape (depth + 1,)
-        Predicted cosine of layers 0..depth.
-    measured : array_like, shape (n, depth + 1)
-        Measured mean cosine of each sequence.
-    depth : int, optional
-        L (default all layers).
-    tolerance : float
-        Absolute tolerance (0.02).
-    standard_errors : float
-        k (2).
-    sequences_per_seed : int
-        Rows of ``measured`` that share one initialisation (seed-major, consecutive). The
-        sequences of one seed run through the same weights, so their cosines are correlated
-        and are not independent samples: ``s_l`` is the standard deviation of the per-seed
-        means over the seeds, divided by sqrt(seeds) (ddof 1; 0 for one seed). 1 (default):
-        every row its own initialisation.
-
-    Returns
-    -------
-    dict
-        ``max_error`` and its ``layer``, ``two_se`` (k s.e. at that layer), ``passed``
-        (bool), and ``worst_layer`` / ``worst_ratio``: the layer where ``e_l /
-        max(tolerance, k s_l)`` is largest, and that ratio (> 1: fails there).
-
-    References
-    ----------
-    Issue 14 (acceptance); docs/validation.md, "Acceptance on real text (issue 14 settings)".
-    """
-    theory = np.asarray(theory, dtype=float)
-    measured = np.asarray(measured, dtype=float)
-    if theory.ndim != 1 or theory.shape[0] < 2 or measured.ndim != 2 or measured.shape[1] != theory.shape[0]:
-        raise ValueError(f"measured must have shape (n, layers) against a theory of shape (layers,), layers >= 2; "
-                         f"got theory {theory.shape}, measured {measured.shape}")
-    depth = theory.shape[0] - 1 if depth is None else check_count("depth", depth, 1)
-    if depth > theory.shape[0] - 1:
-        raise ValueError(f"depth must be <= {theory.shape[0] - 1} (the layers given), got {depth}")
-    tolerance = float(as_float_array("tolerance", tolerance, nonnegative=True))
-    standard_errors = float(as_float_array("standard_errors", standard_errors, nonnegative=True))
-    if not (np.isfinite(theory[:depth + 1]).all() and np.isfinite(measured[:, :depth + 1]).all()):
-        raise ValueError("theory and measured must be finite at layers 0..depth")
-    per_seed = check_count("sequences_per_seed", sequences_per_seed, 1)
-    if measured.shape[0] % per_seed:
-        raise ValueError(f"sequences_per_seed must divide the {measured.shape[0]} measured rows, got {per_seed}")
-    seeds = measured[:, 1:depth + 1].reshape(-1, per_seed, depth).mean(axis=1)   # (seeds, layers)
-    n = seeds.shape[0]
-    mean = seeds.mean(axis=0)
-    se = seeds.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros(depth)
-    error = np.abs(theory[1:depth + 1] - mean)
-    allowed = np.maximum(tolerance, standard_errors * se)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(error == 0, 0.0, error / allowed)
-    i, w = int(np.argmax(error)), int(np.argmax(ratio))
-    return {"max_error": float(error[i]), "layer": i + 1, "two_se": float(standard_errors * se[i]),
-            "passed": bool((error <= allowed).all()), "worst_layer": w + 1, "worst_ratio": float(ratio[w])}
-
-
 def acceptance_table(store, theories=("mean", "sampled"), *, draws=8, workers=None, tolerance=ACCEPTANCE_TOLERANCE,
                      standard_errors=STANDARD_ERRORS, require_all=False, progress=None) -> list:
     """Theory against the measurements of every case in a store, at each reported depth.
@@ -389,7 +319,7 @@ def acceptance_table(store, theories=("mean", "sampled"), *, draws=8, workers=No
     workers : int, optional
         Processes computing the theories (:func:`compute_theories`).
     tolerance, standard_errors
-        The rule (:func:`acceptance_error`).
+        The rule (:func:`~remprop.validation.agreement.acceptance_error`).
     require_all : bool
         A ``ValueError`` when a case of :data:`~remprop.validation.experiments.acceptance.ACCEPTANCE_CASES` is missing.
     progress : callable, optional
@@ -399,7 +329,7 @@ def acceptance_table(store, theories=("mean", "sampled"), *, draws=8, workers=No
     -------
     list of dict
         One row per (case, depth L, theory): ``key``, ``inputs``, ``norm``, ``beta``,
-        ``alpha``, ``depth``, ``theory``, the fields of :func:`acceptance_error`,
+        ``alpha``, ``depth``, ``theory``, the fields of :func:`~remprop.validation.agreement.acceptance_error`,
         ``theory_se`` (Monte Carlo s.e. of the theory at the max-error layer; 0 for "mean"),
         ``samples``, ``device``, ``simplex_distance`` (mean over the sequences of
         ``remprop.theory.gram_state.simplex_distance`` of the input Gram; None without it)
@@ -440,7 +370,8 @@ def acceptance_table(store, theories=("mean", "sampled"), *, draws=8, workers=No
                       "simplex_distance": float(np.mean(distances)) if distances else None, "error": None}
             if errors:  # the theory refused the case: a failing row that says why
                 failed = {"max_error": None, "layer": None, "two_se": None, "passed": False, "worst_layer": None,
-                          "worst_ratio": None, "theory_se": None,
+                          "worst_ratio": None, "worst_error": None, "worst_allowed": None, "tolerance": tolerance,
+                          "standard_errors": standard_errors, "seeds": None, "theory_se": None,
                           "error": f"{len(errors)} of {len(parts)} curve(s) failed: {errors[0]}"}
                 rows += [{**common, "depth": depth, **failed} for depth in case.depths]
                 continue

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import torch
 
+from remprop._files import exclusive_lock
+
 from ..experiments.cell_store import DamagedRecordWarning, atomic_write_json
 
 __all__ = ["CHECKPOINT_NAME", "DIGEST_SUFFIX", "LOCK_NAME", "CORRUPT_SUFFIX", "DamagedCheckpointWarning",
@@ -203,27 +205,21 @@ def read_checkpoint(path, config_key: str, steps: int):
 def folder_lock(directory):
     """Hold ``directory/train.lock`` while the block runs; ``ValueError`` when another process holds it.
 
+    The lock is ``remprop._files.exclusive_lock`` (not waiting); the file holds the holder's pid.
     Where ``fcntl`` is missing (not POSIX) nothing is locked.
     """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
     path = Path(directory) / LOCK_NAME
-    handle = open(path, "a+", encoding="utf-8")
-    try:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "?"
+            descriptor = held.enter_context(exclusive_lock(path, wait=False))
+        except BlockingIOError:
+            try:
+                holder = path.read_text(encoding="utf-8").strip() or "?"
+            except OSError:
+                holder = "?"
             raise ValueError(f"out: {directory} is in use by another training run (pid {holder}); wait for it to "
                              "finish or use another folder") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
+        if descriptor is not None:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, str(os.getpid()).encode("ascii"), 0)
         yield
-    finally:
-        handle.close()

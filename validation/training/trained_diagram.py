@@ -208,7 +208,9 @@ def run_verdict(result, theory="auto", threshold=DEFAULT_THRESHOLD) -> dict:
         window has no derivation), ``expected_at_rate`` (a label of
         :data:`remprop.diagrams.learning_rate.LR_LABELS`, or None), ``final_test_loss``,
         ``unigram_loss``, ``gain``, ``beat_unigram`` (bool), ``diverged`` (bool) and ``line``: one
-        line saying all that.
+        line of two sentences saying all that, the theory's expectation first ("verdict: theory's
+        phase at init (...): trainable; at lr ... not expected to train (lr below floor).") and then
+        what the run did ("The run: final test loss ...").
     """
     config = result.config
     cosine = np.asarray(result.init.get("token_cosine", []), dtype=float)
@@ -221,23 +223,24 @@ def run_verdict(result, theory="auto", threshold=DEFAULT_THRESHOLD) -> dict:
         window, at_rate = tuple(float(edge[0, 0]) for edge in window), LR_LABELS[int(at_rate[0, 0])]
     rate = "" if window is None else (
         f"; at lr {config.lr:g} (its window {window[0]:.2g} - {window[1]:.2g}): "
-        + ("expected to train" if at_rate == PHASE_LABELS[TRAINABLE] else f"expected not to train ({at_rate})"))
+        + ("expected to train" if at_rate == PHASE_LABELS[TRAINABLE] else f"not expected to train ({at_rate})"))
     loss, unigram = float(result.final_test_loss), float(result.unigram_loss)
     diverged = result.diverged is not None or not np.isfinite(loss)
     gain = unigram - loss
     where = (f"theory's phase at init ({theory} theory, alpha_SA {config.arch.alpha_sa:g}, beta {config.beta:g}, "
              f"depth {config.depth}): {phase}")
+    # two sentences: what the theory expects, then what the run did
     if diverged:
-        outcome = "trained: diverged"
+        outcome = "diverged (loss not finite)"
     else:
         side = "below" if gain > 0 else "not below"
-        outcome = (f"trained: final test loss {loss:.4f}, {abs(gain):.4f} nats {side} the unigram loss {unigram:.4f} "
-                   f"({'learned beyond' if gain > 0 else 'did not beat'} the token frequencies; 'trainable' needs a "
+        outcome = (f"final test loss {loss:.4f}, {abs(gain):.4f} nats {side} the unigram loss {unigram:.4f}: it "
+                   f"{'learned beyond' if gain > 0 else 'did not beat'} the token frequencies ('trainable' needs a "
                    f"grid's best cell, remprop trained-diagram)")
     return {"theory_phase": phase, "theory": theory, "lr_window": window, "expected_at_rate": at_rate,
             "final_test_loss": loss, "unigram_loss": unigram, "gain": gain,
             "beat_unigram": bool(not diverged and gain > 0), "diverged": bool(diverged),
-            "line": f"verdict: {where}{rate}; {outcome}"}
+            "line": f"verdict: {where}{rate}. The run: {outcome}"}
 
 
 def _window_and_phases(predicted, config):

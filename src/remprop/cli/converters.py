@@ -12,6 +12,7 @@ import math
 import os
 
 __all__ = [
+    "integer",
     "real",
     "positive_real",
     "nonnegative_real",
@@ -75,26 +76,42 @@ def cosine(text: str) -> float:
 
 def layer_count(text: str) -> int:
     """A number of blocks: an integer >= 1."""
+    return integer(text, 1)
+
+
+def integer(text: str, minimum: int) -> int:
+    """``int(text)``, at least ``minimum``; a text that is not an integer written in digits is refused
+    with what is wrong with it (not a number, not finite, not whole, floating-point notation)."""
     try:
         value = int(text)
     except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}: "
+                                         f"{_not_an_integer(text)}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
     return value
+
+
+def _not_an_integer(text) -> str:
+    """What keeps ``text`` from being an integer: not a number, not finite, not whole, or written in
+    floating-point notation (``1e30``: a number of 31 digits, which the integer options take in digits)."""
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return "not a number"
+    if not math.isfinite(number):
+        return "not finite"
+    if number != math.floor(number):
+        return "not a whole number"
+    size = f"; at {number:g} it would also be far too large to run" if abs(number) > 1e15 else ""
+    return f"floating-point notation ({number:g}), where an integer in digits is expected{size}"
 
 
 def count(minimum):
     """Converter of an integer >= ``minimum`` (sizes, worker counts)."""
 
     def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
-        return value
+        return integer(text, minimum)
 
     convert.__name__ = f"integer >= {minimum}"
     return convert

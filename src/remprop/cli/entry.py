@@ -42,6 +42,28 @@ COMMAND_OPTION_OF = {
 }
 
 
+def _suggestion(parser, args, unknown) -> str:
+    """`` (did you mean --seq-len?)`` for the first unknown option close to one of the command's own
+    (:func:`remprop.theory.checks.did_you_mean`; argparse suggests nothing before Python 3.14); the
+    refused old spellings of :data:`~remprop.cli.options.RENAMED_OPTIONS` are not suggested."""
+    from remprop.theory.checks import did_you_mean
+
+    from .options import RENAMED_OPTIONS
+
+    command = parser
+    if args.command:
+        (choices,) = [action.choices for action in parser._actions if isinstance(action.choices, dict)]
+        command = choices[args.command]
+    options = [option for option in command._option_string_actions
+               if option.startswith("--") and option not in RENAMED_OPTIONS]
+    for word in unknown:
+        if word.startswith("--"):
+            hint = did_you_mean(word.split("=", 1)[0], options)
+            if hint:
+                return hint.replace("'", "")
+    return ""
+
+
 def _command_name(argv):
     """The sub-command named in ``argv``: the first word that is not an option.
 
@@ -56,10 +78,12 @@ def _command_name(argv):
 
 
 def _dispatch(argv) -> int:
-    args, unknown = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the sub-command that got them, not by "remprop"
         prog = f"remprop {args.command}" if args.command else "remprop"
-        raise CommandLineError(f"unrecognized arguments: {' '.join(unknown)}", prog=prog)
+        raise CommandLineError(f"unrecognized arguments: {' '.join(unknown)}{_suggestion(parser, args, unknown)}",
+                               prog=prog)
     if args.command is None:
         raise CommandLineError(f"a command is required: one of {', '.join(COMMANDS)} "
                                "(remprop --help lists them)", prog="remprop")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["CommandLineError", "one_line", "is_missing_dependency", "validation_extra", "VALIDATION_HINT"]
+from remprop.validation import VALIDATION_HINT  # the hint's one home (importing it loads no torch)
 
-VALIDATION_HINT = "the validation extra is needed: pip install 'remprop[validation]'"
+__all__ = ["CommandLineError", "one_line", "is_missing_dependency", "validation_extra", "VALIDATION_HINT"]
 
 
 class CommandLineError(Exception):
@@ -59,4 +59,5 @@ def validation_extra(prog=None, option=None):
         if not is_missing_dependency(err):
             raise
         prefix = f"{option}: " if option else ""
-        raise CommandLineError(f"{prefix}{VALIDATION_HINT} ({one_line(err)})", prog=prog) from None
+        text = one_line(err).replace(f": {VALIDATION_HINT}", "")  # the library's own hint: said once, first
+        raise CommandLineError(f"{prefix}{VALIDATION_HINT} ({text})", prog=prog) from None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from remprop._files import output_set
+
 from ..converters import cosine, count, file_stem, layer_count, open_unit_real, positive_real
 from ..errors import CommandLineError, validation_extra
 from ..limits import check_work
@@ -18,7 +20,7 @@ from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_com
                        architecture_overrides, point_at_option, work_limits)
 from ..output import dumps, format_number, format_table, name_stem, show_progress, writable_directory
 
-__all__ = ["add_check_parser", "run_check", "DEFAULT_SEQ_LEN"]
+__all__ = ["add_check_parser", "run_check", "output_stem", "ANSWER_OPTIONS", "DEFAULT_SEQ_LEN"]
 
 #: Default T of ``check``: ``min(the model's maximum context, DEFAULT_SEQ_LEN)``, the length a model is
 #: pre-trained at for most of its steps (LLaMA 2 and 3 at 4096 and 8192 before long-context
@@ -82,13 +84,61 @@ def add_check_parser(commands):
     _add_what_if_options(check)
     add_progress_option(check)
     add_threads_option(check, what="CPU threads of the theory's numba kernels and of --simulate's torch")
-    check.add_argument("--name", type=file_stem, default=None, help="file name stem (default: check-<model>)")
+    check.add_argument("--name", type=file_stem, default=None,
+                       help="file name stem (default: check-<model>, then -<option>=<value> for each option given "
+                            "that changes the answer, e.g. check-meta-llama_Llama-3.2-1B-depth=64)")
     check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
     check.add_argument("--diagram", action="store_true",
                        help="also keep the trainability diagram around the model (its architecture, depth and input "
                             "state, as remprop.diagrams.trainability_diagram(model_spec(...)) gives it): "
                             "OUT/NAME.diagram.npz and .json, drawn in the PNG, alpha*(L) at the model's beta printed")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    # the defaults of the options that change the answer: a run that differs names its files by them
+    check.set_defaults(answer_defaults={dest: check.get_default(dest) for dest, _ in ANSWER_OPTIONS + SIMULATE_OPTIONS})
+
+
+#: (dest, option) of the options besides --seq-len, the what-if overrides and --simulate's
+#: --seeds/--sequences that change what ``check`` reports: a value other than the default is part of
+#: the default file name (:func:`output_stem`), so that runs that differ do not overwrite each other.
+ANSWER_OPTIONS = (("depth", "--depth"), ("width", "--width"), ("heads", "--heads"), ("pixel_std", "--pixel-std"),
+                  ("rho0", "--rho0"), ("threshold", "--threshold"), ("max_depth", "--max-depth"),
+                  ("steps", "--steps"), ("causal_theory", "--causal-theory"), ("gram_draws", "--gram-draws"))
+#: The options of --simulate that change its measurement (named in the file stem as :data:`ANSWER_OPTIONS`).
+SIMULATE_OPTIONS = (("seeds", "--seeds"), ("sequences", "--sequences"))
+
+
+def output_stem(args, spec, length, overrides) -> str:
+    """The default file stem of a check: ``check-<model>``, then ``-<option>=<value>`` for every option
+    given that changes the answer (:data:`ANSWER_OPTIONS`, ``--seq-len`` other than the default T,
+    the what-if overrides, and with --simulate ``--seeds``/``--sequences`` other than their defaults),
+    in a fixed order: ``check llama-3.2-1b --depth 64`` writes ``check-meta-llama_Llama-3.2-1B-depth=64.png``,
+    the default run ``check-meta-llama_Llama-3.2-1B.png``."""
+    import re
+
+    tokens = []
+    if length["source"] == "--seq-len" and length["seq_len"] != min(length["max_seq_len"], DEFAULT_SEQ_LEN):
+        tokens.append(("--seq-len", length["seq_len"]))
+    defaults = getattr(args, "answer_defaults", {})
+    tokens += [(option, getattr(args, dest)) for dest, option in ANSWER_OPTIONS
+               if dest in defaults and getattr(args, dest) != defaults[dest]]
+    tokens += sorted(overrides.items())
+    if args.simulate:
+        tokens += [(option, getattr(args, dest)) for dest, option in SIMULATE_OPTIONS
+                   if dest in defaults and getattr(args, dest) != defaults[dest]]
+
+    def text(value):
+        if value is True:
+            return ""
+        if isinstance(value, (list, tuple)):  # seeds: a count N stands for 0..N-1
+            return str(len(value)) if list(value) == list(range(len(value))) else ",".join(map(str, value))
+        return format_number(value) if isinstance(value, float) else str(value)
+
+    def token(option, value):  # "depth=64"; a flag given: its name alone
+        shown = text(value)
+        return re.sub(r"[^A-Za-z0-9._=-]+", "_", option.lstrip("-") + (f"={shown}" if shown else ""))
+
+    suffix = "".join("-" + token(option, value) for option, value in tokens)
+    return name_stem(spec.name, "check-") + suffix
 
 
 def _add_what_if_options(check) -> None:
@@ -109,7 +159,9 @@ def run_check(args) -> int:
     controlled attention) with their predicted effect. Writes OUT/NAME.png (the model on its
     trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
     (no weights are downloaded; needs the validation extra) and overlays the measured cosines;
-    each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes.
+    each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes; the
+    report ends with one verdict line (agree or disagree by
+    :func:`remprop.validation.agreement.acceptance_error`, the worst layer).
     A model whose parameters would take more than half the available memory is measured one block
     at a time, the block redrawn for each layer (:mod:`remprop.validation.streamed_layers`).
     T defaults to a length models train at, min(maximum context, 2048), and the report says so.
@@ -131,9 +183,9 @@ def run_check(args) -> int:
     """
     spec, length = _model_spec(args)
     directory = writable_directory(args.out)
-    stem = directory / (args.name or name_stem(spec.name, "check-"))
     theory = _theory_choice(args)
     changed, overrides = _what_if(spec, args)
+    stem = directory / (args.name or output_stem(args, spec, length, overrides))
     _check_work(args, spec, theory)
     if overrides:
         _check_work(args, changed, theory)
@@ -158,23 +210,10 @@ def run_check(args) -> int:
         result["what_if"] = {"overrides": overrides, "before": before.summary(), "after": diagnosis.summary()}
     if measured is not None:
         result["simulation"] = measured
-    files, diagram = [], None
-    if args.diagram:
-        diagram, written = _diagram(diagnosis, stem)
-        files += written
-        result["diagram"] = {"files": written, "alpha_star": _diagram_alpha_star(diagram, spec.beta),
-                             "betas": [float(diagram.betas[0]), float(diagram.betas[-1]), int(diagram.betas.size)],
-                             "alphas": [float(diagram.alphas[0]), float(diagram.alphas[-1]), int(diagram.alphas.size)]}
-    if args.figure:
-        from remprop.diagrams import model_figure
-
-        png = Path(f"{stem}.png")
-        figure = model_figure(diagnosis, measured, diagram=diagram)
-        figure.savefig(png, dpi=120)
-        files.append(str(png))
-    json_path = Path(f"{stem}.json")
-    json_path.write_text(dumps(result) + "\n")
-    files.append(str(json_path))
+    # every file of the run is written as one set: staged, then renamed into place under the folder's
+    # lock, so that two runs with the same --out and --name leave one run's files, never a mix
+    with output_set(directory) as outputs:
+        files, diagram = _write_outputs(args, outputs, stem.name, diagnosis, measured, result, spec)
     result["files"] = files
     if args.json:
         print(dumps(result))
@@ -190,7 +229,40 @@ def run_check(args) -> int:
               f"from the model's q0 = {spec.q0:.4g}, rho0 = {spec.rho0:.4g}): alpha*(L = {spec.depth}) at the "
               f"model's beta = {format_number(result['diagram']['alpha_star'], 4)}")
     print("wrote " + ", ".join(files))
+    if measured is not None:  # the last line: agree or not, by which rule, and where it is worst
+        print(_verdict_text(measured["agreement"]))
     return 0
+
+
+def _write_outputs(args, outputs, name, diagnosis, measured, result, spec):
+    """Write the run's files into ``outputs`` (an :class:`~remprop._files.OutputSet`, names ``name.*``):
+    with --diagram ``name.diagram.npz``/``.json``, the PNG unless --no-figure, and the JSON. Returns
+    the files' final paths and the diagram (or None)."""
+    files, diagram = [], None
+    if args.diagram:
+        diagram, staged = _diagram(diagnosis, outputs.path(name))
+        written = [str(outputs.final(path)) for path in staged]
+        files += written
+        result["diagram"] = {"files": written, "alpha_star": _diagram_alpha_star(diagram, spec.beta),
+                             "betas": [float(diagram.betas[0]), float(diagram.betas[-1]), int(diagram.betas.size)],
+                             "alphas": [float(diagram.alphas[0]), float(diagram.alphas[-1]), int(diagram.alphas.size)]}
+    if args.figure:
+        from remprop.diagrams import model_figure
+
+        figure = model_figure(diagnosis, measured, diagram=diagram)
+        figure.savefig(outputs.path(f"{name}.png"), dpi=120)
+        files.append(str(outputs.final(f"{name}.png")))
+    outputs.path(f"{name}.json").write_text(dumps(result) + "\n")
+    files.append(str(outputs.final(f"{name}.json")))
+    return files, diagram
+
+
+def _verdict_text(agreement) -> str:
+    """The verdict line of a --simulate comparison (:func:`remprop.validation.agreement.verdict_line`)."""
+    with validation_extra(option="--simulate"):
+        from remprop.validation.agreement import verdict_line
+
+    return verdict_line(agreement)
 
 
 def _model_spec(args):
@@ -257,6 +329,7 @@ def _what_if(spec, args):
     the model its config builds, so it does not combine with overrides.
     """
     fields = architecture_overrides(args)
+    fields.pop("heads", None)  # check's own --heads sizes a reduced model (with --width), not a what-if
     options = {ARCHITECTURE_OPTIONS[name]: value for name, value in fields.items()}
     if args.beta is not None:
         options["--beta"] = args.beta

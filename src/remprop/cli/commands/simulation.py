@@ -139,7 +139,9 @@ def run_validate(args) -> int:
 
     Writes OUT/NAME.png (theory line, measured dots with std error bars) and OUT/NAME.json
     (settings, per-layer table, errors, per-sequence measurements) and prints the per-layer
-    table and the maximum and mean absolute error. Needs the validation extra: pip install
+    table and the maximum and mean absolute error, and ends with one verdict line: agree or disagree
+    by the package's one rule (:func:`remprop.validation.agreement.acceptance_error`), and the worst
+    layer. Needs the validation extra: pip install
     'remprop[validation]'. The memory of a batch's simulation and of the Gram theory (its
     --gram-draws) is estimated first: above --max-memory the run is refused.
     """
@@ -182,6 +184,7 @@ def run_validate(args) -> int:
     if args.json:
         print(dumps({"files": paths, "max_abs_error": comparison.max_abs_error,
                      "mean_abs_error": comparison.mean_abs_error, "observable": comparison.observable,
+                     "agreement": comparison.agreement(), "verdict": comparison.verdict(),
                      "elapsed_s": comparison.elapsed, "settings": settings, "table": comparison.table()}))
         return 0
     print(f"validate: {describe(arch, args.depth)}, beta {settings['beta']:g}")
@@ -191,6 +194,7 @@ def run_validate(args) -> int:
               f"{row['measured_std']:8.4f} {row['error']:8.4f}")
     print(comparison.summary())
     print(f"wrote {paths['png']} and {paths['json']}")
+    print(comparison.verdict())  # the last line: agree or not, by which rule, and where it is worst
     return 0
 
 

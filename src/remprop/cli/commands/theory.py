@@ -119,7 +119,8 @@ def run_diagram(args) -> int:
         print(f"at lr {format_number(args.lr)} ({args.steps} AdamW steps, d = {args.width}): "
               f"{rate['above_ceiling']} of "
               f"{rate['trainable_at_init']} cells trainable at initialisation are above the learning-rate ceiling "
-              f"and {rate['below_floor']} below its floor (hatched; labels 'lr above ceiling', 'lr below floor'; "
+              f"and {rate['below_floor']} below its floor (hatched, labelled 'trainable at init, lr above ceiling' and "
+              "'trainable at init, lr below floor'; "
               "constants fitted on 300-step CPU runs, docs/theory.md section 20)")
     print("wrote " + ", ".join(files))
     if note is not None:
