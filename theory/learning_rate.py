@@ -37,7 +37,8 @@ from .components.base import Serial
 from .rem import check_seq_len
 
 __all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
-           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds"]
+           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds",
+           "VALIDATED_RANGE", "CEILING_BAND", "ceiling_validity", "rate_verdict"]
 
 #: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
 #: which the stack's output has moved too far to train. Fitted (:func:`~remprop.validation.training.lr_sweep.fit_window`)
@@ -64,6 +65,15 @@ ATTENTION_CONSTANT = 22.0
 COHERENT_STEPS = 300
 #: Step count that reports use when none is given.
 DEFAULT_STEPS = 10000
+#: Where the ceiling has been checked against training runs (docs/training.md, "The ceiling at scale"):
+#: model widths, optimiser steps and the input stream's mean square ``q0`` of the measured sweeps
+#: (widths 16-512, 300-3000 steps, batches of 1024 tokens, streams of unit mean square). Outside it
+#: the ceiling is an extrapolation, and :func:`ceiling_validity` says which way.
+VALIDATED_RANGE = {"width": (16, 512), "steps": (300, 3000), "q0": (0.5, 2.0)}
+#: The measured spread of the true ceiling around the predicted one on the held-out families of the
+#: scale sweep (docs/training.md, "The ceiling at scale"): the largest rate that trained was at least
+#: ``low`` times the prediction and the smallest that failed above it at most ``high`` times it.
+CEILING_BAND = (0.4, 5.3)
 #: Seconds per block of the NumPy walk (:func:`ceiling_seconds`): a fixed part per block and a part per
 #: cell and block, about 3 times what was measured on two loaded cores (2e-4 to 3.5e-4 s per block for one
 #: cell; 1.7e-6 s per cell and block on a 50 x 50 grid).
@@ -375,3 +385,41 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
                                binding=binding if binding.ndim else binding[()],
                                sensitivity=scalar_or_array(np.asarray(sensitivity)),
                                budget=scalar_or_array(budget), beta_critical=scalar_or_array(beta_c))
+
+
+def ceiling_validity(width, steps, q0=1.0) -> tuple:
+    """Why a ceiling at ``width``, ``steps`` and input mean square ``q0`` is outside
+    :data:`VALIDATED_RANGE`: one phrase per quantity outside it (empty when inside).
+
+    Examples
+    --------
+    >>> ceiling_validity(768, 300)
+    ('width 768 above the widest measured, 512',)
+    """
+    reasons = []
+    for name, value in (("width", width), ("steps", steps), ("q0", q0)):
+        value = float(value)
+        if not math.isfinite(value) or value <= 0:
+            raise ParameterError(name, f"{name} must be finite and > 0, got {value!r}")
+        low, high = VALIDATED_RANGE[name]
+        label = {"q0": "input mean square q0", "steps": "steps", "width": "width"}[name]
+        shown = f"{value:.3g}" if name == "q0" else f"{int(value)}"
+        if value < low:
+            reasons.append(f"{label} {shown} below the smallest measured, {low:g}")
+        elif value > high:
+            reasons.append(f"{label} {shown} above the {'widest' if name == 'width' else 'largest'} measured, {high:g}")
+    return tuple(reasons)
+
+
+def rate_verdict(lr, ceiling, band=CEILING_BAND) -> str:
+    """A learning rate against a predicted ceiling: ``"below"`` (under ``band[0]`` times it, where the
+    measured ceilings all lay above), ``"above"`` (over ``band[1]`` times it, where every measured run
+    failed) or ``"near"`` (within the band: the prediction cannot tell)."""
+    lr = float(lr)
+    if not (math.isfinite(lr) and lr > 0):
+        raise ParameterError("lr", f"lr must be finite and > 0, got {lr!r}")
+    ceiling = float(ceiling)
+    if lr < band[0] * ceiling:
+        return "below"
+    return "above" if lr > band[1] * ceiling else "near"
+

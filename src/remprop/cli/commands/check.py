@@ -65,6 +65,9 @@ def add_check_parser(commands):
     check.add_argument("--steps", type=count(1), default=DEFAULT_STEPS, metavar="S",
                        help="AdamW steps (warm-up and linear decay) of the predicted learning-rate ceiling, "
                             "docs/theory.md section 20 (default: %(default)s)")
+    check.add_argument("--lr", type=positive_real, default=None, metavar="ETA",
+                       help="your AdamW peak rate: the report says whether it lies below, within or above the "
+                            "ceiling's measured band")
     check.add_argument("--simulate", action="store_true",
                        help="instantiate the model at random init and overlay measurements (torch, transformers)")
     add_seeds_option(check, what="initialisation seeds of --simulate")
@@ -102,7 +105,8 @@ def add_check_parser(commands):
 #: the default file name (:func:`output_stem`), so that runs that differ do not overwrite each other.
 ANSWER_OPTIONS = (("depth", "--depth"), ("width", "--width"), ("heads", "--heads"), ("pixel_std", "--pixel-std"),
                   ("rho0", "--rho0"), ("threshold", "--threshold"), ("max_depth", "--max-depth"),
-                  ("steps", "--steps"), ("causal_theory", "--causal-theory"), ("gram_draws", "--gram-draws"))
+                  ("steps", "--steps"), ("lr", "--lr"), ("causal_theory", "--causal-theory"),
+                  ("gram_draws", "--gram-draws"))
 #: The options of --simulate that change its measurement (named in the file stem as :data:`ANSWER_OPTIONS`).
 SIMULATE_OPTIONS = (("seeds", "--seeds"), ("sequences", "--sequences"))
 
@@ -391,7 +395,7 @@ def _diagnose(spec, args, theory):
     choice, draws = theory
     try:
         return diagnose(spec, args.threshold, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws,
-                        lr_steps=args.steps)
+                        lr_steps=args.steps, lr=args.lr)
     except ValueError as err:
         if "causal_theory" in str(err):
             raise CommandLineError(f"--causal-theory {choice}: {err}") from None
