@@ -58,7 +58,7 @@ import numpy as np
 from ..checks import as_float_array, scalar_or_array
 
 __all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "weight_parameters", "input_state",
-           "second_moment_error", "measured_spec", "holds_weights", "WEIGHT_ROLES", "GAIN_ROLES"]
+           "second_moment_error", "measured_spec", "holds_weights", "weight_files", "WEIGHT_ROLES", "GAIN_ROLES"]
 
 #: Matrix roles a measurement fills, in the theory's terms (each one ``v_X`` with its fan-in).
 WEIGHT_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
@@ -417,10 +417,27 @@ def _notes(spec, weights, q0, rho0) -> tuple:
     return tuple(notes)
 
 
-def holds_weights(path) -> bool:
-    """Whether ``path`` is a folder holding ``*.safetensors`` weight files (``remprop check DIR``)."""
+#: PyTorch weight files read where a folder holds no ``*.safetensors`` (``save_pretrained``'s
+#: ``pytorch_model.bin`` and its shards, a saved ``state_dict``); the torch side loads them with
+#: ``torch.load(weights_only=True)``, which builds tensors and plain containers and runs no code.
+TORCH_WEIGHT_FILES = ("pytorch_model*.bin", "model*.pt", "model*.pth")
+
+
+def weight_files(path) -> list:
+    """The weight files of a folder, sorted: its ``*.safetensors`` or, without them, its
+    :data:`TORCH_WEIGHT_FILES` (an empty list: no weights, or no such folder)."""
     try:
         folder = Path(path)
-        return folder.is_dir() and any(folder.glob("*.safetensors"))
+        if not folder.is_dir():
+            return []
+        found = sorted(folder.glob("*.safetensors"))
+        if not found:
+            found = sorted({f for pattern in TORCH_WEIGHT_FILES for f in folder.glob(pattern) if f.is_file()})
+        return found
     except (TypeError, OSError):
-        return False
+        return []
+
+
+def holds_weights(path) -> bool:
+    """Whether ``path`` is a folder holding weight files (:func:`weight_files`: ``remprop check DIR``)."""
+    return bool(weight_files(path))

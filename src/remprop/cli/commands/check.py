@@ -37,7 +37,7 @@ def add_check_parser(commands):
                         help="diagnose a real model (Hugging Face config) at its default initialisation")
     check.add_argument("model", nargs="?", default=None, metavar="MODEL",
                        help="a shipped model name or a config path (same as --hf-config), or a folder with config.json "
-                            "and *.safetensors: the model measured on its own weights")
+                            "and *.safetensors (or pytorch_model.bin): the model measured on its own weights")
     check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
                        help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
     check.add_argument("--seq-len", type=count(2), default=None, metavar="T",
