@@ -330,3 +330,18 @@ def test_a_file_in_place_of_the_cells_folder_is_one_line(tmp_path, capsys):
     (tmp_path / "cells").write_text("")
     code, out, err = run_cli(capsys, *GRID, "--beta", "0.5", "--alpha", "1", "--out", tmp_path)
     assert_one_line(err, f"{tmp_path / 'cells'} is a file", "--out", code=code)
+
+
+def test_random_bytes_in_the_digest_file_are_named_as_such(tmp_path):
+    """Before: random bytes in checkpoint.pt.sha256 were reported as "its digest file is missing".
+    After: the warning says the digest file is damaged (and the run still heals)."""
+    train(TrainConfig(**TINY), out=tmp_path)
+    digest = tmp_path / (CHECKPOINT_NAME + ".sha256")
+    digest.write_bytes(np.random.default_rng(1).bytes(200))
+    with pytest.warns(DamagedCheckpointWarning, match=r"checkpoint\.pt\.sha256 is damaged \(not readable JSON\)"):
+        healed = train(TrainConfig(**TINY), out=tmp_path)
+    assert healed.diverged is None
+    (tmp_path / (CHECKPOINT_NAME + ".corrupt")).unlink()
+    digest.unlink()
+    with pytest.warns(DamagedCheckpointWarning, match="its digest file is missing"):  # the missing case stays
+        train(TrainConfig(**TINY), out=tmp_path)

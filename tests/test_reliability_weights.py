@@ -179,3 +179,33 @@ def test_model_on_the_meta_device_is_one_line():
         model = transformers.BertModel(_bert().config)
     with pytest.raises(ValueError, match="meta device"):
         remprop.check(model)
+
+
+# -- item 10: remprop.check's work is estimated first ------------------------------------------------
+def test_check_refuses_an_unbounded_collapse_search_with_limits_to_raise():
+    """Before: ``remprop.check(model, max_depth=10**12)`` raised MemoryError (7.28 TiB). After: a
+    ValueError with the estimate, naming max_seconds (then max_memory once that is raised), as
+    ``remprop check --max-depth 1e12`` refuses it."""
+    import math
+
+    model = _bert()
+    with pytest.raises(ValueError, match=r"^max_seconds: the diagnosis of BertModel .*max_depth 1000000000000"):
+        remprop.check(model, max_depth=10**12)
+    with pytest.raises(ValueError, match=r"^max_memory: .*TiB of memory"):
+        remprop.check(model, max_depth=10**12, max_seconds=math.inf)
+    with pytest.raises(ValueError, match="^max_memory must be a number > 0"):
+        remprop.check(model, max_memory=-1)
+    assert remprop.check(model, max_depth=100).max_depth == 100
+
+
+# -- item 11: a NaN or zero embedding table is named --------------------------------------------------
+@pytest.mark.parametrize("value", [float("nan"), 0.0])
+def test_nan_or_zero_embeddings_name_the_table_and_the_folder(saved_bert, tmp_path, capsys, value):
+    """Before: "q_tables must be finite and > 0, got [nan, ...]". After: the table and the folder."""
+    _, source = saved_bert
+
+    def fill(state):
+        state["embeddings.word_embeddings.weight"] = torch.full_like(state["embeddings.word_embeddings.weight"], value)
+
+    folder = _variant(source, tmp_path / "embeddings", tensors=fill)
+    _refused(capsys, tmp_path, folder, "word embedding table", str(folder))

@@ -32,6 +32,7 @@ from torch import nn
 
 from remprop.theory import model_spec
 from remprop.theory.models.hf_config import load_hf_config
+from remprop.theory.work_limits import MAX_BYTES, MAX_SECONDS, check_limit, check_work
 from remprop.theory.models.measured_weights import (MEASURED_FAMILIES, TORCH_WEIGHT_FILES, EmbeddingTable,
                                                     MatrixScale, MeasuredWeights, holds_weights, measured_spec,
                                                     weight_files)
@@ -351,7 +352,7 @@ def own_weights_spec(model, *, seq_len=None):
     return dataclasses.replace(spec, name=source) if named else spec
 
 
-def check(model, *, seq_len=None, threshold=None, max_depth=None):
+def check(model, *, seq_len=None, threshold=None, max_depth=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES):
     """Diagnose a model as its weights are: ``print(remprop.check(model).report())``.
 
     Parameters
@@ -366,6 +367,11 @@ def check(model, *, seq_len=None, threshold=None, max_depth=None):
     max_depth : int, optional
         Deepest stack searched for the onset of rank collapse (default:
         :data:`remprop.diagrams.diagnosis.MAX_COLLAPSE_DEPTH`).
+    max_seconds, max_memory : float
+        The diagnosis's estimated time and memory
+        (:func:`~remprop.diagrams.diagnosis_work.diagnosis_seconds`, ``diagnosis_bytes``) above which
+        it is refused with a ``ValueError`` holding the estimate, as ``remprop check`` refuses it
+        (defaults: the command's ``--max-seconds`` and ``--max-memory``; ``math.inf``: no limit).
 
     Returns
     -------
@@ -375,7 +381,14 @@ def check(model, *, seq_len=None, threshold=None, max_depth=None):
     """
     from remprop.diagrams import DEFAULT_THRESHOLD, diagnose
     from remprop.diagrams.diagnosis import MAX_COLLAPSE_DEPTH
+    from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
+    from remprop.theory.checks import check_depth
 
+    max_depth = check_depth(MAX_COLLAPSE_DEPTH if max_depth is None else max_depth, name="max_depth")
+    check_limit("max_seconds", max_seconds)
+    check_limit("max_memory", max_memory)
     spec = own_weights_spec(model, seq_len=seq_len)
-    return diagnose(spec, DEFAULT_THRESHOLD if threshold is None else threshold,
-                    max_depth=MAX_COLLAPSE_DEPTH if max_depth is None else max_depth)
+    check_work(f"the diagnosis of {spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len}) with "
+               f"max_depth {max_depth}", seconds=diagnosis_seconds(spec, max_depth=max_depth),
+               nbytes=diagnosis_bytes(spec, max_depth=max_depth), max_seconds=max_seconds, max_memory=max_memory)
+    return diagnose(spec, DEFAULT_THRESHOLD if threshold is None else threshold, max_depth=max_depth)

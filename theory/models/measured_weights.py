@@ -312,6 +312,10 @@ class MeasuredWeights:
             raise ValueError(f"weights: no {', '.join(missing)} matrices found in {self.source}")
         if not self.embeddings:
             raise ValueError(f"weights: no embedding table found in {self.source}")
+        for table in self.embeddings:
+            if not (math.isfinite(table.q) and table.q > 0 and math.isfinite(table.p)):
+                raise ValueError(f"weights: the {table.name} embedding table of {self.source} has mean square "
+                                 f"{table.q!r} and mean overlap {table.p!r} (need finite, the mean square > 0)")
         for role, scale in list(self.matrices.items()) + list(self.gains.items()):
             if not (math.isfinite(scale.mean_square) and scale.mean_square > 0):
                 raise ValueError(f"weights: the {role.replace('_', ' ')} weights of {self.source} have mean square "

@@ -365,7 +365,10 @@ class CrossOverlapTable:
 
     def __call__(self, x, rho):
         """Interpolated ``C`` at reduced scale(s) ``x`` and cosine(s) ``rho`` (broadcast)."""
-        x, rho = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(rho, dtype=np.float64))
+        x, rho = np.asarray(x, dtype=np.float64), np.asarray(rho, dtype=np.float64)
+        shape = np.broadcast_shapes(x.shape, rho.shape)
+        # owned copies: numba reads the writeable flag of a broadcast view, which numpy deprecates
+        x, rho = np.array(np.broadcast_to(x, shape)), np.array(np.broadcast_to(rho, shape))
         y2 = participation_table(self.seq_len)(x)
         return _lookup_many(self.packed, x.ravel(), rho.ravel(), y2.ravel()).reshape(x.shape)
 

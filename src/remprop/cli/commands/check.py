@@ -308,6 +308,9 @@ def _theory_choice(args):
     """(choice, draws) of the causal theory: --causal-theory (default auto) and --gram-draws."""
     from remprop.diagrams.diagnosis import GRAM_DRAWS
 
+    if args.causal_theory == "maps" and args.gram_draws is not None:
+        raise CommandLineError("--gram-draws applies to the causal Gram state: --causal-theory maps draws nothing "
+                               "(drop --gram-draws, or use --causal-theory gram or auto)")
     return (args.causal_theory or "auto", GRAM_DRAWS if args.gram_draws is None else args.gram_draws)
 
 
