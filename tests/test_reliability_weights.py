@@ -14,8 +14,13 @@ Before -> after, one test (or parametrised case) each:
   the library's default init without a word -> its state_dict is read with
   ``torch.load(weights_only=True)`` (tensors only, no code run) and measured exactly as the
   safetensors of the same weights are; a pickled module in ``model.pt`` is refused in one line;
+  weights remprop does not read (``tf_model.h5``, ``weights.pt``) are refused for the folder,
+  naming ``--hf-config DIR/config.json`` for the configuration's default init;
 * item 8 (meta device): "Tensor.item() cannot be called on meta tensors" -> one line saying the
-  weights have no values.
+  weights have no values;
+* item 10: ``remprop.check(model, max_depth=10**12)`` raised MemoryError -> refused from the
+  estimate (``max_seconds`` / ``max_memory``, the CLI's defaults);
+* item 11: NaN or zero embeddings said "q_tables must be finite and > 0" -> the table and the folder.
 """
 from __future__ import annotations
 
@@ -209,3 +214,21 @@ def test_nan_or_zero_embeddings_name_the_table_and_the_folder(saved_bert, tmp_pa
 
     folder = _variant(source, tmp_path / "embeddings", tensors=fill)
     _refused(capsys, tmp_path, folder, "word embedding table", str(folder))
+
+
+@pytest.mark.parametrize("file_name", ["tf_model.h5", "weights.pt", "flax_model.msgpack"])
+def test_folder_with_weights_remprop_does_not_read_is_not_checked_at_the_default_init(saved_bert, tmp_path, capsys,
+                                                                                       file_name):
+    """Item 4's other half: weights of a format or name remprop does not read are not silently
+    ignored for the configuration's default init; --hf-config DIR/config.json still checks that."""
+    _, source = saved_bert
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    (folder / "config.json").write_text((source / "config.json").read_text())
+    (folder / file_name).write_bytes(b"weights in a format remprop does not read")
+    code, _, err = run_cli(capsys, "check", folder, "--no-figure", "--out", tmp_path / "out")
+    assert_one_line_error(code, err, file_name, "--hf-config")
+    code, out, err = run_cli(capsys, "check", "--hf-config", folder / "config.json", "--json", "--no-figure",
+                             "--out", tmp_path / "out")
+    assert code == 0, err
+    assert json.loads(out)["model"]["weights"] is None  # the configuration, at its default init, as asked

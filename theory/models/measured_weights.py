@@ -58,7 +58,8 @@ import numpy as np
 from ..checks import as_float_array, scalar_or_array
 
 __all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "weight_parameters", "input_state",
-           "second_moment_error", "measured_spec", "holds_weights", "weight_files", "WEIGHT_ROLES", "GAIN_ROLES"]
+           "second_moment_error", "measured_spec", "holds_weights", "weight_files", "unread_weight_files",
+           "TORCH_WEIGHT_FILES", "WEIGHT_ROLES", "GAIN_ROLES"]
 
 #: Matrix roles a measurement fills, in the theory's terms (each one ``v_X`` with its fan-in).
 WEIGHT_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
@@ -438,6 +439,25 @@ def weight_files(path) -> list:
         if not found:
             found = sorted({f for pattern in TORCH_WEIGHT_FILES for f in folder.glob(pattern) if f.is_file()})
         return found
+    except (TypeError, OSError):
+        return []
+
+
+#: Suffixes of weight files remprop does not read (TensorFlow, Flax, GGUF, other PyTorch names).
+FOREIGN_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx")
+
+
+def unread_weight_files(path) -> list:
+    """Files of a folder without readable weights (:func:`weight_files` empty) that look like weights
+    remprop does not read (:data:`FOREIGN_WEIGHT_SUFFIXES`), sorted: checking such a folder's
+    config.json at the library's default init would silently ignore them."""
+    if weight_files(path):
+        return []
+    try:
+        folder = Path(path)
+        if not folder.is_dir():
+            return []
+        return sorted(f for f in folder.iterdir() if f.suffix in FOREIGN_WEIGHT_SUFFIXES and f.is_file())
     except (TypeError, OSError):
         return []
 

@@ -198,7 +198,7 @@ def _model_spec(args):
     --rho0) and how its T was chosen: ``{"seq_len", "max_seq_len", "source"}`` with source
     ``"--seq-len"`` or ``"default"`` (``min(max_seq_len, DEFAULT_SEQ_LEN)``)."""
     from remprop.theory import model_spec
-    from remprop.theory.models.measured_weights import holds_weights
+    from remprop.theory.models.measured_weights import TORCH_WEIGHT_FILES, holds_weights, unread_weight_files
 
     if (args.config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
@@ -213,6 +213,12 @@ def _model_spec(args):
             spec = spec.with_settings(rho0=args.rho0)
         return spec, {"seq_len": spec.seq_len, "max_seq_len": longest,
                       "source": "--seq-len" if args.seq_len is not None else "default"}
+    unread = unread_weight_files(config)
+    if unread:  # checked at the default init, these weights would be silently ignored
+        raise CommandLineError(f"{config} holds {unread[0].name} but no weights remprop reads (*.safetensors, "
+                               f"{', '.join(TORCH_WEIGHT_FILES)}): save them with save_pretrained, or give "
+                               f"--hf-config {Path(config) / 'config.json'} to check the configuration at its "
+                               "default initialisation")
     spec = model_spec(config, pixel_std=args.pixel_std)  # at the model's maximum context
     longest = spec.seq_len
     seq_len = args.seq_len if args.seq_len is not None else min(longest, DEFAULT_SEQ_LEN)

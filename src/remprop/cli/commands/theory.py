@@ -33,7 +33,8 @@ def add_learning_rate_options(parser):
     group.add_argument("--lr", type=positive_real, default=None, metavar="LR",
                        help="AdamW peak learning rate > 0: also ask for the learning-rate ceiling (needs --seq-len)")
     group.add_argument("--steps", type=count(1), default=None, metavar="S",
-                       help=f"AdamW steps of warm-up and linear decay, with --lr (default: {LR_STEPS}, remprop train's)")
+                       help=f"AdamW steps of warm-up and linear decay, with --lr "
+                            f"(default: {LR_STEPS}, remprop train's)")
     group.add_argument("--width", type=count(2), default=None, metavar="D",
                        help=f"model width d, with --lr (default: {LR_WIDTH}, remprop train's)")
 
