@@ -344,3 +344,35 @@ def test_the_command_line_limits_are_the_librarys():
 
     assert limits.check_work is work_limits.check_work
     assert (limits.MAX_SECONDS, limits.MAX_BYTES) == (work_limits.MAX_SECONDS, work_limits.MAX_BYTES)
+
+
+def test_causal_gram_memory_estimate_bounds_the_measured_peak():
+    """Issue 46's acceptance: at T = 1024 the causal Gram state was estimated at 177 MiB and peaked
+    at 721 MB (the rotary draws of a chunk of frequencies were not counted). After:
+    :func:`~remprop.theory.work_estimates.causal_gram_bytes` counts them; the peak numpy holds
+    (tracemalloc, a warm run: no compilation in it) lies below the estimate and above half of it
+    (the estimate is an upper bound of the arrays alive at once, not a fit)."""
+    import tracemalloc
+
+    from remprop.diagrams.diagnosis_work import diagnosis_bytes
+    from remprop.theory import model_spec
+    from remprop.theory.causal import propagate_causal_gram
+
+    spec = model_spec("smollm2-135m", seq_len=128)
+    arch = spec.architecture
+
+    def run():
+        return propagate_causal_gram(arch, spec.beta, 1, 128, spec.q0, spec.rho0, draws=2,
+                                     norm_eps=spec.layer_norm_eps)
+
+    run()  # compiled and warm
+    tracemalloc.start()
+    try:
+        run()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    estimate = work_estimates.causal_gram_bytes(arch, 1, 128, 2)
+    assert peak <= estimate <= 2 * peak, (peak, estimate)
+    # the diagnosis counts it: above the old 160 T^2 + 16 T^2 where the Gram state is chosen
+    assert diagnosis_bytes(spec.with_depth(1), causal_theory="gram", gram_draws=2) >= estimate
