@@ -9,6 +9,8 @@ relabelled cells on a drawn diagram.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from remprop.theory import learning_rate_ceiling
@@ -46,7 +48,7 @@ def diagram_window(diagram, width: int, steps: int) -> tuple:
     """
     arch = diagram.arch.replace(alpha_sa=np.asarray(diagram.alphas, dtype=float)[:, None])
     result = learning_rate_ceiling(arch, diagram.depth, width, steps, np.asarray(diagram.betas, dtype=float)[None, :],
-                                   diagram.q0, diagram.rho0)
+                                   diagram.q0, diagram.rho0, max_seconds=math.inf)  # the diagram's work is bounded
     return tuple(np.broadcast_to(rate, diagram.phase.shape).copy() for rate in (result.floor, result.ceiling))
 
 
@@ -107,7 +109,7 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
 
     def ceiling(alpha):
         return np.asarray(learning_rate_ceiling(arch.replace(alpha_sa=alpha), depth, width, steps, beta,
-                                                q0, rho0).ceiling)
+                                                q0, rho0, max_seconds=math.inf).ceiling)
 
     shape = np.broadcast_shapes(beta.shape, lr.shape, star.shape)
     low, high = np.zeros(shape), np.full(shape, float(alpha_max))
@@ -206,7 +208,7 @@ def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None) -> dict:
         out["lr"] = float(lr)
     try:
         ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
-                                        seq_len=spec.seq_len)
+                                        seq_len=spec.seq_len, max_seconds=math.inf)  # bounded with the diagnosis
     except ValueError as err:
         out["note"] = str(err)
         return out

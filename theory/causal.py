@@ -252,10 +252,11 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     return CausalTrajectory(positions, q, p)
 
 
-def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=LAST_TOKENS, q0=1.0, rho0=0.0):
+def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=None, q0=1.0, rho0=0.0):
     r"""Predicted average cosine of the last ``last`` tokens of a causal stack, per layer.
 
-    ``(1/k) sum_{t = T-k+1}^{T} rho_t`` with ``rho_t`` from :func:`propagate_causal`.
+    ``(1/k) sum_{t = T-k+1}^{T} rho_t`` with ``rho_t`` from :func:`propagate_causal`; ``last``
+    defaults to :func:`compared_last_tokens` (``min(LAST_TOKENS, T - 1)``).
 
     Returns
     -------
@@ -266,6 +267,7 @@ def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=LAST_TOKEN
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 12.
     """
     seq_len = check_seq_len(seq_len, allow_none=False)
+    last = compared_last_tokens(seq_len) if last is None else last
     if isinstance(last, bool) or not isinstance(last, (int, np.integer)) or not 1 <= last <= seq_len - 1:
         raise ValueError(f"last must be an integer in [1, seq_len - 1], got {last!r}")
     traj = propagate_causal(arch, beta, depth, seq_len, np.arange(seq_len - last + 1, seq_len + 1), q0, rho0)
@@ -472,7 +474,7 @@ def causal_gram_support_problem(arch: Architecture):
     return _gram.gram_support_problem(probe)
 
 
-def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=LAST_TOKENS,
+def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=None,
                           draws=4, seed=0, norm_eps=0.0) -> CausalGramTrajectory:
     r"""Causal stack on the Gram matrix of the whole sequence: the late tokens with their true keys.
 
@@ -518,8 +520,9 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         T, 3 .. :data:`MAX_GRAM_SEQ_LEN`.
     q0, rho0 : float
         Input state of every token.
-    last : int
-        Last tokens averaged, 2 .. T.
+    last : int, optional
+        Last tokens averaged, 2 .. T (default :func:`compared_last_tokens`, ``min(LAST_TOKENS, T - 1)``:
+        the tokens the diagnosis and the measurement average).
     draws : int
         Monte Carlo draws per attention layer (default 4; at small beta a few suffice).
     seed : int
@@ -556,6 +559,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     if arch.seq_len is not None and arch.seq_len != seq_len:
         raise ValueError(f"seq_len must equal arch.seq_len when the architecture sets it, got seq_len={seq_len}, "
                          f"arch.seq_len={arch.seq_len}")
+    last = compared_last_tokens(seq_len) if last is None else last
     if isinstance(last, bool) or not isinstance(last, (int, np.integer)) or not 2 <= last <= seq_len:
         raise ValueError(f"last must be an integer in [2, seq_len], got {last!r}")
     beta = as_float_array("beta", beta, positive=True)

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .architecture import Architecture
+from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .checks import ParameterError, as_float_array, check_count, check_depth, check_simplex_cosine, scalar_or_array
 from .components.residual import Parallel, Residual
 from .components.base import Serial
 from .rem import check_seq_len
+from .work_limits import MAX_SECONDS, check_work
 
 __all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
            "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds",
@@ -156,6 +157,15 @@ def _inputs(arch, depth, beta, q0, rho0):
     beta = as_float_array("beta", beta, positive=True)
     q0 = as_float_array("q0", q0, positive=True)
     rho0 = check_simplex_cosine("rho0", as_float_array("rho0", rho0, low=-1.0, high=1.0), arch.seq_len)
+    arrays = {"beta": beta, "q0": q0, "rho0": rho0}
+    arrays.update((name, np.asarray(getattr(arch, name))) for name in NUMERIC_FIELDS + OPTIONAL_FIELDS
+                  if getattr(arch, name) is not None)
+    try:
+        np.broadcast_shapes(*(value.shape for value in arrays.values()))
+    except ValueError:
+        shaped = ", ".join(f"{name} {value.shape}" for name, value in arrays.items() if value.ndim)
+        raise ParameterError("beta", f"beta: beta, q0, rho0 and the architecture's array fields must broadcast "
+                             f"together, got shapes {shaped}") from None
     return depth, beta, q0, rho0
 
 
@@ -310,7 +320,7 @@ class LearningRateCeiling:
 
 
 def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int, beta, q0=1.0, rho0=0.0,
-                          *, seq_len=None) -> LearningRateCeiling:
+                          *, seq_len=None, max_seconds=MAX_SECONDS) -> LearningRateCeiling:
     r"""The largest AdamW peak rate at which the stack still trains (docs/theory.md section 20).
 
     .. math:: \eta_{\rm stack} = \frac{2\,C_{\rm stack}}{d\,\mathcal{S}\,\min(S, S_c)},\qquad
@@ -339,6 +349,11 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
         Input state.
     seq_len : int, optional
         Sequence length T >= 2 for the logits' ``log T`` (default ``arch.seq_len``; one of them is needed).
+    max_seconds : float
+        The walk's estimated time (:func:`ceiling_seconds`, linear in the depth and the cells) above which
+        it is refused with a ``ValueError`` holding the estimate (default
+        :data:`~remprop.theory.work_limits.MAX_SECONDS`, the command line's ``--max-seconds``;
+        ``math.inf``: no limit).
 
     Returns
     -------
@@ -367,6 +382,9 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
         raise ParameterError("seq_len", "seq_len: the learning-rate ceiling needs a sequence length T (the logits "
                              "scale with log T); set arch.seq_len or pass seq_len")
     depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
+    cells = max(np.broadcast(beta, q0, rho0, *(np.asarray(getattr(arch, name)) for name in NUMERIC_FIELDS)).size, 1)
+    check_work(f"the learning-rate ceiling's walk through depth {depth} ({cells} cell(s))",
+               seconds=ceiling_seconds(cells, depth), max_seconds=max_seconds)
     sensitivity, first, smallest = _walk(arch, beta, depth, q0, rho0, keep_terms=False)
     beta_c = np.asarray(arch.critical_beta(first=first, smallest=smallest))
     scale = arch.beta_scale
