@@ -329,19 +329,24 @@ def test_the_measured_window_keeps_its_best_rate_over_the_steps():
 def test_the_scale_design_is_the_fixed_one():
     """The scale sweep (issue 41), fixed before its runs: 102 runs, widths 32-512 at depth 8 (fit: 32,
     128, 512; held out: 64, 256), depth 24 at width 64, and the warm-up and step recipes at width 128
-    (held out); the rates by half-decades."""
+    (held out); the rates by half-decades. Then 14 held-out runs with GPT-2's embedding std, added
+    after the first outcomes."""
     from remprop.validation.training import lr_scale
 
     parts = lr_scale.scale_recipes()
-    assert [name for name, _, _ in parts] == ["base", "warm25", "long"]
+    assert [name for name, _, _ in parts] == ["base", "warm25", "long", "smallemb"]
     runs = {name: design_runs(design) for name, _, design in parts}
-    assert sum(len(r) for r in runs.values()) == 102
+    assert sum(len(r) for name, r in runs.items() if name != "smallemb") == 102 and len(runs["smallemb"]) == 14
     fit = {(r.width, r.depth) for r in runs["base"] if r.split == "fit"}
     assert fit == {(32, 8), (128, 8), (512, 8)}
     held = {(r.width, r.depth) for name in runs for r in runs[name] if r.split == "held-out"}
     assert held == {(64, 8), (256, 8), (64, 24), (128, 8)}
     assert {r.norm for r in runs["base"]} == {"post", "pre"} and {r.alpha for r in runs["base"]} == {1.0}
     assert dict(parts[1][1])["warmup_ratio"] == 0.25 and dict(parts[2][1])["steps"] == 1000
+    assert dict(parts[3][1])["embedding_std"] == 0.02
+    config = runs["smallemb"][0].spec(dict(parts[3][1])).config
+    assert config.embedding_std == 0.02 and "embedding_std" in config.to_dict()
+    assert "embedding_std" not in runs["base"][0].spec(dict(parts[0][1])).config.to_dict()  # old runs' keys
     with pytest.raises(ValueError, match="recipes: unknown"):
         lr_scale.scale_recipes(["nope"])
     with pytest.raises(ValueError, match="groups: unknown"):
