@@ -137,7 +137,10 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True):
                     q_new = layer.alpha ** 2 * q + q_branch * scale
                     p_new = layer.alpha ** 2 * p + p_branch * scale
                     log_q = log_q + np.log(q_new / q)
-                    gain = np.sqrt(q_in) * np.exp(-0.5 * log_q)
+                    # the stream is counted at no less than the branch's normalised input: a smaller
+                    # stream at init (0.02 embeddings) is grown to that scale by the first updates
+                    # (docs/theory.md section 20, "The stream's scale"; measured: the smallemb runs)
+                    gain = np.sqrt(q_in) * np.exp(-0.5 * np.maximum(log_q, np.log(q_in)))
                     q, p = q_new / q_new, p_new / q_new
                 else:
                     q_new, p_new = layer.apply(q, p)
