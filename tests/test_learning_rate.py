@@ -237,3 +237,30 @@ def test_no_norm_closed_form_and_examples():
     terms = sub_block_sensitivities(gain_controlled("none", alpha), depth, 0.5, q0=q0)
     assert terms == pytest.approx(np.array(expected), rel=1e-12)
     assert doctest.testmod(module).failed == 0
+
+
+def test_the_ceiling_counts_a_small_pre_ln_stream_at_its_branches_scale():
+    """GPT-2's 0.02 embeddings (q0 = 8e-4): at initialisation the first sub-blocks of a pre-LN stack are
+    1/sqrt(q) times as sensitive, but the ceiling counts the stream at no less than its branches'
+    normalised input (docs/theory.md section 20, "The stream's scale"; the scale sweep's smallemb runs
+    trained at the unit-stream runs' rates): every term is then at most 1 and the sum within 10 % of the
+    unit stream's (the small stream stays below 1 for a few more sub-blocks, each then counted at 1),
+    against more than twice it at initialisation."""
+    from remprop.theory import update_sensitivity
+
+    arch = Architecture(norm="pre", seq_len=64)
+    at_init_small = update_sensitivity(arch, 8, 0.5, q0=8e-4)
+    at_init_unit = update_sensitivity(arch, 8, 0.5, q0=1.0)
+    grown_small = update_sensitivity(arch, 8, 0.5, q0=8e-4, grown_stream=True)
+    assert at_init_small > 2.0 * at_init_unit            # the init-time sensitivity of a tiny stream
+    assert update_sensitivity(arch, 8, 0.5, q0=1.0, grown_stream=True) == at_init_unit   # q >= 1: unchanged
+    terms = sub_block_sensitivities(arch, 8, 0.5, q0=8e-4, grown_stream=True)
+    assert np.all(terms <= 1.0 + 1e-15) and terms.sum() == pytest.approx(float(grown_small), rel=1e-12)
+    assert abs(grown_small / at_init_unit - 1.0) < 0.1
+    small = learning_rate_ceiling(arch, 8, 64, 300, 0.5, q0=8e-4)
+    unit = learning_rate_ceiling(arch, 8, 64, 300, 0.5, q0=1.0)
+    assert float(small.sensitivity) == pytest.approx(float(grown_small), rel=1e-12)
+    assert abs(float(small.stack) / float(unit.stack) - 1.0) < 0.1
+    # post-LN reads normalised inputs after its first sub-block: the rule changes nothing there
+    post = Architecture(norm="post", seq_len=64)
+    assert update_sensitivity(post, 8, 0.5, grown_stream=True) == update_sensitivity(post, 8, 0.5)

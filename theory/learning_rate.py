@@ -102,14 +102,16 @@ def _sub_blocks(component):
     return component.layers if isinstance(component, Serial) else (component,)
 
 
-def _walk(arch, beta, depth, q0, rho0, keep_terms=True):
+def _walk(arch, beta, depth, q0, rho0, keep_terms=True, grown_stream=False):
     """Walk ``depth`` blocks in NumPy, sub-block by sub-block.
 
     Returns ``(gains, first, smallest)``: ``sqrt(q_branch_in / q_after_skip)`` of every residual sub-block
     (one per branch), shape ``(..., n)`` (with ``keep_terms=False`` only their sum, so that memory does
     not grow with depth), and the first and the smallest per-head critical beta of the blocks' attention
     inputs. A pre-LN stream (branches that read only its cosine) is carried as ``(1, rho)`` and ``log q``,
-    so that it never leaves float64."""
+    so that it never leaves float64. ``grown_stream``: such a stream is counted at no less than the
+    branches' normalised input (what the ceiling reads, docs/theory.md section 20, "The stream's
+    scale"); without it the gains are those at initialisation (the torch check's)."""
     block = arch.block(beta)
     q = np.asarray(q0, dtype=np.float64)
     p = q * np.asarray(rho0, dtype=np.float64)
@@ -137,10 +139,11 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True):
                     q_new = layer.alpha ** 2 * q + q_branch * scale
                     p_new = layer.alpha ** 2 * p + p_branch * scale
                     log_q = log_q + np.log(q_new / q)
-                    # the stream is counted at no less than the branch's normalised input: a smaller
-                    # stream at init (0.02 embeddings) is grown to that scale by the first updates
+                    # grown_stream: the stream counted at no less than the branch's normalised input, a
+                    # smaller one at init (0.02 embeddings) being grown to that scale by the first updates
                     # (docs/theory.md section 20, "The stream's scale"; measured: the smallemb runs)
-                    gain = np.sqrt(q_in) * np.exp(-0.5 * np.maximum(log_q, np.log(q_in)))
+                    counted = np.maximum(log_q, np.log(q_in)) if grown_stream else log_q
+                    gain = np.sqrt(q_in) * np.exp(-0.5 * counted)
                     q, p = q_new / q_new, p_new / q_new
                 else:
                     q_new, p_new = layer.apply(q, p)
@@ -172,7 +175,7 @@ def _inputs(arch, depth, beta, q0, rho0):
     return depth, beta, q0, rho0
 
 
-def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0):
+def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *, grown_stream=False):
     r"""How strongly a coherent update of every branch moves the stack's output.
 
     .. math:: \mathcal{S} = \sum_{k=1}^{n} \sqrt{\frac{q^{\rm in}_k}{q^{\rm skip}_k}},
@@ -203,6 +206,10 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0):
         The model's query/key scale, > 0 (the attention branch's variance depends on it at finite T).
     q0, rho0 : array_like
         Input state (defaults 1 and 0).
+    grown_stream : bool
+        Count a pre-LN stream at no less than its branches' normalised input (``q_k >= 1``), as the
+        ceiling does (:func:`learning_rate_ceiling`; docs/theory.md section 20, "The stream's scale");
+        False (the default): the sensitivity at initialisation.
 
     Returns
     -------
@@ -221,10 +228,11 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0):
     71.4
     """
     depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
-    return scalar_or_array(_walk(arch, beta, depth, q0, rho0, keep_terms=False)[0])
+    return scalar_or_array(_walk(arch, beta, depth, q0, rho0, keep_terms=False, grown_stream=grown_stream)[0])
 
 
-def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0) -> np.ndarray:
+def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *, grown_stream=False
+                            ) -> np.ndarray:
     r"""The terms :math:`b_k = \sqrt{q^{\rm in}_k / q^{\rm skip}_k}` of :func:`update_sensitivity`, one per
     residual branch in stack order (attention, MLP, attention, ...): the relative change of the stack's
     output per unit relative perturbation of branch ``k``'s output (in units of its input's scale).
@@ -233,7 +241,7 @@ def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0
     ``broadcast + (n,)``, ``n = 2 L`` for sequential blocks.
     """
     depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
-    return _walk(arch, beta, depth, q0, rho0)[0]
+    return _walk(arch, beta, depth, q0, rho0, grown_stream=grown_stream)[0]
 
 
 def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
@@ -388,7 +396,7 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     cells = max(np.broadcast(beta, q0, rho0, *(np.asarray(getattr(arch, name)) for name in NUMERIC_FIELDS)).size, 1)
     check_work(f"the learning-rate ceiling's walk through depth {depth} ({cells} cell(s))",
                seconds=ceiling_seconds(cells, depth), max_seconds=max_seconds)
-    sensitivity, first, smallest = _walk(arch, beta, depth, q0, rho0, keep_terms=False)
+    sensitivity, first, smallest = _walk(arch, beta, depth, q0, rho0, keep_terms=False, grown_stream=True)
     beta_c = np.asarray(arch.critical_beta(first=first, smallest=smallest))
     scale = arch.beta_scale
     head_dim = arch.head_dim if arch.head_dim is not None else max(width // arch.heads, 1)
