@@ -75,6 +75,7 @@ from . import gram_state as _gram
 from ._causal_gram import _CausalGramWalker
 from .activations import activation_spec
 from .architecture import Architecture
+from .components import attention_scale as scale
 from .components.attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_count, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
@@ -144,12 +145,20 @@ def _causal_block(arch, beta, positions, table, rope_correlation, model_beta=Non
                                          positions, table, rope_correlation, *qk))
 
 
+def _head_frequencies(arch):
+    """``theta_f`` of every coordinate pair of a head: those of the rotated pairs (``rotary_dim``,
+    or all ``head_dim``), then a 0 for each pair that partial rotary leaves unrotated."""
+    rotated = np.asarray(rope_frequencies(scale.rotary_width(arch), arch.rope_base), dtype=np.float64)
+    return np.concatenate([rotated, np.zeros((arch.head_dim - scale.rotary_width(arch)) // 2)])
+
+
 def _row_rope_correlation(arch, seq_len, positions):
     """``cbar_t`` of each causal row: the encoder's factor on ``p``
     (``Architecture.mean_rope_correlation``, 1 without RoPE) for the t keys of row t."""
     if not arch.positions.rotary:
         return np.ones(positions.shape)
-    return np.asarray(causal_rope_correlation(positions, seq_len, arch.head_dim, arch.rope_base), dtype=np.float64)
+    rows = causal_rope_correlation(positions, seq_len, scale.rotary_width(arch), arch.rope_base)
+    return np.asarray(scale.rotary_share(arch, rows), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -390,7 +399,7 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     draws = check_count("draws", draws, 1)
     rotating = 0
     if arch.positions.rotary:
-        frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64)
+        frequencies = _head_frequencies(arch)
         rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
     cube = float(seq_len) ** 3
     quadrature = 0.0
@@ -567,7 +576,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     seed = check_count("seed", seed, 0)
     norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
     arch = arch.replace(seq_len=seq_len)
-    frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64) if rope else None
+    frequencies = _head_frequencies(arch) if rope else None
     walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies, arch.logit_softcap,
                                norm_eps)
     # the cap is applied to the drawn scores (exact), so the uncapped maps' tolerance check does not apply
