@@ -209,3 +209,36 @@ def test_check_pythia_160m_runs_end_to_end(tmp_path, capsys):
     assert report["model"]["architecture"]["rotary_dim"] == 16
     assert report["model"]["architecture"]["block_form"] == "parallel"
     assert np.isfinite(report["lr_ceiling"]["value"]) and report["lr_ceiling"]["value"] > 0
+
+
+@pytest.mark.parametrize("beta", [1.0, 2.0])
+def test_simulated_partial_rotary_follows_the_mixed_correlation(beta):
+    """Torch attention rotating 8 of 32 coordinates per head (validation.simulator) at a high input
+    cosine (0.6, where cbar matters): the measured layer-1 Y2 lies near the REM at the mixed cbar_T
+    and far from the full-RoPE one. Tolerance: the full-RoPE law's own finite-T error at this state
+    (it overestimates Y2 where the shared part is large, docs/theory.md section 15): 15 %."""
+    torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
+    from remprop.theory import participation_moment
+    from remprop.validation.inputs import gaussian_tokens
+    from remprop.validation.settings import SimulationSettings
+    from remprop.validation.simulator import SimulatedStack
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    width, seq_len, rho0, seeds = 128, 64, 0.6, 8
+    full = Architecture(norm="pre", norm_type="rms", mlp="gated", activation="silu", sigma_w2=1.0, sigma_b2=0.0,
+                        sigma_v2=1.0, sigma_o2=1.0, sigma_w2_out=1.0, heads=4, seq_len=seq_len, positions="rope",
+                        head_dim=32, rope_base=100.0)
+    part = full.replace(rotary_dim=8)
+    measured = []
+    for seed in range(seeds):
+        stack = SimulatedStack(part, beta, 1, seed=seed,
+                               sim=SimulationSettings(width=width, seq_len=seq_len, dtype="float64", device="cpu"))
+        x = gaussian_tokens(1.0, rho0, count=2, seq_len=seq_len, width=width, seed=seed, dtype="float64",
+                            device="cpu").tokens
+        measured.append(stack.trace(x).y2[:, 0].mean())
+    measured = float(np.mean(measured))
+    q, p = part.attention_input(1.0, rho0)
+    mixed, rotated_all = (float(participation_moment(beta, q, p * arch.mean_rope_correlation, seq_len))
+                          for arch in (part, full))
+    assert abs(measured - mixed) <= 0.15 * mixed
+    assert abs(measured - mixed) < 0.5 * abs(measured - rotated_all)

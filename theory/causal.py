@@ -83,6 +83,7 @@ from .rem.causal import causal_rope_correlation
 from .rem.rope import rope_frequencies
 
 __all__ = [
+    "row_rope_correlation",
     "CausalTrajectory",
     "propagate_causal",
     "last_tokens_cosine",
@@ -152,9 +153,10 @@ def _head_frequencies(arch):
     return np.concatenate([rotated, np.zeros((arch.head_dim - scale.rotary_width(arch)) // 2)])
 
 
-def _row_rope_correlation(arch, seq_len, positions):
-    """``cbar_t`` of each causal row: the encoder's factor on ``p``
-    (``Architecture.mean_rope_correlation``, 1 without RoPE) for the t keys of row t."""
+def row_rope_correlation(arch, seq_len, positions):
+    """``cbar_t`` of each causal row (``positions``, 1-based t in [2, T]): the encoder's factor on ``p``
+    (``Architecture.mean_rope_correlation``, 1 without RoPE) for the t keys of row t, partial rotary
+    (``rotary_dim``) mixed in."""
     if not arch.positions.rotary:
         return np.ones(positions.shape)
     rows = causal_rope_correlation(positions, seq_len, scale.rotary_width(arch), arch.rope_base)
@@ -246,7 +248,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     table = causal_participation_table(seq_len, positions)
     # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
     block = _causal_block(arch, np.asarray(arch.effective_beta(beta), dtype=np.float64),
-                          positions.astype(np.float64), table, _row_rope_correlation(arch, seq_len, positions),
+                          positions.astype(np.float64), table, row_rope_correlation(arch, seq_len, positions),
                           beta)
     q = np.empty((positions.size, depth + 1))
     p = np.empty((positions.size, depth + 1))
