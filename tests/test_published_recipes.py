@@ -242,3 +242,13 @@ def test_simulated_partial_rotary_follows_the_mixed_correlation(beta):
                           for arch in (part, full))
     assert abs(measured - mixed) <= 0.15 * mixed
     assert abs(measured - mixed) < 0.5 * abs(measured - rotated_all)
+
+
+def test_pythia_hub_names_and_phi3_partial_rotary():
+    assert model_spec("EleutherAI/pythia-410m").size() == model_spec("pythia-410m").size()
+    cfg = json.loads((recipes_module.RECIPES_FILE.parent / "configs" / "phi-3-mini.json").read_text())
+    arch = model_spec(dict(cfg, partial_rotary_factor=0.5)).architecture
+    assert arch.rotary_dim == arch.head_dim // 2
+    assert model_spec(cfg).architecture.mean_rope_correlation < arch.mean_rope_correlation < 1.0
+    with pytest.raises(ValueError, match="config.partial_rotary_factor"):
+        model_spec(dict(cfg, partial_rotary_factor=1.5))

@@ -36,7 +36,7 @@ import math
 
 from ..settings import RunSettings
 # the registry and the field readers of the configuration reader this module extends
-from .hf_config import FAMILY_READERS, _from_config, _positive_int, _positive_real, _rope_theta, model_spec
+from .hf_config import ALIASES, CONFIG_DIR, FAMILY_READERS, _from_config, _positive_int, _positive_real, _rope_theta, model_spec
 from .decoder_families import _replace_notes
 
 __all__ = ["rotary_fraction", "pythia_init_std"]
@@ -143,3 +143,5 @@ def _gpt_neox_spec(cfg, *, seq_len=None, pixel_std=1.0):
 
 
 FAMILY_READERS.update({"gpt_neox": _gpt_neox_spec})
+# the hub names of the shipped Pythia configurations (remprop check EleutherAI/pythia-160m)
+ALIASES.update({f"EleutherAI/{path.stem}": path.stem for path in CONFIG_DIR.glob("pythia-*.json")})
