@@ -1,5 +1,5 @@
-"""Published pre-training recipes (theory/models/published_recipes.json, theory/models/pretraining.py) and the GPT-NeoX reader
-that reads the Pythia configurations they name (theory/models/neox.py, issue 41 item 3)."""
+"""Published pre-training recipes (theory/models/published_recipes.json, theory/models/pretraining.py)
+and the GPT-NeoX reader that reads the Pythia configurations they name (theory/models/neox.py, issue 41 item 3)."""
 from __future__ import annotations
 
 import json
@@ -45,7 +45,8 @@ def render_table(rows) -> str:
              "beta2 | weight decay | schedule | source |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| {r.name} | `{r.model}` | {_count(r.parameters)} | {r.width} | {r.depth} | {_rate(r.peak_lr)} | "
+        lines.append(f"| {r.name} | `{r.model}` | {_count(r.parameters)} | {r.width} | {r.depth} | "
+                     f"{_rate(r.peak_lr)} | "
                      f"{r.warmup_steps} | {r.total_steps} | {_count(r.batch_tokens)} | {r.beta2:g} | "
                      f"{r.weight_decay:g} | {r.schedule} | {r.source} |")
     lines.append("")
@@ -94,7 +95,8 @@ def test_pythia_parameter_counts_follow_from_the_configs():
     assert {r.model for r in rows} == set(PYTHIA_TABLE_1)
     for r in rows:
         cfg = json.loads((recipes_module.RECIPES_FILE.parent / "configs" / f"{r.model}.json").read_text())
-        d, depth, vocab, d_ff = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]
+        d, depth = cfg["hidden_size"], cfg["num_hidden_layers"]
+        vocab, d_ff = cfg["vocab_size"], cfg["intermediate_size"]
         layer = (3 * d * d + 3 * d) + (d * d + d) + (2 * d * d_ff + d_ff + d) + 4 * d
         assert r.parameters == depth * layer + 2 * d + 2 * vocab * d, r.name
 
@@ -252,3 +254,13 @@ def test_pythia_hub_names_and_phi3_partial_rotary():
     assert model_spec(cfg).architecture.mean_rope_correlation < arch.mean_rope_correlation < 1.0
     with pytest.raises(ValueError, match="config.partial_rotary_factor"):
         model_spec(dict(cfg, partial_rotary_factor=1.5))
+
+
+def test_the_rotary_dim_option(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "propagate", "--positions", "rope", "--head-dim", 64, "--seq-len", 64,
+                           "--rotary-dim", 70, "--depth", 2)
+    assert_one_line_error(code, err, "--rotary-dim")
+    code, out, err = run_cli(capsys, "check", "pythia-160m", "--depth", 2, "--rotary-dim", 64, "--no-figure",
+                             "--out", tmp_path, "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"]["architecture"]["rotary_dim"] == 64  # the what-if: every coordinate turns

@@ -28,8 +28,8 @@ from ..rem import critical_beta_core, effective_beta as head_effective_beta, gau
 from .. import softcap
 from .block import attention_input
 
-__all__ = ["mean_rope_correlation", "rotary_width", "rotary_share", "head_factor", "beta_scale", "qk_norm_width", "effective_beta",
-           "critical_beta", "block_critical_beta", "attention_map"]
+__all__ = ["mean_rope_correlation", "rotary_width", "rotary_share", "head_factor", "beta_scale", "qk_norm_width",
+           "effective_beta", "critical_beta", "block_critical_beta", "attention_map"]
 
 
 def mean_rope_correlation(arch) -> float:

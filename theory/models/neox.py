@@ -36,7 +36,8 @@ import math
 
 from ..settings import RunSettings
 # the registry and the field readers of the configuration reader this module extends
-from .hf_config import ALIASES, CONFIG_DIR, FAMILY_READERS, _from_config, _positive_int, _positive_real, _rope_theta, model_spec
+from .hf_config import (ALIASES, CONFIG_DIR, FAMILY_READERS, _from_config, _positive_int, _positive_real, _rope_theta,
+                        model_spec)
 from .decoder_families import _replace_notes
 
 __all__ = ["rotary_fraction", "pythia_init_std"]
