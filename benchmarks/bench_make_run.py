@@ -7,7 +7,7 @@ table or bytecode) are set up in one run:
    ensurepip), ``pip install -e .`` (byte-compiling every installed module), ``remprop diagram``;
 2. **make run** -- ``make run`` itself: a venv without ensurepip (pip from the interpreter's
    own pip), ``pip install --no-compile -e .``, remprop's bytecode, ``remprop diagram``, then
-   ``remprop precompile check decoders`` started in the background (not waited for).
+   ``remprop precompile`` (the engine) started in the background (not waited for).
 
 Each step is timed; the ratio plain / ``make run`` is the speed-up. Target (issue 27):
 ``make run`` <= 20 s. Both install from the package registries pip is configured with, so

@@ -62,13 +62,15 @@ def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
     (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
     :meth:`~remprop.diagrams.diagnosis.Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each);
     where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it, the causal Gram state
-    (:func:`~remprop.theory.work_estimates.gram_theory_bytes`).
+    (:func:`~remprop.theory.work_estimates.causal_gram_bytes`: with RoPE, its chunks of rotating
+    frequencies).
     """
     if not isinstance(spec, ModelSpec):
         spec = model_spec(spec)
     max_depth = check_depth(max_depth, name="max_depth")
     depth = spec.depth
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
-    gram = work_estimates.gram_theory_bytes(spec.seq_len, depth, 1) if _uses_gram(spec, causal_theory, gram_draws) else 0
+    gram = (work_estimates.causal_gram_bytes(spec.architecture, depth, spec.seq_len, gram_draws)
+            if _uses_gram(spec, causal_theory, gram_draws) else 0)
     return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
             + 300 * (depth + 1) + gram)

@@ -9,10 +9,12 @@ relabelled cells on a drawn diagram.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from remprop.theory import learning_rate_ceiling
-from remprop.theory.learning_rate import DEFAULT_STEPS
+from remprop.theory.learning_rate import CEILING_BAND, DEFAULT_STEPS, ceiling_validity, rate_verdict
 from remprop.theory.checks import as_float_array
 
 from .phases import PHASE_LABELS, TRAINABLE
@@ -46,7 +48,7 @@ def diagram_window(diagram, width: int, steps: int) -> tuple:
     """
     arch = diagram.arch.replace(alpha_sa=np.asarray(diagram.alphas, dtype=float)[:, None])
     result = learning_rate_ceiling(arch, diagram.depth, width, steps, np.asarray(diagram.betas, dtype=float)[None, :],
-                                   diagram.q0, diagram.rho0)
+                                   diagram.q0, diagram.rho0, max_seconds=math.inf)  # the diagram's work is bounded
     return tuple(np.broadcast_to(rate, diagram.phase.shape).copy() for rate in (result.floor, result.ceiling))
 
 
@@ -107,7 +109,7 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
 
     def ceiling(alpha):
         return np.asarray(learning_rate_ceiling(arch.replace(alpha_sa=alpha), depth, width, steps, beta,
-                                                q0, rho0).ceiling)
+                                                q0, rho0, max_seconds=math.inf).ceiling)
 
     shape = np.broadcast_shapes(beta.shape, lr.shape, star.shape)
     low, high = np.zeros(shape), np.full(shape, float(alpha_max))
@@ -168,30 +170,53 @@ def rate_cell_label(code) -> str:
 
 
 def lr_line(ceiling) -> str:
-    """The report's line on the learning-rate ceiling (docs/theory.md section 20)."""
+    """The report's line on the learning-rate ceiling (docs/theory.md section 20): the value, its band,
+    the recipe it assumes, where it is an extrapolation, and a verdict at the user's rate."""
     if ceiling["value"] is None:
         return f"not predicted: {ceiling['note']}"
-    return (f"eta_max = {ceiling['value']:.3g} (floor {ceiling['floor']:.3g}) for AdamW over {ceiling['steps']} "
-            f"steps at d = {ceiling['width']} (bound by the {ceiling['binding']}: stack {ceiling['stack']:.3g}, "
-            f"attention {ceiling['attention']:.3g}; constants fitted on 300-step runs at d <= 32, "
-            f"docs/theory.md section 20)")
+    low, high = ceiling["band"]
+    line = (f"eta_max = {ceiling['value']:.3g} (band {low:.3g} to {high:.3g}; floor {ceiling['floor']:.3g}) for "
+            f"AdamW over {ceiling['steps']} steps at d = {ceiling['width']} (recipe assumed: warm-up 5 %, linear "
+            f"decay; bound by the {ceiling['binding']}: stack {ceiling['stack']:.3g}, attention "
+            f"{ceiling['attention']:.3g}; docs/theory.md section 20)")
+    if ceiling["validated"]:
+        line += "; validated: inside the measured range"
+    else:
+        line += "; NOT validated: " + ", ".join(ceiling["outside"]) + " (an extrapolation)"
+    if ceiling.get("lr") is not None:
+        words = {"below": "below the ceiling's band: trains as far as the ceiling tells",
+                 "near": "within the ceiling's band: the prediction cannot tell",
+                 "above": "above the ceiling's band: expected not to train"}
+        line += f"; at lr {ceiling['lr']:.3g}: {ceiling['verdict']} ({words[ceiling['verdict']]})"
+    return line
 
 
-def lr_ceiling_summary(spec, steps=DEFAULT_STEPS) -> dict:
+def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None) -> dict:
     """The learning-rate ceiling of a model (:func:`remprop.theory.learning_rate_ceiling` at its
     architecture, depth, width, beta, input state and T) for ``steps`` AdamW steps, as the report and
     the JSON give it: ``value`` (None where the derivation refuses the model, ``note`` says why),
-    ``floor``, ``stack``, ``attention``, ``binding``, ``steps``, ``width``."""
+    ``band`` (``value`` times :data:`~remprop.theory.learning_rate.CEILING_BAND`, the measured spread),
+    ``floor``, ``stack``, ``attention``, ``binding``, ``steps``, ``width``, ``validated`` and ``outside``
+    (:func:`~remprop.theory.learning_rate.ceiling_validity`: why the model is outside the measured range),
+    and with ``lr`` the user's rate and its ``verdict`` (:func:`~remprop.theory.learning_rate.rate_verdict`)."""
     run = spec.settings
-    out = {"value": None, "floor": None, "stack": None, "attention": None, "binding": None, "steps": int(steps),
-           "width": int(spec.width), "note": None}
+    out = {"value": None, "band": None, "floor": None, "stack": None, "attention": None, "binding": None,
+           "steps": int(steps), "width": int(spec.width), "validated": False, "outside": [], "lr": None,
+           "verdict": None, "note": None}
+    if lr is not None:
+        rate_verdict(lr, 1.0)  # the rate is checked even where no ceiling is predicted
+        out["lr"] = float(lr)
     try:
         ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
-                                        seq_len=spec.seq_len)
+                                        seq_len=spec.seq_len, max_seconds=math.inf)  # bounded with the diagnosis
     except ValueError as err:
         out["note"] = str(err)
         return out
-    out.update(value=float(ceiling.ceiling), floor=float(ceiling.floor), stack=float(ceiling.stack),
-               attention=float(ceiling.attention),
-               binding=str(ceiling.binding))
+    value = float(ceiling.ceiling)
+    outside = list(ceiling_validity(spec.width, steps, float(np.max(run.q0))))
+    out.update(value=value, band=[CEILING_BAND[0] * value, CEILING_BAND[1] * value], floor=float(ceiling.floor),
+               stack=float(ceiling.stack), attention=float(ceiling.attention), binding=str(ceiling.binding),
+               validated=not outside, outside=outside)
+    if lr is not None:
+        out["verdict"] = rate_verdict(lr, value)
     return out

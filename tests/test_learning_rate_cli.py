@@ -117,3 +117,40 @@ def test_check_reports_the_ceiling(capsys, tmp_path):
     code, out, err = run_cli(capsys, "check", config, "--max-depth", 20, "--no-figure", "--out", tmp_path)
     assert code == 0, err
     assert "lr ceiling       eta_max = " in out and "over 10000 steps at d = 64" in out
+
+
+def test_check_gives_the_band_the_measured_range_and_a_verdict_at_the_users_rate(capsys, tmp_path):
+    """The ceiling comes with its measured band, says in the line and the JSON where the model lies
+    outside the range it was checked in, and with --lr gives below / near / above by the band."""
+    from remprop.theory.learning_rate import CEILING_BAND, VALIDATED_RANGE
+
+    config = tmp_path / "bert.json"
+    config.write_text(json.dumps(TINY_BERT))      # d = 64, inside the measured widths
+    verdicts = {}
+    for factor in (0.5 * CEILING_BAND[0], 1.0, 2.0 * CEILING_BAND[1]):
+        code, out, err = run_cli(capsys, "check", config, "--steps", 1000, "--max-depth", 20, "--json", "--no-figure",
+                                 "--out", tmp_path, "--name", "probe")
+        value = json.loads(out)["lr_ceiling"]["value"]
+        code, out, err = run_cli(capsys, "check", config, "--steps", 1000, "--max-depth", 20, "--json", "--no-figure",
+                                 "--lr", factor * value, "--out", tmp_path, "--name", "probe")
+        assert code == 0, err
+        result = json.loads(out)["lr_ceiling"]
+        assert result["band"] == pytest.approx([CEILING_BAND[0] * value, CEILING_BAND[1] * value], rel=1e-12)
+        assert result["validated"] and result["outside"] == [] and result["lr"] == pytest.approx(factor * value)
+        verdicts[factor] = result["verdict"]
+    assert list(verdicts.values()) == ["below", "near", "above"]
+    # 10^5 steps and a width past the widest measured: not validated, and the line says why
+    code, out, err = run_cli(capsys, "check", config, "--steps", 100000, "--width", 2048, "--heads", 2,
+                             "--max-depth", 20, "--no-figure", "--lr", 1e-4, "--out", tmp_path)
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if line.startswith("lr ceiling"))
+    assert "NOT validated" in line and f"above the widest measured, {VALIDATED_RANGE['width'][1]}" in line
+    assert "steps 100000 above the largest measured" in line and "at lr 0.0001: " in line
+
+
+@pytest.mark.parametrize("value", ["0", "-1e-3", "nan", "inf", "fast"])
+def test_check_refuses_a_bad_lr_in_one_line(capsys, tmp_path, value):
+    config = tmp_path / "bert.json"
+    config.write_text(json.dumps(TINY_BERT))
+    code, out, err = run_cli(capsys, "check", config, "--lr", value, "--no-figure", "--out", tmp_path)
+    assert_one_line_error(code, err, "--lr")

@@ -80,8 +80,12 @@ def test_the_design_is_the_fixed_one():
         design_runs(LR_SWEEP_DESIGN + (LR_SWEEP_DESIGN[0],))
     with pytest.raises(ValueError, match="design"):
         design_runs(LR_SWEEP_DESIGN[0])
-    with pytest.raises(ValueError, match="^training must give exactly batch_size, seq_len, steps, vocab_size"):
+    with pytest.raises(ValueError, match="^training must give batch_size, seq_len, steps, vocab_size"):
         runs[0].spec({"steps": 10})
+    # the recipe fields a sweep may set (the scale sweep's warm-up), and no others
+    assert runs[0].spec(dict(TINY_TRAINING, warmup_ratio=0.25)).config.warmup_ratio == 0.25
+    with pytest.raises(ValueError, match="optionally warmup_ratio, weight_decay"):
+        runs[0].spec(dict(TINY_TRAINING, beta2=0.95))
     with pytest.raises(ValueError, match="lr"):
         LRSweepGroup("X", ("post",), 2, 16, ((1.0, 0.5),), (-1e-3,)).runs()[0].spec(TINY_TRAINING)
 
@@ -320,3 +324,31 @@ def test_the_measured_window_keeps_its_best_rate_over_the_steps():
     for r in held:
         if r["fraction"] == 1.0:
             assert r["folder"] not in {d["folder"] for d in amended["disagreements"]}, r["folder"]
+
+
+def test_the_scale_design_is_the_fixed_one():
+    """The scale sweep (issue 41), fixed before its runs: 102 runs, widths 32-512 at depth 8 (fit: 32,
+    128, 512; held out: 64, 256), depth 24 at width 64, and the warm-up and step recipes at width 128
+    (held out); the rates by half-decades. Then 14 held-out runs with GPT-2's embedding std, added
+    after the first outcomes."""
+    from remprop.validation.training import lr_scale
+
+    parts = lr_scale.scale_recipes()
+    assert [name for name, _, _ in parts] == ["base", "warm25", "long", "smallemb"]
+    runs = {name: design_runs(design) for name, _, design in parts}
+    assert sum(len(r) for name, r in runs.items() if name != "smallemb") == 102 and len(runs["smallemb"]) == 14
+    fit = {(r.width, r.depth) for r in runs["base"] if r.split == "fit"}
+    assert fit == {(32, 8), (128, 8), (512, 8)}
+    held = {(r.width, r.depth) for name in runs for r in runs[name] if r.split == "held-out"}
+    assert held == {(64, 8), (256, 8), (64, 24), (128, 8)}
+    assert {r.norm for r in runs["base"]} == {"post", "pre"} and {r.alpha for r in runs["base"]} == {1.0}
+    assert dict(parts[1][1])["warmup_ratio"] == 0.25 and dict(parts[2][1])["steps"] == 1000
+    assert dict(parts[3][1])["embedding_std"] == 0.02
+    config = runs["smallemb"][0].spec(dict(parts[3][1])).config
+    assert config.embedding_std == 0.02 and "embedding_std" in config.to_dict()
+    assert "embedding_std" not in runs["base"][0].spec(dict(parts[0][1])).config.to_dict()  # old runs' keys
+    with pytest.raises(ValueError, match="recipes: unknown"):
+        lr_scale.scale_recipes(["nope"])
+    with pytest.raises(ValueError, match="groups: unknown"):
+        lr_scale.scale_recipes(groups=["w9"])
+

@@ -9,6 +9,11 @@
   named in one ``ValueError`` when a complete set is asked for, and computed again by the
   next run.
 * A damaged saved trainability diagram is one ``ValueError`` naming the file.
+* Issue 46, item 5: ``check --simulate`` reused a tampered per-seed record (a NaN in ``rho``,
+  an edited ``q``: ``max nan``, exit 0) -> records carry a checksum and are checked on load; a
+  damaged one is moved aside with one warning and the seed measured again. Item 8: an unwritable
+  ``REMPROP_CACHE_DIR`` (a file) -> ``precompile --background`` one line naming its log; the
+  tokenizer cache only warns.
 """
 from __future__ import annotations
 
@@ -295,3 +300,94 @@ def test_damaged_saved_diagram_is_one_value_error_naming_the_file(tmp_path, save
     with pytest.raises(ValueError, match=f"^path: {re.escape(str(path))} .*{re.escape(reason)}") as info:
         TrainabilityDiagram.load(path)
     assert len(str(info.value).splitlines()) == 1
+
+
+# -- issue 46, item 5: the per-seed records of ``check --simulate`` ---------------------------------
+def _nan_in_rho(path):
+    record = json.loads(path.read_text())
+    record["measurement"]["rho"][0][1] = float("nan")
+    path.write_text(json.dumps(record))  # json.dumps writes NaN: no record remprop writes holds one
+
+
+def _q_edited(path):
+    record = json.loads(path.read_text())
+    record["measurement"]["q"][0][1] = 5.0
+    path.write_text(json.dumps(record))
+
+
+def _truncated(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.fixture(scope="module")
+def simulated_check(tmp_path_factory):
+    """``check --simulate`` of a 2-block BERT (d = 64, T = 32), 2 seeds: (argv, folder, simulation summary)."""
+    pytest.importorskip("transformers")
+    from remprop.cli import main
+    from remprop.theory.models.hf_config import load_hf_config
+
+    folder = tmp_path_factory.mktemp("simulated")
+    config = dict(load_hf_config("bert-base"), num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                  intermediate_size=128, vocab_size=500)
+    (folder / "config").mkdir()
+    (folder / "config" / "tiny.json").write_text(json.dumps(config))
+    argv = ["check", "--hf-config", str(folder / "config" / "tiny.json"), "--seq-len", "32", "--simulate",
+            "--seeds", "2", "--sequences", "1", "--json", "--no-figure", "--name", "tiny"]
+    out = folder / "reference"
+    assert main([*argv, "--out", str(out)]) == 0
+    return argv, out, json.loads((out / "tiny.json").read_text())["simulation"]
+
+
+@pytest.mark.parametrize("damage, reason", [(_nan_in_rho, "non-finite number NaN"),
+                                            (_q_edited, "checksum of its measurement does not match"),
+                                            (_truncated, "not readable JSON")])
+def test_tampered_simulation_record_is_recomputed(tmp_path, capsys, simulated_check, damage, reason):
+    """Before: a NaN or an edited q in seed-1.json was reused (``max nan, mean nan``, exit 0).
+    After: it is moved aside with one warning naming it and the seed is measured again: the
+    summary is the untouched run's, exactly (the same seeded draws)."""
+    from remprop.cli import main
+
+    argv, reference, expected = simulated_check
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    path = out / "tiny.simulation" / "cells" / "seed-1.json"
+    damage(path)
+    seed0 = (out / "tiny.simulation" / "cells" / "seed-0.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main([*argv, "--out", str(out)]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "damaged" in line]
+    assert len(warned) == 1 and str(path) in warned[0] and reason in warned[0], warned  # the CLI's one-line warning
+    simulation = json.loads((out / "tiny.json").read_text())["simulation"]
+    assert simulation == expected
+    assert path.with_name(path.name + ".corrupt").exists() and json.loads(path.read_text())["seed"] == 1
+    assert (out / "tiny.simulation" / "cells" / "seed-0.json").stat().st_mtime_ns == seed0  # reused
+
+
+# -- issue 46, item 8: a cache folder that cannot be written ----------------------------------------
+def test_precompile_background_with_an_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
+    """Before: FileExistsError (REMPROP_CACHE_DIR a file). After: exit 2, one line naming the log's path."""
+    from cli_checks import assert_one_line_error, run_cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("REMPROP_CACHE_DIR", str(blocker))
+    code, out, err = run_cli(capsys, "precompile", "--background")
+    assert_one_line_error(code, err, str(blocker / "precompile.log"), "REMPROP_CACHE_DIR")
+
+
+def test_tokenizer_cache_that_cannot_be_written_only_warns(tmp_path, monkeypatch):
+    """Before: NotADirectoryError from ``train`` / ``trained-diagram``. After: the tokenizer is
+    kept in memory, with one warning naming the folder; the same tokenizer as a writable cache's."""
+    pytest.importorskip("tokenizers")
+    from remprop.validation.training.data import load_tokenizer
+
+    texts = ["the cache folder is a file " * 20, "so the tokenizer is kept in memory " * 20]
+    monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path / "cache"))
+    written, path = load_tokenizer(texts, 64)
+    assert path.exists()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("REMPROP_CACHE_DIR", str(blocker))
+    with pytest.warns(RuntimeWarning, match=re.escape(str(blocker / "tokenizers")) + ".*REMPROP_CACHE_DIR"):
+        kept, _ = load_tokenizer(texts, 64)
+    assert kept.get_vocab() == written.get_vocab()

@@ -192,3 +192,70 @@ def test_min_alpha_option_gives_a_finite_answer_or_names_the_flag(capsys, option
 def test_vanished_stream_in_the_python_api_is_nan_from_that_layer():
     trajectory = propagate(Architecture(norm="none", alpha_sa=0.0, sigma_v2=0.0, sigma_b2=0.0), 0.5, 3)
     assert math.isfinite(trajectory.rho[0]) and np.isnan(trajectory.rho[1:]).all()
+
+
+# -- issue 46, item 9: a default that follows T ------------------------------------------------------
+def test_causal_gram_and_last_tokens_defaults_follow_T():
+    """Before: ``propagate_causal_gram(Architecture(norm="pre"), 0.5, 2, 16)`` refused its own
+    default ``last = 50 > T``. After: the default is ``compared_last_tokens(T)`` (T - 1 = 15 here),
+    the tokens the diagnosis and the measurement average: the same numbers as passing it."""
+    from remprop.theory.causal import compared_last_tokens, last_tokens_cosine, propagate_causal_gram
+
+    arch = Architecture(norm="pre")
+    assert compared_last_tokens(16) == 15
+    default = propagate_causal_gram(arch, 0.5, 2, 16)
+    explicit = propagate_causal_gram(arch, 0.5, 2, 16, last=15)
+    np.testing.assert_array_equal(default.rho, explicit.rho)  # same draws (seed), same tokens: identical
+    np.testing.assert_array_equal(last_tokens_cosine(arch, 0.5, 2, 16), last_tokens_cosine(arch, 0.5, 2, 16, 15))
+    long = propagate_causal_gram(arch, 0.5, 2, 64)  # above 50 tokens the default stays LAST_TOKENS
+    np.testing.assert_array_equal(long.rho, propagate_causal_gram(arch, 0.5, 2, 64, last=50).rho)
+
+
+# -- issue 46, item 11: messages -----------------------------------------------------------------------
+def test_learning_rate_ceiling_names_unbroadcastable_inputs_and_refuses_bools():
+    """Before: numpy's "operands could not be broadcast together" for beta of 3 and q0 of 2, and
+    ``beta=True`` taken as 1 (while ``steps=True`` was refused). After: one ParameterError each."""
+    from remprop.theory import learning_rate_ceiling
+    from remprop.theory.checks import ParameterError
+
+    arch = Architecture(seq_len=64)
+    with pytest.raises(ParameterError, match=r"^beta: .*broadcast together, got shapes beta \(3,\), q0 \(2,\)"):
+        learning_rate_ceiling(arch, 4, 64, 100, [0.5, 1.0, 2.0], q0=[1.0, 2.0])
+    for name, kwargs in (("beta", dict(beta=True)), ("q0", dict(beta=0.5, q0=True)),
+                         ("beta", dict(beta=np.array([True, False])))):
+        with pytest.raises(ParameterError, match=f"^{name} must be a real number") as err:
+            learning_rate_ceiling(arch, 4, 64, 100, **kwargs)
+        assert err.value.parameter == name
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["diagram", "--steps", "500"], "--steps"), (["diagram", "--width", "128"], "--width"),
+    (["min-alpha", "--steps", "500"], "--steps"),
+])
+def test_learning_rate_options_without_lr_are_refused(capsys, tmp_path, argv, option):
+    """Before: ``diagram --steps`` without ``--lr`` was silently ignored. After: exit 2, one line."""
+    out = ["--out", tmp_path] if argv[0] == "diagram" else []
+    code, _, err = run_cli(capsys, *argv, "--depth", 2, "--seq-len", 16, *out)
+    assert_one_line_error(code, err, option, "--lr")
+    assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_gram_draws_with_the_maps_theory_is_refused(capsys, tmp_path):
+    """Before: ``check --causal-theory maps --gram-draws 5`` ignored --gram-draws. After: exit 2, one line."""
+    code, _, err = run_cli(capsys, "check", "smollm2-135m", "--depth", 2, "--causal-theory", "maps", "--gram-draws", 5,
+                           "--no-figure", "--out", tmp_path)
+    assert_one_line_error(code, err, "--gram-draws", "maps")
+
+
+def test_the_learning_rate_walk_warns_nothing():
+    """Before: every training run printed numpy's "future versions will not create a writeable array
+    from broadcast_array" (a broadcast view handed to a compiled table lookup). After: silent."""
+    import warnings
+
+    from remprop.theory import learning_rate_ceiling
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        ceiling = learning_rate_ceiling(Architecture(seq_len=16, alpha_sa=np.array([[1.0]])), 2, 16, 4,
+                                        np.array([[0.5]]))  # a trained diagram's one-cell window
+    assert np.isfinite(ceiling.ceiling).all()

@@ -26,6 +26,9 @@ Before -> after, one test (or parametrised case) each:
 * item 9, ``--vocab-size 100000000`` trained 4736 tokens and recorded 1e8 (refused, naming
   the largest size), ``--out ''`` wrote into the current folder (refused), two runs on one
   folder both trained every step (the second is refused: a lock).
+* issue 46, item 7: a cell with ``"final_test_loss": NaN`` blocked the grid ("Out of range float
+  values are not JSON compliant") -> quarantined and trained again; item 8: a file at ``D/cells``
+  (FileExistsError) -> one line naming it.
 """
 from __future__ import annotations
 
@@ -297,3 +300,48 @@ def test_checkpoint_holds_only_tensors_and_plain_types(pristine):
     """weights_only=True reads every checkpoint written (no numpy arrays or objects inside)."""
     _, data, state = pristine
     assert state["step"] == TINY["steps"] and isinstance(state["history"]["init"]["token_cosine"], list)
+
+
+# -- issue 46, items 7 and 8 -------------------------------------------------------------------------
+def test_a_nan_in_a_trained_cell_is_quarantined_and_recomputed(tmp_path, capsys):
+    """Before: every rerun exited 2 with "Out of range float values are not JSON compliant",
+    naming no file. After: the record (strict JSON is never written with a NaN) is moved aside
+    with one warning naming it, the cell is trained again and the grid is the untouched one's."""
+    argv = [*GRID, "--beta", "0.5", "--alpha", "1", "--out", tmp_path, "--json"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    reference = json.loads(out)
+    cell = tmp_path / "cells" / "a0000_b0000.json"
+    record = json.loads(cell.read_text())
+    record["results"][0]["final_test_loss"] = float("nan")
+    cell.write_text(json.dumps(record))  # Python's json writes the bare NaN
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    warned = [line for line in err.splitlines() if "damaged" in line]
+    assert len(warned) == 1 and str(cell) in warned[0] and "NaN" in warned[0], err
+    assert cell.with_name(cell.name + ".corrupt").exists()
+    again = json.loads(out)
+    assert again["trained_phase"] == reference["trained_phase"]
+    assert again["reference_loss"] == reference["reference_loss"]  # seeded training: the same numbers
+
+
+def test_a_file_in_place_of_the_cells_folder_is_one_line(tmp_path, capsys):
+    """Before: FileExistsError. After: exit 2, one line naming the file and --out."""
+    (tmp_path / "cells").write_text("")
+    code, out, err = run_cli(capsys, *GRID, "--beta", "0.5", "--alpha", "1", "--out", tmp_path)
+    assert_one_line(err, f"{tmp_path / 'cells'} is a file", "--out", code=code)
+
+
+def test_random_bytes_in_the_digest_file_are_named_as_such(tmp_path):
+    """Before: random bytes in checkpoint.pt.sha256 were reported as "its digest file is missing".
+    After: the warning says the digest file is damaged (and the run still heals)."""
+    train(TrainConfig(**TINY), out=tmp_path)
+    digest = tmp_path / (CHECKPOINT_NAME + ".sha256")
+    digest.write_bytes(np.random.default_rng(1).bytes(200))
+    with pytest.warns(DamagedCheckpointWarning, match=r"checkpoint\.pt\.sha256 is damaged \(not readable JSON\)"):
+        healed = train(TrainConfig(**TINY), out=tmp_path)
+    assert healed.diverged is None
+    (tmp_path / (CHECKPOINT_NAME + ".corrupt")).unlink()
+    digest.unlink()
+    with pytest.warns(DamagedCheckpointWarning, match="its digest file is missing"):  # the missing case stays
+        train(TrainConfig(**TINY), out=tmp_path)

@@ -307,3 +307,72 @@ def test_limits_are_checked_and_spread_indices_keep_the_ends():
     check_work("x", seconds=1e9, nbytes=1e30, max_seconds=np.inf, max_memory=np.inf)
     with pytest.raises(ValueError, match=r"^max_seconds: x would take about 3\.2 h"):
         check_work("x", seconds=3.2 * 3600)
+
+
+# -- issue 46, item 10: the library estimates and refuses like the command line -----------------------
+def test_learning_rate_ceiling_refuses_unbounded_depth_with_a_limit_to_raise():
+    """Before: ``learning_rate_ceiling(..., depth=10**9, ...)`` ran past 300 s. After: refused at
+    once from :func:`~remprop.theory.learning_rate.ceiling_seconds`, naming ``max_seconds``; the
+    limit is a parameter (the CLI's --max-seconds default), and a raised one lets the walk run."""
+    import math
+
+    from remprop.theory import learning_rate_ceiling
+    from remprop.theory.learning_rate import ceiling_seconds
+    from remprop.theory.work_limits import MAX_SECONDS
+
+    arch = Architecture(seq_len=64)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^max_seconds: the learning-rate ceiling's walk through depth 1000000000 "
+                                         r".*raise the limit"):
+        learning_rate_ceiling(arch, 10**9, 64, 100, 0.5)
+    assert time.perf_counter() - start < 5.0  # refused before any walk (the bound of test_reliability_time.py)
+    depth = int(MAX_SECONDS / ceiling_seconds(1, 1)) + 1  # just above the default limit: refused ...
+    with pytest.raises(ValueError, match="^max_seconds"):
+        learning_rate_ceiling(arch, depth, 64, 100, 0.5)
+    with pytest.raises(ValueError, match="^max_seconds must be a number > 0"):
+        learning_rate_ceiling(arch, 4, 64, 100, 0.5, max_seconds=0)
+    small = learning_rate_ceiling(arch, 8, 64, 100, 0.5)
+    assert learning_rate_ceiling(arch, 8, 64, 100, 0.5, max_seconds=math.inf).ceiling == small.ceiling
+    with pytest.raises(ValueError, match="^max_seconds"):  # ... and a lowered limit refuses a small walk
+        learning_rate_ceiling(arch, 8, 64, 100, 0.5, max_seconds=ceiling_seconds(1, 8) / 2)
+
+
+def test_the_command_line_limits_are_the_librarys():
+    """One home for the rule: the CLI's check_work and defaults are remprop.theory.work_limits'."""
+    from remprop.cli import limits
+    from remprop.theory import work_limits
+
+    assert limits.check_work is work_limits.check_work
+    assert (limits.MAX_SECONDS, limits.MAX_BYTES) == (work_limits.MAX_SECONDS, work_limits.MAX_BYTES)
+
+
+def test_causal_gram_memory_estimate_bounds_the_measured_peak():
+    """Issue 46's acceptance: at T = 1024 the causal Gram state was estimated at 177 MiB and peaked
+    at 721 MB (the rotary draws of a chunk of frequencies were not counted). After:
+    :func:`~remprop.theory.work_estimates.causal_gram_bytes` counts them; the peak numpy holds
+    (tracemalloc, a warm run: no compilation in it) lies below the estimate and above half of it
+    (the estimate is an upper bound of the arrays alive at once, not a fit)."""
+    import tracemalloc
+
+    from remprop.diagrams.diagnosis_work import diagnosis_bytes
+    from remprop.theory import model_spec
+    from remprop.theory.causal import propagate_causal_gram
+
+    spec = model_spec("smollm2-135m", seq_len=128)
+    arch = spec.architecture
+
+    def run():
+        return propagate_causal_gram(arch, spec.beta, 1, 128, spec.q0, spec.rho0, draws=2,
+                                     norm_eps=spec.layer_norm_eps)
+
+    run()  # compiled and warm
+    tracemalloc.start()
+    try:
+        run()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    estimate = work_estimates.causal_gram_bytes(arch, 1, 128, 2)
+    assert peak <= estimate <= 2 * peak, (peak, estimate)
+    # the diagnosis counts it: above the old 160 T^2 + 16 T^2 where the Gram state is chosen
+    assert diagnosis_bytes(spec.with_depth(1), causal_theory="gram", gram_draws=2) >= estimate

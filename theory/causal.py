@@ -80,7 +80,6 @@ from .components.attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_count, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation
-from .rem.rope import rope_frequencies
 
 __all__ = [
     "row_rope_correlation",
@@ -144,13 +143,6 @@ def _causal_block(arch, beta, positions, table, rope_correlation, model_beta=Non
     qk = (arch, model_beta) if arch.qk_norm else (None, None)
     return arch.compose(_CausalAttention(beta, np.asarray(arch.sigma_v2, float), np.asarray(arch.sigma_b2, float),
                                          positions, table, rope_correlation, *qk))
-
-
-def _head_frequencies(arch):
-    """``theta_f`` of every coordinate pair of a head: those of the rotated pairs (``rotary_dim``,
-    or all ``head_dim``), then a 0 for each pair that partial rotary leaves unrotated."""
-    rotated = np.asarray(rope_frequencies(scale.rotary_width(arch), arch.rope_base), dtype=np.float64)
-    return np.concatenate([rotated, np.zeros((arch.head_dim - scale.rotary_width(arch)) // 2)])
 
 
 def row_rope_correlation(arch, seq_len, positions):
@@ -263,10 +255,11 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     return CausalTrajectory(positions, q, p)
 
 
-def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=LAST_TOKENS, q0=1.0, rho0=0.0):
+def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=None, q0=1.0, rho0=0.0):
     r"""Predicted average cosine of the last ``last`` tokens of a causal stack, per layer.
 
-    ``(1/k) sum_{t = T-k+1}^{T} rho_t`` with ``rho_t`` from :func:`propagate_causal`.
+    ``(1/k) sum_{t = T-k+1}^{T} rho_t`` with ``rho_t`` from :func:`propagate_causal`; ``last``
+    defaults to :func:`compared_last_tokens` (``min(LAST_TOKENS, T - 1)``).
 
     Returns
     -------
@@ -277,6 +270,7 @@ def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=LAST_TOKEN
     Giorlandino & Goldt, arXiv 2505.24333, Fig. 12.
     """
     seq_len = check_seq_len(seq_len, allow_none=False)
+    last = compared_last_tokens(seq_len) if last is None else last
     if isinstance(last, bool) or not isinstance(last, (int, np.integer)) or not 1 <= last <= seq_len - 1:
         raise ValueError(f"last must be an integer in [1, seq_len - 1], got {last!r}")
     traj = propagate_causal(arch, beta, depth, seq_len, np.arange(seq_len - last + 1, seq_len + 1), q0, rho0)
@@ -401,7 +395,7 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     draws = check_count("draws", draws, 1)
     rotating = 0
     if arch.positions.rotary:
-        frequencies = _head_frequencies(arch)
+        frequencies = scale.head_frequencies(arch)
         rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
     cube = float(seq_len) ** 3
     quadrature = 0.0
@@ -483,7 +477,7 @@ def causal_gram_support_problem(arch: Architecture):
     return _gram.gram_support_problem(probe)
 
 
-def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=LAST_TOKENS,
+def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=None,
                           draws=4, seed=0, norm_eps=0.0) -> CausalGramTrajectory:
     r"""Causal stack on the Gram matrix of the whole sequence: the late tokens with their true keys.
 
@@ -529,8 +523,9 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         T, 3 .. :data:`MAX_GRAM_SEQ_LEN`.
     q0, rho0 : float
         Input state of every token.
-    last : int
-        Last tokens averaged, 2 .. T.
+    last : int, optional
+        Last tokens averaged, 2 .. T (default :func:`compared_last_tokens`, ``min(LAST_TOKENS, T - 1)``:
+        the tokens the diagnosis and the measurement average).
     draws : int
         Monte Carlo draws per attention layer (default 4; at small beta a few suffice).
     seed : int
@@ -567,6 +562,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     if arch.seq_len is not None and arch.seq_len != seq_len:
         raise ValueError(f"seq_len must equal arch.seq_len when the architecture sets it, got seq_len={seq_len}, "
                          f"arch.seq_len={arch.seq_len}")
+    last = compared_last_tokens(seq_len) if last is None else last
     if isinstance(last, bool) or not isinstance(last, (int, np.integer)) or not 2 <= last <= seq_len:
         raise ValueError(f"last must be an integer in [2, seq_len], got {last!r}")
     beta = as_float_array("beta", beta, positive=True)
@@ -578,7 +574,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     seed = check_count("seed", seed, 0)
     norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
     arch = arch.replace(seq_len=seq_len)
-    frequencies = _head_frequencies(arch) if rope else None
+    frequencies = scale.head_frequencies(arch) if rope else None
     walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies, arch.logit_softcap,
                                norm_eps)
     # the cap is applied to the drawn scores (exact), so the uncapped maps' tolerance check does not apply

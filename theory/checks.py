@@ -31,8 +31,11 @@ def as_float_array(name, value, *, positive=False, nonnegative=False, low=None, 
         Closed bounds ``low <= value <= high``.
     allow_inf : bool
         Accept ``+inf`` (never NaN).
+
+    A bool (or boolean array) is refused, as :func:`check_count` and :func:`check_real_scalar` refuse
+    it: ``beta=True`` is a mistake, not the number 1.
     """
-    if value is None or isinstance(value, (str, bytes)):
+    if value is None or isinstance(value, (str, bytes, bool, np.bool_)) or getattr(value, "dtype", None) == np.bool_:
         raise ParameterError(name, f"{name} must be a real number or an array of real numbers, got {value!r}")
     try:
         arr = np.asarray(value, dtype=np.float64)

@@ -30,14 +30,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .architecture import Architecture
+from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .checks import ParameterError, as_float_array, check_count, check_depth, check_simplex_cosine, scalar_or_array
 from .components.residual import Parallel, Residual
 from .components.base import Serial
 from .rem import check_seq_len
+from .work_limits import MAX_SECONDS, check_work
 
 __all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
-           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds"]
+           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds",
+           "VALIDATED_RANGE", "CEILING_BAND", "ceiling_validity", "rate_verdict"]
 
 #: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
 #: which the stack's output has moved too far to train. Fitted (:func:`~remprop.validation.training.lr_sweep.fit_window`)
@@ -64,6 +66,15 @@ ATTENTION_CONSTANT = 22.0
 COHERENT_STEPS = 300
 #: Step count that reports use when none is given.
 DEFAULT_STEPS = 10000
+#: Where the ceiling has been checked against training runs (docs/training.md, "The ceiling at scale"):
+#: model widths, optimiser steps and the input stream's mean square ``q0`` of the measured sweeps
+#: (widths 16-512, 300-3000 steps, batches of 1024 tokens, streams of unit mean square). Outside it
+#: the ceiling is an extrapolation, and :func:`ceiling_validity` says which way.
+VALIDATED_RANGE = {"width": (16, 512), "steps": (300, 3000), "q0": (0.5, 2.0)}
+#: The measured spread of the true ceiling around the predicted one on the held-out families of the
+#: scale sweep (docs/training.md, "The ceiling at scale"): the largest rate that trained was at least
+#: ``low`` times the prediction and the smallest that failed above it at most ``high`` times it.
+CEILING_BAND = (0.4, 5.3)
 #: Seconds per block of the NumPy walk (:func:`ceiling_seconds`): a fixed part per block and a part per
 #: cell and block, about 3 times what was measured on two loaded cores (2e-4 to 3.5e-4 s per block for one
 #: cell; 1.7e-6 s per cell and block on a 50 x 50 grid).
@@ -126,7 +137,10 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True):
                     q_new = layer.alpha ** 2 * q + q_branch * scale
                     p_new = layer.alpha ** 2 * p + p_branch * scale
                     log_q = log_q + np.log(q_new / q)
-                    gain = np.sqrt(q_in) * np.exp(-0.5 * log_q)
+                    # the stream is counted at no less than the branch's normalised input: a smaller
+                    # stream at init (0.02 embeddings) is grown to that scale by the first updates
+                    # (docs/theory.md section 20, "The stream's scale"; measured: the smallemb runs)
+                    gain = np.sqrt(q_in) * np.exp(-0.5 * np.maximum(log_q, np.log(q_in)))
                     q, p = q_new / q_new, p_new / q_new
                 else:
                     q_new, p_new = layer.apply(q, p)
@@ -146,6 +160,15 @@ def _inputs(arch, depth, beta, q0, rho0):
     beta = as_float_array("beta", beta, positive=True)
     q0 = as_float_array("q0", q0, positive=True)
     rho0 = check_simplex_cosine("rho0", as_float_array("rho0", rho0, low=-1.0, high=1.0), arch.seq_len)
+    arrays = {"beta": beta, "q0": q0, "rho0": rho0}
+    arrays.update((name, np.asarray(getattr(arch, name))) for name in NUMERIC_FIELDS + OPTIONAL_FIELDS
+                  if getattr(arch, name) is not None)
+    try:
+        np.broadcast_shapes(*(value.shape for value in arrays.values()))
+    except ValueError:
+        shaped = ", ".join(f"{name} {value.shape}" for name, value in arrays.items() if value.ndim)
+        raise ParameterError("beta", f"beta: beta, q0, rho0 and the architecture's array fields must broadcast "
+                             f"together, got shapes {shaped}") from None
     return depth, beta, q0, rho0
 
 
@@ -300,7 +323,7 @@ class LearningRateCeiling:
 
 
 def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int, beta, q0=1.0, rho0=0.0,
-                          *, seq_len=None) -> LearningRateCeiling:
+                          *, seq_len=None, max_seconds=MAX_SECONDS) -> LearningRateCeiling:
     r"""The largest AdamW peak rate at which the stack still trains (docs/theory.md section 20).
 
     .. math:: \eta_{\rm stack} = \frac{2\,C_{\rm stack}}{d\,\mathcal{S}\,\min(S, S_c)},\qquad
@@ -329,6 +352,11 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
         Input state.
     seq_len : int, optional
         Sequence length T >= 2 for the logits' ``log T`` (default ``arch.seq_len``; one of them is needed).
+    max_seconds : float
+        The walk's estimated time (:func:`ceiling_seconds`, linear in the depth and the cells) above which
+        it is refused with a ``ValueError`` holding the estimate (default
+        :data:`~remprop.theory.work_limits.MAX_SECONDS`, the command line's ``--max-seconds``;
+        ``math.inf``: no limit).
 
     Returns
     -------
@@ -357,6 +385,9 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
         raise ParameterError("seq_len", "seq_len: the learning-rate ceiling needs a sequence length T (the logits "
                              "scale with log T); set arch.seq_len or pass seq_len")
     depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
+    cells = max(np.broadcast(beta, q0, rho0, *(np.asarray(getattr(arch, name)) for name in NUMERIC_FIELDS)).size, 1)
+    check_work(f"the learning-rate ceiling's walk through depth {depth} ({cells} cell(s))",
+               seconds=ceiling_seconds(cells, depth), max_seconds=max_seconds)
     sensitivity, first, smallest = _walk(arch, beta, depth, q0, rho0, keep_terms=False)
     beta_c = np.asarray(arch.critical_beta(first=first, smallest=smallest))
     scale = arch.beta_scale
@@ -375,3 +406,41 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
                                binding=binding if binding.ndim else binding[()],
                                sensitivity=scalar_or_array(np.asarray(sensitivity)),
                                budget=scalar_or_array(budget), beta_critical=scalar_or_array(beta_c))
+
+
+def ceiling_validity(width, steps, q0=1.0) -> tuple:
+    """Why a ceiling at ``width``, ``steps`` and input mean square ``q0`` is outside
+    :data:`VALIDATED_RANGE`: one phrase per quantity outside it (empty when inside).
+
+    Examples
+    --------
+    >>> ceiling_validity(768, 300)
+    ('width 768 above the widest measured, 512',)
+    """
+    reasons = []
+    for name, value in (("width", width), ("steps", steps), ("q0", q0)):
+        value = float(value)
+        if not math.isfinite(value) or value <= 0:
+            raise ParameterError(name, f"{name} must be finite and > 0, got {value!r}")
+        low, high = VALIDATED_RANGE[name]
+        label = {"q0": "input mean square q0", "steps": "steps", "width": "width"}[name]
+        shown = f"{value:.3g}" if name == "q0" else f"{int(value)}"
+        if value < low:
+            reasons.append(f"{label} {shown} below the smallest measured, {low:g}")
+        elif value > high:
+            reasons.append(f"{label} {shown} above the {'widest' if name == 'width' else 'largest'} measured, {high:g}")
+    return tuple(reasons)
+
+
+def rate_verdict(lr, ceiling, band=CEILING_BAND) -> str:
+    """A learning rate against a predicted ceiling: ``"below"`` (under ``band[0]`` times it, where the
+    measured ceilings all lay above), ``"above"`` (over ``band[1]`` times it, where every measured run
+    failed) or ``"near"`` (within the band: the prediction cannot tell)."""
+    lr = float(lr)
+    if not (math.isfinite(lr) and lr > 0):
+        raise ParameterError("lr", f"lr must be finite and > 0, got {lr!r}")
+    ceiling = float(ceiling)
+    if lr < band[0] * ceiling:
+        return "below"
+    return "above" if lr > band[1] * ceiling else "near"
+

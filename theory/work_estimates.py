@@ -388,6 +388,37 @@ def gram_theory_bytes(seq_len, depth, draws, *, sampled=False) -> int:
     return 160 * seq_len ** 2 + kept
 
 
+def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
+    r"""Bytes of one run of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`).
+
+    The draws are summed as they come (no per-draw array is kept), so the block's ``T x T``
+    temporaries, about twenty (``160 T^2``, as :func:`gram_theory_bytes`), and with RoPE the
+    stacked draws of one chunk of rotating frequencies: ``2 k T^2`` doubles (``k`` frequencies at
+    once, at most ``CHUNK_DOUBLES / (2 T^2)``), held four times at once (the normals, the two
+    matrix products and the products' temporaries):
+
+    .. math:: b = 160\, T^2 + 4 \cdot 8 \cdot 2 k T^2, \qquad
+              k = \min(F_{\rm rot}, \max(1, \lfloor C / (2 T^2) \rfloor))
+
+    Measured (SmolLM2's rotary heads, draws 8, tracemalloc peak): T = 256, 77 MiB (estimate
+    107 MiB); T = 512, 246 MiB (300 MiB). Without the chunk term the estimate was 11 and
+    44 MiB: the rotary draws are most of the memory (issue 46).
+    """
+    from ._causal_gram import _CausalGramWalker
+    from .rem.rope import rope_frequencies
+
+    seq_len = check_count("seq_len", seq_len, 1)
+    check_count("depth", depth, 1)
+    check_count("draws", draws, 1)
+    square = seq_len ** 2
+    chunk = 0
+    if arch.positions.rotary:
+        frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64)
+        rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
+        chunk = min(rotating, max(1, _CausalGramWalker.CHUNK_DOUBLES // (2 * square)))
+    return 160 * square + 4 * 8 * 2 * chunk * square
+
+
 def rope_seconds(head_dim) -> float:
     """Estimated seconds of the mean rotary correlation ``cbar_T`` of one head of width ``head_dim``.
 

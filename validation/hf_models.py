@@ -39,7 +39,8 @@ from remprop.progress import progress_bar
 
 from .agreement import agreement
 from .backend import check_positive_int, resolve_device, resolve_dtype
-from .experiments.cell_store import CellStore, stored_manifest
+from .experiments.cell_store import stored_manifest
+from .experiments.seed_records import seed_key, seed_record, seed_store, stored_measurement
 from .probing import probe
 from .probing.discovery import find_blocks
 from . import streamed_layers
@@ -467,20 +468,20 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
                     "dtype": str(dtype), "last_tokens": compared_last_tokens(spec.seq_len) if spec.causal else None}
         if streamed:  # a store of the full model stays readable: the key is there only when streamed
             manifest["streamed"] = True
-        cells = CellStore(store, to_jsonable(manifest))
+        names = ("rho", "q", "p", "y2") + (("rho_last",) if spec.causal else ())
+        cells = seed_store(store, to_jsonable(manifest), names=names, sequences=sequences)
     rows = {"rho": [], "q": [], "p": [], "y2": [], "rho_last": []}
     per_seed = spec.depth * (2 if spec.causal else 1)  # blocks run per seed: twice for the last tokens
     with progress_bar(len(seeds) * per_seed, desc=f"simulate {spec.name}", unit="layer",
                       enabled=progress is True) as bar:
         for seed in seeds:
-            key = f"seed-{seed}"
-            if cells is not None and key in cells.done():
-                record = cells.read(key)
+            record = None if cells is None else stored_measurement(cells, seed)  # checked; damaged: None
+            if record is not None:
                 bar.update(per_seed)
             else:
                 record = _measure_seed(spec, seed, sequences, dtype, device, streamed, advance=bar.update)
                 if cells is not None:
-                    cells.write(key, record)
+                    cells.write(seed_key(seed), seed_record(seed, record))
             for name, value in record.items():
                 rows[name].append(np.asarray(value, dtype=np.float64))
             if callable(progress):

@@ -2,7 +2,9 @@
 
 :func:`check` takes a ``transformers`` model (any initialisation: the library's, muP's,
 DeepNorm's, a user's own, or trained weights) or a folder holding its ``config.json`` and
-``*.safetensors`` files, measures the second moment of every query, key, value, output and
+``*.safetensors`` files (or, without them, ``pytorch_model.bin`` / ``model.pt``, loaded with
+``torch.load(weights_only=True)``), checks every tensor against the configuration's sizes,
+measures the second moment of every query, key, value, output and
 MLP matrix, of every norm gain and of the embedding tables the tokens read
 (:func:`measure_weights`), maps them onto the theory's parameters
 (:func:`remprop.theory.models.measured_weights.measured_spec`: beta of the query/key product,
@@ -30,8 +32,10 @@ from torch import nn
 
 from remprop.theory import model_spec
 from remprop.theory.models.hf_config import load_hf_config
-from remprop.theory.models.measured_weights import (MEASURED_FAMILIES, EmbeddingTable, MatrixScale, MeasuredWeights,
-                                                    holds_weights, measured_spec)
+from remprop.theory.work_limits import MAX_BYTES, MAX_SECONDS, check_limit, check_work
+from remprop.theory.models.measured_weights import (MEASURED_FAMILIES, TORCH_WEIGHT_FILES, EmbeddingTable,
+                                                    MatrixScale, MeasuredWeights, holds_weights, measured_spec,
+                                                    weight_files)
 
 __all__ = ["check", "own_weights_spec", "measure_weights", "named_tensors"]
 
@@ -83,14 +87,21 @@ _CONV1D = ("gpt2",)
 
 
 def named_tensors(source):
-    """``(name, tensor)`` pairs of a model's weights: a ``nn.Module``'s ``state_dict`` or the
-    ``*.safetensors`` files of a folder (read one tensor at a time)."""
+    """``(name, tensor)`` pairs of a model's weights: a ``nn.Module``'s ``state_dict``, the
+    ``*.safetensors`` files of a folder (read one tensor at a time) or, in a folder without them,
+    its PyTorch weight files (:data:`~remprop.theory.models.measured_weights.TORCH_WEIGHT_FILES`),
+    read with ``torch.load(weights_only=True)``: tensors and plain containers only, never code."""
     if isinstance(source, nn.Module):
         yield from source.state_dict().items()
         return
+    files = weight_files(source)
+    if files and files[0].suffix != ".safetensors":
+        for path in files:
+            yield from _torch_file_tensors(path)
+        return
     from safetensors import safe_open
 
-    for path in sorted(Path(source).glob("*.safetensors")):
+    for path in files:
         try:
             with safe_open(str(path), framework="pt") as handle:
                 for name in handle.keys():
@@ -98,6 +109,70 @@ def named_tensors(source):
         except Exception as err:  # a damaged or foreign file: one line naming it
             raise ValueError(f"weights: cannot read {str(path)!r} as safetensors ({type(err).__name__}: "
                              f"{str(err).splitlines()[0] if str(err) else ''})") from None
+
+
+def _torch_file_tensors(path):
+    """The tensors of one PyTorch weight file, loaded without running its pickled code."""
+    try:
+        loaded = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as err:  # a pickled module, a damaged file: one line naming it
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ValueError(f"weights: cannot read {str(path)!r} safely as a state_dict (torch.load with "
+                         f"weights_only=True: {type(err).__name__}: {first[:200]})") from None
+    if isinstance(loaded, dict) and not any(isinstance(v, torch.Tensor) for v in loaded.values()):
+        loaded = next((loaded[k] for k in ("state_dict", "model", "model_state_dict") if isinstance(
+            loaded.get(k), dict)), loaded)  # a training checkpoint holding its state_dict
+    if not isinstance(loaded, dict) or not any(isinstance(v, torch.Tensor) for v in loaded.values()):
+        raise ValueError(f"weights: {str(path)!r} holds a {type(loaded).__name__} without tensors, not a "
+                         "state_dict (name -> tensor)")
+    yield from ((str(k), v) for k, v in loaded.items() if isinstance(v, torch.Tensor))
+
+
+def _readable(name, tensor, source):
+    """Refuse a tensor whose entries are not real numbers the theory can measure (one line naming it)."""
+    if tensor.device.type == "meta":
+        raise ValueError(f"weights: {name} of {source} is on the meta device (shapes without values): "
+                         "load or materialise the weights before checking them")
+    if not tensor.is_floating_point():
+        raise ValueError(f"weights: {name} of {source} has dtype {str(tensor.dtype).replace('torch.', '')}; "
+                         "the scales are measured on floating-point weights (dequantise a quantised model "
+                         "first)")
+
+
+def _check_shape(name, role, tensor, spec, source, conv1d):
+    """Hold a tensor's shape against the configuration's sizes (d, d_ff, T), naming both."""
+    shape = tuple(tensor.shape)
+    d, d_ff = spec.width, spec.d_ff
+
+    def refuse(what, expected):
+        raise ValueError(f"weights: {name} of {source} has shape {shape}, but its config gives d = {d}, "
+                         f"d_ff = {d_ff}: {what} should be {expected} (the config and the weights disagree)")
+
+    if role in _MATRIX_ROLES or role == "qkv":
+        if len(shape) != 2:
+            refuse("a 2-d matrix", "2-d")
+        out, fan_in = (shape[1], shape[0]) if conv1d else shape
+        if role == "qkv" and (fan_in != d or out % 3):
+            refuse("its shape", f"({d}, 3 x width)")
+        needs = {"query": ("fan-in", fan_in, d), "key": ("fan-in", fan_in, d), "value": ("fan-in", fan_in, d),
+                 "output": ("output width", out, d), "mlp_in": ("fan-in", fan_in, d),
+                 "mlp_out": ("fan-in", fan_in, d_ff)}.get(role)
+        if needs is not None and needs[1] != needs[2]:
+            refuse(f"its {needs[0]}", needs[2])
+        if role == "mlp_in" and out != d_ff:
+            refuse("its output width", d_ff)
+        if role == "mlp_out" and out != d:
+            refuse("its output width", d)
+    elif role in _GAIN_ROLES and shape != (d,):
+        refuse("a gain's shape", f"({d},)")
+    elif role in ("word", "position", "token type"):
+        if len(shape) != 2 or shape[1] != d:
+            refuse("an embedding table's row width", d)
+        start = 2 if spec.family == "roberta" else 0
+        if role == "position" and shape[0] < start + spec.seq_len:
+            raise ValueError(f"weights: {name} of {source} has {shape[0]} position rows, but T = {spec.seq_len} "
+                             f"reads rows {start}..{start + spec.seq_len - 1} (give a seq_len of at most "
+                             f"{max(shape[0] - start, 0)})")
 
 
 class _Sums:
@@ -156,13 +231,21 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
     sums = defaultdict(_Sums)
     tables = {}
     blocks = set()
+    present = defaultdict(lambda: defaultdict(int))  # role -> layer -> tensors of that role read
+    named = {}
     conv1d = family in _CONV1D
     for name, tensor in tensors:
         for role, pattern in patterns.items():
             match = pattern.search(name)
             if match is None:
                 continue
+            _readable(name, tensor, source)
+            _check_shape(name, role, tensor, spec, source, conv1d)
             layer = int(match.group(1)) if match.groups() and match.group(1) else None
+            if layer is not None and role != "norm shift":
+                present[role][layer] += 1
+                start, end = match.span(1)
+                named.setdefault(role, (name[:start], name[end:]))  # its name in any block
             if role in ("word", "position", "token type"):
                 tables[role] = _table(role, tensor, spec)
             elif role == "qkv":  # GPT-2's fused Conv1D (d, 3d): query, key, value side by side
@@ -177,6 +260,7 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
             break
     if blocks and len(blocks) != spec.depth:
         raise ValueError(f"weights: {source} holds {len(blocks)} blocks, its config.json says {spec.depth}")
+    _check_complete(present, named, blocks, source)
     order = [t for t in ("word", "position", "token type") if t in tables]
     return MeasuredWeights(
         source=source,
@@ -186,6 +270,20 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
         mlp_bias=sums["mlp_bias"].scale() if "mlp_bias" in sums else None,
         other_biases={role: sums[role].scale() for role in sums
                       if role not in _MATRIX_ROLES + _GAIN_ROLES + ("mlp_bias",)})
+
+
+def _check_complete(present, named, blocks, source):
+    """Every block holds the tensors of every per-layer role as often as the others do (a block
+    without its query matrix would otherwise be measured on the other blocks alone)."""
+    for role, layers in present.items():
+        most = max(layers.values())
+        short = sorted(layer for layer in blocks if layers.get(layer, 0) < most)
+        if short:
+            head, tail = named[role]
+            missing = ", ".join(f"{head}{layer}{tail}" for layer in short[:3]) + (" ..." if len(short) > 3 else "")
+            raise ValueError(f"weights: {source} lacks {missing} ({role.replace('_', ' ')} tensors found in "
+                             f"{len(layers)} of {len(blocks)} blocks{'' if most == 1 else f', {most} per block'}); "
+                             "a model with tensors missing cannot be measured")
 
 
 def _table(role, tensor, spec) -> EmbeddingTable:
@@ -213,7 +311,8 @@ def own_weights_spec(model, *, seq_len=None):
     model : transformers.PreTrainedModel, str or os.PathLike
         A ``transformers`` model (an ``nn.Module`` with a ``config``; ``...ForMaskedLM`` and
         ``...ForCausalLM`` wrappers too), or a folder holding its ``config.json`` and
-        ``*.safetensors`` weights (what ``save_pretrained`` writes).
+        ``*.safetensors`` weights (what ``save_pretrained`` writes; without them its
+        ``pytorch_model.bin`` or ``model.pt`` state_dict, loaded with ``weights_only=True``).
     seq_len : int, optional
         Sequence length T (default: the model's maximum, as :func:`~remprop.theory.model_spec`).
 
@@ -226,7 +325,8 @@ def own_weights_spec(model, *, seq_len=None):
     ------
     ValueError
         ``model`` is neither (naming what it got), the folder holds no weights or no
-        ``config.json``, or the model's family is not read.
+        ``config.json``, the model's family is not read, a tensor is missing, not floating
+        point, on the meta device, or of a shape its configuration's sizes (d, d_ff, T) disagree with.
     """
     if isinstance(model, (str, os.PathLike)):
         folder = Path(model)
@@ -234,7 +334,8 @@ def own_weights_spec(model, *, seq_len=None):
             raise ValueError(f"model: no folder {str(model)!r} (expected a transformers model or a folder with "
                              "config.json and *.safetensors)")
         if not holds_weights(folder):
-            raise ValueError(f"model: the folder {str(model)!r} holds no *.safetensors weights")
+            raise ValueError(f"model: the folder {str(model)!r} holds no *.safetensors weights (nor "
+                             f"{', '.join(TORCH_WEIGHT_FILES)})")
         config, source, weights = load_hf_config(folder), str(folder), folder
     elif isinstance(model, nn.Module) and hasattr(getattr(model, "config", None), "to_dict"):
         config, source, weights = model.config, type(model).__name__, model
@@ -251,7 +352,7 @@ def own_weights_spec(model, *, seq_len=None):
     return dataclasses.replace(spec, name=source) if named else spec
 
 
-def check(model, *, seq_len=None, threshold=None, max_depth=None):
+def check(model, *, seq_len=None, threshold=None, max_depth=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES):
     """Diagnose a model as its weights are: ``print(remprop.check(model).report())``.
 
     Parameters
@@ -266,6 +367,11 @@ def check(model, *, seq_len=None, threshold=None, max_depth=None):
     max_depth : int, optional
         Deepest stack searched for the onset of rank collapse (default:
         :data:`remprop.diagrams.diagnosis.MAX_COLLAPSE_DEPTH`).
+    max_seconds, max_memory : float
+        The diagnosis's estimated time and memory
+        (:func:`~remprop.diagrams.diagnosis_work.diagnosis_seconds`, ``diagnosis_bytes``) above which
+        it is refused with a ``ValueError`` holding the estimate, as ``remprop check`` refuses it
+        (defaults: the command's ``--max-seconds`` and ``--max-memory``; ``math.inf``: no limit).
 
     Returns
     -------
@@ -275,7 +381,14 @@ def check(model, *, seq_len=None, threshold=None, max_depth=None):
     """
     from remprop.diagrams import DEFAULT_THRESHOLD, diagnose
     from remprop.diagrams.diagnosis import MAX_COLLAPSE_DEPTH
+    from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
+    from remprop.theory.checks import check_depth
 
+    max_depth = check_depth(MAX_COLLAPSE_DEPTH if max_depth is None else max_depth, name="max_depth")
+    check_limit("max_seconds", max_seconds)
+    check_limit("max_memory", max_memory)
     spec = own_weights_spec(model, seq_len=seq_len)
-    return diagnose(spec, DEFAULT_THRESHOLD if threshold is None else threshold,
-                    max_depth=MAX_COLLAPSE_DEPTH if max_depth is None else max_depth)
+    check_work(f"the diagnosis of {spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len}) with "
+               f"max_depth {max_depth}", seconds=diagnosis_seconds(spec, max_depth=max_depth),
+               nbytes=diagnosis_bytes(spec, max_depth=max_depth), max_seconds=max_seconds, max_memory=max_memory)
+    return diagnose(spec, DEFAULT_THRESHOLD if threshold is None else threshold, max_depth=max_depth)

@@ -24,12 +24,12 @@ import numpy as np
 
 from ..checks import as_float_array, scalar_or_array
 from ..rem import critical_beta_core, effective_beta as head_effective_beta, gaussian_cosine_mean, \
-    partial_rotary_correlation, qk_norm_energy_core, rope_mean_correlation
+    partial_rotary_correlation, qk_norm_energy_core, rope_frequencies, rope_mean_correlation
 from .. import softcap
 from .block import attention_input
 
-__all__ = ["mean_rope_correlation", "rotary_width", "rotary_share", "head_factor", "beta_scale", "qk_norm_width",
-           "effective_beta", "critical_beta", "block_critical_beta", "attention_map"]
+__all__ = ["mean_rope_correlation", "rotary_width", "rotary_share", "head_frequencies", "head_factor", "beta_scale",
+           "qk_norm_width", "effective_beta", "critical_beta", "block_critical_beta", "attention_map"]
 
 
 def mean_rope_correlation(arch) -> float:
@@ -47,6 +47,14 @@ def mean_rope_correlation(arch) -> float:
 def rotary_width(arch) -> int:
     """The coordinates of a head that RoPE rotates: ``rotary_dim``, or ``head_dim``."""
     return arch.head_dim if arch.rotary_dim is None else arch.rotary_dim
+
+
+def head_frequencies(arch) -> np.ndarray:
+    """``theta_f`` of every coordinate pair of a head with RoPE: those of the rotated pairs
+    (:func:`rotary_width`, :func:`~remprop.theory.rem.rope_frequencies`), then a 0 for each pair
+    that partial rotary leaves unrotated (the causal Gram state draws the scores over them)."""
+    rotated = np.asarray(rope_frequencies(rotary_width(arch), arch.rope_base), dtype=np.float64)
+    return np.concatenate([rotated, np.zeros((arch.head_dim - rotary_width(arch)) // 2)])
 
 
 def rotary_share(arch, correlation):

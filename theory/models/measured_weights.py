@@ -58,7 +58,8 @@ import numpy as np
 from ..checks import as_float_array, scalar_or_array
 
 __all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "weight_parameters", "input_state",
-           "second_moment_error", "measured_spec", "holds_weights", "WEIGHT_ROLES", "GAIN_ROLES"]
+           "second_moment_error", "measured_spec", "holds_weights", "weight_files", "unread_weight_files",
+           "TORCH_WEIGHT_FILES", "WEIGHT_ROLES", "GAIN_ROLES"]
 
 #: Matrix roles a measurement fills, in the theory's terms (each one ``v_X`` with its fan-in).
 WEIGHT_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
@@ -312,6 +313,10 @@ class MeasuredWeights:
             raise ValueError(f"weights: no {', '.join(missing)} matrices found in {self.source}")
         if not self.embeddings:
             raise ValueError(f"weights: no embedding table found in {self.source}")
+        for table in self.embeddings:
+            if not (math.isfinite(table.q) and table.q > 0 and math.isfinite(table.p)):
+                raise ValueError(f"weights: the {table.name} embedding table of {self.source} has mean square "
+                                 f"{table.q!r} and mean overlap {table.p!r} (need finite, the mean square > 0)")
         for role, scale in list(self.matrices.items()) + list(self.gains.items()):
             if not (math.isfinite(scale.mean_square) and scale.mean_square > 0):
                 raise ValueError(f"weights: the {role.replace('_', ' ')} weights of {self.source} have mean square "
@@ -417,10 +422,46 @@ def _notes(spec, weights, q0, rho0) -> tuple:
     return tuple(notes)
 
 
-def holds_weights(path) -> bool:
-    """Whether ``path`` is a folder holding ``*.safetensors`` weight files (``remprop check DIR``)."""
+#: PyTorch weight files read where a folder holds no ``*.safetensors`` (``save_pretrained``'s
+#: ``pytorch_model.bin`` and its shards, a saved ``state_dict``); the torch side loads them with
+#: ``torch.load(weights_only=True)``, which builds tensors and plain containers and runs no code.
+TORCH_WEIGHT_FILES = ("pytorch_model*.bin", "model*.pt", "model*.pth")
+
+
+def weight_files(path) -> list:
+    """The weight files of a folder, sorted: its ``*.safetensors`` or, without them, its
+    :data:`TORCH_WEIGHT_FILES` (an empty list: no weights, or no such folder)."""
     try:
         folder = Path(path)
-        return folder.is_dir() and any(folder.glob("*.safetensors"))
+        if not folder.is_dir():
+            return []
+        found = sorted(folder.glob("*.safetensors"))
+        if not found:
+            found = sorted({f for pattern in TORCH_WEIGHT_FILES for f in folder.glob(pattern) if f.is_file()})
+        return found
     except (TypeError, OSError):
-        return False
+        return []
+
+
+#: Suffixes of weight files remprop does not read (TensorFlow, Flax, GGUF, other PyTorch names).
+FOREIGN_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx")
+
+
+def unread_weight_files(path) -> list:
+    """Files of a folder without readable weights (:func:`weight_files` empty) that look like weights
+    remprop does not read (:data:`FOREIGN_WEIGHT_SUFFIXES`), sorted: checking such a folder's
+    config.json at the library's default init would silently ignore them."""
+    if weight_files(path):
+        return []
+    try:
+        folder = Path(path)
+        if not folder.is_dir():
+            return []
+        return sorted(f for f in folder.iterdir() if f.suffix in FOREIGN_WEIGHT_SUFFIXES and f.is_file())
+    except (TypeError, OSError):
+        return []
+
+
+def holds_weights(path) -> bool:
+    """Whether ``path`` is a folder holding weight files (:func:`weight_files`: ``remprop check DIR``)."""
+    return bool(weight_files(path))

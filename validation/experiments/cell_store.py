@@ -33,7 +33,8 @@ A stale claim may be taken over; the takeover renames the claim to a private nam
 and checks that it moved the stale claim it read (a fresh claim moved by mistake is put
 back), so two runs cannot both take over one claim.
 
-Damaged records. A record is valid when it is a JSON object and the store's ``check``
+Damaged records. A record is valid when it is a strict JSON object (no ``NaN`` or
+``Infinity``: no record is written with one) and the store's ``check``
 accepts it (the sweep checks the cell's own coordinates, a hash of the manifest and a
 checksum of the result, see :mod:`remprop.validation.experiments.sweep`). :meth:`CellStore.done`
 counts valid records only, so a damaged cell is computed again; :meth:`CellStore.read`
@@ -166,6 +167,26 @@ def _create_exclusive_json(path: Path, value) -> bool:
         _unlink(temporary)
 
 
+def _make_folder(folder: Path) -> None:
+    """Create a store's folder (and its parents); a file in the way, or a folder that cannot be
+    created, is one ``ValueError`` naming the path."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            where = "not a folder" if blocking == folder else f"in the way of the folder {folder}"
+            raise ValueError(f"out: {blocking} is a file, {where} (a store keeps its records there); move it "
+                             "away or use another folder") from None
+        raise ValueError(f"out: cannot create the folder {folder} ({err.strerror or type(err).__name__})") from None
+
+
+def _refuse_constant(name):
+    """``json.loads``'s hook for ``NaN`` and ``Infinity``: strict JSON never holds them (every
+    record is written with ``allow_nan=False``), so a record that does was damaged or edited."""
+    raise ValueError(f"a non-finite number {name} (records are strict JSON)")
+
+
 def _read_json(path: Path):
     """The JSON value in ``path``, or None when the file is missing or unreadable."""
     try:
@@ -251,7 +272,7 @@ class CellStore:
         path = self.directory / MANIFEST_NAME
         if not create and not path.exists():
             raise ValueError(f"out: {self.directory} holds no sweep (no {MANIFEST_NAME})")
-        self.cells_dir.mkdir(parents=True, exist_ok=True)
+        _make_folder(self.cells_dir)
         #: Whether this object wrote the manifest (a new sweep): :meth:`discard_if_unused` may take it back.
         self.created = False
         if not path.exists() and _create_exclusive_json(path, wanted):
@@ -305,7 +326,7 @@ class CellStore:
         except UnicodeDecodeError:
             return None, "not UTF-8 text"
         try:
-            record = json.loads(text)
+            record = json.loads(text, parse_constant=_refuse_constant)
         except ValueError as err:
             return None, f"not readable JSON: {err}"
         if not isinstance(record, dict):

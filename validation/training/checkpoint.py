@@ -64,14 +64,20 @@ def _digest_path(path: Path) -> Path:
     return path.with_name(path.name + DIGEST_SUFFIX)
 
 
-def _accepted_digests(path: Path) -> list:
+def _accepted_digests(path: Path) -> tuple:
+    """``(digests, problem)``: the SHA-256 digests the digest file of ``path`` lists, and why
+    there are none (None when it lists some): missing, damaged, or not a remprop digest file."""
+    digest_file = _digest_path(path)
     try:
-        data = json.loads(_digest_path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+        data = json.loads(digest_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return [], "its digest file is missing"
+    except (OSError, ValueError):  # random bytes, truncated JSON, not UTF-8 (UnicodeDecodeError is a ValueError)
+        return [], f"its digest file {digest_file.name} is damaged (not readable JSON)"
     if not isinstance(data, dict) or data.get("format") != _DIGEST_FORMAT or not isinstance(data.get("sha256"), list):
-        return []
-    return [d for d in data["sha256"] if isinstance(d, str)]
+        return [], f"its digest file {digest_file.name} is not a remprop checkpoint digest"
+    digests = [d for d in data["sha256"] if isinstance(d, str)]
+    return digests, None if digests else f"its digest file {digest_file.name} lists no digest"
 
 
 def write_checkpoint(path, state: dict, previous=None) -> str:
@@ -182,9 +188,9 @@ def read_checkpoint(path, config_key: str, steps: int):
         quarantine(path, f"unreadable: {err.strerror or err}")
         return None, None
     digest = hashlib.sha256(data).hexdigest()
-    accepted = _accepted_digests(path)
+    accepted, problem = _accepted_digests(path)
     if digest not in accepted:
-        why = "its digest file is missing" if not accepted else "it does not match its SHA-256"
+        why = problem or "it does not match its SHA-256"
         quarantine(path, f"{why}: truncated, altered or not written by remprop")
         return None, None
     try:

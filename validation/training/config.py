@@ -70,6 +70,9 @@ class TrainConfig:
         BPE vocabulary of the corpus (>= 64).
     d_ff : int, optional
         MLP hidden width (default ``width``, as the simulator).
+    embedding_std : float, optional
+        Std of the word and position tables' entries (default ``sqrt(1/2)``: an input of unit mean square,
+        ``q0 = 1``; GPT-2's and LLaMA's 0.02 gives ``q0 = 8e-4``). Left out of :meth:`to_dict` while None.
     compile : bool or str
         Run the training steps' blocks through ``torch.compile`` (``model="remprop"``): False (the
         default), True (mode "reduce-overhead", i.e. CUDA graphs, on CUDA; "default" elsewhere) or
@@ -97,6 +100,7 @@ class TrainConfig:
     vocab_size: int = 4096
     d_ff: int | None = None
     compile: bool | str = False
+    embedding_std: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -129,6 +133,10 @@ class TrainConfig:
         put("d_ff", None if self.d_ff is None else check_positive_int("d_ff", self.d_ff))
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
             raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
+        if self.embedding_std is not None:
+            put("embedding_std", check_scalar("embedding_std", self.embedding_std, positive=True))
+            if self.model != "remprop":
+                raise ValueError(f"embedding_std needs model='remprop' (got model={self.model!r})")
         if self.compile is not False and self.model != "remprop":
             raise ValueError(f"compile needs model='remprop' (got model={self.model!r})")
 
@@ -147,6 +155,8 @@ class TrainConfig:
         out["arch"] = self.arch.to_dict()
         if out["compile"] is False:  # how it runs: the keys of uncompiled runs are those of before the option
             del out["compile"]
+        if out["embedding_std"] is None:  # the default tables: the keys of such runs are those of before the option
+            del out["embedding_std"]
         return out
 
     @classmethod

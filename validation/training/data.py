@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import platform
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,8 +110,13 @@ def load_tokenizer(texts, vocab_size):
         except Exception:  # noqa: BLE001 - a damaged cache entry is retrained and replaced
             pass
     tokenizer = _train_tokenizer(texts, vocab_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, json.loads(tokenizer.to_str()))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, json.loads(tokenizer.to_str()))
+    except OSError as err:  # a cache folder that is a file or read-only: kept in memory only
+        warnings.warn(f"cannot keep the tokenizer in {str(path.parent)!r} ({err.strerror or type(err).__name__}; "
+                      "REMPROP_CACHE_DIR names the cache folder): it is trained again by the next run",
+                      RuntimeWarning, stacklevel=2)
     return tokenizer, path
 
 

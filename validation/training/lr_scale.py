@@ -20,7 +20,10 @@ training dict and a list of groups, trained under ``OUT/<recipe>/``:
   (width <= 128) or ``1e-4 .. 3e-2`` (width 256 and 512, where the largest rates diverge);
   and depth 24 at width 64 (held out: the depth law);
 * ``warm25`` (warm-up 25 % of the steps): depth 8, width 128 (held out: the warm-up term);
-* ``long`` (1000 steps): depth 8, width 128, rates ``1e-3 .. 3e-2`` (held out: the step term).
+* ``long`` (1000 steps): depth 8, width 128, rates ``1e-3 .. 3e-2`` (held out: the step term);
+* ``smallemb`` (embeddings of std 0.02, GPT-2's and LLaMA's, an input stream of ``q0 = 8e-4``): depth 8,
+  width 64 (held out: the input scale that the ceiling's sensitivity reads). Added after the first
+  outcomes of ``base`` were read, to test what they pointed at; the rule is the same.
 
 Reference: docs/theory.md section 20; docs/training.md, "The ceiling at scale".
 """
@@ -52,6 +55,9 @@ LR_SCALE_DESIGN = {
     "warm25": (dict(LR_SWEEP_TRAINING, warmup_ratio=0.25), (_group("w128", 128, held_out=True),)),
     "long": (dict(LR_SWEEP_TRAINING, steps=1000), (_group("w128", 128, rates=(1e-3, 3e-3, 1e-2, 3e-2),
                                                           held_out=True),)),
+    # added after the base recipe's first outcomes were read (the rule unchanged): GPT-2's and LLaMA's
+    # embedding std 0.02, an input stream of q0 = 8e-4, which the ceiling's sensitivity reads
+    "smallemb": (dict(LR_SWEEP_TRAINING, embedding_std=0.02), (_group("w64", 64, held_out=True),)),
 }
 
 
@@ -100,3 +106,49 @@ def scale_outcomes(out, recipes=None, *, require_all=True) -> list:
         for record in lr_sweep_outcomes(Path(out) / name, design, training=training, require_all=require_all):
             records.append(dict(record, recipe=name))
     return records
+
+
+def family_edges(records, ceiling) -> list:
+    """Per family (recipe, norm placement, depth, width, steps) of trained runs: the largest rate that
+    trained, the smallest rate above it that did not, and both over the predicted ceiling
+    ``ceiling(record)``: the measured bracket of the true ceiling in units of the prediction.
+
+    Returns a list of dicts: ``recipe``, ``norm``, ``depth``, ``width``, ``steps``, ``split``, ``predicted``,
+    ``trained_up_to``, ``failed_from`` (``inf`` when every rate above trained; NaN when none trained),
+    ``low`` and ``high`` (the two over ``predicted``)."""
+    import math
+
+    families = {}
+    for record in records:
+        key = (record.get("recipe"), record["norm"], record["depth"], record["width"], record["steps"])
+        families.setdefault(key, []).append(record)
+    out = []
+    for (recipe, norm, depth, width, steps), members in families.items():
+        predicted = float(ceiling(members[0]))
+        trained = [r["lr"] for r in members if r["trains"]]
+        top = max(trained) if trained else math.nan
+        above = [r["lr"] for r in members if not r["trains"] and trained and r["lr"] > top]
+        failed = min(above) if above else math.inf
+        out.append({"recipe": recipe, "norm": norm, "depth": depth, "width": width, "steps": steps,
+                    "split": members[0]["split"], "predicted": predicted, "trained_up_to": top,
+                    "failed_from": failed, "low": top / predicted, "high": failed / predicted})
+    return out
+
+
+def record_ceiling(record) -> float:
+    """The theory's ceiling of a run (:func:`remprop.theory.learning_rate_ceiling` at the run's
+    architecture, depth, width, steps, beta and T; unit input stream, as the simulator's)."""
+    from remprop.theory import Architecture, learning_rate_ceiling
+
+    arch = Architecture(**dict(record["arch"], seq_len=record["seq_len"]))
+    return float(learning_rate_ceiling(arch, record["depth"], record["width"], record["steps"], record["beta"],
+                                       record.get("q0", 1.0)).ceiling)
+
+
+def record_floor(record) -> float:
+    """The theory's floor of a run (the lower edge of the window of rates; :func:`record_ceiling`'s call)."""
+    from remprop.theory import Architecture, learning_rate_ceiling
+
+    arch = Architecture(**dict(record["arch"], seq_len=record["seq_len"]))
+    return float(learning_rate_ceiling(arch, record["depth"], record["width"], record["steps"], record["beta"],
+                                       record.get("q0", 1.0)).floor)

@@ -78,7 +78,7 @@ LR_SWEEP_TRAINING = {"seq_len": 64, "batch_size": 16, "steps": 300, "vocab_size"
 #: Further recipe fields a sweep's ``training`` may set (the :class:`TrainConfig` fields of the same
 #: names; the defaults of the recipe otherwise): the recipe axes of the scale sweep
 #: (:mod:`~remprop.validation.training.lr_scale`).
-RECIPE_FIELDS = ("warmup_ratio", "weight_decay")
+RECIPE_FIELDS = ("warmup_ratio", "weight_decay", "embedding_std")
 
 
 @dataclass(frozen=True)
@@ -274,6 +274,7 @@ def _run_record(run: LRSweepRun, spec, result: dict, theory: str) -> dict:
             "width": run.width, "alpha": run.alpha, "beta": run.beta, "attention": run.attention, "lr": run.lr,
             "seq_len": spec.config.seq_len, "steps": spec.config.steps, "batch_size": spec.config.batch_size,
             "warmup_ratio": spec.config.warmup_ratio, "weight_decay": spec.config.weight_decay,
+            "q0": 1.0 if spec.config.embedding_std is None else 2.0 * spec.config.embedding_std ** 2,
             "final_test_loss": verdict["final_test_loss"], "unigram_loss": verdict["unigram_loss"],
             "diverged": verdict["diverged"], "theory_phase": verdict["theory_phase"], "theory": verdict["theory"],
             "init_entropy_min": min(entropy) if entropy else math.nan,

@@ -96,7 +96,8 @@ class MaskedLMStack(nn.Module):
         self.stack = SimulatedStack(config.arch, config.beta, config.depth, sim=sim, seed=config.seed)
         self.blocks = nn.ModuleList(BlockParameters(self.stack.weights(layer)) for layer in range(config.depth))
         word, position = embedding_tables(vocab_size, config.seq_len, config.width, seed=config.seed,
-                                          std=math.sqrt(0.5), device=device)
+                                          std=math.sqrt(0.5) if config.embedding_std is None else config.embedding_std,
+                                          device=device)
         self.word = nn.Parameter(word)
         self.position = nn.Parameter(position)
         gen = generator(config.seed, STREAM_EMBEDDINGS, HEAD_STREAM_INDEX, device)

@@ -265,93 +265,89 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
         group = parser.add_argument_group(
             "architecture", "the transformer block (defaults: post-LN BERT of the reference experiments)")
     skipped = {ARCHITECTURE_OPTIONS[name] for name in exclude}
-    add = group.add_argument
-
     def add_argument(option, **kwargs):  # the one place where model_overrides and exclude act
         if option in skipped:
             return
         if model_overrides:
             kwargs["default"] = None
             kwargs["help"] = re.sub(r"default: [^()]*(\([^()]*\)[^()]*)*\)$", "default: the model's)", kwargs["help"])
-        add(option, **kwargs)
+        group.add_argument(option, **kwargs)
 
-    group.add_argument = add_argument
-    group.add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
+    add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
                        help="LayerNorm placement: post (BERT), pre (GPT-2) or none (default: %(default)s)")
-    group.add_argument("--norm-type", choices=tuple(NORM_TYPES), default=defaults["norm_type"],
+    add_argument("--norm-type", choices=tuple(NORM_TYPES), default=defaults["norm_type"],
                        help="the norm at --norm: LayerNorm or RMSNorm (no centring, LLaMA) "
                             "(default: %(default)s)")
-    group.add_argument("--mlp", choices=tuple(MLPS), default=defaults["mlp"],
+    add_argument("--mlp", choices=tuple(MLPS), default=defaults["mlp"],
                        help="dense MLP W2 act(W1 x), or gated W_down (act(W_gate x) * W_up x): SwiGLU with "
                             "--activation silu, GeGLU with gelu (default: %(default)s)")
-    group.add_argument("--attention", choices=tuple(ATTENTIONS), default=defaults["attention"],
+    add_argument("--attention", choices=tuple(ATTENTIONS), default=defaults["attention"],
                        help="softmax attention or its centred gain-controlled version (default: %(default)s)")
-    group.add_argument("--activation", choices=tuple(ACTIVATIONS), default=defaults["activation"],
+    add_argument("--activation", choices=tuple(ACTIVATIONS), default=defaults["activation"],
                        help="MLP activation (default: %(default)s)")
-    group.add_argument("--sigma-w2", type=nonnegative_real, default=defaults["sigma_w2"], metavar="S2",
+    add_argument("--sigma-w2", type=nonnegative_real, default=defaults["sigma_w2"], metavar="S2",
                        help="MLP weight variance times fan-in, W ~ N(0, S2/d) (default: %(default)s)")
-    group.add_argument("--sigma-b2", type=nonnegative_real, default=defaults["sigma_b2"], metavar="S2",
+    add_argument("--sigma-b2", type=nonnegative_real, default=defaults["sigma_b2"], metavar="S2",
                        help="bias variance of values and MLP (default: %(default)s)")
-    group.add_argument("--sigma-v2", type=nonnegative_real, default=defaults["sigma_v2"], metavar="S2",
+    add_argument("--sigma-v2", type=nonnegative_real, default=defaults["sigma_v2"], metavar="S2",
                        help="value weight variance times fan-in (default: %(default)s)")
-    group.add_argument("--sigma-o2", type=nonnegative_real, default=None, metavar="S2",
+    add_argument("--sigma-o2", type=nonnegative_real, default=None, metavar="S2",
                        help="attention output projection W_O ~ N(0, S2/d), no bias (default: no projection)")
-    group.add_argument("--sigma-w2-out", type=nonnegative_real, default=None, metavar="S2",
+    add_argument("--sigma-w2-out", type=nonnegative_real, default=None, metavar="S2",
                        help="variance times fan-in of the MLP's second layer, W2 ~ N(0, S2/d_ff) "
                             "(default: --sigma-w2)")
     if alpha_sa:
-        group.add_argument("--alpha", dest="alpha_sa", type=nonnegative_real, default=defaults["alpha_sa"],
+        add_argument("--alpha", dest="alpha_sa", type=nonnegative_real, default=defaults["alpha_sa"],
                            metavar="A", help="alpha_SA: strength of the identity path around attention, "
                            "x -> A x + SA(x) (default: %(default)s)")
-    group.add_argument("--alpha-mlp", type=nonnegative_real, default=defaults["alpha_mlp"], metavar="A",
+    add_argument("--alpha-mlp", type=nonnegative_real, default=defaults["alpha_mlp"], metavar="A",
                        help="strength of the identity path around the MLP (default: %(default)s)")
-    group.add_argument("--heads", type=count(1), default=defaults["heads"], metavar="H",
+    add_argument("--heads", type=count(1), default=defaults["heads"], metavar="H",
                        help="attention heads H (default: %(default)s)")
-    group.add_argument("--qk-scaling", choices=tuple(QK_SCALINGS), default=defaults["qk_scaling"],
+    add_argument("--qk-scaling", choices=tuple(QK_SCALINGS), default=defaults["qk_scaling"],
                        help="query/key variance of each head over the model width (model: every head runs at "
                             "beta) or over the head width (head: each head runs at H beta) "
                             "(default: %(default)s)")
-    group.add_argument("--positions", choices=POSITIONS, default=defaults["positions"],
+    add_argument("--positions", choices=POSITIONS, default=defaults["positions"],
                        help="absolute (added to the embeddings: only the input state) or rope (rotary: queries "
                             "and keys rotated; needs the theory's finite T and --head-dim) (default: %(default)s)")
-    group.add_argument("--rope-base", type=positive_real, default=defaults["rope_base"], metavar="B",
+    add_argument("--rope-base", type=positive_real, default=defaults["rope_base"], metavar="B",
                        help="RoPE base b > 1 of the frequencies b^(-2i/d_H) (default: %(default)g)")
-    group.add_argument("--head-dim", type=count(2), default=defaults["head_dim"], metavar="D_H",
+    add_argument("--head-dim", type=count(2), default=defaults["head_dim"], metavar="D_H",
                        help="width of one head's queries and keys, even (usually width / heads); "
                             "needed with --positions rope and --qk-norm (default: none)")
-    group.add_argument("--rotary-dim", type=count(2), default=defaults["rotary_dim"], metavar="R",
-                       help="coordinates of each head that --positions rope turns, even, <= --head-dim (GPT-NeoX's "
-                            "rotary_pct d_H); the rest pass unrotated (default: all of --head-dim)")
-    group.add_argument("--kv-heads", type=count(1), default=defaults["kv_heads"], metavar="H_KV",
+    add_argument("--rotary-dim", type=count(2), default=defaults["rotary_dim"], metavar="R",
+                 help="coordinates of each head that --positions rope turns, even, <= --head-dim (GPT-NeoX's "
+                      "rotary_pct d_H); the rest pass unrotated (default: all of --head-dim)")
+    add_argument("--kv-heads", type=count(1), default=defaults["kv_heads"], metavar="H_KV",
                        help="key/value heads of grouped-query attention, dividing --heads; the mean maps are "
                             "those of ungrouped heads (default: --heads)")
-    group.add_argument("--qk-norm", action="store_true",
+    add_argument("--qk-norm", action="store_true",
                        help="RMS-normalised queries and keys (OLMo 2, Gemma 3): beta then multiplies the "
                             "normalised scores; needs the theory's finite T and --head-dim")
-    group.add_argument("--qk-norm-gain", type=positive_real, default=defaults["qk_norm_gain"], metavar="G",
+    add_argument("--qk-norm-gain", type=positive_real, default=defaults["qk_norm_gain"], metavar="G",
                        help="gain of the query/key norm (default: %(default)s)")
-    group.add_argument("--qk-norm-dim", type=count(1), default=defaults["qk_norm_dim"], metavar="N",
+    add_argument("--qk-norm-dim", type=count(1), default=defaults["qk_norm_dim"], metavar="N",
                        help="coordinates normalised together, >= --head-dim (OLMo 2: heads x head dim; "
                             "default: --head-dim)")
-    group.add_argument("--block-form", choices=tuple(BLOCK_FORMS), default=defaults["block_form"],
+    add_argument("--block-form", choices=tuple(BLOCK_FORMS), default=defaults["block_form"],
                        help="sequential branches, or parallel: x + SA(LN x) + MLP(LN x) (GPT-J, NeoX; "
                             "--norm pre only) (default: %(default)s)")
-    group.add_argument("--branch-norm", action="store_true",
+    add_argument("--branch-norm", action="store_true",
                        help="a norm on each branch's output before the skip add (Gemma 2 sandwich with --norm "
                             "pre, OLMo 2 with --norm none)")
-    group.add_argument("--final-norm", action="store_true",
+    add_argument("--final-norm", action="store_true",
                        help="a norm after the last block: the reported final state is its output (q = 1)")
-    group.add_argument("--logit-softcap", type=positive_real, default=defaults["logit_softcap"], metavar="C",
+    add_argument("--logit-softcap", type=positive_real, default=defaults["logit_softcap"], metavar="C",
                        help="attention-logit soft-cap C tanh(s/C) (Gemma 2: 50), accepted where the theory "
                             "bounds its effect on Y2 (default: none)")
     if theory_seq_len:
         override = theory_seq_len == "override"
-        group.add_argument("--theory-seq-len" if override else "--seq-len", dest=_dest("seq_len"), type=count(2),
+        add_argument("--theory-seq-len" if override else "--seq-len", dest=_dest("seq_len"), type=count(2),
                            default=None, metavar="T",
                            help="sequence length T of the theory's attention maps (exact finite-T "
                                 "participation ratios; default: " + ("--seq-len, else " if override else "")
                                 + "T -> infinity)")
-    group.add_argument = add
     return group
 
 

@@ -39,7 +39,7 @@ def add_check_parser(commands):
                         help="diagnose a real model (Hugging Face config) at its default initialisation")
     check.add_argument("model", nargs="?", default=None, metavar="MODEL",
                        help="a shipped model name or a config path (same as --hf-config), or a folder with config.json "
-                            "and *.safetensors: the model measured on its own weights")
+                            "and *.safetensors (or pytorch_model.bin): the model measured on its own weights")
     check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
                        help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
     check.add_argument("--seq-len", type=count(2), default=None, metavar="T",
@@ -65,6 +65,9 @@ def add_check_parser(commands):
     check.add_argument("--steps", type=count(1), default=DEFAULT_STEPS, metavar="S",
                        help="AdamW steps (warm-up and linear decay) of the predicted learning-rate ceiling, "
                             "docs/theory.md section 20 (default: %(default)s)")
+    check.add_argument("--lr", type=positive_real, default=None, metavar="ETA",
+                       help="your AdamW peak rate: the report says whether it lies below, within or above the "
+                            "ceiling's measured band")
     check.add_argument("--simulate", action="store_true",
                        help="instantiate the model at random init and overlay measurements (torch, transformers)")
     add_seeds_option(check, what="initialisation seeds of --simulate")
@@ -102,7 +105,8 @@ def add_check_parser(commands):
 #: the default file name (:func:`output_stem`), so that runs that differ do not overwrite each other.
 ANSWER_OPTIONS = (("depth", "--depth"), ("width", "--width"), ("heads", "--heads"), ("pixel_std", "--pixel-std"),
                   ("rho0", "--rho0"), ("threshold", "--threshold"), ("max_depth", "--max-depth"),
-                  ("steps", "--steps"), ("causal_theory", "--causal-theory"), ("gram_draws", "--gram-draws"))
+                  ("steps", "--steps"), ("lr", "--lr"), ("causal_theory", "--causal-theory"),
+                  ("gram_draws", "--gram-draws"))
 #: The options of --simulate that change its measurement (named in the file stem as :data:`ANSWER_OPTIONS`).
 SIMULATE_OPTIONS = (("seeds", "--seeds"), ("sequences", "--sequences"))
 
@@ -270,7 +274,7 @@ def _model_spec(args):
     --rho0) and how its T was chosen: ``{"seq_len", "max_seq_len", "source"}`` with source
     ``"--seq-len"`` or ``"default"`` (``min(max_seq_len, DEFAULT_SEQ_LEN)``)."""
     from remprop.theory import model_spec
-    from remprop.theory.models.measured_weights import holds_weights
+    from remprop.theory.models.measured_weights import TORCH_WEIGHT_FILES, holds_weights, unread_weight_files
 
     if (args.config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
@@ -285,6 +289,12 @@ def _model_spec(args):
             spec = spec.with_settings(rho0=args.rho0)
         return spec, {"seq_len": spec.seq_len, "max_seq_len": longest,
                       "source": "--seq-len" if args.seq_len is not None else "default"}
+    unread = unread_weight_files(config)
+    if unread:  # checked at the default init, these weights would be silently ignored
+        raise CommandLineError(f"{config} holds {unread[0].name} but no weights remprop reads (*.safetensors, "
+                               f"{', '.join(TORCH_WEIGHT_FILES)}): save them with save_pretrained, or give "
+                               f"--hf-config {Path(config) / 'config.json'} to check the configuration at its "
+                               "default initialisation")
     spec = model_spec(config, pixel_std=args.pixel_std)  # at the model's maximum context
     longest = spec.seq_len
     seq_len = args.seq_len if args.seq_len is not None else min(longest, DEFAULT_SEQ_LEN)
@@ -381,6 +391,9 @@ def _theory_choice(args):
     """(choice, draws) of the causal theory: --causal-theory (default auto) and --gram-draws."""
     from remprop.diagrams.diagnosis import GRAM_DRAWS
 
+    if args.causal_theory == "maps" and args.gram_draws is not None:
+        raise CommandLineError("--gram-draws applies to the causal Gram state: --causal-theory maps draws nothing "
+                               "(drop --gram-draws, or use --causal-theory gram or auto)")
     return (args.causal_theory or "auto", GRAM_DRAWS if args.gram_draws is None else args.gram_draws)
 
 
@@ -391,7 +404,7 @@ def _diagnose(spec, args, theory):
     choice, draws = theory
     try:
         return diagnose(spec, args.threshold, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws,
-                        lr_steps=args.steps)
+                        lr_steps=args.steps, lr=args.lr)
     except ValueError as err:
         if "causal_theory" in str(err):
             raise CommandLineError(f"--causal-theory {choice}: {err}") from None

@@ -31,6 +31,7 @@ import tempfile
 import time
 
 from ..converters import count
+from ..errors import CommandLineError
 
 __all__ = ["DEFAULT_PARTS", "PARTS", "add_precompile_parser", "run_precompile", "precompile_parts", "write_bytecode"]
 
@@ -145,13 +146,19 @@ def run_precompile(args) -> int:
     if args.background:
         write_bytecode()  # before returning: a command started meanwhile loads remprop from bytecode, as the parts do
         folder = cache_directory()
-        folder.mkdir(parents=True, exist_ok=True)
         log = folder / "precompile.log"
         command = [sys.executable, "-m", "remprop", "precompile", *parts]
         for option, value in (("--jobs", args.jobs), ("--threads", args.threads)):
             if value is not None:
                 command += [option, str(value)]
-        with open(log, "w") as handle:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = open(log, "w")
+        except OSError as err:  # REMPROP_CACHE_DIR a file, a read-only folder or install
+            reason = err.strerror or type(err).__name__
+            raise CommandLineError(f"--background: cannot write its log {str(log)!r} ({reason}); set "
+                                   "REMPROP_CACHE_DIR to a writable folder") from None
+        with handle:
             subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True)
         print(f"remprop precompile: compiling {', '.join(parts)} in the background (log: {log})")
         return 0

@@ -23,23 +23,36 @@ __all__ = ["add_diagram_parser", "add_min_alpha_parser", "add_propagate_parser",
 
 
 # -- the learning rate (docs/theory.md section 20) ------------------------------------------
+#: Defaults of --steps and --width (remprop train's), which apply with --lr only.
+LR_STEPS, LR_WIDTH = 300, 64
+
+
 def add_learning_rate_options(parser):
     """``--lr LR --steps S --width D``: the learning-rate ceiling's axis (defaults: ``remprop train``'s)."""
     group = parser.add_argument_group("learning rate (docs/theory.md section 20)")
     group.add_argument("--lr", type=positive_real, default=None, metavar="LR",
                        help="AdamW peak learning rate > 0: also ask for the learning-rate ceiling (needs --seq-len)")
-    group.add_argument("--steps", type=count(1), default=300, metavar="S",
-                       help="AdamW steps of warm-up and linear decay, with --lr "
-                            "(default: %(default)s, remprop train's)")
-    group.add_argument("--width", type=count(2), default=64, metavar="D",
-                       help="model width d, with --lr (default: %(default)s, remprop train's)")
+    group.add_argument("--steps", type=count(1), default=None, metavar="S",
+                       help=f"AdamW steps of warm-up and linear decay, with --lr "
+                            f"(default: {LR_STEPS}, remprop train's)")
+    group.add_argument("--width", type=count(2), default=None, metavar="D",
+                       help=f"model width d, with --lr (default: {LR_WIDTH}, remprop train's)")
 
 
 def _check_learning_rate_options(args, arch) -> None:
-    """``--lr`` needs a finite T (the logits scale with log T)."""
+    """``--lr`` needs a finite T (the logits scale with log T); ``--steps`` and ``--width`` apply with
+    ``--lr`` only (given alone they would be ignored: refused). Fills in their defaults."""
+    if args.lr is None:
+        given = [option for option, value in (("--steps", args.steps), ("--width", args.width)) if value is not None]
+        if given:
+            raise CommandLineError(f"{given[0]} applies with --lr only (the learning-rate ceiling's "
+                                   f"{'steps' if given[0] == '--steps' else 'model width'}): add --lr LR or drop "
+                                   f"{given[0]}")
     if args.lr is not None and arch.seq_len is None:
         raise CommandLineError("--lr needs --seq-len T: the learning-rate ceiling's logits scale with log T "
                                "(docs/theory.md section 20)")
+    args.steps = LR_STEPS if args.steps is None else args.steps
+    args.width = LR_WIDTH if args.width is None else args.width
 
 
 # -- remprop diagram ---------------------------------------------------------------------
