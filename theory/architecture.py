@@ -98,6 +98,10 @@ class Architecture:
         RoPE base ``b`` of the frequencies ``b^{-2i/d_H}``, > 1 (default 10000).
     head_dim : int or None
         Width ``d_H`` of one head's queries and keys (even); needed by RoPE and QK-norm.
+    rotary_dim : int or None
+        Coordinates of each head that RoPE rotates (even, ``<= head_dim``; GPT-NeoX's
+        ``rotary_pct d_H``), the rest pass unrotated
+        (:func:`~remprop.theory.rem.rope.partial_rotary_correlation`); None: all ``head_dim``.
     kv_heads : int or None
         Key/value heads of grouped-query attention (dividing ``heads``; the mean maps are
         unchanged, docs/theory.md section 19); None: ``heads``.
@@ -147,6 +151,7 @@ class Architecture:
     positions: str = "absolute"
     rope_base: Any = ROPE_BASE
     head_dim: Any = None
+    rotary_dim: Any = None
     kv_heads: Any = None
     qk_norm: bool = False
     qk_norm_gain: Any = 1.0
@@ -186,6 +191,15 @@ class Architecture:
                                            "the rotary correlation averages over its d_H / 2 frequencies")):
                 if getattr(self, name) is None:
                     raise ValueError(f"{name} is required with positions='rope' ({why}")
+        if self.rotary_dim is not None:
+            if self.head_dim is None:
+                raise ValueError("head_dim is required with rotary_dim (the head's width, of which rotary_dim "
+                                 "coordinates rotate)")
+            rotary = check_count("rotary_dim", self.rotary_dim, 2)
+            if rotary % 2 or rotary > self.head_dim:
+                raise ValueError(f"rotary_dim must be even and <= head_dim ({self.head_dim}): RoPE rotates "
+                                 f"coordinate pairs of a head, got {rotary}")
+            object.__setattr__(self, "rotary_dim", rotary)
         try:
             check_rope(2 if self.head_dim is None else self.head_dim, self.rope_base)  # O(1): no frequency sum
         except ValueError as err:

@@ -75,13 +75,14 @@ from . import gram_state as _gram
 from ._causal_gram import _CausalGramWalker
 from .activations import activation_spec
 from .architecture import Architecture
+from .components import attention_scale as scale
 from .components.attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_count, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation
-from .rem.rope import rope_frequencies
 
 __all__ = [
+    "row_rope_correlation",
     "CausalTrajectory",
     "propagate_causal",
     "last_tokens_cosine",
@@ -144,12 +145,14 @@ def _causal_block(arch, beta, positions, table, rope_correlation, model_beta=Non
                                          positions, table, rope_correlation, *qk))
 
 
-def _row_rope_correlation(arch, seq_len, positions):
-    """``cbar_t`` of each causal row: the encoder's factor on ``p``
-    (``Architecture.mean_rope_correlation``, 1 without RoPE) for the t keys of row t."""
+def row_rope_correlation(arch, seq_len, positions):
+    """``cbar_t`` of each causal row (``positions``, 1-based t in [2, T]): the encoder's factor on ``p``
+    (``Architecture.mean_rope_correlation``, 1 without RoPE) for the t keys of row t, partial rotary
+    (``rotary_dim``) mixed in."""
     if not arch.positions.rotary:
         return np.ones(positions.shape)
-    return np.asarray(causal_rope_correlation(positions, seq_len, arch.head_dim, arch.rope_base), dtype=np.float64)
+    rows = causal_rope_correlation(positions, seq_len, scale.rotary_width(arch), arch.rope_base)
+    return np.asarray(scale.rotary_share(arch, rows), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
     table = causal_participation_table(seq_len, positions)
     # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
     block = _causal_block(arch, np.asarray(arch.effective_beta(beta), dtype=np.float64),
-                          positions.astype(np.float64), table, _row_rope_correlation(arch, seq_len, positions),
+                          positions.astype(np.float64), table, row_rope_correlation(arch, seq_len, positions),
                           beta)
     q = np.empty((positions.size, depth + 1))
     p = np.empty((positions.size, depth + 1))
@@ -392,7 +395,7 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     draws = check_count("draws", draws, 1)
     rotating = 0
     if arch.positions.rotary:
-        frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64)
+        frequencies = scale.head_frequencies(arch)
         rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
     cube = float(seq_len) ** 3
     quadrature = 0.0
@@ -571,7 +574,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     seed = check_count("seed", seed, 0)
     norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
     arch = arch.replace(seq_len=seq_len)
-    frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64) if rope else None
+    frequencies = scale.head_frequencies(arch) if rope else None
     walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies, arch.logit_softcap,
                                norm_eps)
     # the cap is applied to the drawn scores (exact), so the uncapped maps' tolerance check does not apply

@@ -192,7 +192,7 @@ def first_layer_participation(spec) -> float:
     Giorlandino & Goldt, arXiv 2505.24333 (the REM); docs/real_models.md (the check).
     """
     from remprop.theory import causal_participation_ratio, participation_moment
-    from remprop.theory.rem import rope_participation_ratio
+    from remprop.theory.causal import row_rope_correlation
 
     spec = _as_spec(spec)
     arch = spec.architecture
@@ -205,15 +205,13 @@ def first_layer_participation(spec) -> float:
         beta = float(arch.effective_beta(spec.beta, q=q, p=p))
     else:
         beta = float(arch.effective_beta(spec.beta))
-    rope = arch.positions.rotary
+    # the keys overlap p cbar (rotary positions, partial rotary mixed in; 1 without): cbar_t of row t if causal
     if spec.causal:
-        rope_args = dict(rope_head_dim=arch.head_dim, rope_base=arch.rope_base) if rope else {}
-        rows = [float(causal_participation_ratio(beta, q, p, t, seq_len, **rope_args))
-                for t in range(2, seq_len + 1)]
+        positions = np.arange(2, seq_len + 1)
+        rows = [float(causal_participation_ratio(beta, q, p * cbar, t, seq_len))
+                for t, cbar in zip(positions, row_rope_correlation(arch, seq_len, positions))]
         return (1.0 + sum(rows)) / seq_len
-    if rope:
-        return float(rope_participation_ratio(beta, q, p, seq_len, arch.head_dim, arch.rope_base))
-    return float(participation_moment(beta, q, p, seq_len))
+    return float(participation_moment(beta, q, p * arch.mean_rope_correlation, seq_len))
 
 
 def build_model(spec, *, seed=0, dtype="float32", device=None):

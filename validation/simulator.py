@@ -175,7 +175,12 @@ class SimulatedStack:
         if self.arch.head_dim != d_head:
             raise ValueError(f"head_dim = {self.arch.head_dim} (arch.head_dim) must equal width / heads = "
                              f"{self.width} / {self.heads} = {d_head}, the simulated heads' width")
-        return rotary(self.seq_len, d_head, self.arch.rope_base, dtype=self.dtype, device=self.device)
+        width = d_head if self.arch.rotary_dim is None else self.arch.rotary_dim
+        turn = rotary(self.seq_len, width, self.arch.rope_base, dtype=self.dtype, device=self.device)
+        if width == d_head:
+            return turn
+        # partial rotary (GPT-NeoX's rotary_pct): the first rotary_dim coordinates turn, the rest pass
+        return lambda x: torch.cat([turn(x[..., :width]), x[..., width:]], dim=-1)
 
     @property
     def heads(self) -> int:

@@ -24,22 +24,46 @@ import numpy as np
 
 from ..checks import as_float_array, scalar_or_array
 from ..rem import critical_beta_core, effective_beta as head_effective_beta, gaussian_cosine_mean, \
-    qk_norm_energy_core, rope_mean_correlation
+    partial_rotary_correlation, qk_norm_energy_core, rope_frequencies, rope_mean_correlation
 from .. import softcap
 from .block import attention_input
 
-__all__ = ["mean_rope_correlation", "head_factor", "beta_scale", "qk_norm_width", "effective_beta",
-           "critical_beta", "block_critical_beta", "attention_map"]
+__all__ = ["mean_rope_correlation", "rotary_width", "rotary_share", "head_frequencies", "head_factor", "beta_scale",
+           "qk_norm_width", "effective_beta", "critical_beta", "block_critical_beta", "attention_map"]
 
 
 def mean_rope_correlation(arch) -> float:
     """``cbar_T = rope_mean_correlation(seq_len, head_dim, rope_base)`` with RoPE (the mean rotary
     correlation over pairs of keys, :func:`~remprop.theory.rem.rope_mean_correlation`), exactly 1
     otherwise (the part of the scores shared by all keys cancels). Only the REM's scale and beta_c
-    use it; the output map keeps ``p``."""
+    use it; the output map keeps ``p``. With ``rotary_dim < head_dim`` (partial rotary) the
+    rotated part's ``cbar_T`` mixed with the unrotated part's 1
+    (:func:`~remprop.theory.rem.rope.partial_rotary_correlation`)."""
     if not arch.positions.rotary:
         return 1.0
-    return rope_mean_correlation(arch.seq_len, arch.head_dim, arch.rope_base)
+    return rotary_share(arch, rope_mean_correlation(arch.seq_len, rotary_width(arch), arch.rope_base))
+
+
+def rotary_width(arch) -> int:
+    """The coordinates of a head that RoPE rotates: ``rotary_dim``, or ``head_dim``."""
+    return arch.head_dim if arch.rotary_dim is None else arch.rotary_dim
+
+
+def head_frequencies(arch) -> np.ndarray:
+    """``theta_f`` of every coordinate pair of a head with RoPE: those of the rotated pairs
+    (:func:`rotary_width`, :func:`~remprop.theory.rem.rope_frequencies`), then a 0 for each pair
+    that partial rotary leaves unrotated (the causal Gram state draws the scores over them)."""
+    rotated = np.asarray(rope_frequencies(rotary_width(arch), arch.rope_base), dtype=np.float64)
+    return np.concatenate([rotated, np.zeros((arch.head_dim - rotary_width(arch)) // 2)])
+
+
+def rotary_share(arch, correlation):
+    """A correlation of the rotated coordinates (at ``head_dim = rotary_width(arch)``) as that of
+    the whole head: :func:`~remprop.theory.rem.rope.partial_rotary_correlation` (unchanged when
+    every coordinate rotates)."""
+    if arch.rotary_dim is None or arch.rotary_dim == arch.head_dim:
+        return correlation
+    return partial_rotary_correlation(correlation, arch.head_dim, arch.rotary_dim)
 
 
 def head_factor(arch) -> int:

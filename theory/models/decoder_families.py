@@ -34,8 +34,17 @@ def _phi3_spec(cfg, *, seq_len=None, pixel_std=1.0):
     partial = cfg.get("partial_rotary_factor")
     if partial is None and isinstance(cfg.get("rope_parameters"), dict):  # transformers >= 5 keeps it there
         partial = cfg["rope_parameters"].get("partial_rotary_factor")
-    notes = (fused,) + ((f"partial_rotary_factor = {partial:g}: rotary positions act on part of each head "
-                         "only",) if partial not in (None, 1, 1.0) else ())
+    notes = (fused,)
+    if partial not in (None, 1, 1.0):  # Phi3RotaryEmbedding: the first int(d_H f) coordinates turn, at b^(-2i/r)
+        arch = spec.architecture
+        rotary = int(arch.head_dim * partial) if isinstance(partial, (int, float)) and 0 < partial < 1 else 0
+        if rotary < 2 or rotary % 2:
+            raise ValueError(f"config.partial_rotary_factor must be in (0, 1] and turn an even number >= 2 of the "
+                             f"{arch.head_dim} coordinates of a head, got {partial!r}")
+        arch = arch.replace(rotary_dim=rotary)
+        spec = dataclasses.replace(spec, settings=spec.settings.replace(arch=arch))
+        notes += (f"partial_rotary_factor = {partial:g}: rotary positions turn {rotary} of d_H = {arch.head_dim} "
+                  f"coordinates (rotary_dim), cbar_T = {arch.mean_rope_correlation:.3f} (docs/theory.md section 15)",)
     return dataclasses.replace(spec, family="phi3", config=cfg, assumptions=notes + spec.assumptions)
 
 

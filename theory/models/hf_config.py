@@ -80,7 +80,7 @@ ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "be
 
 #: Supported ``model_type`` values and their block order.
 FAMILIES = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre", "llama": "pre", "mistral": "pre",
-            "qwen2": "pre", "phi3": "pre", "gemma2": "pre", "olmo2": "none"}
+            "qwen2": "pre", "phi3": "pre", "gemma2": "pre", "olmo2": "none", "gpt_neox": "pre"}
 #: The LLaMA-style families: pre-RMSNorm, gated MLP, rotary positions, no biases.
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
 
@@ -304,7 +304,7 @@ def _positive_real(cfg, *names, default=None, allow_zero=False):
 #: transformers 5.x, e.g. 11008 for LLaMA whatever the width); GPT-2's ``n_inner = None``
 #: means ``4 d``.
 LIBRARY_D_FF = {"bert": 3072, "roberta": 3072, "vit": 3072, "llama": 11008, "mistral": 14336,
-                "qwen2": 22016, "phi3": 8192, "gemma2": 9216, "olmo2": 11008}
+                "qwen2": 22016, "phi3": 8192, "gemma2": 9216, "olmo2": 11008, "gpt_neox": 24576}
 
 
 def _with_library_defaults(cfg):

@@ -35,8 +35,8 @@ from .heads import QK_SCALINGS, QKScaling, effective_beta, head_participation_ra
 from .pairs import pair_participation_moment, participation_square
 from .finite_width import attention_mean_cosine, finite_width_attention_map, gibbs_energy_square, query_norm_variance
 from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_energy_core, qk_norm_score_moments
-from .rope import (ROPE_BASE, rope_correlation, rope_critical_beta, rope_frequencies, rope_mean_correlation,
-                   rope_participation_ratio, rope_score_covariance)
+from .rope import (ROPE_BASE, partial_rotary_correlation, rope_correlation, rope_critical_beta, rope_frequencies,
+                   rope_mean_correlation, rope_participation_ratio, rope_score_covariance)
 from .spectrum import attention_bulk_radius, stochastic_bulk_radius
 from .table import (TABLE_TOLERANCE, TABLE_X_MAX, ParticipationTable, after_table, participation_table, table_lookup,
                     table_lookup_at, table_position)
@@ -53,7 +53,8 @@ __all__ = [
     "check_seq_len", "check_order", "check_orders", "check_positions", "check_heads",
     "critical_beta_core", "asymptotic_participation_core",
     "attention_bulk_radius", "stochastic_bulk_radius",
-    "ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation", "rope_score_covariance",
+    "ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation",
+    "partial_rotary_correlation", "rope_score_covariance",
     "rope_critical_beta", "rope_participation_ratio",
     "gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta", "qk_norm_energy_core",
     "attention_mean_cosine", "finite_width_attention_map", "gibbs_energy_square", "query_norm_variance",

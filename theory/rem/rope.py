@@ -65,7 +65,7 @@ from .finite_t import participation_moment
 from .heads import score_variance
 
 __all__ = ["ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation",
-           "rope_score_covariance", "rope_critical_beta", "rope_participation_ratio"]
+           "partial_rotary_correlation", "rope_score_covariance", "rope_critical_beta", "rope_participation_ratio"]
 
 #: The RoPE base of RoFormer and Llama 2 (Llama 3 uses 500000).
 ROPE_BASE = 10000.0
@@ -177,6 +177,46 @@ def rope_mean_correlation(seq_len, head_dim=64, base=ROPE_BASE):
     seq_len = check_seq_len(seq_len)
     head_dim, base = _check_rope(head_dim, base)
     return _mean_correlation(seq_len, head_dim, base)
+
+
+def partial_rotary_correlation(correlation, head_dim, rotary_dim):
+    r"""The rotary correlation of a head that rotates only ``r`` of its ``d_H`` coordinates.
+
+    GPT-NeoX (``rotary_pct``) and Phi (``partial_rotary_factor``) rotate the first ``r`` coordinates
+    of each query and key with the frequencies ``theta_i = b^{-2i/r}`` of a head of width ``r`` and
+    pass the other ``d_H - r`` through. In the covariance of section 15 the score's shared part is
+    ``u^T R_{l-m} u`` summed over coordinates; an unrotated coordinate contributes its ``u_j^2`` at
+    every distance, so with every ``u_j^2`` replaced by its mean
+
+    .. math:: c(k) = \frac{r}{d_H}\, c_r(k) + 1 - \frac{r}{d_H},
+
+    with ``c_r`` the correlation of a fully rotated head of width ``r``
+    (:func:`rope_correlation` at ``head_dim = r``). The relation is linear, so it holds for every
+    mean over pairs of keys too (``cbar_T``, :func:`rope_mean_correlation` at ``head_dim = r``,
+    and the causal rows' ``cbar_t``): the same approximation as full RoPE, nothing more.
+
+    Parameters
+    ----------
+    correlation : array_like
+        ``c_r`` (or a mean of it) of the rotated part.
+    head_dim, rotary_dim : int
+        ``d_H`` and ``r``, even, ``2 <= r <= d_H``.
+
+    Returns
+    -------
+    ndarray or float
+
+    Examples
+    --------
+    >>> partial_rotary_correlation(0.0, 64, 16)
+    0.75
+    """
+    head_dim = check_count("head_dim", head_dim, 2)
+    rotary_dim = check_count("rotary_dim", rotary_dim, 2)
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+    share = rotary_dim / head_dim
+    return scalar_or_array(share * as_float_array("correlation", correlation) + (1.0 - share))
 
 
 #: Frequencies summed at a time by :func:`rope_mean_correlation`: a head of any width is

@@ -201,6 +201,7 @@ ARCHITECTURE_OPTIONS = {
     "positions": "--positions",
     "rope_base": "--rope-base",
     "head_dim": "--head-dim",
+    "rotary_dim": "--rotary-dim",
     "kv_heads": "--kv-heads",
     "qk_norm": "--qk-norm",
     "qk_norm_gain": "--qk-norm-gain",
@@ -246,10 +247,10 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
         The group, with options ``--norm``, ``--norm-type``, ``--mlp``, ``--attention``, ``--activation``,
         ``--sigma-w2``, ``--sigma-b2``, ``--sigma-v2``, ``--sigma-o2``, ``--sigma-w2-out``,
         ``--alpha`` (optional), ``--alpha-mlp``, ``--heads``, ``--qk-scaling``, ``--positions``,
-        ``--rope-base``, ``--head-dim``, the decoder block forms (``--kv-heads``, ``--qk-norm``,
-        ``--qk-norm-gain``, ``--qk-norm-dim``, ``--block-form``, ``--branch-norm``, ``--final-norm``,
-        ``--logit-softcap``: docs/theory.md section 19) and ``--seq-len`` (optional); defaults are those
-        of the Architecture class (post-LN BERT, one head, absolute positions). Choices come
+        ``--rope-base``, ``--head-dim``, ``--rotary-dim``, the decoder block forms (``--kv-heads``,
+        ``--qk-norm``, ``--qk-norm-gain``, ``--qk-norm-dim``, ``--block-form``, ``--branch-norm``,
+        ``--final-norm``, ``--logit-softcap``: docs/theory.md section 19) and ``--seq-len`` (optional);
+        defaults are those of the Architecture class (post-LN BERT, one head, absolute positions). Choices come
         from :data:`remprop.theory.NORMS`, ``ATTENTIONS``, ``ACTIVATIONS``, ``QK_SCALINGS`` and
         :data:`remprop.theory.architecture.POSITIONS`.
     """
@@ -315,6 +316,9 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
     add_argument("--head-dim", type=count(2), default=defaults["head_dim"], metavar="D_H",
                        help="width of one head's queries and keys, even (usually width / heads); "
                             "needed with --positions rope and --qk-norm (default: none)")
+    add_argument("--rotary-dim", type=count(2), default=defaults["rotary_dim"], metavar="R",
+                 help="coordinates of each head that --positions rope turns, even, <= --head-dim (GPT-NeoX's "
+                      "rotary_pct d_H); the rest pass unrotated (default: all of --head-dim)")
     add_argument("--kv-heads", type=count(1), default=defaults["kv_heads"], metavar="H_KV",
                        help="key/value heads of grouped-query attention, dividing --heads; the mean maps are "
                             "those of ungrouped heads (default: --heads)")
