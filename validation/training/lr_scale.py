@@ -152,3 +152,29 @@ def record_floor(record) -> float:
     arch = Architecture(**dict(record["arch"], seq_len=record["seq_len"]))
     return float(learning_rate_ceiling(arch, record["depth"], record["width"], record["steps"], record["beta"],
                                        record.get("q0", 1.0)).floor)
+
+
+def scale_summary(records) -> dict:
+    """What the scale sweep says of the theory's ceiling (docs/training.md, "The ceiling at scale").
+
+    ``edges``: :func:`family_edges` against :func:`record_ceiling`; ``band``: the smallest ``low`` and the
+    largest finite ``high`` over the held-out families (the measured spread of the true ceiling around
+    the predicted one); ``ceiling`` and ``window``: :func:`~remprop.validation.training.lr_sweep.evaluate_ceiling`
+    of the ceiling alone and of the window between the floor and the ceiling (per part: runs, correct,
+    accuracy, AUROC; and every run the window reads wrong). The theory's constants were fitted on the first
+    sweep only: no run here was read by a fit."""
+    import math
+
+    from .lr_sweep import evaluate_ceiling
+
+    edges = family_edges(records, record_ceiling)
+    held = [e for e in edges if e["split"] == "held-out" and math.isfinite(e["low"])]
+    band = (min(e["low"] for e in held), max(e["high"] for e in held if math.isfinite(e["high"]))) if held else None
+    ceiling = evaluate_ceiling(records, record_ceiling)
+    window = evaluate_ceiling(records, record_ceiling, record_floor)
+    strip = lambda part: {k: part[k] for k in ("runs", "correct", "accuracy", "auroc")}  # noqa: E731
+    return {"edges": edges, "band": band,
+            "ceiling": {name: strip(ceiling[name]) for name in ("fit", "held-out", "all")},
+            "window": {name: strip(window[name]) for name in ("fit", "held-out", "all")},
+            "window_disagreements": [{k: d[k] for k in ("recipe", "folder", "split", "lr", "fraction", "trains",
+                                                        "eta_max", "predicted")} for d in window["disagreements"]]}
