@@ -32,6 +32,8 @@ def as_float_array(name, value, *, positive=False, nonnegative=False, low=None, 
     allow_inf : bool
         Accept ``+inf`` (never NaN).
 
+    Notes
+    -----
     A bool (or boolean array) is refused, as :func:`check_count` and :func:`check_real_scalar` refuse
     it: ``beta=True`` is a mistake, not the number 1.
     """

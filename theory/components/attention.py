@@ -34,7 +34,8 @@ __all__ = [
     "gain_controlled_attention_map",
     "softmax_attention_core",
     "softmax_attention_overlap_core",
-    "gain_controlled_attention_core", "Attention", "softmax_attention", "gain_controlled_attention"]
+    "gain_controlled_attention_core", "asymptotic_attention_step_core", "finite_attention_step_core", "Attention",
+    "softmax_attention", "gain_controlled_attention"]
 
 
 class AttentionKind(Choice):
@@ -330,7 +331,8 @@ class Attention(Component):
         return merge_rescaled([bias, {self.beta.name: -1}]) if isinstance(self.beta, Column) else None
 
     def kernel(self, tape):
-        """One attention instruction (:func:`attention_step_core` on each cell's scalars, with its
+        """One attention instruction (:func:`asymptotic_attention_step_core` or
+        :func:`finite_attention_step_core` on each cell's scalars, with its
         critical beta). As T -> infinity ``Y2 = max(0, 1 - beta_c / beta)``; at finite T ``Y2`` (and the
         cross-overlap ``C`` of two rows, or ``1/T`` with RoPE) are read from the packed table (the
         program then needs the table)."""

@@ -449,7 +449,7 @@ FOREIGN_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".
 
 def unread_weight_files(path) -> list:
     """Files of a folder without readable weights (:func:`weight_files` empty) that look like weights
-    remprop does not read (:data:`FOREIGN_WEIGHT_SUFFIXES`), sorted: checking such a folder's
+    remprop does not read (``FOREIGN_WEIGHT_SUFFIXES``), sorted: checking such a folder's
     config.json at the library's default init would silently ignore them."""
     if weight_files(path):
         return []

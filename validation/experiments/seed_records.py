@@ -3,7 +3,7 @@
 Each finished initialisation of :func:`remprop.validation.hf_models.simulate_model` is kept
 as one record of a :class:`~remprop.validation.experiments.cell_store.CellStore`, so an
 interrupted run resumes. A record is reused only when it is the one written: it carries its
-format tag, its seed, the SHA-256 of its measurement (:func:`json_sha256`, as the grid
+format tag, its seed, the SHA-256 of its measurement (:func:`~remprop.validation.experiments.cell_store.json_sha256`, as the grid
 stores' cells do) and a measurement of the expected shape (every statistic a rectangle of
 ``sequences`` rows); a record that fails any of these -- truncated, edited (a number changed
 or a NaN written in), another seed's -- is moved aside with a
@@ -67,7 +67,7 @@ def seed_store(directory, manifest: dict, *, names, sequences) -> CellStore:
 
 def stored_measurement(store: CellStore, seed):
     """The kept measurement of ``seed`` (statistic -> lists), or None where there is none; a
-    damaged record is moved aside (:meth:`CellStore.quarantine`, one warning) and None returned."""
+    damaged record is moved aside (:meth:`~remprop.validation.experiments.cell_store.CellStore.quarantine`, one warning) and None returned."""
     key = seed_key(seed)
     record, problem = store.inspect(key)
     if problem is not None:

@@ -1,6 +1,6 @@
 r"""The learning-rate sweep at scale: how the largest rate that trains moves with width, depth and recipe.
 
-The first sweep (:mod:`~remprop.validation.training.lr_sweep`, :data:`LR_SWEEP_DESIGN`) fitted the
+The first sweep (:mod:`~remprop.validation.training.lr_sweep`, :data:`~remprop.validation.training.lr_sweep.LR_SWEEP_DESIGN`) fitted the
 ceiling's constants at width 16-32 only, and its width law (``1/d``, docs/theory.md section 20)
 put the ceiling of GPT-2-sized models 8-22x below the rates they were pre-trained at. This
 module holds the sweep that measures the width law instead of assuming it, and a few recipe
