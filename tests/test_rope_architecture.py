@@ -171,3 +171,13 @@ def test_simulator_checks_the_rope_head_width():
     sim = SimulationSettings(width=128, seq_len=64, device="cpu")
     assert SimulatedStack(arch, 1.0, 2, sim=sim).rotate is not None
     assert SimulatedStack(Architecture(), 1.0, 2, sim=sim).rotate is None
+
+
+def test_a_later_field_stays_out_of_the_stored_keys_while_unset():
+    """``rotary_dim`` came after runs, cells and diagrams were stored with ``Architecture.to_dict()`` as
+    their key: unset it is left out (those records resume and compare equal), set it is written and
+    read back."""
+    assert "rotary_dim" not in Architecture().to_dict()
+    assert Architecture(**Architecture().to_dict()) == Architecture()
+    partial = Architecture(positions="rope", head_dim=64, rotary_dim=16, seq_len=128)
+    assert partial.to_dict()["rotary_dim"] == 16 and Architecture(**partial.to_dict()).rotary_dim == 16

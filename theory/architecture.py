@@ -48,6 +48,9 @@ NUMERIC_FIELDS = ("sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp")
 #: Numeric fields that may also be None, and what None stands for in the maps:
 #: ``sigma_o2=None`` (no output projection) acts as 1, ``sigma_w2_out=None`` as ``sigma_w2``.
 OPTIONAL_FIELDS = ("sigma_o2", "sigma_w2_out")
+#: Fields added after records (training runs, cells, diagrams) were first stored: :meth:`Architecture.to_dict`
+#: leaves them out while they are None, so that those records' keys stay what they were.
+LATER_FIELDS = ("rotary_dim",)
 #: Choice fields and their enums: strings are the public spelling, converted once here.
 _CHOICES = {"norm": NormPlacement, "attention": AttentionKind, "norm_type": NormType, "mlp": MLPForm}
 
@@ -231,10 +234,14 @@ class Architecture:
         return self.sigma_o2 is not None
 
     def to_dict(self) -> dict:
-        """JSON-ready description (arrays become lists, choices their spellings)."""
+        """JSON-ready description (arrays become lists, choices their spellings). Fields added after
+        records were first stored (:data:`LATER_FIELDS`) are left out while unset, so that the stored
+        runs, cells and diagrams of architectures without them keep their keys."""
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name in LATER_FIELDS and value is None:
+                continue
             out[field.name] = value.tolist() if isinstance(value, np.ndarray) else value
             if isinstance(value, str):
                 out[field.name] = str(value)

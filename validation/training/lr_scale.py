@@ -158,8 +158,9 @@ def scale_summary(records) -> dict:
     """What the scale sweep says of the theory's ceiling (docs/training.md, "The ceiling at scale").
 
     ``edges``: :func:`family_edges` against :func:`record_ceiling`; ``band``: the smallest ``low`` and the
-    largest finite ``high`` over the held-out families (the measured spread of the true ceiling around
-    the predicted one); ``ceiling`` and ``window``: :func:`~remprop.validation.training.lr_sweep.evaluate_ceiling`
+    largest finite ``high`` over every family (the measured spread of the true ceiling around the
+    predicted one: no run of this sweep was read by the fit of the constants, so both parts are out of
+    sample), ``band_held_out`` the same over the held-out families only; ``ceiling`` and ``window``: :func:`~remprop.validation.training.lr_sweep.evaluate_ceiling`
     of the ceiling alone and of the window between the floor and the ceiling (per part: runs, correct,
     accuracy, AUROC; and every run the window reads wrong). The theory's constants were fitted on the first
     sweep only: no run here was read by a fit."""
@@ -168,12 +169,16 @@ def scale_summary(records) -> dict:
     from .lr_sweep import evaluate_ceiling
 
     edges = family_edges(records, record_ceiling)
-    held = [e for e in edges if e["split"] == "held-out" and math.isfinite(e["low"])]
-    band = (min(e["low"] for e in held), max(e["high"] for e in held if math.isfinite(e["high"]))) if held else None
+    def spread(families):
+        families = [e for e in families if math.isfinite(e["low"])]
+        highs = [e["high"] for e in families if math.isfinite(e["high"])]
+        return (min(e["low"] for e in families), max(highs)) if families and highs else None
+
+    band, band_held_out = spread(edges), spread([e for e in edges if e["split"] == "held-out"])
     ceiling = evaluate_ceiling(records, record_ceiling)
     window = evaluate_ceiling(records, record_ceiling, record_floor)
     strip = lambda part: {k: part[k] for k in ("runs", "correct", "accuracy", "auroc")}  # noqa: E731
-    return {"edges": edges, "band": band,
+    return {"edges": edges, "band": band, "band_held_out": band_held_out,
             "ceiling": {name: strip(ceiling[name]) for name in ("fit", "held-out", "all")},
             "window": {name: strip(window[name]) for name in ("fit", "held-out", "all")},
             "window_disagreements": [{k: d[k] for k in ("recipe", "folder", "split", "lr", "fraction", "trains",
