@@ -33,6 +33,10 @@ def add_lr_sweep_parser(commands):
                               "trains at its rate (needs the validation extra)")
     add_output_options(parser, out_help="sweep folder, created if needed; runs already there are reused")
     parser.add_argument("--json", action="store_true", help="print the outcome table as JSON instead of text")
+    parser.add_argument("--design", choices=("reference", "scale"), default="reference",
+                        help="reference: the first sweep (width 16-32, the ceiling's fit); scale: the sweep at "
+                             "widths 32-512 and its recipe axes (issue 41; hours on two cores, run in one "
+                             "process) (default: %(default)s)")
     parser.add_argument("--workers", type=count(0), default=None, metavar="N",
                         help="dask LocalCluster worker processes training up to N runs at once; 0 = one run at a "
                              "time in this process (default: one per core, or 0 without dask)")
@@ -60,6 +64,8 @@ def run_lr_sweep_command(args) -> int:
         from remprop.validation.training import lr_sweep
         from remprop.validation.training.work import training_bytes, training_seconds
 
+    if args.design == "scale":
+        return _run_scale(args, directory, writable_file(directory / "lr_scale.json", "--out"))
     design, training = lr_sweep.LR_SWEEP_DESIGN, lr_sweep.LR_SWEEP_TRAINING
     total = len(lr_sweep.design_runs(design))
     pending = [spec for _, spec in lr_sweep.pending_runs(directory, design, training=training, threads=args.threads)]
@@ -90,6 +96,46 @@ def run_lr_sweep_command(args) -> int:
         print(line)
     trains = sum(r["trains"] for r in records)
     print(f"{trains} of {len(records)} runs train at their rate (f >= 3/4 against the family's best run)")
+    print(f"wrote {table_path}")
+    return 0
+
+
+def _run_scale(args, directory, table_path) -> int:
+    """``--design scale``: the scale sweep (:mod:`remprop.validation.training.lr_scale`) under OUT/<recipe>/,
+    its outcome table and summary (the measured ceiling of each family against the theory's) in
+    OUT/lr_scale.json."""
+    with validation_extra():
+        from remprop.validation.backend import resolve_device
+        from remprop.validation.training import lr_scale, lr_sweep
+        from remprop.validation.training.work import training_bytes, training_seconds
+
+    pending = [spec for _, _, spec in lr_scale.scale_pending(directory)]
+    try:
+        if pending:
+            device = resolve_device("auto")
+            seconds = sum(training_seconds(s.config, s.config.vocab_size, device) for s in pending)
+            nbytes = max(training_bytes(s.config, s.config.vocab_size) for s in pending)
+            check_work(f"learning-rate scale sweep: training {len(pending)} run(s)", seconds=seconds, nbytes=nbytes,
+                       **work_limits(args))
+        lr_scale.run_scale_sweep(directory, progress=show_progress(args))
+        records = lr_scale.scale_outcomes(directory)
+    except ValueError as err:
+        raise CommandLineError(point_at_option(err, OPTIONS)) from None
+    summary = lr_scale.scale_summary(records)
+    lr_sweep.save_outcomes(records, table_path, extra={"summary": summary})
+    if args.json:
+        print(dumps({"files": [str(table_path)], "runs": records, "summary": summary}))
+        return 0
+    for line in lr_sweep.outcome_table_text(records):
+        print(line)
+    for edge in summary["edges"]:
+        print(f"{edge['recipe']:<9} {edge['norm']:<4} L {edge['depth']:<3} d {edge['width']:<4} "
+              f"{edge['steps']:>5} steps: trained up to {edge['trained_up_to']:.3g}, failed from "
+              f"{edge['failed_from']:.3g}; predicted ceiling {edge['predicted']:.3g} "
+              f"({edge['low']:.2f} to {edge['high']:.2f} of it)")
+    window, band = summary["window"]["all"], summary["band"]
+    print(f"the theory's window reads {window['correct']} of {window['runs']} runs right "
+          f"(AUROC {window['auroc']:.3f}); measured ceilings within {band[0]:.2f} to {band[1]:.2f} of the predicted")
     print(f"wrote {table_path}")
     return 0
 
