@@ -183,3 +183,41 @@ def scale_summary(records) -> dict:
             "window": {name: strip(window[name]) for name in ("fit", "held-out", "all")},
             "window_disagreements": [{k: d[k] for k in ("recipe", "folder", "split", "lr", "fraction", "trains",
                                                         "eta_max", "predicted")} for d in window["disagreements"]]}
+
+
+def summary_tables(summary) -> dict:
+    """The markdown tables of docs/training.md, "The ceiling at scale", from :func:`scale_summary`:
+    ``{"scale-table": ..., "scale-scores": ...}`` (tests/test_lr_sweep.py holds the docs to them)."""
+    import math
+
+    rows = ["| recipe | norm | depth | width | steps | part | predicted ceiling | trained up to | failed from | "
+            "bracket / prediction |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    order = {name: k for k, name in enumerate(LR_SCALE_DESIGN)}
+    for e in sorted(summary["edges"], key=lambda e: (order.get(e["recipe"], 99), e["norm"], e["depth"], e["width"])):
+        # strict JSON stores inf and nan as strings: read back as numbers
+        e = dict(e, **{k: float(e[k]) for k in ("predicted", "trained_up_to", "failed_from", "low", "high")})
+        failed = "none" if not math.isfinite(e["failed_from"]) else f"{e['failed_from']:.0e}"
+        trained = "none" if not math.isfinite(e["trained_up_to"]) else f"{e['trained_up_to']:.0e}"
+        high = "-" if not math.isfinite(e["high"]) else f"{e['high']:.2f}"
+        low = "-" if not math.isfinite(e["low"]) else f"{e['low']:.2f}"
+        rows.append(f"| {e['recipe']} | {e['norm']} | {e['depth']} | {e['width']} | {e['steps']} | {e['split']} | "
+                    f"{e['predicted']:.3g} | {trained} | {failed} | {low} - {high} |")
+    scores = ["| score | part | runs | right | accuracy | AUROC |", "| --- | --- | --- | --- | --- | --- |"]
+    for what in ("window", "ceiling"):
+        for part in ("fit", "held-out", "all"):
+            p = summary[what][part]
+            scores.append(f"| {what} | {part} | {p['runs']} | {p['correct']} | {p['accuracy']:.2f} | {p['auroc']:.3f} |")
+    band = summary["band"]
+    scores.append("")
+    scores.append(f"Band over all families: {band[0]:.2f} to {band[1]:.2f} times the prediction (held-out families "
+                  f"alone: {summary['band_held_out'][0]:.2f} to {summary['band_held_out'][1]:.2f}).")
+    return {"scale-table": "\n".join(rows), "scale-scores": "\n".join(scores)}
+
+
+def fill_markers(text, tables) -> str:
+    """``text`` with each ``<!-- name -->`` ... ``<!-- /name -->`` block's content replaced by ``tables[name]``."""
+    for name, table in tables.items():
+        start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+        i, j = text.index(start) + len(start), text.index(end)
+        text = text[:i] + "\n" + table + "\n" + text[j:]
+    return text
