@@ -402,7 +402,7 @@ def _last_tokens(spec, choice, draws):
 
 
 def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
-             gram_draws=GRAM_DRAWS, lr_steps=DEFAULT_STEPS, lr=None) -> Diagnosis:
+             gram_draws=GRAM_DRAWS, lr_steps=DEFAULT_STEPS, lr=None, recipe=None) -> Diagnosis:
     r"""Place a model on its trainability diagram and predict the effect of changes.
 
     Parameters
@@ -423,6 +423,9 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
         AdamW steps of the learning-rate ceiling (:func:`~remprop.diagrams.learning_rate.lr_ceiling_summary`, docs/theory.md section 20).
     lr : float, optional
         The user's peak rate: the report then says whether it lies below, within or above the ceiling's band.
+    recipe : remprop.theory.learning_rate.Recipe, optional
+        The training recipe of the ceiling (its steps replace ``lr_steps``); reported, and named where it
+        differs from the measured runs'.
 
     Returns
     -------
@@ -526,7 +529,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes), rho_last_tokens_maps=rho_last_maps, last_tokens_theory=last_theory,
                      last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None,
-                     lr_ceiling=lr_ceiling_summary(spec, check_count("lr_steps", lr_steps), lr=lr))
+                     lr_ceiling=lr_ceiling_summary(spec, check_count("lr_steps", lr_steps), lr=lr, recipe=recipe))
 
 
 def _verdict_architectures(arch):

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from remprop.theory import learning_rate_ceiling
-from remprop.theory.learning_rate import CEILING_BAND, DEFAULT_STEPS, ceiling_validity, rate_verdict
+from remprop.theory.learning_rate import CEILING_BAND, DEFAULT_STEPS, Recipe, ceiling_validity, rate_verdict
 from remprop.theory.checks import as_float_array
 
 from .phases import PHASE_LABELS, TRAINABLE
@@ -175,9 +175,12 @@ def lr_line(ceiling) -> str:
     if ceiling["value"] is None:
         return f"not predicted: {ceiling['note']}"
     low, high = ceiling["band"]
+    recipe = ceiling["recipe"]
+    batch = "" if recipe["batch_tokens"] is None else f", {recipe['batch_tokens']} tokens a step"
     line = (f"eta_max = {ceiling['value']:.3g} (band {low:.3g} to {high:.3g}; floor {ceiling['floor']:.3g}) for "
-            f"AdamW over {ceiling['steps']} steps at d = {ceiling['width']} (recipe assumed: warm-up 5 %, linear "
-            f"decay; bound by the {ceiling['binding']}: stack {ceiling['stack']:.3g}, attention "
+            f"AdamW over {ceiling['steps']} steps at d = {ceiling['width']} (recipe: warm-up "
+            f"{recipe['warmup_steps']} steps, {recipe['schedule']} decay, beta2 {recipe['beta2']:g}{batch}; "
+            f"bound by the {ceiling['binding']}: stack {ceiling['stack']:.3g}, attention "
             f"{ceiling['attention']:.3g}; docs/theory.md section 20)")
     if ceiling["validated"]:
         line += "; validated: inside the measured range"
@@ -191,18 +194,26 @@ def lr_line(ceiling) -> str:
     return line
 
 
-def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None) -> dict:
+def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None, recipe=None) -> dict:
     """The learning-rate ceiling of a model (:func:`remprop.theory.learning_rate_ceiling` at its
     architecture, depth, width, beta, input state and T) for ``steps`` AdamW steps, as the report and
     the JSON give it: ``value`` (None where the derivation refuses the model, ``note`` says why),
     ``band`` (``value`` times :data:`~remprop.theory.learning_rate.CEILING_BAND`, the measured spread),
     ``floor``, ``stack``, ``attention``, ``binding``, ``steps``, ``width``, ``validated`` and ``outside``
     (:func:`~remprop.theory.learning_rate.ceiling_validity`: why the model is outside the measured range),
-    and with ``lr`` the user's rate and its ``verdict`` (:func:`~remprop.theory.learning_rate.rate_verdict`)."""
+    and with ``lr`` the user's rate and its ``verdict`` (:func:`~remprop.theory.learning_rate.rate_verdict`).
+    ``recipe`` (a :class:`~remprop.theory.learning_rate.Recipe`, default ``Recipe(steps)``) is reported as
+    ``recipe``; its steps are the ceiling's, and a recipe unlike the measured runs' is named in ``outside``."""
+    recipe = Recipe(steps) if recipe is None else recipe
+    if not isinstance(recipe, Recipe):
+        raise ValueError(f"recipe must be a remprop.theory.learning_rate.Recipe, got {type(recipe).__name__}")
+    steps = recipe.steps
     run = spec.settings
     out = {"value": None, "band": None, "floor": None, "stack": None, "attention": None, "binding": None,
            "steps": int(steps), "width": int(spec.width), "validated": False, "outside": [], "lr": None,
-           "verdict": None, "note": None}
+           "verdict": None, "note": None,
+           "recipe": {"warmup_steps": recipe.warmup_steps, "batch_tokens": recipe.batch_tokens, "beta2": recipe.beta2,
+                      "schedule": recipe.schedule}}
     if lr is not None:
         rate_verdict(lr, 1.0)  # the rate is checked even where no ceiling is predicted
         out["lr"] = float(lr)
@@ -213,7 +224,7 @@ def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None) -> dict:
         out["note"] = str(err)
         return out
     value = float(ceiling.ceiling)
-    outside = list(ceiling_validity(spec.width, steps, float(np.max(run.q0))))
+    outside = list(ceiling_validity(spec.width, steps, float(np.max(run.q0)), recipe))
     out.update(value=value, band=[CEILING_BAND[0] * value, CEILING_BAND[1] * value], floor=float(ceiling.floor),
                stack=float(ceiling.stack), attention=float(ceiling.attention), binding=str(ceiling.binding),
                validated=not outside, outside=outside)

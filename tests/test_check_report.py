@@ -135,7 +135,8 @@ def _check_against(schema, result):
                  for t in types)
         assert ok or (value in ("inf", "nan") and "number" in types), (key, value, types)
     for parent in {key.rsplit(".", 1)[0] for key in schema if "." in key}:
-        documented = {key.rsplit(".", 1)[1] for key in schema if key.startswith(parent + ".")}
+        documented = {key[len(parent) + 1:] for key in schema  # its direct children only
+                      if key.startswith(parent + ".") and "." not in key[len(parent) + 1:]}
         if isinstance(value_at(parent), dict):
             assert set(value_at(parent)) == documented, parent
 

@@ -154,3 +154,34 @@ def test_check_refuses_a_bad_lr_in_one_line(capsys, tmp_path, value):
     config.write_text(json.dumps(TINY_BERT))
     code, out, err = run_cli(capsys, "check", config, "--lr", value, "--no-figure", "--out", tmp_path)
     assert_one_line_error(code, err, "--lr")
+
+
+def test_check_reports_the_recipe_it_assumes_and_names_where_it_differs_from_the_measured_runs(capsys, tmp_path):
+    """--warmup, --batch-tokens, --beta2 and --schedule are the recipe of the ceiling: printed in the
+    line and the JSON, and each one unlike the measured runs' makes the ceiling an extrapolation."""
+    config = tmp_path / "bert.json"
+    config.write_text(json.dumps(TINY_BERT))
+    code, out, err = run_cli(capsys, "check", config, "--steps", 1000, "--max-depth", 20, "--json", "--no-figure",
+                             "--out", tmp_path)
+    default = json.loads(out)["lr_ceiling"]
+    assert default["recipe"] == {"warmup_steps": 50, "batch_tokens": None, "beta2": 0.999, "schedule": "linear"}
+    assert default["validated"]
+    code, out, err = run_cli(capsys, "check", config, "--steps", 1000, "--warmup", 10, "--batch-tokens", 4096,
+                             "--beta2", 0.95, "--schedule", "cosine", "--max-depth", 20, "--json", "--no-figure",
+                             "--out", tmp_path)
+    assert code == 0, err
+    result = json.loads(out)["lr_ceiling"]
+    assert result["recipe"] == {"warmup_steps": 10, "batch_tokens": 4096, "beta2": 0.95, "schedule": "cosine"}
+    assert result["value"] == default["value"]       # not terms of the ceiling: reported, not modelled
+    assert not result["validated"] and len(result["outside"]) == 4, result["outside"]
+
+
+@pytest.mark.parametrize("options, option", [(("--steps", 100, "--warmup", 200), "--warmup"),
+                                             (("--beta2", 1.0), "--beta2"), (("--beta2", 0), "--beta2"),
+                                             (("--batch-tokens", -5), "--batch-tokens"),
+                                             (("--schedule", "step"), "--schedule")])
+def test_check_refuses_a_bad_recipe_in_one_line(capsys, tmp_path, options, option):
+    config = tmp_path / "bert.json"
+    config.write_text(json.dumps(TINY_BERT))
+    code, out, err = run_cli(capsys, "check", config, *options, "--no-figure", "--out", tmp_path)
+    assert_one_line_error(code, err, option)

@@ -39,7 +39,7 @@ from .work_limits import MAX_SECONDS, check_work
 
 __all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
            "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds",
-           "VALIDATED_RANGE", "CEILING_BAND", "ceiling_validity", "rate_verdict"]
+           "VALIDATED_RANGE", "CEILING_BAND", "MEASURED_RECIPE", "Recipe", "ceiling_validity", "rate_verdict"]
 
 #: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
 #: which the stack's output has moved too far to train. Fitted (:func:`~remprop.validation.training.lr_sweep.fit_window`)
@@ -68,9 +68,15 @@ COHERENT_STEPS = 300
 DEFAULT_STEPS = 10000
 #: Where the ceiling has been checked against training runs (docs/training.md, "The ceiling at scale"):
 #: model widths, optimiser steps and the input stream's mean square ``q0`` of the measured sweeps
-#: (widths 16-512, 300-3000 steps, batches of 1024 tokens, streams of unit mean square). Outside it
+#: (widths 16-512, 300-3000 steps, batches of 1024 tokens, input streams of mean square 8e-4 and 1). Outside it
 #: the ceiling is an extrapolation, and :func:`ceiling_validity` says which way.
-VALIDATED_RANGE = {"width": (16, 512), "steps": (300, 3000), "q0": (0.5, 2.0)}
+VALIDATED_RANGE = {"width": (16, 512), "steps": (300, 3000), "q0": (5e-4, 2.0)}
+#: The recipe of every measured run besides its steps (docs/training.md): a linear warm-up over 5 % (and,
+#: in one family, 25 %) of the steps, then a linear decay; AdamW's beta2 0.999; 1024 tokens a step.
+#: A recipe outside these is reported as such (:func:`ceiling_validity`): none of them is a term of the
+#: ceiling yet.
+MEASURED_RECIPE = {"warmup_ratio": (0.05, 0.25), "beta2": (0.999, 0.999), "batch_tokens": (1024, 1024),
+                   "schedule": ("linear",)}
 #: The measured spread of the true ceiling around the predicted one on the held-out families of the
 #: scale sweep (docs/training.md, "The ceiling at scale"): the largest rate that trained was at least
 #: ``low`` times the prediction and the smallest that failed above it at most ``high`` times it.
@@ -416,9 +422,71 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
                                budget=scalar_or_array(budget), beta_critical=scalar_or_array(beta_c))
 
 
-def ceiling_validity(width, steps, q0=1.0) -> tuple:
-    """Why a ceiling at ``width``, ``steps`` and input mean square ``q0`` is outside
-    :data:`VALIDATED_RANGE`: one phrase per quantity outside it (empty when inside).
+@dataclass(frozen=True)
+class Recipe:
+    """The training recipe a ceiling is asked for (checked on construction; each bad field a
+    :class:`~remprop.theory.checks.ParameterError` naming it).
+
+    Attributes
+    ----------
+    steps : int
+        Optimiser steps S >= 1.
+    warmup_steps : int, optional
+        Linear warm-up steps, at most ``steps`` (default 5 % of them, the measured runs').
+    batch_tokens : int, optional
+        Tokens per step, >= 1 (None: not given).
+    beta2 : float
+        AdamW's second-moment decay, in (0, 1) (default 0.999, torch's).
+    schedule : {"linear", "cosine"}
+        The decay after the warm-up.
+    """
+
+    steps: int = DEFAULT_STEPS
+    warmup_steps: int | None = None
+    batch_tokens: int | None = None
+    beta2: float = 0.999
+    schedule: str = "linear"
+
+    def __post_init__(self):
+        steps = check_count("steps", self.steps, 1)
+        object.__setattr__(self, "steps", steps)
+        warmup = round(0.05 * steps) if self.warmup_steps is None else check_count("warmup_steps",
+                                                                                     self.warmup_steps, 0)
+        if warmup > steps:
+            raise ParameterError("warmup_steps", f"warmup_steps must be at most the run's steps ({steps}), "
+                                 f"got {warmup}")
+        object.__setattr__(self, "warmup_steps", warmup)
+        if self.batch_tokens is not None:
+            object.__setattr__(self, "batch_tokens", check_count("batch_tokens", self.batch_tokens, 1))
+        beta2 = self.beta2
+        if isinstance(beta2, bool) or not isinstance(beta2, (int, float, np.floating)) or not 0.0 < beta2 < 1.0:
+            raise ParameterError("beta2", f"beta2 must be a number in (0, 1), got {beta2!r}")
+        object.__setattr__(self, "beta2", float(beta2))
+        if self.schedule not in ("linear", "cosine"):
+            raise ParameterError("schedule", f"schedule must be 'linear' or 'cosine', got {self.schedule!r}")
+
+    def outside(self) -> tuple:
+        """Why the recipe is not the measured runs' (:data:`MEASURED_RECIPE`): one phrase per field."""
+        reasons = []
+        ratio = self.warmup_steps / self.steps
+        low, high = MEASURED_RECIPE["warmup_ratio"]
+        if not low - 1e-9 <= ratio <= high + 1e-9:
+            reasons.append(f"warm-up {self.warmup_steps} steps ({ratio:.1%} of the run) outside the measured "
+                           f"{low:.0%}-{high:.0%}")
+        if self.batch_tokens is not None and self.batch_tokens != MEASURED_RECIPE["batch_tokens"][0]:
+            measured = MEASURED_RECIPE["batch_tokens"][0]
+            reasons.append(f"batch {self.batch_tokens} tokens against the measured {measured}")
+        if self.beta2 != MEASURED_RECIPE["beta2"][0]:
+            reasons.append(f"beta2 {self.beta2:g} against the measured {MEASURED_RECIPE['beta2'][0]:g}")
+        if self.schedule not in MEASURED_RECIPE["schedule"]:
+            reasons.append(f"{self.schedule} decay against the measured linear one")
+        return tuple(reasons)
+
+
+def ceiling_validity(width, steps, q0=1.0, recipe=None) -> tuple:
+    """Why a ceiling at ``width``, ``steps`` and input mean square ``q0`` (and ``recipe``, a
+    :class:`Recipe`) is outside :data:`VALIDATED_RANGE` and the measured recipe: one phrase per
+    quantity outside them (empty when inside).
 
     Examples
     --------
@@ -437,6 +505,8 @@ def ceiling_validity(width, steps, q0=1.0) -> tuple:
             reasons.append(f"{label} {shown} below the smallest measured, {low:g}")
         elif value > high:
             reasons.append(f"{label} {shown} above the {'widest' if name == 'width' else 'largest'} measured, {high:g}")
+    if recipe is not None:
+        reasons += recipe.outside()
     return tuple(reasons)
 
 

@@ -65,6 +65,15 @@ def add_check_parser(commands):
     check.add_argument("--steps", type=count(1), default=DEFAULT_STEPS, metavar="S",
                        help="AdamW steps (warm-up and linear decay) of the predicted learning-rate ceiling, "
                             "docs/theory.md section 20 (default: %(default)s)")
+    check.add_argument("--warmup", type=count(0), default=None, metavar="W",
+                       help="linear warm-up steps of the ceiling's recipe, at most --steps (default: 5 %% of them, "
+                            "the measured runs')")
+    check.add_argument("--batch-tokens", type=count(1), default=None, metavar="B",
+                       help="tokens per optimiser step of the recipe (reported; the measured runs took 1024)")
+    check.add_argument("--beta2", type=open_unit_real, default=0.999, metavar="B2",
+                       help="AdamW's beta2 of the recipe, in (0, 1) (default: %(default)s, the measured runs')")
+    check.add_argument("--schedule", choices=("linear", "cosine"), default="linear",
+                       help="decay after the warm-up (default: %(default)s, the measured runs')")
     check.add_argument("--lr", type=positive_real, default=None, metavar="ETA",
                        help="your AdamW peak rate: the report says whether it lies below, within or above the "
                             "ceiling's measured band")
@@ -105,7 +114,9 @@ def add_check_parser(commands):
 #: the default file name (:func:`output_stem`), so that runs that differ do not overwrite each other.
 ANSWER_OPTIONS = (("depth", "--depth"), ("width", "--width"), ("heads", "--heads"), ("pixel_std", "--pixel-std"),
                   ("rho0", "--rho0"), ("threshold", "--threshold"), ("max_depth", "--max-depth"),
-                  ("steps", "--steps"), ("lr", "--lr"), ("causal_theory", "--causal-theory"),
+                  ("steps", "--steps"), ("warmup", "--warmup"), ("batch_tokens", "--batch-tokens"),
+                  ("beta2", "--beta2"), ("schedule", "--schedule"), ("lr", "--lr"),
+                  ("causal_theory", "--causal-theory"),
                   ("gram_draws", "--gram-draws"))
 #: The options of --simulate that change its measurement (named in the file stem as :data:`ANSWER_OPTIONS`).
 SIMULATE_OPTIONS = (("seeds", "--seeds"), ("sequences", "--sequences"))
@@ -397,6 +408,19 @@ def _theory_choice(args):
     return (args.causal_theory or "auto", GRAM_DRAWS if args.gram_draws is None else args.gram_draws)
 
 
+def _recipe(args):
+    """The ceiling's :class:`~remprop.theory.learning_rate.Recipe` from --steps, --warmup, --batch-tokens,
+    --beta2 and --schedule (a bad combination is one line naming the option)."""
+    from remprop.theory.learning_rate import Recipe
+
+    try:
+        return Recipe(args.steps, args.warmup, args.batch_tokens, args.beta2, args.schedule)
+    except ValueError as err:
+        option = {"warmup_steps": "--warmup", "batch_tokens": "--batch-tokens", "beta2": "--beta2",
+                  "schedule": "--schedule", "steps": "--steps"}.get(getattr(err, "parameter", None), "--warmup")
+        raise CommandLineError(f"{option}: {err}") from None
+
+
 def _diagnose(spec, args, theory):
     """:func:`remprop.diagrams.diagnose` of ``spec`` with the causal theory ``theory`` = (choice, draws)."""
     from remprop.diagrams import diagnose
@@ -404,7 +428,7 @@ def _diagnose(spec, args, theory):
     choice, draws = theory
     try:
         return diagnose(spec, args.threshold, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws,
-                        lr_steps=args.steps, lr=args.lr)
+                        lr_steps=args.steps, lr=args.lr, recipe=_recipe(args))
     except ValueError as err:
         if "causal_theory" in str(err):
             raise CommandLineError(f"--causal-theory {choice}: {err}") from None
