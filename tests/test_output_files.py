@@ -43,7 +43,8 @@ def test_every_option_that_changes_the_answer_changes_the_stem():
     """Each option of ANSWER_OPTIONS at a value other than its default gives a stem of its own."""
     values = {"--depth": "3", "--width": "128", "--heads": "2", "--pixel-std": "0.5", "--rho0": "0.2",
               "--threshold": "0.9", "--max-depth": "50", "--steps": "100", "--causal-theory": "maps",
-              "--gram-draws": "4"}
+              "--gram-draws": "4", "--lr": "1e-4", "--warmup": "7", "--batch-tokens": "4096", "--beta2": "0.95",
+              "--schedule": "cosine"}
     assert set(values) == {option for _, option in check_command.ANSWER_OPTIONS}
     stems = {stem_of("bert-base", option, value) for option, value in values.items()}
     assert len(stems) == len(values) and "check-bert-base-uncased" not in stems

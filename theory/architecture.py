@@ -235,7 +235,7 @@ class Architecture:
 
     def to_dict(self) -> dict:
         """JSON-ready description (arrays become lists, choices their spellings). Fields added after
-        records were first stored (:data:`LATER_FIELDS`) are left out while unset, so that the stored
+        records were first stored (``LATER_FIELDS``) are left out while unset, so that the stored
         runs, cells and diagrams of architectures without them keep their keys."""
         out = {}
         for field in dataclasses.fields(self):
