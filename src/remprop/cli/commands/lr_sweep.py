@@ -35,7 +35,7 @@ def add_lr_sweep_parser(commands):
     parser.add_argument("--json", action="store_true", help="print the outcome table as JSON instead of text")
     parser.add_argument("--design", choices=("reference", "scale"), default="reference",
                         help="reference: the first sweep (width 16-32, the ceiling's fit); scale: the sweep at "
-                             "widths 32-512 and its recipe axes (issue 41; hours on two cores, run in one "
+                             "widths 32-512 and its recipe axes (hours on two cores, run in one "
                              "process) (default: %(default)s)")
     parser.add_argument("--workers", type=count(0), default=None, metavar="N",
                         help="dask LocalCluster worker processes training up to N runs at once; 0 = one run at a "
