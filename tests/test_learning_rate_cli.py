@@ -37,6 +37,11 @@ def test_diagram_lr_marks_trainable_cells_above_the_ceiling(capsys, tmp_path):
     slow = (theory_phase == TRAINABLE) & (floors > lr) & ~expected
     np.testing.assert_array_equal(phase == LR_BELOW_FLOOR, slow)
     assert result["below_floor"] == slow.sum()
+    trainable = theory_phase == TRAINABLE
+    assert result["ceiling_range"] == pytest.approx([grid[trainable].min(), grid[trainable].max()], rel=1e-12)
+    assert "learning-rate ceiling over the trainable cells" in run_cli(
+        capsys, "diagram", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--beta", "0.1:2:7", "--alpha", "0:3:6", "--lr", lr,
+        "--width", WIDTH, "--steps", STEPS, "--out", tmp_path)[1]
     np.testing.assert_allclose(saved["floor"], floors, rtol=1e-12)
     rest = ~expected & ~slow
     np.testing.assert_array_equal(phase[rest], theory_phase[rest])   # the rest keep their phase

@@ -88,7 +88,7 @@ def run_diagram(args) -> int:
     from remprop.diagrams import trainability_diagram
     from remprop.diagrams.residual_strength import search_seconds
     from remprop.theory import work_estimates as work
-    from remprop.theory.learning_rate import ceiling_seconds
+    from remprop.theory.learning_rate import CEILING_BAND, ceiling_seconds
 
     betas = np.asarray(args.betas, dtype=float)
     alphas = np.asarray(args.alphas, dtype=float)
@@ -135,6 +135,10 @@ def run_diagram(args) -> int:
               f"and {rate['below_floor']} below its floor (hatched, labelled 'trainable at init, lr above ceiling' and "
               "'trainable at init, lr below floor'; "
               "constants fitted on 300-step CPU runs, docs/theory.md section 20)")
+        if rate["ceiling_range"] is not None:
+            low, high = rate["ceiling_range"]
+            print(f"learning-rate ceiling over the trainable cells: {format_number(low)} to {format_number(high)} "
+                  f"(measured: the true ceiling {CEILING_BAND[0]:g} to {CEILING_BAND[1]:g} times the predicted one)")
     print("wrote " + ", ".join(files))
     if note is not None:
         print(f"note: {note}")
@@ -173,6 +177,9 @@ def _rate_region(result, args, stem) -> dict:
                "trainable_at_init": int(np.sum(result.phase == TRAINABLE)),
                "above_ceiling": int(np.sum(phase == LR_ABOVE_CEILING)),
                "below_floor": int(np.sum(phase == LR_BELOW_FLOOR))}
+    trainable = (result.phase == TRAINABLE) & np.isfinite(ceiling) & (ceiling > 0)
+    summary["ceiling_range"] = ([float(ceiling[trainable].min()), float(ceiling[trainable].max())]
+                                if trainable.any() else None)
     path.write_text(dumps({**summary, "betas": result.betas, "alphas": result.alphas, "phase": phase,
                            "ceiling": ceiling, "floor": floor}))
     return {**summary, "phase": phase}
