@@ -352,3 +352,24 @@ def test_the_scale_design_is_the_fixed_one():
     with pytest.raises(ValueError, match="groups: unknown"):
         lr_scale.scale_recipes(groups=["w9"])
 
+
+
+def test_the_scale_sweeps_tables_in_the_docs_are_its_data():
+    """docs/training.md, "The ceiling at scale", shows the tables rendered from the stored outcome table
+    (docs/data/lr-scale-sweep.json), and the band the library reports is the one measured there."""
+    import json
+
+    from remprop.theory.learning_rate import CEILING_BAND
+    from remprop.validation.training import lr_scale
+
+    root = Path(__file__).resolve().parent.parent
+    stored = json.loads((root / "docs" / "data" / "lr-scale-sweep.json").read_text())
+    tables = lr_scale.summary_tables(stored["summary"])
+    text = (root / "docs" / "training.md").read_text()
+    assert lr_scale.fill_markers(text, tables) == text
+    band = stored["summary"]["band"]
+    assert CEILING_BAND == pytest.approx(tuple(round(v, 2) for v in band), abs=0.005)
+    # the summary follows from the stored runs under today's rule and theory
+    again = lr_scale.scale_summary(lr_sweep.load_outcomes(root / "docs" / "data" / "lr-scale-sweep.json"))
+    assert again["band"] == pytest.approx(band, rel=1e-9)
+    assert again["window"] == stored["summary"]["window"]
