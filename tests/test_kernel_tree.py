@@ -174,6 +174,12 @@ def test_every_architecture_runs_in_one_engine_with_the_same_cache_keys_in_every
     first, second = (sorted(line for line in run if line) for run in runs)
     assert len(first) == 3 and len(set(first)) == 3
     assert first == second
+    # the sweeps are named after the theory's sources: an edit to a component's core (which the cached
+    # sweeps' closures reach by reference only) compiles them again instead of loading stale code
+    from remprop.theory._jit import source_digest
+    from remprop.theory.kernels._engine import ENGINE
+
+    assert all(sweep.py_func.__qualname__.endswith(source_digest()) for sweep in ENGINE)
 
 
 def test_a_program_is_data():

@@ -2,7 +2,7 @@
 
 numba names compiled code after the Python function's ``__qualname__`` plus a
 per-process counter, and its on-disk cache restores those names. Two specialisations of
-one nested function (the kernels of two architectures, the moments of two activations)
+one nested function (the moments of two activations, the engine before and after an edit)
 compiled in different processes can therefore carry the same symbol name, and once both
 are loaded from the cache into one process the second silently links to the first
 (wrong code, or a crash such as ``'descr' is NULL``). Giving every specialisation its
@@ -75,8 +75,7 @@ def inline_jitable(function):
 
     Returns ``function`` itself (plain Python, usable from NumPy code). Inlining matters for
     the table lookups, which take the packed table on a per-cell hot path: inlined, the call
-    and its reference counts on the table go (the sweeps pass a ``borrowed`` table, which has
-    none). The inlining is LLVM's, as for the kernel tree's steps (``kernels._tree``): numba's
+    and its reference counts on the table go. The inlining is LLVM's: numba's
     own IR inlining (an ``inline="always"`` overload), used before, retyped the function at every
     call site and made up a third of a cold ``remprop check bert-base`` (35.5 s of compiling
     -> 22.4 s; each table-lookup loop 3.5-4.5 s -> 0.5 s), and ran no faster (a 500 x 500

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from .._jit import JIT_OPTIONS
+from .._jit import JIT_OPTIONS, specialised
 from ..activations.closed_form import erf_moments_core, linear_moments_core, relu_moments_core
 from ..activations.maps import dense_core
 from ..activations.quadrature_moments import gelu_moments_core, silu_moments_core, tanh_moments_core
@@ -72,9 +72,12 @@ def no_user_moments(q1, p1):
     return math.nan, math.nan
 
 
-def _make_engine(user_moments, cache):
+def _make_engine(user_moments, cache, tag):
     """The interpreter and its three sweeps around ``user_moments`` (the moments of the one user
-    activation a program may use; :func:`no_user_moments` for the built-in engine)."""
+    activation a program may use; :func:`no_user_moments` for the built-in engine), named after ``tag``
+    and the theory's sources (``remprop.theory._jit.specialised``): numba keys the disk cache on this
+    file and the sweeps' closures, in which the components' cores appear by reference only, so an
+    edit to a core must change the name for the cached sweeps to be compiled again."""
 
     @register_jitable
     def operands(values, ops, i, n, s, args, count):
@@ -263,7 +266,8 @@ def _make_engine(user_moments, cache):
                         e[j] += exponent
                         s[j] = scale_factor(e[j])
 
-    jit = njit(cache=cache, parallel=True, **JIT_OPTIONS)
+    def jit(sweep):
+        return njit(cache=cache, parallel=True, **JIT_OPTIONS)(specialised(sweep, tag))
 
     @jit
     def trajectories(ops, constants, mode, rescale_beta_c, stack, params, depth, table, q_out, p_out, e_out,
@@ -366,12 +370,12 @@ def _make_engine(user_moments, cache):
 
 
 #: The interpreter of every program with built-in activations: compiled once, kept on disk.
-ENGINE = _make_engine(no_user_moments, True)
+ENGINE = _make_engine(no_user_moments, True, "engine")
 
 
 @functools.lru_cache(maxsize=None)
 def _user_engine(code):
-    return _make_engine(activation_spec(code).moments, False)
+    return _make_engine(activation_spec(code).moments, False, f"engine_user{code}")
 
 
 def engine_for(program):
