@@ -215,8 +215,7 @@ def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None, recipe=None) -> dict:
            "recipe": {"warmup_steps": recipe.warmup_steps, "batch_tokens": recipe.batch_tokens, "beta2": recipe.beta2,
                       "schedule": recipe.schedule}}
     if lr is not None:
-        rate_verdict(lr, 1.0)  # the rate is checked even where no ceiling is predicted
-        out["lr"] = float(lr)
+        out["lr"] = float(as_float_array("lr", lr, positive=True))  # checked even where no ceiling is predicted
     try:
         ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
                                         seq_len=spec.seq_len, max_seconds=math.inf)  # bounded with the diagnosis

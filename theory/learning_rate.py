@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
-from .checks import ParameterError, as_float_array, check_count, check_depth, check_simplex_cosine, scalar_or_array
+from .checks import (ParameterError, as_float_array, check_choice, check_count, check_depth, check_open_unit,
+                     check_simplex_cosine, scalar_or_array)
 from .components.residual import Parallel, Residual
 from .components.base import Serial
 from .rem import check_seq_len
@@ -460,12 +461,8 @@ class Recipe:
         object.__setattr__(self, "warmup_steps", warmup)
         if self.batch_tokens is not None:
             object.__setattr__(self, "batch_tokens", check_count("batch_tokens", self.batch_tokens, 1))
-        beta2 = self.beta2
-        if isinstance(beta2, bool) or not isinstance(beta2, (int, float, np.floating)) or not 0.0 < beta2 < 1.0:
-            raise ParameterError("beta2", f"beta2 must be a number in (0, 1), got {beta2!r}")
-        object.__setattr__(self, "beta2", float(beta2))
-        if self.schedule not in ("linear", "cosine"):
-            raise ParameterError("schedule", f"schedule must be 'linear' or 'cosine', got {self.schedule!r}")
+        object.__setattr__(self, "beta2", check_open_unit("beta2", self.beta2))
+        check_choice("schedule", self.schedule, ("linear", "cosine"))
 
     def outside(self) -> tuple:
         """Why the recipe is not the measured runs' (:data:`MEASURED_RECIPE`): one phrase per field."""
@@ -497,9 +494,7 @@ def ceiling_validity(width, steps, q0=1.0, recipe=None) -> tuple:
     """
     reasons = []
     for name, value in (("width", width), ("steps", steps), ("q0", q0)):
-        value = float(value)
-        if not math.isfinite(value) or value <= 0:
-            raise ParameterError(name, f"{name} must be finite and > 0, got {value!r}")
+        value = float(as_float_array(name, value, positive=True))
         low, high = VALIDATED_RANGE[name]
         label = {"q0": "input mean square q0", "steps": "steps", "width": "width"}[name]
         shown = f"{value:.3g}" if name == "q0" else f"{int(value)}"
@@ -516,9 +511,7 @@ def rate_verdict(lr, ceiling, band=CEILING_BAND) -> str:
     """A learning rate against a predicted ceiling: ``"below"`` (under ``band[0]`` times it, where the
     measured ceilings all lay above), ``"above"`` (over ``band[1]`` times it, where every measured run
     failed) or ``"near"`` (within the band: the prediction cannot tell)."""
-    lr = float(lr)
-    if not (math.isfinite(lr) and lr > 0):
-        raise ParameterError("lr", f"lr must be finite and > 0, got {lr!r}")
+    lr = float(as_float_array("lr", lr, positive=True))
     ceiling = float(ceiling)
     if lr < band[0] * ceiling:
         return "below"

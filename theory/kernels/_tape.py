@@ -174,9 +174,7 @@ class Tape:
 
     def push(self):
         """Save the state (a skip connection's input) on the cell's stack."""
-        self._depth += 1
-        self._max_depth = max(self._max_depth, self._depth)
-        self._emit(OP_PUSH)
+        self._save(OP_PUSH)
 
     def skip(self, alpha):
         """``alpha x + F``: pop the saved input ``x`` and add the state ``F`` (times the carried scale of a
@@ -187,8 +185,13 @@ class Tape:
     def swap_in(self):
         """Save the state (a branch's output) and restore the input saved beneath it: the next branch of a
         sum reads the same input."""
-        self.push()
-        self._ops[-1][0] = OP_SWAP_IN
+        self._save(OP_SWAP_IN)
+
+    def _save(self, code):
+        """An instruction that pushes the state on the cell's stack."""
+        self._depth += 1
+        self._max_depth = max(self._max_depth, self._depth)
+        self._emit(code)
 
     def add_pop(self):
         """Pop the saved partial sum and add it to the state."""

@@ -1,15 +1,15 @@
 r"""The learning-rate sweep at scale: how the largest rate that trains moves with width, depth and recipe.
 
-The first sweep (:mod:`~remprop.validation.training.lr_sweep`, :data:`~remprop.validation.training.lr_sweep.LR_SWEEP_DESIGN`) fitted the
-ceiling's constants at width 16-32 only, and its width law (``1/d``, docs/theory.md section 20)
-put the ceiling of GPT-2-sized models 8-22x below the rates they were pre-trained at. This
-module holds the sweep that measures the width law instead of assuming it, and a few recipe
-axes beside it. Every run is a run of the first sweep's kind (a one-cell trained grid,
-:class:`~remprop.validation.training.lr_sweep.LRSweepRun`; masked-LM, T 64, batch 16,
-vocabulary 4096, one seed, seed 0), read by the same rule, fixed before the runs: a run
-*trains at its rate* when its trained fraction ``f = (U - L) / (U - R) >= 3/4``, ``R`` the best
-final test loss of its family (norm placement, depth and width, within one recipe), and it did
-not diverge.
+The first sweep (:mod:`~remprop.validation.training.lr_sweep`,
+:data:`~remprop.validation.training.lr_sweep.LR_SWEEP_DESIGN`) fitted the ceiling's constants at
+width 16-32 only, and its width law (``1/d``, docs/theory.md section 20) put the ceiling of
+GPT-2-sized models 8-22x below the rates they were pre-trained at. This module holds the sweep that
+measures the width law instead of assuming it, and a few recipe axes beside it. Every run is a run
+of the first sweep's kind (a one-cell trained grid,
+:class:`~remprop.validation.training.lr_sweep.LRSweepRun`; masked-LM, T 64, batch 16, vocabulary
+4096, one seed, seed 0), read by the same rule, fixed before the runs: a run *trains at its rate*
+when its trained fraction ``f = (U - L) / (U - R) >= 3/4``, ``R`` the best final test loss of its
+family (norm placement, depth and width, within one recipe), and it did not diverge.
 
 **The design** (:data:`LR_SCALE_DESIGN`, fixed before any run finished). Each *recipe* is a
 training dict and a list of groups, trained under ``OUT/<recipe>/``:
@@ -29,9 +29,10 @@ Reference: docs/theory.md section 20; docs/training.md, "The ceiling at scale".
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from .lr_sweep import LR_SWEEP_TRAINING, LRSweepGroup, design_runs, lr_sweep_outcomes, pending_runs, run_lr_sweep
+from .lr_sweep import LR_SWEEP_TRAINING, LRSweepGroup, lr_sweep_outcomes, pending_runs, run_lr_sweep
 
 __all__ = ["LR_SCALE_DESIGN", "scale_recipes", "scale_pending", "run_scale_sweep", "scale_outcomes"]
 
@@ -102,7 +103,6 @@ def scale_outcomes(out, recipes=None, *, require_all=True) -> list:
     recipe by recipe; each record gains ``recipe``). With ``require_all`` an unfinished run is a ``ValueError``."""
     records = []
     for name, training, design in scale_recipes(recipes):
-        design_runs(design)
         for record in lr_sweep_outcomes(Path(out) / name, design, training=training, require_all=require_all):
             records.append(dict(record, recipe=name))
     return records
@@ -116,8 +116,6 @@ def family_edges(records, ceiling) -> list:
     Returns a list of dicts: ``recipe``, ``norm``, ``depth``, ``width``, ``steps``, ``split``, ``predicted``,
     ``trained_up_to``, ``failed_from`` (``inf`` when every rate above trained; NaN when none trained),
     ``low`` and ``high`` (the two over ``predicted``)."""
-    import math
-
     families = {}
     for record in records:
         key = (record.get("recipe"), record["norm"], record["depth"], record["width"], record["steps"])
@@ -135,23 +133,24 @@ def family_edges(records, ceiling) -> list:
     return out
 
 
-def record_ceiling(record) -> float:
-    """The theory's ceiling of a run (:func:`remprop.theory.learning_rate_ceiling` at the run's
-    architecture, depth, width, steps, beta and T; unit input stream, as the simulator's)."""
+def _theory_of(record):
+    """:func:`remprop.theory.learning_rate_ceiling` at the run's architecture, depth, width, steps, beta,
+    T and input scale ``q0`` (1, the simulator's, unless the run set its embeddings' std)."""
     from remprop.theory import Architecture, learning_rate_ceiling
 
     arch = Architecture(**dict(record["arch"], seq_len=record["seq_len"]))
-    return float(learning_rate_ceiling(arch, record["depth"], record["width"], record["steps"], record["beta"],
-                                       record.get("q0", 1.0)).ceiling)
+    return learning_rate_ceiling(arch, record["depth"], record["width"], record["steps"], record["beta"],
+                                 record.get("q0", 1.0))
+
+
+def record_ceiling(record) -> float:
+    """The theory's ceiling of a run (:func:`_theory_of`)."""
+    return float(_theory_of(record).ceiling)
 
 
 def record_floor(record) -> float:
-    """The theory's floor of a run (the lower edge of the window of rates; :func:`record_ceiling`'s call)."""
-    from remprop.theory import Architecture, learning_rate_ceiling
-
-    arch = Architecture(**dict(record["arch"], seq_len=record["seq_len"]))
-    return float(learning_rate_ceiling(arch, record["depth"], record["width"], record["steps"], record["beta"],
-                                       record.get("q0", 1.0)).floor)
+    """The theory's floor of a run (the lower edge of the window of rates; :func:`_theory_of`)."""
+    return float(_theory_of(record).floor)
 
 
 def scale_summary(records) -> dict:
@@ -160,11 +159,11 @@ def scale_summary(records) -> dict:
     ``edges``: :func:`family_edges` against :func:`record_ceiling`; ``band``: the smallest ``low`` and the
     largest finite ``high`` over every family (the measured spread of the true ceiling around the
     predicted one: no run of this sweep was read by the fit of the constants, so both parts are out of
-    sample), ``band_held_out`` the same over the held-out families only; ``ceiling`` and ``window``: :func:`~remprop.validation.training.lr_sweep.evaluate_ceiling`
+    sample), ``band_held_out`` the same over the held-out families only; ``ceiling`` and ``window``:
+    :func:`~remprop.validation.training.lr_sweep.evaluate_ceiling`
     of the ceiling alone and of the window between the floor and the ceiling (per part: runs, correct,
     accuracy, AUROC; and every run the window reads wrong). The theory's constants were fitted on the first
     sweep only: no run here was read by a fit."""
-    import math
 
     from .lr_sweep import evaluate_ceiling
 
@@ -188,7 +187,6 @@ def scale_summary(records) -> dict:
 def summary_tables(summary) -> dict:
     """The markdown tables of docs/training.md, "The ceiling at scale", from :func:`scale_summary`:
     ``{"scale-table": ..., "scale-scores": ...}`` (tests/test_lr_sweep.py holds the docs to them)."""
-    import math
 
     rows = ["| recipe | norm | depth | width | steps | part | predicted ceiling | trained up to | failed from | "
             "bracket / prediction |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -206,7 +204,8 @@ def summary_tables(summary) -> dict:
     for what in ("window", "ceiling"):
         for part in ("fit", "held-out", "all"):
             p = summary[what][part]
-            scores.append(f"| {what} | {part} | {p['runs']} | {p['correct']} | {p['accuracy']:.2f} | {p['auroc']:.3f} |")
+            scores.append(f"| {what} | {part} | {p['runs']} | {p['correct']} | {p['accuracy']:.2f} | "
+                          f"{p['auroc']:.3f} |")
     band = summary["band"]
     scores.append("")
     scores.append(f"Band over all families: {band[0]:.2f} to {band[1]:.2f} times the prediction (held-out families "

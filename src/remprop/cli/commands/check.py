@@ -408,6 +408,11 @@ def _theory_choice(args):
     return (args.causal_theory or "auto", GRAM_DRAWS if args.gram_draws is None else args.gram_draws)
 
 
+#: Recipe field -> the option that sets it.
+RECIPE_OPTIONS = {"steps": "--steps", "warmup_steps": "--warmup", "batch_tokens": "--batch-tokens", "beta2": "--beta2",
+                  "schedule": "--schedule"}
+
+
 def _recipe(args):
     """The ceiling's :class:`~remprop.theory.learning_rate.Recipe` from --steps, --warmup, --batch-tokens,
     --beta2 and --schedule (a bad combination is one line naming the option)."""
@@ -416,9 +421,7 @@ def _recipe(args):
     try:
         return Recipe(args.steps, args.warmup, args.batch_tokens, args.beta2, args.schedule)
     except ValueError as err:
-        option = {"warmup_steps": "--warmup", "batch_tokens": "--batch-tokens", "beta2": "--beta2",
-                  "schedule": "--schedule", "steps": "--steps"}.get(getattr(err, "parameter", None), "--warmup")
-        raise CommandLineError(f"{option}: {err}") from None
+        raise CommandLineError(point_at_option(err, RECIPE_OPTIONS)) from None
 
 
 def _diagnose(spec, args, theory):
