@@ -146,12 +146,18 @@ _BELOW_AXES = dict(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, font
 
 def add_to_legend(ax, handles):
     """Append ``handles`` (artists or proxy artists with labels) to the legend that
-    :func:`trainability_figure` put below ``ax`` (a new one there when it has none)."""
+    :func:`trainability_figure` put below ``ax`` (a new one there when it has none), in as many of its
+    columns as fit in the figure's width."""
     legend = ax.get_legend()
     old = list(legend.legend_handles) if legend is not None else []
     labels = [text.get_text() for text in legend.get_texts()] if legend is not None else []
     handles = list(handles)
-    ax.legend(handles=old + handles, labels=labels + [h.get_label() for h in handles], **_BELOW_AXES)
+    figure = ax.figure
+    for columns in range(_BELOW_AXES["ncol"], 0, -1):  # fewer columns where long labels would overflow
+        legend = ax.legend(handles=old + handles, labels=labels + [h.get_label() for h in handles],
+                           **dict(_BELOW_AXES, ncol=columns))
+        if legend.get_window_extent().width <= figure.bbox.width:
+            break
 
 
 def attention_phase_figure(betas=None, input_cosines=None, *, sigma_v2=1.0, sigma_b2=0.0, q=1.0,

@@ -133,6 +133,9 @@ def test_cells_above_the_ceiling_are_not_labelled_trainable():
     assert "trainable at init, lr above ceiling" in texts, texts
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any(label.startswith("trainable at init, lr above ceiling") for label in labels), labels
+    # the longer legend still fits in the figure's width (three columns of these labels did not: the
+    # saved figure cut its edges and squeezed the axes)
+    assert ax.get_legend().get_window_extent().width <= ax.figure.bbox.width
 
 
 # -- the dotted alpha* continuation is in the legend -----------------------------------------------
