@@ -84,8 +84,9 @@ def test_the_design_is_the_fixed_one():
         runs[0].spec({"steps": 10})
     # the recipe fields a sweep may set (the scale sweep's warm-up), and no others
     assert runs[0].spec(dict(TINY_TRAINING, warmup_ratio=0.25)).config.warmup_ratio == 0.25
+    assert runs[0].spec(dict(TINY_TRAINING, beta2=0.95, schedule="cosine")).config.beta2 == 0.95
     with pytest.raises(ValueError, match="optionally warmup_ratio, weight_decay"):
-        runs[0].spec(dict(TINY_TRAINING, beta2=0.95))
+        runs[0].spec(dict(TINY_TRAINING, grad_clip=0.5))
     with pytest.raises(ValueError, match="lr"):
         LRSweepGroup("X", ("post",), 2, 16, ((1.0, 0.5),), (-1e-3,)).runs()[0].spec(TINY_TRAINING)
 
@@ -330,13 +331,21 @@ def test_the_scale_design_is_the_fixed_one():
     """The scale sweep (issue 41), fixed before its runs: 102 runs, widths 32-512 at depth 8 (fit: 32,
     128, 512; held out: 64, 256), depth 24 at width 64, and the warm-up and step recipes at width 128
     (held out); the rates by half-decades. Then 14 held-out runs with GPT-2's embedding std, added
-    after the first outcomes."""
+    after the first outcomes; then one run at the middle of every family's bracket (20) and the recipe
+    axes beta2 0.95, a cosine decay and a 4x batch at width 128 (8 runs each, held out)."""
     from remprop.validation.training import lr_scale
 
     parts = lr_scale.scale_recipes()
-    assert [name for name, _, _ in parts] == ["base", "warm25", "long", "smallemb"]
+    assert [name for name, _, _ in parts] == ["base", "warm25", "long", "smallemb", "beta2", "cosine", "batch64"]
     runs = {name: design_runs(design) for name, _, design in parts}
-    assert sum(len(r) for name, r in runs.items() if name != "smallemb") == 102 and len(runs["smallemb"]) == 14
+    middles = {name: [r for r in runs[name] if f"{r.lr:.0e}"[0] not in "13"] for name in runs}
+    first = {name: [r for r in runs[name] if r not in middles[name]] for name in runs}
+    assert sum(len(first[n]) for n in ("base", "warm25", "long")) == 102 and len(first["smallemb"]) == 14
+    assert sum(len(m) for n, m in middles.items() if n in ("base", "warm25", "long", "smallemb")) == 18
+    assert all(len(runs[n]) == 8 and all(r.split == "held-out" and r.width == 128 for r in runs[n])
+               for n in ("beta2", "cosine", "batch64"))
+    assert dict(parts[4][1])["beta2"] == 0.95 and dict(parts[5][1])["schedule"] == "cosine"
+    assert dict(parts[6][1])["batch_size"] == 64
     fit = {(r.width, r.depth) for r in runs["base"] if r.split == "fit"}
     assert fit == {(32, 8), (128, 8), (512, 8)}
     held = {(r.width, r.depth) for name in runs for r in runs[name] if r.split == "held-out"}

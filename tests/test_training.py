@@ -41,6 +41,9 @@ def one_thread():
     (dict(arch="post"), "arch must be a remprop.theory.Architecture"),
     (dict(grad_clip=float("nan")), "grad_clip must not be NaN"),
     (dict(vocab_size=10), "vocab_size"),
+    (dict(beta2=1.0), "beta2 must lie in"),
+    (dict(beta2=0.0), "beta2 must be > 0"),
+    (dict(schedule="step"), "schedule must be one of"),
 ])
 def test_config_rejects_bad_values(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -256,3 +259,35 @@ def test_verdict_sets_the_theory_phase_at_init_beside_the_trained_outcome(tmp_pa
         expectation, outcome = shown["line"].split(". The run: ")
         assert expectation.startswith("verdict: theory's phase at init") and "loss" not in expectation
         assert "expected not to train" not in shown["line"] and "trained:" not in shown["line"]
+
+
+def test_schedule_and_beta2_reach_the_optimiser():
+    """The recipe axes of the scale sweep: a half-cosine decay after the warm-up and AdamW's beta2; the
+    defaults (None) keep the keys of older runs."""
+    import math
+
+    import torch.nn as nn
+
+    from remprop.validation.training.loop import optimiser
+
+    base = TrainConfig(**{**TINY, "steps": 100, "warmup_ratio": 0.1, "lr": 1.0})
+    assert "beta2" not in base.to_dict() and "schedule" not in base.to_dict()
+    cosine = base.replace(schedule="cosine", beta2=0.95)
+    assert TrainConfig.from_dict(cosine.to_dict()).to_dict() == cosine.to_dict()
+    assert cosine.to_dict()["beta2"] == 0.95 and cosine.to_dict()["schedule"] == "cosine"
+    rates = {}
+    for name, config in (("linear", base), ("cosine", cosine)):
+        optimizer, scheduler = optimiser(nn.Linear(3, 3), config)
+        rates[name] = []
+        for _ in range(100):
+            rates[name].append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        betas = optimizer.param_groups[0]["betas"]
+        assert betas == ((0.9, 0.95) if name == "cosine" else (0.9, 0.999))
+    # warm-up alike; after it, u = (100 - s) / 90: linear u, cosine (1 - cos(pi u)) / 2
+    assert rates["linear"][:10] == rates["cosine"][:10] == [s / 10 for s in range(10)]
+    for s in (10, 40, 55, 90, 99):
+        u = (100 - s) / 90
+        assert rates["linear"][s] == pytest.approx(u, rel=1e-12)
+        assert rates["cosine"][s] == pytest.approx(0.5 * (1 - math.cos(math.pi * u)), rel=1e-12)

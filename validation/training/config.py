@@ -18,10 +18,12 @@ from remprop.theory.rem.checks import check_seq_len
 
 from ..backend import check_positive_int, check_scalar, check_seed
 
-__all__ = ["TrainConfig", "MODELS", "SEED_LIMIT", "COMPILE_MODES"]
+__all__ = ["TrainConfig", "MODELS", "SEED_LIMIT", "COMPILE_MODES", "SCHEDULES"]
 
 #: Models :func:`~remprop.validation.training.train` can train.
 MODELS = ("remprop", "bert")
+#: The decays after the warm-up (:attr:`TrainConfig.schedule`).
+SCHEDULES = ("linear", "cosine")
 #: ``torch.compile`` modes ``TrainConfig.compile`` may name (True: "reduce-overhead" on CUDA, "default" elsewhere).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 #: Seeds are below this: torch's generators take 64-bit seeds.
@@ -73,6 +75,12 @@ class TrainConfig:
     embedding_std : float, optional
         Std of the word and position tables' entries (default ``sqrt(1/2)``: an input of unit mean square,
         ``q0 = 1``; GPT-2's and LLaMA's 0.02 gives ``q0 = 8e-4``). Left out of :meth:`to_dict` while None.
+    beta2 : float, optional
+        AdamW's second-moment decay, in (0, 1) (default torch's 0.999; GPT-3's and LLaMA's recipes use
+        0.95). Left out of :meth:`to_dict` while None.
+    schedule : {"linear", "cosine"}, optional
+        The decay after the warm-up: linear to 0 (the default) or a half cosine to 0. Left out of
+        :meth:`to_dict` while None.
     compile : bool or str
         Run the training steps' blocks through ``torch.compile`` (``model="remprop"``): False (the
         default), True (mode "reduce-overhead", i.e. CUDA graphs, on CUDA; "default" elsewhere) or
@@ -101,6 +109,8 @@ class TrainConfig:
     d_ff: int | None = None
     compile: bool | str = False
     embedding_std: float | None = None
+    beta2: float | None = None
+    schedule: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -137,6 +147,12 @@ class TrainConfig:
             put("embedding_std", check_scalar("embedding_std", self.embedding_std, positive=True))
             if self.model != "remprop":
                 raise ValueError(f"embedding_std needs model='remprop' (got model={self.model!r})")
+        if self.beta2 is not None:
+            put("beta2", check_scalar("beta2", self.beta2, positive=True))
+            if not self.beta2 < 1.0:
+                raise ValueError(f"beta2 must lie in (0, 1), got {self.beta2}")
+        if self.schedule is not None:
+            put("schedule", check_choice("schedule", self.schedule, SCHEDULES))
         if self.compile is not False and self.model != "remprop":
             raise ValueError(f"compile needs model='remprop' (got model={self.model!r})")
 
@@ -155,8 +171,9 @@ class TrainConfig:
         out["arch"] = self.arch.to_dict()
         if out["compile"] is False:  # how it runs: the keys of uncompiled runs are those of before the option
             del out["compile"]
-        if out["embedding_std"] is None:  # the default tables: the keys of such runs are those of before the option
-            del out["embedding_std"]
+        for name in ("embedding_std", "beta2", "schedule"):  # defaults: the keys of such runs are those of before
+            if out[name] is None:
+                del out[name]
         return out
 
     @classmethod

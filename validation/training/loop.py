@@ -115,10 +115,12 @@ def probe(model, batches, device) -> dict:
 
 
 def optimiser(model, config: TrainConfig, *, cell_axes: int = 0):
-    """AdamW (weight decay on the matrices only) and its linear warm-up / decay schedule.
+    """AdamW (weight decay on the matrices only; ``betas = (0.9, config.beta2)``, torch's 0.999 by default)
+    and its warm-up / decay schedule.
 
-    Learning rate at step s of S: ``lr * s / s_w`` for ``s < s_w``, then
-    ``lr * (S - s) / (S - s_w)`` (``s_w = config.warmup_steps``). Returns ``(optimizer, scheduler)``.
+    Learning rate at step s of S: ``lr * s / s_w`` for ``s < s_w``, then ``lr * u`` with
+    ``u = (S - s) / (S - s_w)`` (``config.schedule`` "linear", the default) or ``lr * (1 - cos(pi u)) / 2``
+    ("cosine") (``s_w = config.warmup_steps``). Returns ``(optimizer, scheduler)``.
 
     ``model`` is a module or an iterable of parameters; ``cell_axes`` leading axes of every
     parameter stack the runs of several cells (:mod:`~remprop.validation.training.batched`):
@@ -133,13 +135,15 @@ def optimiser(model, config: TrainConfig, *, cell_axes: int = 0):
     rest = [p for p in params if p.ndim < 2 + cell_axes]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=config.lr,
+                                  betas=(0.9, 0.999 if config.beta2 is None else config.beta2),
                                   **adamw_implementation({p.device.type for p in params}))
-    warm, total = config.warmup_steps, config.steps
+    warm, total, cosine = config.warmup_steps, config.steps, config.schedule == "cosine"
 
     def factor(step):
         if step < warm:
             return step / max(1, warm)
-        return max(0.0, (total - step) / max(1, total - warm))
+        left = max(0.0, (total - step) / max(1, total - warm))
+        return 0.5 * (1.0 - math.cos(math.pi * left)) if cosine else left
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 

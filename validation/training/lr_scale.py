@@ -62,6 +62,36 @@ LR_SCALE_DESIGN = {
 }
 
 
+#: Added after every half-decade run above had been read (the rule unchanged): one run per family at the
+#: geometric middle of its bracket (the largest rate that trained and the smallest above it that did
+#: not: 3e-4 | 1e-3 -> 5.5e-4, 1e-3 | 3e-3 -> 1.7e-3, 3e-3 | 1e-2 -> 5.5e-3, 1e-2 | 3e-2 -> 1.7e-2), which
+#: narrows each bracket from 3.2x to 1.7-1.8x; each family's part stays its group's.
+_MIDDLES = {
+    "base": (("w32", "post", 32, 5.5e-3, 8, False), ("w32", "pre", 32, 1.7e-2, 8, False),
+             ("w64", "post", 64, 5.5e-3, 8, True), ("w64", "pre", 64, 5.5e-3, 8, True),
+             ("w128", "post", 128, 1.7e-3, 8, False), ("w128", "pre", 128, 5.5e-3, 8, False),
+             ("w256", "post", 256, 1.7e-3, 8, True), ("w256", "pre", 256, 1.7e-3, 8, True),
+             ("w512", "post", 512, 5.5e-4, 8, False), ("w512", "pre", 512, 5.5e-4, 8, False),
+             ("w64-L24", "post", 64, 1.7e-3, 24, True), ("w64-L24", "pre", 64, 5.5e-3, 24, True)),
+    "warm25": (("w128", "post", 128, 1.7e-3, 8, True), ("w128", "pre", 128, 5.5e-3, 8, True)),
+    "long": (("w128", "post", 128, 1.7e-3, 8, True), ("w128", "pre", 128, 5.5e-3, 8, True)),
+    "smallemb": (("w64", "post", 64, 5.5e-3, 8, True), ("w64", "pre", 64, 5.5e-3, 8, True)),
+}
+#: Added with the middles (before any of their runs): the recipe axes of real pre-training runs besides
+#: the warm-up and the steps, one at a time at width 128 around its base brackets, both norm placements.
+_RECIPE_RATES = {"post": (1e-3, 1.7e-3, 3e-3, 5.5e-3), "pre": (1.7e-3, 3e-3, 5.5e-3, 1e-2)}
+for _recipe, _training in (("beta2", dict(LR_SWEEP_TRAINING, beta2=0.95)),       # GPT-3's and LLaMA's
+                           ("cosine", dict(LR_SWEEP_TRAINING, schedule="cosine")),
+                           ("batch64", dict(LR_SWEEP_TRAINING, batch_size=64))):  # 4096 tokens a step
+    LR_SCALE_DESIGN[_recipe] = (_training, tuple(
+        LRSweepGroup("w128", (norm,), 8, 128, _POINT, rates, held_out=True) for norm, rates in _RECIPE_RATES.items()))
+for _recipe, _rows in _MIDDLES.items():
+    _training, _groups = LR_SCALE_DESIGN[_recipe]
+    LR_SCALE_DESIGN[_recipe] = (_training, _groups + tuple(
+        LRSweepGroup(name, (norm,), depth, width, _POINT, (rate,), held_out=held)
+        for name, norm, width, rate, depth, held in _rows))
+
+
 def scale_recipes(recipes=None, groups=None) -> list:
     """``(recipe, training, groups)`` of the chosen ``recipes`` (names; default all) and ``groups``
     (names; default all), in design order; an unknown name is a ``ValueError``."""

@@ -78,7 +78,7 @@ LR_SWEEP_TRAINING = {"seq_len": 64, "batch_size": 16, "steps": 300, "vocab_size"
 #: Further recipe fields a sweep's ``training`` may set (the :class:`TrainConfig` fields of the same
 #: names; the defaults of the recipe otherwise): the recipe axes of the scale sweep
 #: (:mod:`~remprop.validation.training.lr_scale`).
-RECIPE_FIELDS = ("warmup_ratio", "weight_decay", "embedding_std")
+RECIPE_FIELDS = ("warmup_ratio", "weight_decay", "embedding_std", "beta2", "schedule")
 
 
 @dataclass(frozen=True)
