@@ -332,12 +332,16 @@ def test_the_scale_design_is_the_fixed_one():
     128, 512; held out: 64, 256), depth 24 at width 64, and the warm-up and step recipes at width 128
     (held out); the rates by half-decades. Then 14 held-out runs with GPT-2's embedding std, added
     after the first outcomes; then one run at the middle of every family's bracket (20) and the recipe
-    axes beta2 0.95, a cosine decay and a 4x batch at width 128 (8 runs each, held out)."""
+    axes beta2 0.95, a cosine decay and a 4x batch at width 128 (8 runs each, held out), and depth 48 at
+    width 64 by quarter-decades (10 runs, held out)."""
     from remprop.validation.training import lr_scale
 
     parts = lr_scale.scale_recipes()
     assert [name for name, _, _ in parts] == ["base", "warm25", "long", "smallemb", "beta2", "cosine", "batch64"]
     runs = {name: design_runs(design) for name, _, design in parts}
+    deep = [r for r in runs["base"] if r.depth == 48]
+    assert len(deep) == 10 and all(r.split == "held-out" and r.width == 64 for r in deep)
+    runs["base"] = [r for r in runs["base"] if r.depth != 48]
     middles = {name: [r for r in runs[name] if f"{r.lr:.0e}"[0] not in "13"] for name in runs}
     first = {name: [r for r in runs[name] if r not in middles[name]] for name in runs}
     assert sum(len(first[n]) for n in ("base", "warm25", "long")) == 102 and len(first["smallemb"]) == 14

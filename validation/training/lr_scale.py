@@ -85,11 +85,16 @@ for _recipe, _training in (("beta2", dict(LR_SWEEP_TRAINING, beta2=0.95)),      
                            ("batch64", dict(LR_SWEEP_TRAINING, batch_size=64))):  # 4096 tokens a step
     LR_SCALE_DESIGN[_recipe] = (_training, tuple(
         LRSweepGroup("w128", (norm,), 8, 128, _POINT, rates, held_out=True) for norm, rates in _RECIPE_RATES.items()))
+#: Added with the middles (before any of their runs): depth 48 at width 64, held out, the depth law's test
+#: that no rule was chosen on (the depth-24 brackets were read before the middles were chosen), by
+#: quarter-decades around where the depth-24 brackets and the two depth laws put the ceiling.
+_DEEP = (LRSweepGroup("w64-L48", ("post",), 48, 64, _POINT, (3e-4, 5.5e-4, 1e-3, 1.7e-3, 3e-3), held_out=True),
+         LRSweepGroup("w64-L48", ("pre",), 48, 64, _POINT, (1e-3, 1.7e-3, 3e-3, 5.5e-3, 1e-2), held_out=True))
 for _recipe, _rows in _MIDDLES.items():
     _training, _groups = LR_SCALE_DESIGN[_recipe]
     LR_SCALE_DESIGN[_recipe] = (_training, _groups + tuple(
         LRSweepGroup(name, (norm,), depth, width, _POINT, (rate,), held_out=held)
-        for name, norm, width, rate, depth, held in _rows))
+        for name, norm, width, rate, depth, held in _rows) + (_DEEP if _recipe == "base" else ()))
 
 
 def scale_recipes(recipes=None, groups=None) -> list:
