@@ -223,7 +223,7 @@ def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None, recipe=None) -> dict:
         out["note"] = str(err)
         return out
     value = float(ceiling.ceiling)
-    outside = list(ceiling_validity(spec.width, steps, float(np.max(run.q0)), recipe))
+    outside = list(ceiling_validity(spec.width, steps, float(np.max(run.q0)), recipe, run.arch))
     out.update(value=value, band=[CEILING_BAND[0] * value, CEILING_BAND[1] * value], floor=float(ceiling.floor),
                stack=float(ceiling.stack), attention=float(ceiling.attention), binding=str(ceiling.binding),
                validated=not outside, outside=outside)

@@ -332,12 +332,12 @@ def test_the_scale_design_is_the_fixed_one():
     128, 512; held out: 64, 256), depth 24 at width 64, and the warm-up and step recipes at width 128
     (held out); the rates by half-decades. Then 14 held-out runs with GPT-2's embedding std, added
     after the first outcomes; then one run at the middle of every family's bracket (20) and the recipe
-    axes beta2 0.95, a cosine decay and a 4x batch at width 128 (8 runs each, held out), and depth 48 at
+    axes beta2 0.95 and a cosine decay at width 128 (8 runs each, held out), and depth 48 at
     width 64 by quarter-decades (10 runs, held out)."""
     from remprop.validation.training import lr_scale
 
     parts = lr_scale.scale_recipes()
-    assert [name for name, _, _ in parts] == ["base", "warm25", "long", "smallemb", "beta2", "cosine", "batch64"]
+    assert [name for name, _, _ in parts] == ["base", "warm25", "long", "smallemb", "beta2", "cosine"]
     runs = {name: design_runs(design) for name, _, design in parts}
     deep = [r for r in runs["base"] if r.depth == 48]
     assert len(deep) == 10 and all(r.split == "held-out" and r.width == 64 for r in deep)
@@ -347,9 +347,8 @@ def test_the_scale_design_is_the_fixed_one():
     assert sum(len(first[n]) for n in ("base", "warm25", "long")) == 102 and len(first["smallemb"]) == 14
     assert sum(len(m) for n, m in middles.items() if n in ("base", "warm25", "long", "smallemb")) == 18
     assert all(len(runs[n]) == 8 and all(r.split == "held-out" and r.width == 128 for r in runs[n])
-               for n in ("beta2", "cosine", "batch64"))
+               for n in ("beta2", "cosine"))
     assert dict(parts[4][1])["beta2"] == 0.95 and dict(parts[5][1])["schedule"] == "cosine"
-    assert dict(parts[6][1])["batch_size"] == 64
     fit = {(r.width, r.depth) for r in runs["base"] if r.split == "fit"}
     assert fit == {(32, 8), (128, 8), (512, 8)}
     held = {(r.width, r.depth) for name in runs for r in runs[name] if r.split == "held-out"}

@@ -27,7 +27,8 @@ from .components.layer_norm import layernorm_map
 from .components.rms_norm import rmsnorm_map
 from .propagation import Trajectory, final_state, propagate
 from .learning_rate import (ATTENTION_CONSTANT, COHERENT_STEPS, FLOOR_CONSTANT, STACK_CONSTANT, LearningRateCeiling,
-                            attention_growth_budget, learning_rate_ceiling, sub_block_sensitivities, update_sensitivity)
+                            attention_growth_budget, learning_rate_ceiling, qk_norm_growth_budget,
+                            sub_block_sensitivities, update_sensitivity)
 from .sampled_trajectory import SampledTrajectory, propagate_at_layers
 from .settings import DEFAULT_THRESHOLD, RunSettings
 from .components.residual import skip_map
@@ -80,6 +81,7 @@ __all__ = [
     "rope_softmax_attention_map",
     "qk_norm_beta",
     "GramTrajectory", "propagate_gram", "simplex_distance",
-    "update_sensitivity", "sub_block_sensitivities", "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling",
+    "update_sensitivity", "sub_block_sensitivities", "attention_growth_budget", "qk_norm_growth_budget",
+    "learning_rate_ceiling", "LearningRateCeiling",
     "STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS",
 ]

@@ -38,9 +38,9 @@ from .components.base import Serial
 from .rem import check_seq_len
 from .work_limits import MAX_SECONDS, check_work
 
-__all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS", "DEFAULT_STEPS", "update_sensitivity", "sub_block_sensitivities",
-           "attention_growth_budget", "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds",
-           "VALIDATED_RANGE", "CEILING_BAND", "MEASURED_RECIPE", "Recipe", "ceiling_validity", "rate_verdict"]
+__all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_STEPS", "DEFAULT_STEPS",
+           "update_sensitivity", "sub_block_sensitivities", "attention_growth_budget", "qk_norm_growth_budget",
+           "learning_rate_ceiling", "LearningRateCeiling", "ceiling_seconds", "VALIDATED_RANGE", "CEILING_BAND", "MEASURED_RECIPE", "Recipe", "ceiling_validity", "rate_verdict"]
 
 #: ``C_stack``: the update budget ``A d S`` (cumulative rate times width times update sensitivity) at
 #: which the stack's output has moved too far to train. Fitted (:func:`~remprop.validation.training.lr_sweep.fit_window`)
@@ -49,7 +49,7 @@ __all__ = ["STACK_CONSTANT", "FLOOR_CONSTANT", "ATTENTION_CONSTANT", "COHERENT_S
 #: 0.598 times a provisional 900. Issue 23's published GPU points, never read by the fit, allow 274 to
 #: 1370 with the ceilings counting at most :data:`COHERENT_STEPS` steps (365 to 1827 if every step
 #: counted): the fitted value lies inside both.
-STACK_CONSTANT = 538.0
+STACK_CONSTANT = 517.0
 #: ``C_floor``: the update budget ``A d S`` below which a run of the recipe has not moved enough to train
 #: within its steps (the lower edge of the same fitted window, 0.189 x 900).
 FLOOR_CONSTANT = 170.0
@@ -92,18 +92,14 @@ SECONDS_PER_BLOCK, SECONDS_PER_CELL_BLOCK = 1e-3, 5e-6
 
 def ceiling_seconds(cells, depth) -> float:
     """Estimated seconds of :func:`learning_rate_ceiling` over ``cells`` parameter cells at ``depth``
-    blocks (for the commands' work limits)."""
-    return float(depth) * (SECONDS_PER_BLOCK + SECONDS_PER_CELL_BLOCK * float(cells))
+    blocks (for the commands' work limits): two walks, the ceiling's and the floor's."""
+    return 2.0 * float(depth) * (SECONDS_PER_BLOCK + SECONDS_PER_CELL_BLOCK * float(cells))   # two walks
 
 
 def _check_supported(arch):
     """The block forms the derivation covers (docs/theory.md section 20)."""
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-    if arch.branch_norm:
-        raise ParameterError("branch_norm", "branch_norm: the learning-rate ceiling has no derivation for a norm "
-                             "on each branch's output (it rescales the branch's perturbation; docs/theory.md "
-                             "section 20)")
 
 
 def _sub_blocks(component):
@@ -118,9 +114,10 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True, grown_stream=False):
     (one per branch), shape ``(..., n)`` (with ``keep_terms=False`` only their sum, so that memory does
     not grow with depth), and the first and the smallest per-head critical beta of the blocks' attention
     inputs. A pre-LN stream (branches that read only its cosine) is carried as ``(1, rho)`` and ``log q``,
-    so that it never leaves float64. ``grown_stream``: such a stream is counted at no less than the
-    branches' normalised input (what the ceiling reads, docs/theory.md section 20, "The stream's
-    scale"); without it the gains are those at initialisation (the torch check's)."""
+    so that it never leaves float64. ``grown_stream``: such a stream is counted at no less than ``g``
+    times the branches' normalised input, ``g = alpha^2 g + 1`` a branch from ``g = 1`` (``1 + m`` after
+    ``m`` branches at ``alpha = 1``): its input and each branch grown to unit scale (what the ceiling reads, docs/theory.md section 20, "The stream's scale");
+    without it the gains are those at initialisation (the torch check's)."""
     block = arch.block(beta)
     q = np.asarray(q0, dtype=np.float64)
     p = q * np.asarray(rho0, dtype=np.float64)
@@ -128,6 +125,7 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True, grown_stream=False):
     gains = []
     total = np.zeros(())
     first = smallest = None
+    grown = 1.0                             # the grown stream's mean square over a unit branch's
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(depth):
             # a carried (pre-LN) stream's attention reads only its cosine: (q, p) serve as they are
@@ -141,20 +139,29 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True, grown_stream=False):
                     continue
                 branches = (layer.branch,) if isinstance(layer, Residual) else layer.branches
                 q_in, _ = arch.attention_input(q, p)    # what every branch's first matrix reads
+                # the scale a branch's perturbation is measured in: its input's, or with branch_norm its
+                # normalised output's (a norm ends the branch; docs/theory.md section 20)
                 if layer.carries_scale:                 # pre-LN: the branches read only the cosine
                     outputs = [b.apply(q, p) for b in branches]
+                    if arch.branch_norm:
+                        q_in = outputs[0][0]
                     q_branch, p_branch = sum(o[0] for o in outputs), sum(o[1] for o in outputs)
                     scale = np.exp(-(log_q - np.log(q)))          # 1 / (actual q / carried q)
                     q_new = layer.alpha ** 2 * q + q_branch * scale
                     p_new = layer.alpha ** 2 * p + p_branch * scale
                     log_q = log_q + np.log(q_new / q)
-                    # grown_stream: the stream counted at no less than the branch's normalised input, a
-                    # smaller one at init (0.02 embeddings) being grown to that scale by the first updates
-                    # (docs/theory.md section 20, "The stream's scale"; measured: the smallemb runs)
-                    counted = np.maximum(log_q, np.log(q_in)) if grown_stream else log_q
+                    # grown_stream: the stream counted at no less than its input and each branch so far
+                    # grown to the scale of its normalised input, through the same skips (alpha^2 g + 1 a
+                    # branch), a smaller one at init (0.02 embeddings, weak branches) being grown to that
+                    # scale by the first updates (docs/theory.md section 20, "The stream's scale"; measured:
+                    # the smallemb and deep pre-LN runs)
+                    grown = layer.alpha ** 2 * grown + len(branches)
+                    counted = np.maximum(log_q, np.log(q_in * grown)) if grown_stream else log_q
                     gain = np.sqrt(q_in) * np.exp(-0.5 * counted)
                     q, p = q_new / q_new, p_new / q_new
                 else:
+                    if arch.branch_norm:
+                        q_in = branches[0].apply(q, p)[0]
                     q_new, p_new = layer.apply(q, p)
                     gain = np.sqrt(q_in / q_new)
                     q, p, log_q = q_new, p_new, np.log(q_new)
@@ -216,8 +223,9 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *
     q0, rho0 : array_like
         Input state (defaults 1 and 0).
     grown_stream : bool
-        Count a pre-LN stream at no less than its branches' normalised input (``q_k >= 1``), as the
-        ceiling does (:func:`learning_rate_ceiling`; docs/theory.md section 20, "The stream's scale");
+        Count a pre-LN stream at no less than its input and every branch so far grown to unit scale by
+        the first updates (``q_m >= 1 + m`` after ``m`` branches at ``alpha = 1``; ``g = alpha^2 g + 1`` a
+        branch in general), as the ceiling does (:func:`learning_rate_ceiling`; docs/theory.md section 20, "The stream's scale");
         False (the default): the sensitivity at initialisation.
 
     Returns
@@ -306,6 +314,45 @@ def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
     return scalar_or_array(np.sqrt(a2))
 
 
+def qk_norm_growth_budget(beta, beta_c, gain):
+    r"""The cumulative update size ``a*`` at which coherent updates of the QK-norm gains reach ``beta_c``.
+
+    With normalised queries and keys the weights' scale drops out of the scores, and what Adam can grow
+    coherently is the norms' gains: :math:`s = \beta\,g_Q g_K\,\hat q \cdot \hat k / \ldots`, so each head's
+    effective beta is proportional to :math:`\beta g^2` (:func:`~remprop.theory.components.attention_scale.effective_beta`,
+    docs/theory.md section 19). Every gain moving by ``a`` (the same sign, the one that sharpens the
+    scores) multiplies it by :math:`(1 + a/g)^2`; it reaches the stack's critical multiplier ``beta_c`` at
+
+    .. math:: a^* = g \left(\sqrt{\beta_c / \beta} - 1\right),
+
+    0 where ``beta >= beta_c`` (already collapsed), ``inf`` where ``beta_c`` is. (The rotation of the
+    normalised directions toward each other is not counted: it cannot raise a score above the gains'
+    bound, and at initialisation it is the slower lever.)
+
+    Parameters
+    ----------
+    beta, beta_c : array_like
+        The model's multiplier on the normalised scores (1 as initialised) and its critical value
+        (:meth:`~remprop.theory.Architecture.critical_beta`; > 0, ``beta_c`` may be inf).
+    gain : array_like
+        The QK-norm gain ``g`` at initialisation, > 0.
+
+    Returns
+    -------
+    ndarray or float
+
+    References
+    ----------
+    docs/theory.md section 20, "QK-norm and branch norms".
+    """
+    beta = as_float_array("beta", beta, positive=True)
+    beta_c = as_float_array("beta_c", beta_c, positive=True, allow_inf=True)
+    gain = as_float_array("gain", gain, positive=True)
+    with np.errstate(invalid="ignore", over="ignore"):
+        budget = np.where(np.isinf(beta_c), np.inf, gain * (np.sqrt(np.maximum(beta_c / beta, 1.0)) - 1.0))
+    return scalar_or_array(budget)
+
+
 @dataclass(frozen=True)
 class LearningRateCeiling:
     """:func:`learning_rate_ceiling`'s answer; arrays of the broadcast shape.
@@ -316,7 +363,8 @@ class LearningRateCeiling:
         The predicted largest peak rate, ``min(stack, attention)``.
     floor : ndarray
         The smallest peak rate that moves the stack enough to train within the steps,
-        ``2 C_floor / (d S steps)`` (:data:`FLOOR_CONSTANT`; every step counts).
+        ``2 C_floor / (d S_0 steps)`` (:data:`FLOOR_CONSTANT`; every step counts; ``S_0`` the sensitivity
+        at initialisation, :func:`update_sensitivity`: updates that small do not grow the stream).
     stack, attention : ndarray
         The two ceilings.
     binding : ndarray of str
@@ -353,7 +401,8 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     at the per-head effective beta and the stack's critical beta (the rule of section 6): 0 for a stack
     entropy-collapsed at initialisation. The constants are :data:`STACK_CONSTANT` and
     :data:`ATTENTION_CONSTANT` (fitted on the measured sweep; the attention one only bounded below); the
-    floor :math:`2 C_{\rm floor} / (d\,\mathcal{S}\,S)` (every step counted) comes with it. Rank collapse at initialisation is not part of the ceiling:
+    floor :math:`2 C_{\rm floor} / (d\,\mathcal{S}_0\,S)` (every step counted, :math:`\mathcal{S}_0` the
+    sensitivity at initialisation: updates that small do not grow the stream) comes with it. Rank collapse at initialisation is not part of the ceiling:
     a rank-collapsed stack fails at any rate (the diagram says so).
 
     Parameters
@@ -391,10 +440,6 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     'stack'
     """
     _check_supported(arch)
-    if arch.qk_norm:
-        raise ParameterError("qk_norm", "qk_norm: the learning-rate ceiling's attention part has no derivation "
-                             "with normalised queries and keys (the weights' scale drops out of the logits; "
-                             "docs/theory.md section 20)")
     width = check_count("width", width, 1)
     steps = check_count("steps", steps, 1)
     seq_len = check_seq_len(arch.seq_len if seq_len is None else seq_len, allow_none=True)
@@ -409,13 +454,19 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     beta_c = np.asarray(arch.critical_beta(first=first, smallest=smallest))
     scale = arch.beta_scale
     head_dim = arch.head_dim if arch.head_dim is not None else max(width // arch.heads, 1)
-    budget = np.asarray(attention_growth_budget(np.asarray(arch.effective_beta(beta)) * np.ones_like(beta_c),
-                                                np.where(np.isnan(beta_c), np.inf, beta_c) * scale,
-                                                width, seq_len, head_dim))
+    if arch.qk_norm:        # beta_c on the model's axis: the multiplier on the normalised scores
+        budget = np.asarray(qk_norm_growth_budget(beta * np.ones_like(beta_c),
+                                                  np.where(np.isnan(beta_c), np.inf, beta_c), arch.qk_norm_gain))
+    else:
+        budget = np.asarray(attention_growth_budget(np.asarray(arch.effective_beta(beta)) * np.ones_like(beta_c),
+                                                    np.where(np.isnan(beta_c), np.inf, beta_c) * scale,
+                                                    width, seq_len, head_dim))
     coherent = min(steps, COHERENT_STEPS)        # the ceilings' steps; the floor counts all of them
     stack = 2.0 * STACK_CONSTANT / (width * np.asarray(sensitivity) * coherent)
     attention = ATTENTION_CONSTANT * 2.0 * budget / coherent
-    floor = 2.0 * FLOOR_CONSTANT / (width * np.asarray(sensitivity) * steps)
+    # the floor's updates are too small to grow the stream within the run: the sensitivity at init
+    at_init = _walk(arch, beta, depth, q0, rho0, keep_terms=False)[0]
+    floor = 2.0 * FLOOR_CONSTANT / (width * np.asarray(at_init) * steps)
     stack, attention, floor = np.broadcast_arrays(stack, attention, floor)
     ceiling = np.minimum(stack, attention)
     binding = np.where(attention < stack, "attention", "stack")
@@ -482,10 +533,12 @@ class Recipe:
         return tuple(reasons)
 
 
-def ceiling_validity(width, steps, q0=1.0, recipe=None) -> tuple:
+def ceiling_validity(width, steps, q0=1.0, recipe=None, arch=None) -> tuple:
     """Why a ceiling at ``width``, ``steps`` and input mean square ``q0`` (and ``recipe``, a
-    :class:`Recipe`) is outside :data:`VALIDATED_RANGE` and the measured recipe: one phrase per
-    quantity outside them (empty when inside).
+    :class:`Recipe`, and ``arch``, an :class:`~remprop.theory.Architecture`) is outside
+    :data:`VALIDATED_RANGE`, the measured recipe and the measured block forms: one phrase per
+    quantity outside them (empty when inside). No run measured QK-norm (its attention ceiling,
+    :func:`qk_norm_growth_budget`) or norms on the branches' outputs.
 
     Examples
     --------
@@ -504,6 +557,10 @@ def ceiling_validity(width, steps, q0=1.0, recipe=None) -> tuple:
             reasons.append(f"{label} {shown} above the {'widest' if name == 'width' else 'largest'} measured, {high:g}")
     if recipe is not None:
         reasons += recipe.outside()
+    if arch is not None and arch.qk_norm:
+        reasons.append("QK-norm, which no measured run had (its attention ceiling is derived, not measured)")
+    if arch is not None and arch.branch_norm:
+        reasons.append("norms on the branches' outputs, which no measured run had")
     return tuple(reasons)
 
 

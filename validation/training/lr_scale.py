@@ -34,7 +34,8 @@ from pathlib import Path
 
 from .lr_sweep import LR_SWEEP_TRAINING, LRSweepGroup, lr_sweep_outcomes, pending_runs, run_lr_sweep
 
-__all__ = ["LR_SCALE_DESIGN", "scale_recipes", "scale_pending", "run_scale_sweep", "scale_outcomes"]
+__all__ = ["LR_SCALE_DESIGN", "scale_recipes", "scale_pending", "run_scale_sweep", "scale_outcomes", "family_edges",
+           "record_ceiling", "record_floor", "fit_scale_constants", "scale_summary", "summary_tables", "fill_markers"]
 
 _RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 _WIDE_RATES = _RATES[:-1]
@@ -80,9 +81,10 @@ _MIDDLES = {
 #: Added with the middles (before any of their runs): the recipe axes of real pre-training runs besides
 #: the warm-up and the steps, one at a time at width 128 around its base brackets, both norm placements.
 _RECIPE_RATES = {"post": (1e-3, 1.7e-3, 3e-3, 5.5e-3), "pre": (1.7e-3, 3e-3, 5.5e-3, 1e-2)}
+#: (A 4x batch, 4096 tokens a step, was designed with them and cut before any of its runs, for the CPU
+#: time left: each run costs four base runs.)
 for _recipe, _training in (("beta2", dict(LR_SWEEP_TRAINING, beta2=0.95)),       # GPT-3's and LLaMA's
-                           ("cosine", dict(LR_SWEEP_TRAINING, schedule="cosine")),
-                           ("batch64", dict(LR_SWEEP_TRAINING, batch_size=64))):  # 4096 tokens a step
+                           ("cosine", dict(LR_SWEEP_TRAINING, schedule="cosine"))):
     LR_SCALE_DESIGN[_recipe] = (_training, tuple(
         LRSweepGroup("w128", (norm,), 8, 128, _POINT, rates, held_out=True) for norm, rates in _RECIPE_RATES.items()))
 #: Added with the middles (before any of their runs): depth 48 at width 64, held out, the depth law's test
@@ -188,17 +190,50 @@ def record_floor(record) -> float:
     return float(_theory_of(record).floor)
 
 
+def _unit_stack(record) -> float:
+    """The run's stack ceiling per unit of :data:`~remprop.theory.learning_rate.STACK_CONSTANT`:
+    ``2 / (d S min(steps, S_c))``, the scale the constants multiply."""
+    from remprop.theory.learning_rate import STACK_CONSTANT
+
+    return float(_theory_of(record).stack) / STACK_CONSTANT
+
+
+def fit_scale_constants(records) -> dict:
+    r"""The ceiling's constant from the fit part of the scale sweep (held-out runs are never read):
+    docs/theory.md section 20, docs/training.md "The ceiling at scale".
+
+    ``stack``: the :math:`C_{\rm stack}` that centres the fit families' brackets on the prediction, in
+    log: the geometric mean, over the fit families with a finite bracket, of the bracket's geometric
+    centre (of the largest rate that trained and the smallest above it that did not) over the unit stack
+    ceiling ``2 / (d S min(steps, S_c))`` (:func:`family_edges`): a point estimate of the true ceiling,
+    which is what a user reads. (The floor's constant stays the first sweep's,
+    :func:`~remprop.validation.training.lr_sweep.fit_window`: the lower rates of this sweep's families
+    were not designed to place it.)
+
+    Returns ``{"stack", "families"}`` (the number of fit families read)."""
+    from .lr_sweep import FIT
+
+    edges = [e for e in family_edges(records, _unit_stack)
+             if e["split"] == FIT and math.isfinite(e["high"]) and e["low"] > 0]
+    if not edges:
+        raise ValueError("records: no fit family with a measured bracket (a rate that trained and one above it "
+                         "that did not)")
+    stack = math.exp(sum(0.5 * (math.log(e["low"]) + math.log(e["high"])) for e in edges) / len(edges))
+    return {"stack": stack, "families": len(edges)}
+
+
 def scale_summary(records) -> dict:
     """What the scale sweep says of the theory's ceiling (docs/training.md, "The ceiling at scale").
 
     ``edges``: :func:`family_edges` against :func:`record_ceiling`; ``band``: the smallest ``low`` and the
     largest finite ``high`` over every family (the measured spread of the true ceiling around the
-    predicted one: no run of this sweep was read by the fit of the constants, so both parts are out of
-    sample), ``band_held_out`` the same over the held-out families only; ``ceiling`` and ``window``:
-    :func:`~remprop.validation.training.lr_sweep.evaluate_ceiling`
+    predicted one, fit and held-out families together: the wider), ``band_held_out`` the same over the
+    held-out families only; ``fit``: :func:`fit_scale_constants` (the stack constant, read from the fit
+    part only); ``within_2x_held_out``: of the held-out families with a bracket, how many lie wholly
+    within 2x of the prediction (``bracket``) and how many have their geometric centre there
+    (``centre``); ``ceiling`` and ``window``: :func:`~remprop.validation.training.lr_sweep.evaluate_ceiling`
     of the ceiling alone and of the window between the floor and the ceiling (per part: runs, correct,
-    accuracy, AUROC; and every run the window reads wrong). The theory's constants were fitted on the first
-    sweep only: no run here was read by a fit."""
+    accuracy, AUROC; and every run the window reads wrong)."""
 
     from .lr_sweep import evaluate_ceiling
 
@@ -209,10 +244,17 @@ def scale_summary(records) -> dict:
         return (min(e["low"] for e in families), max(highs)) if families and highs else None
 
     band, band_held_out = spread(edges), spread([e for e in edges if e["split"] == "held-out"])
+    # within 2x: the whole bracket in [1/2, 2] times the prediction (every true ceiling it allows), or
+    # its geometric centre (the measured point estimate)
+    bracketed = [e for e in edges if e["split"] == "held-out" and math.isfinite(e["high"]) and e["low"] > 0]
+    within = {"families": len(bracketed),
+              "bracket": sum(e["low"] >= 0.5 and e["high"] <= 2.0 for e in bracketed),
+              "centre": sum(abs(math.log(e["low"] * e["high"])) / 2 <= math.log(2.0) for e in bracketed)}
     ceiling = evaluate_ceiling(records, record_ceiling)
     window = evaluate_ceiling(records, record_ceiling, record_floor)
     strip = lambda part: {k: part[k] for k in ("runs", "correct", "accuracy", "auroc")}  # noqa: E731
-    return {"edges": edges, "band": band, "band_held_out": band_held_out,
+    return {"edges": edges, "band": band, "band_held_out": band_held_out, "fit": fit_scale_constants(records),
+            "within_2x_held_out": within,
             "ceiling": {name: strip(ceiling[name]) for name in ("fit", "held-out", "all")},
             "window": {name: strip(window[name]) for name in ("fit", "held-out", "all")},
             "window_disagreements": [{k: d[k] for k in ("recipe", "folder", "split", "lr", "fraction", "trains",
@@ -242,7 +284,11 @@ def summary_tables(summary) -> dict:
             scores.append(f"| {what} | {part} | {p['runs']} | {p['correct']} | {p['accuracy']:.2f} | "
                           f"{p['auroc']:.3f} |")
     band = summary["band"]
+    fit, within = summary["fit"], summary["within_2x_held_out"]
     scores.append("")
+    scores.append(f"Stack constant fitted on the {fit['families']} fit families: {fit['stack']:.0f}. Held-out "
+                  f"families within 2x of the prediction: {within['bracket']} of {within['families']} with the whole "
+                  f"bracket, {within['centre']} of {within['families']} with its centre.")
     scores.append(f"Band over all families: {band[0]:.2f} to {band[1]:.2f} times the prediction (held-out families "
                   f"alone: {summary['band_held_out'][0]:.2f} to {summary['band_held_out'][1]:.2f}).")
     return {"scale-table": "\n".join(rows), "scale-scores": "\n".join(scores)}
