@@ -22,7 +22,7 @@ __all__ = ["TrainConfig", "MODELS", "SEED_LIMIT", "COMPILE_MODES", "SCHEDULES"]
 
 #: Models :func:`~remprop.validation.training.train` can train.
 MODELS = ("remprop", "bert")
-#: The decays after the warm-up (:attr:`TrainConfig.schedule`).
+#: The decays after the warm-up (``TrainConfig.schedule``).
 SCHEDULES = ("linear", "cosine")
 #: ``torch.compile`` modes ``TrainConfig.compile`` may name (True: "reduce-overhead" on CUDA, "default" elsewhere).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
