@@ -183,6 +183,9 @@ class ModelSpec:
         The scales measured on the model's own weights, when its parameters come from them
         (:func:`~remprop.theory.models.measured_weights.measured_spec`); None: the library's
         default initialisation.
+    reader : callable or None
+        What read the configuration, :func:`~remprop.theory.model_spec` (it sets it): :meth:`with_depth`
+        reads the resized configuration with it, through the same table of readers.
     """
 
     name: str
@@ -200,6 +203,7 @@ class ModelSpec:
     pixel_std: float
     config: dict = field(repr=False)
     weights: object = field(default=None, repr=False)
+    reader: object = field(default=None, repr=False, compare=False)
 
     # -- the run's settings, one copy each -----------------------------------------------
     architecture = property(lambda self: self.settings.arch, doc="The theory's Architecture.")
@@ -238,10 +242,10 @@ class ModelSpec:
             raise ValueError("depth: a model measured on its own weights has the depth of its weights "
                              f"({self.depth} layers)")
         key = _FIELDS.get(self.family, _FIELDS["bert"])[1]  # the depth field
-        from .readers import model_spec  # the table of readers imports this module
-
+        if self.reader is None:
+            raise ValueError("depth: this spec was not read from a configuration (remprop.theory.model_spec)")
         config = self.resized_config(**{key: check_depth(depth)})
-        return model_spec(config, seq_len=self.seq_len, pixel_std=self.pixel_std)
+        return self.reader(config, seq_len=self.seq_len, pixel_std=self.pixel_std)
 
     def size(self) -> dict:
         """``{"depth": L, "width": d, "heads": H}`` of this spec."""

@@ -15,6 +15,8 @@ A new family is one reader and one line here.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from . import decoder_families, neox
 from .hf_config import ModelSpec, _with_library_defaults, load_hf_config, standard_spec
 
@@ -75,4 +77,5 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     family = cfg.get("model_type")
     if family not in READERS:
         raise ValueError(f"config.model_type must be one of {', '.join(FAMILIES)}, got {family!r}")
-    return READERS[family](cfg, seq_len=seq_len, pixel_std=pixel_std)
+    spec = READERS[family](cfg, seq_len=seq_len, pixel_std=pixel_std)
+    return dataclasses.replace(spec, reader=model_spec)  # ModelSpec.with_depth reads through the table again
