@@ -1,8 +1,8 @@
-"""Cold starts (issues 27 and 43): ``remprop precompile`` (the engine, once), and work estimates that time nothing.
+"""Cold starts (issues 27 and 43): ``remprop precompile`` (the engine, once, into the user cache folder).
 
 The speed itself is measured by benchmarks/bench_cold_start.py; these tests check the
-mechanisms: a precompiled command compiles nothing on its first call, and the work estimates
-time nothing.
+mechanisms: a precompiled command compiles nothing on its first call, its compiled code lies in
+``$REMPROP_CACHE_DIR`` (:mod:`remprop.cache`), and the work estimates time nothing.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from remprop.cache import numba_cache_directory
 from remprop.cli.commands import precompile
 from remprop.theory import Architecture, work_estimates
 from cli_checks import assert_one_line, run_cli
@@ -52,16 +53,21 @@ def test_a_precompiled_command_compiles_nothing_on_its_first_call(tmp_path, monk
     """After ``precompile_parts`` of a part, a fresh process running the part's command line
     loads every kernel from disk: zero compilations (a cold one compiles dozens). This holds
     only if the precompiling processes load remprop as later ones do (from its bytecode:
-    ``write_bytecode``), since numba's cache keys differ otherwise."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), REMPROP_CACHE_DIR=str(tmp_path / "remprop"))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    ``write_bytecode``), since numba's cache keys differ otherwise. The compiled engine lies in
+    ``numba/`` of ``$REMPROP_CACHE_DIR`` (the one cache folder, :mod:`remprop.cache`)."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path / "remprop"))
+    env = dict(os.environ)
     monkeypatch.setitem(precompile.PARTS, "tiny", (TINY,))
     results = precompile.precompile_parts(["tiny"], jobs=1, log=None)
     assert results["tiny"][1] == 0, results
+    engine_index = [path.name for path in (tmp_path / "remprop" / "numba").rglob("*.nbi")
+                    if path.name.startswith("_engine.")]
+    # the sweep the command ran (propagate: trajectories), kept in the cache folder
+    assert any(".trajectories__" in name for name in engine_index), engine_index
     count, line = compiles(TINY, env)
     assert count == 0, line
-    cold_env = dict(env, NUMBA_CACHE_DIR=str(tmp_path / "numba-cold"))
+    cold_env = dict(env, REMPROP_CACHE_DIR=str(tmp_path / "remprop-cold"))
     cold, line = compiles(TINY, cold_env)
     assert cold > 10, line  # the same call on an empty cache compiles: the zero above is the cache's
 
@@ -152,8 +158,9 @@ def test_every_instruction_of_the_built_in_architectures_has_a_calibrated_cost()
 def test_background_precompile_returns_at_once_and_logs_each_part(tmp_path):
     """``--background`` returns before the part is compiled (it prints where the log goes) and a
     detached process compiles it, writing one line per part to that log. The kernels come from
-    the suite's shared cache (``make test`` precompiled them), so the part takes seconds."""
-    env = dict(os.environ, REMPROP_CACHE_DIR=str(tmp_path))
+    the suite's shared cache (``make test`` precompiled them; ``NUMBA_CACHE_DIR`` keeps it while
+    the log goes to an empty ``REMPROP_CACHE_DIR``), so the part takes seconds."""
+    env = dict(os.environ, REMPROP_CACHE_DIR=str(tmp_path), NUMBA_CACHE_DIR=str(numba_cache_directory()))
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "remprop", "precompile", "engine", "--background", "--jobs", "1"],
                           env=env, capture_output=True, text=True, timeout=120)
