@@ -49,8 +49,9 @@ $(VENV)/bin/python:
 
 # After installing, `remprop precompile` compiles the theory's engine (the three numba sweeps that
 # run every architecture, src/remprop/cli/commands/precompile.py) once, in a detached process
-# started once `make run` has drawn its diagram: later commands load it from disk. numba's cache is
-# keyed on the sources, so it runs again when theory/ changes.
+# started once `make run` has drawn its diagram: later commands load it from disk (the user cache
+# folder, $REMPROP_CACHE_DIR or ~/.cache/remprop: src/remprop/cache.py). numba's cache is keyed on
+# the sources, so it runs again when theory/ changes.
 THEORY_SOURCES := $(shell find theory -name '*.py' 2>/dev/null)
 
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python

@@ -1,12 +1,11 @@
-"""Cold starts (issues 27 and 43): ``remprop precompile`` (the engine, once) and the kernel timings kept on disk.
+"""Cold starts (issues 27 and 43): ``remprop precompile`` (the engine, once, into the user cache folder).
 
 The speed itself is measured by benchmarks/bench_cold_start.py; these tests check the
-mechanisms: a precompiled command compiles nothing on its first call, and a kernel's timing
-is read back by a later process instead of timed again.
+mechanisms: a precompiled command compiles nothing on its first call, its compiled code lies in
+``$REMPROP_CACHE_DIR`` (:mod:`remprop.cache`), and the work estimates time nothing.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import time
 
 import pytest
 
+from remprop.cache import numba_cache_directory
 from remprop.cli.commands import precompile
 from remprop.theory import Architecture, work_estimates
 from cli_checks import assert_one_line, run_cli
@@ -53,16 +53,21 @@ def test_a_precompiled_command_compiles_nothing_on_its_first_call(tmp_path, monk
     """After ``precompile_parts`` of a part, a fresh process running the part's command line
     loads every kernel from disk: zero compilations (a cold one compiles dozens). This holds
     only if the precompiling processes load remprop as later ones do (from its bytecode:
-    ``write_bytecode``), since numba's cache keys differ otherwise."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), REMPROP_CACHE_DIR=str(tmp_path / "remprop"))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    ``write_bytecode``), since numba's cache keys differ otherwise. The compiled engine lies in
+    ``numba/`` of ``$REMPROP_CACHE_DIR`` (the one cache folder, :mod:`remprop.cache`)."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path / "remprop"))
+    env = dict(os.environ)
     monkeypatch.setitem(precompile.PARTS, "tiny", (TINY,))
     results = precompile.precompile_parts(["tiny"], jobs=1, log=None)
     assert results["tiny"][1] == 0, results
+    engine_index = [path.name for path in (tmp_path / "remprop" / "numba").rglob("*.nbi")
+                    if path.name.startswith("_engine.")]
+    # the sweep the command ran (propagate: trajectories), kept in the cache folder
+    assert any(".trajectories__" in name for name in engine_index), engine_index
     count, line = compiles(TINY, env)
     assert count == 0, line
-    cold_env = dict(env, NUMBA_CACHE_DIR=str(tmp_path / "numba-cold"))
+    cold_env = dict(env, REMPROP_CACHE_DIR=str(tmp_path / "remprop-cold"))
     cold, line = compiles(TINY, cold_env)
     assert cold > 10, line  # the same call on an empty cache compiles: the zero above is the cache's
 
@@ -106,48 +111,56 @@ def test_precompile_refuses_an_unknown_part_in_one_line(capsys):
     assert_one_line(err, "PART", "nope", code=code)
 
 
-@pytest.fixture
-def timing_store(tmp_path, monkeypatch):
-    """An empty remprop cache folder and no timing in memory (restored after)."""
+def test_work_estimates_time_nothing_and_write_nothing(tmp_path, monkeypatch):
+    """Before: the first estimate of a process timed the kernel (about 0.5 s) and kept the timing as
+    JSON in the cache folder. After: arithmetic on the lowered program with the constants of
+    benchmarks/bench_work_estimates.py: no clock is read, no file written, and the costs follow
+    the instructions (a quadrature activation costs more than ReLU's closed form, a finite-T
+    attention more than the asymptotic one; a round is one batch per thread)."""
+    import numba
+
     monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(work_estimates, "_SPEEDS", {})
-    return tmp_path
+
+    def no_clock():
+        raise AssertionError("the estimate read the clock")
+
+    relu = Architecture(norm="post", activation="relu")
+    monkeypatch.setattr(time, "perf_counter", no_clock)
+    monkeypatch.setattr(time, "time", no_clock)
+    speed = work_estimates.kernel_speed(relu)
+    gelu = work_estimates.kernel_speed(relu.replace(activation="gelu"))
+    finite = work_estimates.kernel_speed(relu.replace(seq_len=128))
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    assert gelu.round_seconds > 10 * speed.round_seconds and finite.round_seconds > speed.round_seconds
+    assert speed.cells_per_round == 64 * numba.get_num_threads() and speed.call_seconds == work_estimates.CALL_SECONDS
+    # kernel_seconds: calls x call + depth x rounds x round
+    cells = 3 * speed.cells_per_round
+    assert work_estimates.kernel_seconds(relu, cells, 100, calls=2) == pytest.approx(
+        2 * speed.call_seconds + 100 * 3 * speed.round_seconds, rel=1e-12)
 
 
-def test_a_kernel_timing_is_kept_on_disk_for_later_processes(timing_store, monkeypatch):
-    """The first :func:`kernel_speed` times the kernel and writes its timing; a later process
-    (an empty in-memory store) reads it back instead of timing again -- until it is older than
-    ``SPEED_MAX_AGE`` or damaged."""
-    arch = Architecture()
-    first = work_estimates.kernel_speed(arch)
-    (path,) = timing_store.glob("kernel-speed-*.json")
-    assert json.loads(path.read_text())["round_seconds"] == first.round_seconds
+def test_every_instruction_of_the_built_in_architectures_has_a_calibrated_cost():
+    """A kind without a constant would be costed at the dearest of its class: every instruction
+    the built-in choices lower to is calibrated by the benchmark's set of architectures."""
+    from remprop.theory import ACTIVATIONS
+    from remprop.theory.kernels import kernels_for
+    from remprop.theory.propagation import kernel_tree
 
-    def no_timing(*args):
-        raise AssertionError("timed again")
-
-    monkeypatch.setattr(work_estimates, "_SPEEDS", {})
-    monkeypatch.setattr(work_estimates, "_calibrate", no_timing)
-    assert work_estimates.kernel_speed(arch) == first
-
-    timed = work_estimates.KernelSpeed(1e-3, 2e-6, 64, 1e-7)
-    monkeypatch.setattr(work_estimates, "_calibrate", lambda arch, row: timed)
-    for spoil in ("age", "damage"):
-        monkeypatch.setattr(work_estimates, "_SPEEDS", {})
-        if spoil == "age":
-            old = time.time() - work_estimates.SPEED_MAX_AGE - 60
-            os.utime(path, (old, old))
-        else:
-            path.write_text('{"call_seconds": NaN}')
-        assert work_estimates.kernel_speed(arch) == timed, spoil
-        assert json.loads(path.read_text())["round_seconds"] == timed.round_seconds
+    archs = [Architecture(norm=norm, activation=activation, mlp=mlp) for norm in ("pre", "post", "none")
+             for activation in ACTIVATIONS for mlp in ("dense", "gated")]
+    archs += [Architecture(seq_len=128, attention="gain-controlled"), Architecture(positions="rope", head_dim=64, seq_len=256),
+              Architecture(qk_norm=True, qk_norm_dim=64, head_dim=64, seq_len=128)]
+    kinds = {kind for arch in archs for kind in work_estimates.instruction_kinds(kernels_for(kernel_tree(arch)).program)}
+    assert kinds <= set(work_estimates.INSTRUCTION_SECONDS), kinds - set(work_estimates.INSTRUCTION_SECONDS)
 
 
 def test_background_precompile_returns_at_once_and_logs_each_part(tmp_path):
     """``--background`` returns before the part is compiled (it prints where the log goes) and a
     detached process compiles it, writing one line per part to that log. The kernels come from
-    the suite's shared cache (``make test`` precompiled them), so the part takes seconds."""
-    env = dict(os.environ, REMPROP_CACHE_DIR=str(tmp_path))
+    the suite's shared cache (``make test`` precompiled them; ``NUMBA_CACHE_DIR`` keeps it while
+    the log goes to an empty ``REMPROP_CACHE_DIR``), so the part takes seconds."""
+    env = dict(os.environ, REMPROP_CACHE_DIR=str(tmp_path), NUMBA_CACHE_DIR=str(numba_cache_directory()))
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "remprop", "precompile", "engine", "--background", "--jobs", "1"],
                           env=env, capture_output=True, text=True, timeout=120)

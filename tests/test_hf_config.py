@@ -22,6 +22,24 @@ def test_every_shipped_config_translates():
         assert spec.architecture.seq_len == spec.seq_len and spec.depth >= 1
 
 
+def test_one_table_names_the_reader_of_every_model_type():
+    """Issue 43: the readers are one dict literal (``readers.READERS``), not registered at import; every
+    shipped configuration is read by its model type's reader, and an unknown type is refused with the
+    types read (the refused Gemma 3 not among them)."""
+    from remprop.theory.models import readers
+
+    for name in shipped_configs():
+        assert load_hf_config(name)["model_type"] in readers.READERS, name
+    assert readers.FAMILIES == ("bert", "roberta", "gpt2", "vit", "llama", "mistral", "qwen2", "phi3", "gemma2",
+                                "olmo2", "gpt_neox")
+    assert set(readers.READERS) == set(readers.FAMILIES) | {"gemma3_text"}
+    with pytest.raises(ValueError, match="config.model_type must be one of bert, roberta, .*gpt_neox, got 'nope'"):
+        model_spec({"model_type": "nope"})
+    # a family reached through the table reads as it did through model_spec
+    spec = model_spec("pythia-70m")
+    assert spec.family == "gpt_neox" and repr(model_spec("EleutherAI/pythia-70m").settings) == repr(spec.settings)
+
+
 def test_bert_base_translation():
     spec = model_spec("bert-base")
     arch = spec.architecture

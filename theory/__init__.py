@@ -58,7 +58,7 @@ from .gradients import (
 )
 from .causal import CausalGramTrajectory, last_tokens_cosine, propagate_causal, propagate_causal_gram
 from .gram_state import GramTrajectory, propagate_gram, simplex_distance
-from .models.hf_config import ModelSpec, load_hf_config, model_spec, shipped_configs
+from .models import ModelSpec, load_hf_config, model_spec, shipped_configs
 
 __all__ = [
     "ACTIVATIONS", "ATTENTIONS", "BLOCK_FORMS", "NORMS", "NORM_TYPES", "MLPS", "POSITIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",

@@ -14,8 +14,13 @@ numba. numba keys its disk cache on the source file of the cached function and o
 pickled closure, in which the jitted helpers of other modules (the attention, LayerNorm
 and activation cores, the components' ``*_core`` maps) appear by reference only: without the digest,
 an edit to one of them would leave the old compiled code in use. With it, changed
-sources get fresh cache entries (the stale files stay behind in ``__pycache__``, as they
+sources get fresh cache entries (the stale files stay behind in the cache folder, as they
 do when numba itself recompiles after an edit).
+
+Where numba keeps compiled code is decided here, before any theory module decorates a function:
+:data:`CACHE` is :func:`remprop.cache.configure_numba` (numba's cache pointed at the user cache
+folder, never the package's own ``__pycache__``), and every ``njit`` that keeps its code on disk
+passes ``cache=CACHE``, False where that folder cannot be written (compiled in memory).
 
 Used by :mod:`.activations`, :mod:`.kernels` and :mod:`.rem.table`; it imports
 nothing from theory, so it sits below all three (inside :mod:`.kernels`, which imports
@@ -28,7 +33,13 @@ import hashlib
 import re
 from pathlib import Path
 
-__all__ = ["specialised", "inline_jitable", "source_digest", "JIT_OPTIONS"]
+from remprop.cache import configure_numba
+
+__all__ = ["specialised", "inline_jitable", "source_digest", "JIT_OPTIONS", "CACHE"]
+
+#: Whether the theory's compiled functions are kept on disk (``njit(cache=CACHE)``): numba's cache
+#: folder is set (:func:`remprop.cache.configure_numba`) and writable.
+CACHE = configure_numba()
 
 #: The options of every compiled entry point of theory (``njit(cache=..., **JIT_OPTIONS)``). numba
 #: compiles a ``register_jitable`` helper once per set of its callers' flags (and a helper inherits

@@ -3,10 +3,10 @@
 The numbers a caller needs before it starts a depth or a grid (docs/theory.md section 6
 for the diagrams, section 1 for the propagation it times):
 
-* time -- :func:`kernel_speed` times a short call of the compiled depth kernel of the
-  architecture (:mod:`remprop.theory.kernels`) on this machine, once per kernel and day
-  (kept on disk beside the compiled code); :func:`kernel_seconds` scales it to
-  ``cells x depth`` (``calls`` kernel calls);
+* time -- :func:`kernel_speed` adds up the costs of the instructions of the architecture's
+  lowered program (:mod:`remprop.theory.kernels`), constants measured once by
+  benchmarks/bench_work_estimates.py (nothing is timed here); :func:`kernel_seconds` scales it
+  to ``cells x depth`` (``calls`` kernel calls);
 * memory -- :func:`trajectory_bytes`, :func:`diagram_bytes` and :func:`simulation_bytes`
   count the arrays a computation keeps alive;
 * segments -- long runs advance the kernels :func:`segment_layers` blocks per call, so
@@ -24,24 +24,22 @@ What a command does with the estimates -- refuse work above ``--max-seconds`` or
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import time
 from typing import NamedTuple
 
 import numpy as np
 
 from .checks import check_count
-from ._jit import source_digest
 from .kernels import kernels_for
 from .kernels._engine import BATCH
-from .rem.disk_cache import cache_directory, write_atomically
-from .propagation import CHUNK_ROWS, final_state_rows, kernel_tree, pack_parameters
+from .propagation import CHUNK_ROWS, kernel_tree
 
-__all__ = ["SPEED_MAX_AGE", "SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS",
-           "MAX_DRAWN_PER_AXIS", "KernelSpeed", "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c",
-           "kernel_speed", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes", "diagram_bytes",
-           "simulation_bytes", "simulation_flops", "simulation_seconds", "SIMULATION_BLOCK_SECONDS", "gram_theory_bytes", "causal_gram_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds", "spread_indices"]
+__all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS", "MAX_DRAWN_PER_AXIS", "KernelSpeed",
+           "WorkInterrupted", "is_ctrl_c", "stops_on_ctrl_c", "kernel_speed", "instruction_kinds",
+           "cell_block_seconds", "INSTRUCTION_SECONDS", "BLOCK_SECONDS", "DISPATCH_SECONDS", "CALL_SECONDS",
+           "ROPE_FREQUENCY_SECONDS", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes",
+           "diagram_bytes", "simulation_bytes", "simulation_flops", "simulation_seconds", "SIMULATION_BLOCK_SECONDS",
+           "gram_theory_bytes", "causal_gram_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds",
+           "spread_indices"]
 
 #: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
 #: honoured and between two progress updates.
@@ -53,13 +51,34 @@ SEGMENT_BYTES = 64 * 2 ** 20
 SEGMENTED_ABOVE_SECONDS = 2.0
 #: Most rows and columns of a grid a figure draws (a saved grid keeps them all).
 MAX_DRAWN_PER_AXIS = 1000
-#: Work (cells x layers) small enough to run in one call without timing the kernel:
-#: even the slowest built-in kernel (about 5 microseconds a block) takes well under a second.
+#: Work (cells x layers) small enough to count as no time: even the slowest built-in kernel
+#: (about 5 microseconds a block) takes well under a second.
 _SMALL_WORK = 1 << 16
-#: Wall time a calibration aims at: long enough to dwarf the ~10 ms cost of a parallel call.
-_CALIBRATION_SECONDS = 0.03
-#: A kernel's timing read from disk is used for this long (seconds), then timed again.
-SPEED_MAX_AGE = 86400.0
+
+# The speed of the kernels: constants measured by benchmarks/bench_work_estimates.py on 2026-12-02 (its
+# results: docs/data/work-estimates.json), which times the engine on 35 architectures with one thread
+# (the least of 3 passes) and fits these costs to the programs' instructions (non-negative least squares
+# on relative errors): two shared cores at a load of about 9, so a quiet machine runs about 1.5-2x
+# faster. The estimates of the 70 timings: median 0.97 of the measured; 0.45-1.48 with a norm in the
+# stream (50 timings), 0.014-1.3 without (20): there smooth activations cost 10-100x more deep in the
+# stack than near its input (the benchmark's docstring), which constants measured near the input miss.
+#: Seconds per cell of one instruction of each kind (:func:`instruction_kinds`), cells in batches (a
+#: zero: within the spread of :data:`BLOCK_SECONDS` and :data:`DISPATCH_SECONDS`, into which the fit folds it).
+INSTRUCTION_SECONDS = {
+    "norm": 5.92e-10, "stack": 0.0,
+    "attention": 0.0, "attention_finite": 2.29e-08, "gain_controlled": 1.81e-09, "rope": 0.0, "qk_norm": 2.73e-07,
+    "mlp_relu": 1.28e-08, "mlp_linear": 0.0, "mlp_erf": 1.58e-08, "mlp_tanh": 1.6e-06, "mlp_gelu": 7.1e-06,
+    "mlp_silu": 1.73e-06, "gated": 1.36e-09,
+    "mlp_relu_raw": 2.13e-08, "mlp_linear_raw": 4.5e-09, "mlp_erf_raw": 1.36e-08, "mlp_tanh_raw": 3e-05,
+    "mlp_gelu_raw": 2.83e-06, "mlp_silu_raw": 2.45e-06,
+}
+#: Seconds per cell and block besides the instructions (loading the state, the critical beta, the scale).
+BLOCK_SECONDS = 9.32e-09
+#: Seconds per instruction and batch: reading its op code and operands (paid once per batch of cells).
+DISPATCH_SECONDS = 8.8e-08
+#: Fixed seconds of one kernel call (starting the threads, checking the arguments): the median over
+#: the architectures (0 to 12 ms on the shared cores).
+CALL_SECONDS = 3.95e-04
 
 
 class WorkInterrupted(KeyboardInterrupt):
@@ -103,7 +122,7 @@ def stops_on_ctrl_c(where):
 
 
 class KernelSpeed(NamedTuple):
-    """Timing of one architecture's depth kernel on this machine (:func:`kernel_speed`).
+    """The estimated speed of one architecture's depth kernel (:func:`kernel_speed`).
 
     Attributes
     ----------
@@ -132,21 +151,15 @@ class KernelSpeed(NamedTuple):
 
 
 def kernel_speed(arch) -> KernelSpeed:
-    """Time the compiled depth kernel of ``arch`` on this machine (cached per kernel and process).
+    """The estimated speed of the depth kernel of ``arch``: arithmetic on its lowered program.
 
-    One untimed call compiles (or loads) the kernel; then one block and ``D`` blocks of
-    ``BATCH x threads`` copies of the architecture's first packed row are timed (the best
-    of a few calls), with ``D`` grown until the call takes about 30 ms:
-    ``call_seconds = t(1) - round_seconds`` and ``round_seconds = (t(D) - t(1)) / (D - 1)``;
-    the same for a single row gives ``single_seconds``. The rows hold the architecture's
-    numbers, so a slow activation (quadrature moments) is timed as it runs. About 0.5 s.
-
-    The timing is written to disk beside the compiled kernels
-    (:func:`remprop.theory.rem.disk_cache.cache_directory`, one small JSON file per kernel and
-    numba thread count) and read by later processes for :data:`~remprop.theory.work_estimates.SPEED_MAX_AGE` (a day), so a
-    command-line call does not time the kernel again; a file that cannot be read or written
-    only means timing again. Kernels with a user-registered activation (not cached on disk
-    by numba either) are timed once per process.
+    The kernel runs the instructions of the architecture's program (:mod:`remprop.theory.kernels`)
+    on batches of ``BATCH`` cells, one batch per thread at a time. With :func:`cell_block_seconds`
+    ``c`` (per cell and block) and the per-batch dispatch ``o = n_instructions x``
+    :data:`DISPATCH_SECONDS`: ``round_seconds = BATCH c + o``, ``single_seconds = c + o``,
+    ``cells_per_round = BATCH x`` ``numba.get_num_threads()`` and ``call_seconds =``
+    :data:`CALL_SECONDS`. Nothing is timed: the constants were measured once by
+    benchmarks/bench_work_estimates.py (an estimate; the machine's speed and load differ).
 
     Parameters
     ----------
@@ -156,82 +169,65 @@ def kernel_speed(arch) -> KernelSpeed:
     -------
     KernelSpeed
     """
-    tree = kernel_tree(arch)
-    key = tree.kernel_key()
-    if key not in _SPEEDS:
-        import numba
-
-        path = None
-        if kernels_for(tree).cacheable:
-            path = cache_directory() / f"kernel-speed-{_digest(key)}-{source_digest()}-t{numba.get_num_threads()}.json"
-        speed = _read_speed(path)
-        if speed is None:
-            _, _, rows = pack_parameters(arch, 1.0)
-            speed = _calibrate(arch, rows(0, 1))
-            _write_speed(path, speed)
-        _SPEEDS[key] = speed
-    return _SPEEDS[key]
-
-
-def _digest(key) -> str:
-    """Sixteen hex digits of SHA-256 over ``repr(key)`` (a kernel key: the same in every process)."""
-    return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-
-
-def _read_speed(path):
-    """The :class:`KernelSpeed` stored at ``path`` if it is younger than :data:`SPEED_MAX_AGE`, else None."""
-    if path is None:
-        return None
-    try:
-        if time.time() - path.stat().st_mtime > SPEED_MAX_AGE:
-            return None
-        stored = json.loads(path.read_text())
-        speed = KernelSpeed(*(float(stored[name]) for name in KernelSpeed._fields))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    finite = all(np.isfinite(value) and value >= 0.0 for value in speed)
-    return speed._replace(cells_per_round=int(speed.cells_per_round)) if finite and speed.cells_per_round >= 1 else None
-
-
-def _write_speed(path, speed):
-    """Store ``speed`` at ``path`` (:func:`~remprop.theory.rem.disk_cache.write_atomically`)."""
-    if path is not None:
-        write_atomically(path, lambda handle: handle.write(json.dumps(speed._asdict()).encode()))
-
-
-#: Timings by kernel key (the tree's structure): the kernel, not the numbers, decides the speed.
-_SPEEDS: dict = {}
-
-
-def _calibrate(arch, row) -> KernelSpeed:
     import numba
 
-    cells = BATCH * max(1, numba.get_num_threads())
+    program = kernels_for(kernel_tree(arch)).program
+    per_cell = cell_block_seconds(program)
+    dispatch = DISPATCH_SECONDS * len(program.ops)
+    return KernelSpeed(CALL_SECONDS, BATCH * per_cell + dispatch, BATCH * max(1, numba.get_num_threads()),
+                       per_cell + dispatch)
 
-    def timed(params, depth, repeats=1):
-        best = np.inf
-        for _ in range(repeats):
-            start = time.perf_counter()
-            final_state_rows(arch, params, depth)
-            best = min(best, time.perf_counter() - start)
-        return best
 
-    def per_layer(params):
-        """(seconds of a one-block call, seconds per further block) for these rows."""
-        one, depth = timed(params, 1, 3), 16
-        while True:
-            many = timed(params, depth)
-            if many - one >= _CALIBRATION_SECONDS or depth >= 1 << 22:
-                break
-            depth *= 4
-        many = min(many, timed(params, depth, 2))  # the least disturbed of three
-        step = max((many - one) / (depth - 1), 1e-12)
-        return max(one - step, 0.0), step
+def instruction_kinds(program) -> list:
+    """The kind of every instruction of a lowered program: the names of :data:`INSTRUCTION_SECONDS`.
 
-    timed(row, 1)  # compile or load from the cache
-    call_seconds, round_seconds = per_layer(np.repeat(row, cells, axis=0))
-    _, single_seconds = per_layer(row)
-    return KernelSpeed(call_seconds, round_seconds, cells, min(single_seconds, round_seconds))
+    An MLP is ``"mlp_<activation>"`` (a user-registered activation: ``"mlp_user"``), with ``"_raw"``
+    where the program has no norm (the MLP then sees the stream's variance grow with depth, and the
+    quadrature rules of tanh, GELU and SiLU take more nodes), plus ``"gated"`` for a gated one; an
+    attention ``"attention"`` or ``"attention_finite"`` (the finite-T table), plus ``"rope"``,
+    ``"qk_norm"`` and ``"gain_controlled"`` for those flags; the stack's instructions (push, skip,
+    sums) ``"stack"``; an op code without a calibrated cost ``"other"``.
+    """
+    from .activations.registry import ACTIVATIONS
+    from .kernels import _tape as tape
+
+    names = {code: name for name, code in ACTIVATIONS.items()}
+    ops = np.asarray(program.ops)[:, :2].tolist()
+    raw = "_raw" if all(code != tape.OP_NORM for code, _ in ops) else ""
+    kinds = []
+    for code, flags in ops:
+        if code == tape.OP_NORM:
+            kinds.append("norm")
+        elif code == tape.OP_DENSE:
+            kinds.append("dense")
+        elif code == tape.OP_MLP:
+            activation = names.get(flags >> 8, "user")
+            kinds += [f"mlp_{activation}{raw}"] + (["gated"] if flags & tape.MLP_GATED else [])
+        elif code == tape.OP_ATTENTION:
+            kinds.append("attention_finite" if flags & tape.ATTENTION_FINITE else "attention")
+            kinds += [name for flag, name in ((tape.ATTENTION_ROPE, "rope"), (tape.ATTENTION_QK_NORM, "qk_norm"),
+                                              (tape.ATTENTION_GAIN_CONTROLLED, "gain_controlled")) if flags & flag]
+        elif code in (tape.OP_PUSH, tape.OP_SKIP, tape.OP_SWAP_IN, tape.OP_ADD_POP, tape.OP_DROP):
+            kinds.append("stack")
+        else:
+            kinds.append("other")
+    return kinds
+
+
+def cell_block_seconds(program) -> float:
+    """Estimated seconds to advance one cell of a batch by one block of ``program``:
+    :data:`BLOCK_SECONDS` plus the :data:`INSTRUCTION_SECONDS` of its :func:`instruction_kinds`.
+    A kind without a calibrated cost (a user-registered activation, a new op) costs as much as the
+    dearest calibrated one of its class (the MLPs of a stream with or without a norm, or the other
+    instructions)."""
+    seconds = BLOCK_SECONDS
+    for kind in instruction_kinds(program):
+        if kind not in INSTRUCTION_SECONDS:
+            mlp, raw = kind.startswith("mlp_"), kind.endswith("_raw")
+            kind = max((name for name in INSTRUCTION_SECONDS if name.startswith("mlp_") == mlp
+                        and (not mlp or name.endswith("_raw") == raw)), key=INSTRUCTION_SECONDS.get)
+        seconds += INSTRUCTION_SECONDS[kind]
+    return seconds
 
 
 def kernel_seconds(arch, cells, depth, calls=None) -> float:
@@ -240,10 +236,10 @@ def kernel_seconds(arch, cells, depth, calls=None) -> float:
     .. math::
         t = n_{calls}\, t_{call} + L \lceil n / n_{round} \rceil t_{round}
 
-    with the timings of :func:`kernel_speed` (``n_round`` cells advance together, one batch
+    with the speeds of :func:`kernel_speed` (``n_round`` cells advance together, one batch
     per thread; fewer cells than a round: :meth:`KernelSpeed.layer_seconds`). ``calls``
     defaults to one call per :data:`~remprop.theory.propagation.CHUNK_ROWS` cells. An
-    estimate: the machine's load may change after the timing.
+    estimate: another machine, or other processes on the cores, run at another speed.
     """
     cells = check_count("cells", cells, 0)
     depth = check_count("depth", depth, 0)
@@ -257,8 +253,8 @@ def kernel_seconds(arch, cells, depth, calls=None) -> float:
 def run_seconds(arch, cells, depth, passes=1) -> float:
     """Estimated seconds of ``passes`` runs of ``cells`` cells through ``depth`` blocks, one call per chunk.
 
-    ``passes x`` :func:`kernel_seconds`; work of at most 2**16 block steps in all is not
-    timed (it takes well under a second with every built-in kernel) and counts as 0.
+    ``passes x`` :func:`kernel_seconds`; work of at most 2**16 block steps in all counts as 0
+    (it takes well under a second with every built-in kernel).
     """
     cells = check_count("cells", cells, 0)
     depth = check_count("depth", depth, 0)
@@ -423,31 +419,20 @@ def rope_seconds(head_dim) -> float:
     """Estimated seconds of the mean rotary correlation ``cbar_T`` of one head of width ``head_dim``.
 
     :func:`~remprop.theory.rem.rope_mean_correlation` sums ``head_dim / 2`` frequencies (in
-    bounded memory, once per ``(T, d_H, base)``: it is cached); the time per frequency is
-    timed on this machine once per process. Heads up to ``2**21`` wide are not timed (well
-    under a second) and count as 0.
+    bounded memory, once per ``(T, d_H, base)``: it is cached), at :data:`ROPE_FREQUENCY_SECONDS`
+    each. Heads up to ``2**21`` wide count as 0 (well under a second).
     """
     head_dim = check_count("head_dim", head_dim, 2)
     if head_dim <= _SMALL_ROPE_HEAD:
         return 0.0
-    global _ROPE_FREQUENCY_SECONDS
-    if _ROPE_FREQUENCY_SECONDS is None:
-        from .rem.rope import _mean_correlation
-
-        width = 2 * 2 ** 18
-        best = np.inf
-        for base in (10000.0, 10001.0):  # two bases: the cached first call is not timed again
-            start = time.perf_counter()
-            _mean_correlation(512, width, base + np.random.default_rng().random())
-            best = min(best, time.perf_counter() - start)
-        _ROPE_FREQUENCY_SECONDS = best / (width // 2)
-    return head_dim // 2 * _ROPE_FREQUENCY_SECONDS
+    return head_dim // 2 * ROPE_FREQUENCY_SECONDS
 
 
-#: Head widths whose rotary sum is not timed (:func:`rope_seconds`).
+#: Head widths whose rotary sum counts as no time (:func:`rope_seconds`).
 _SMALL_ROPE_HEAD = 1 << 21
-#: Seconds per frequency of the rotary sum on this machine (timed once by :func:`rope_seconds`).
-_ROPE_FREQUENCY_SECONDS = None
+#: Seconds per frequency of the rotary sum (:func:`rope_seconds`), measured by
+#: benchmarks/bench_work_estimates.py (``_mean_correlation`` at T = 512 over 2**18 frequencies).
+ROPE_FREQUENCY_SECONDS = 9.22e-08
 #: Floating-point operations per second assumed by :func:`flops_seconds`: the low end of the
 #: 10-20 GFLOP/s of one CPU core on the matrix products of the causal Gram walker
 #: (:data:`remprop.theory.causal.AUTO_GRAM_FLOPS`).

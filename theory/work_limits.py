@@ -1,7 +1,7 @@
 """The limits on estimated work, for the command line and the library alike.
 
 A computation estimates its time and memory first (:mod:`remprop.theory.work_estimates`: the
-kernels timed on this machine, the arrays counted) and :func:`check_work` refuses it above
+kernels' calibrated costs added up, the arrays counted) and :func:`check_work` refuses it above
 the limits with one ``ValueError`` holding the estimate. The command line's ``--max-seconds``
 and ``--max-memory`` default to :data:`MAX_SECONDS` and :data:`MAX_BYTES`
 (:mod:`remprop.cli.limits`); the library functions whose work grows without bound in their
@@ -48,8 +48,8 @@ def check_work(task, *, seconds=None, nbytes=None, max_seconds=MAX_SECONDS, max_
     max_seconds = check_limit("max_seconds", max_seconds)
     max_memory = check_limit("max_memory", max_memory)
     if seconds is not None and seconds > max_seconds:
-        raise ValueError(f"max_seconds: {task} would take about {format_seconds(seconds)} (estimated on this "
-                         f"machine), more than the limit of {format_seconds(max_seconds)}; raise the limit "
+        raise ValueError(f"max_seconds: {task} would take about {format_seconds(seconds)} (estimate), more "
+                         f"than the limit of {format_seconds(max_seconds)}; raise the limit "
                          "to run it anyway")
     if nbytes is not None and nbytes > max_memory:
         raise ValueError(f"max_memory: {task} would need about {format_bytes(nbytes)} of memory (estimate), "

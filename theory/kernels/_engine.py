@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from .._jit import JIT_OPTIONS, specialised
+from .._jit import CACHE, JIT_OPTIONS, specialised
 from ..activations.closed_form import erf_moments_core, linear_moments_core, relu_moments_core
 from ..activations.maps import dense_core
 from ..activations.quadrature_moments import gelu_moments_core, silu_moments_core, tanh_moments_core
@@ -370,7 +370,7 @@ def _make_engine(user_moments, cache, tag):
 
 
 #: The interpreter of every program with built-in activations: compiled once, kept on disk.
-ENGINE = _make_engine(no_user_moments, True, "engine")
+ENGINE = _make_engine(no_user_moments, CACHE, "engine")
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,11 +1,10 @@
 """Decoder families read through the LLaMA reader: Phi-3, Gemma 2, OLMo 2 (and those rejected).
 
 Each reader turns a Hugging Face configuration into a :class:`~remprop.theory.ModelSpec`
-by reading it as a LLaMA-style decoder (:func:`~remprop.theory.model_spec`) and setting
+by reading it as a LLaMA-style decoder (:func:`~remprop.theory.models.hf_config.standard_spec`) and setting
 what differs: fused projections (Phi-3), sandwich norms and soft-capped logits (Gemma 2),
-norms inside the residual branch and QK-norm (OLMo 2); docs/theory.md section 19. They are
-registered in ``remprop.theory.models.hf_config.FAMILY_READERS`` when this module is
-imported (by :mod:`remprop.theory.models`).
+norms inside the residual branch and QK-norm (OLMo 2); docs/theory.md section 19. The table
+of readers (:data:`remprop.theory.models.readers.READERS`) names them.
 """
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ import math
 
 from .. import softcap
 from ..settings import RunSettings
-# the registry and the field readers of the configuration reader this module extends
-from .hf_config import FAMILY_READERS, _from_config, _get, _kv_heads, _positive_int, _positive_real, model_spec
+# the LLaMA reader and the field readers of the configuration reader this module extends
+from .hf_config import _from_config, _get, _kv_heads, _positive_int, _positive_real, standard_spec
 
 __all__ = []
 
@@ -28,7 +27,7 @@ def _phi3_spec(cfg, *, seq_len=None, pixel_std=1.0):
     every entry has the law of the LLaMA reader's (Abdin et al., "Phi-3 Technical Report",
     arXiv 2404.14219; the sizes of microsoft/Phi-3-mini-4k-instruct's config.json).
     """
-    spec = model_spec(dict(cfg, model_type="llama"), seq_len=seq_len, pixel_std=pixel_std)
+    spec = standard_spec(dict(cfg, model_type="llama"), seq_len=seq_len, pixel_std=pixel_std)
     fused = ("fused qkv_proj and gate_up_proj: one N(0, r^2) matrix each, entry by entry the law of separate "
              "q/k/v and gate/up projections (the same maps)")
     partial = cfg.get("partial_rotary_factor")
@@ -59,7 +58,7 @@ def _decoder_base(cfg, seq_len, pixel_std, **overrides):
     if width % heads:  # the LLaMA reader wants heads to split the width; its head_dim is replaced below
         base["num_attention_heads"] = 1
         base["num_key_value_heads"] = 1
-    spec = model_spec(base, seq_len=seq_len, pixel_std=pixel_std)
+    spec = standard_spec(base, seq_len=seq_len, pixel_std=pixel_std)
     return spec, heads, head_dim, width
 
 
@@ -167,15 +166,12 @@ def _unsupported(feature):
     """A reader that rejects its family with one error naming the feature the engine lacks."""
     def reject(cfg, **_):
         raise ValueError(f"config.model_type = {cfg.get('model_type')!r} is not supported: {feature}")
+    reject.refuses = True  # not listed among the families read (remprop.theory.models.readers.FAMILIES)
     return reject
 
 
-FAMILY_READERS.update({
-    "phi3": _phi3_spec,
-    "gemma2": _gemma2_spec,
-    "gemma3_text": _unsupported(
-        "its per-head QK-norm scores over sqrt(query_pre_attn_scalar) and its local/global layer pattern are not "
-        "read here (the block form, pre + branch norms, and QK-norm are: Architecture(norm='pre', branch_norm=True, "
-        "qk_norm=True), docs/theory.md section 19)"),
-    "olmo2": _olmo2_spec,
-})
+#: Gemma 3 (``model_type`` gemma3_text): refused, naming what the engine does not read.
+_gemma3_text_spec = _unsupported(
+    "its per-head QK-norm scores over sqrt(query_pre_attn_scalar) and its local/global layer pattern are not "
+    "read here (the block form, pre + branch norms, and QK-norm are: Architecture(norm='pre', branch_norm=True, "
+    "qk_norm=True), docs/theory.md section 19)")

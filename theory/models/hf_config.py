@@ -62,7 +62,7 @@ from ..rem import ROPE_BASE, check_seq_len, query_key_variance
 from ..settings import RunSettings
 from .measured_weights import input_state, weight_parameters
 
-__all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "CONFIG_DIR"]
+__all__ = ["ModelSpec", "standard_spec", "load_hf_config", "shipped_configs", "BLOCK_ORDERS", "CONFIG_DIR"]
 
 #: Folder of the configurations shipped with remprop (sizes and init ranges: facts).
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -76,11 +76,20 @@ ALIASES = {"bert-base-uncased": "bert-base", "bert-base-cased": "bert-base", "be
            "meta-llama/Llama-3.2-1B": "llama-3.2-1b", "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
            "mistralai/Mistral-7B-v0.1": "mistral-7b", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b",
            "HuggingFaceTB/SmolLM2-135M": "smollm2-135m", "microsoft/Phi-3-mini-4k-instruct": "phi-3-mini",
-           "google/gemma-2-2b": "gemma-2-2b", "allenai/OLMo-2-0425-1B": "olmo-2-1b"}
+           "google/gemma-2-2b": "gemma-2-2b", "allenai/OLMo-2-0425-1B": "olmo-2-1b",
+           # the hub names of the shipped Pythia configurations (remprop check EleutherAI/pythia-160m)
+           **{f"EleutherAI/{path.stem}": path.stem for path in CONFIG_DIR.glob("pythia-*.json")}}
 
-#: Supported ``model_type`` values and their block order.
-FAMILIES = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre", "llama": "pre", "mistral": "pre",
-            "qwen2": "pre", "phi3": "pre", "gemma2": "pre", "olmo2": "none", "gpt_neox": "pre"}
+#: The block order of each family :func:`standard_spec` reads.
+BLOCK_ORDERS = {"bert": "post", "roberta": "post", "gpt2": "pre", "vit": "pre", "llama": "pre", "mistral": "pre",
+                "qwen2": "pre"}
+#: Field names of a configuration: ``(width, depth, heads, eps, activation)`` and the defaults of ``eps`` and
+#: ``activation``, by family (:func:`standard_spec`; every family also takes BERT's names).
+_FIELDS = {
+    "gpt2": ("n_embd", "n_layer", "n_head", "layer_norm_epsilon", "activation_function", 1e-5, "gelu_new"),
+    "llama": ("hidden_size", "num_hidden_layers", "num_attention_heads", "rms_norm_eps", "hidden_act", 1e-6, "silu"),
+    "bert": ("hidden_size", "num_hidden_layers", "num_attention_heads", "layer_norm_eps", "hidden_act", 1e-12, "gelu"),
+}
 #: The LLaMA-style families: pre-RMSNorm, gated MLP, rotary positions, no biases.
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
 
@@ -174,6 +183,9 @@ class ModelSpec:
         The scales measured on the model's own weights, when its parameters come from them
         (:func:`~remprop.theory.models.measured_weights.measured_spec`); None: the library's
         default initialisation.
+    reader : callable or None
+        What read the configuration, :func:`~remprop.theory.model_spec` (it sets it): :meth:`with_depth`
+        reads the resized configuration with it, through the same table of readers.
     """
 
     name: str
@@ -191,6 +203,7 @@ class ModelSpec:
     pixel_std: float
     config: dict = field(repr=False)
     weights: object = field(default=None, repr=False)
+    reader: object = field(default=None, repr=False, compare=False)
 
     # -- the run's settings, one copy each -----------------------------------------------
     architecture = property(lambda self: self.settings.arch, doc="The theory's Architecture.")
@@ -228,9 +241,11 @@ class ModelSpec:
         if self.weights is not None:
             raise ValueError("depth: a model measured on its own weights has the depth of its weights "
                              f"({self.depth} layers)")
-        key = "n_layer" if self.family == "gpt2" else "num_hidden_layers"
+        key = _FIELDS.get(self.family, _FIELDS["bert"])[1]  # the depth field
+        if self.reader is None:
+            raise ValueError("depth: this spec was not read from a configuration (remprop.theory.model_spec)")
         config = self.resized_config(**{key: check_depth(depth)})
-        return model_spec(config, seq_len=self.seq_len, pixel_std=self.pixel_std)
+        return self.reader(config, seq_len=self.seq_len, pixel_std=self.pixel_std)
 
     def size(self) -> dict:
         """``{"depth": L, "width": d, "heads": H}`` of this spec."""
@@ -331,48 +346,21 @@ def _from_config(source, build):
         raise ValueError(f"{source} gives an unusable model: {err}") from None
 
 
-def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
-    r"""Translate a Hugging Face configuration and the library's default initialisation.
-
-    Parameters
-    ----------
-    config : transformers.PretrainedConfig, dict, str or os.PathLike
-        See :func:`load_hf_config`. Supported ``model_type``: ``bert``, ``roberta``,
-        ``gpt2``, ``vit``, and the LLaMA-style ``llama``, ``mistral``, ``qwen2``.
-    seq_len : int, optional
-        Sequence length T (default: the model's maximum, ``max_position_embeddings``
-        (RoBERTa: minus its 2 offset positions), ``n_positions``, or ``(image/patch)^2 + 1``).
-    pixel_std : float
-        ViT only: standard deviation of the i.i.d. input pixels.
-
-    Returns
-    -------
-    ModelSpec
-
-    Notes
-    -----
-    With every weight ``N(0, r^2)`` a score is a sum of ``d_H`` products of query and key
-    components of variance ``r^2 d q`` each, divided by ``sqrt(d_H)``:
-    ``Var(s_ij) = (r^2 d q)^2``; the engine's convention ``Var(s_ij) = beta^2 q^2 log T``
-    gives ``beta = r^2 d / sqrt(log T)`` for any number of heads.
-
-    References
-    ----------
-    Giorlandino & Goldt, arXiv 2505.24333 (the maps); Radford et al. 2019 (GPT-2's
-    ``1/sqrt(2L)`` residual projections); Devlin et al. 2019 (BERT); Dosovitskiy et al. 2021 (ViT).
-    """
-    cfg = _with_library_defaults(load_hf_config(config))
-    if cfg.get("model_type") in FAMILY_READERS:  # read through another family, or rejected
-        return FAMILY_READERS[cfg["model_type"]](cfg, seq_len=seq_len, pixel_std=pixel_std)
+def standard_spec(cfg, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
+    """The reader of the families of :data:`BLOCK_ORDERS` (``model_type`` bert, roberta, gpt2, vit, llama,
+    mistral, qwen2): ``cfg`` a loaded configuration (:func:`load_hf_config`, library defaults set) whose
+    ``model_type`` is one of them. :func:`~remprop.theory.model_spec` reads every configuration through
+    the table of readers (:data:`remprop.theory.models.readers.READERS`); the module docstring has the
+    translation."""
     family = cfg.get("model_type")
-    if family not in FAMILIES:
-        raise ValueError(f"config.model_type must be one of {', '.join(FAMILIES)}, got {family!r}")
     pixel_std = _positive_real({"pixel_std": pixel_std}, "pixel_std")
     gpt = family == "gpt2"
     llama = family in LLAMA_FAMILIES
-    width = _positive_int(cfg, "n_embd" if gpt else "hidden_size", "hidden_size")
-    depth = _positive_int(cfg, "n_layer" if gpt else "num_hidden_layers", "num_hidden_layers")
-    heads = _positive_int(cfg, "n_head" if gpt else "num_attention_heads", "num_attention_heads")
+    width_field, depth_field, heads_field, eps_field, act_field, eps_default, act_default = _FIELDS[
+        "gpt2" if gpt else "llama" if llama else "bert"]
+    width = _positive_int(cfg, width_field, "hidden_size")
+    depth = _positive_int(cfg, depth_field, "num_hidden_layers")
+    heads = _positive_int(cfg, heads_field, "num_attention_heads")
     if width % heads:
         raise ValueError(f"config: the number of heads ({heads}) must divide the width ({width})")
     if llama and cfg.get("head_dim") is not None and _positive_int(cfg, "head_dim") * heads != width:
@@ -380,14 +368,10 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
                          f"hidden_size ({width}): the engine's heads split the width")
     d_ff = _positive_int(cfg, "n_inner", "intermediate_size", default=4 * width)
     r = _positive_real(cfg, "initializer_range", default=0.02)
-    eps_field = "rms_norm_eps" if llama else "layer_norm_epsilon" if gpt else "layer_norm_eps"
-    eps = _positive_real(cfg, eps_field, "layer_norm_eps", default=1e-6 if llama else 1e-5 if gpt else 1e-12,
-                         allow_zero=True)
-    act_name = str(_get(cfg, "activation_function" if gpt else "hidden_act", "hidden_act",
-                        default="gelu_new" if gpt else "silu" if llama else "gelu"))
+    eps = _positive_real(cfg, eps_field, "layer_norm_eps", default=eps_default, allow_zero=True)
+    act_name = str(_get(cfg, act_field, "hidden_act", default=act_default))
     if act_name not in _ACTIVATIONS:
-        raise ValueError(f"config.{'activation_function' if gpt else 'hidden_act'} must be one of "
-                         f"{', '.join(_ACTIVATIONS)}, got {act_name!r}")
+        raise ValueError(f"config.{act_field} must be one of {', '.join(_ACTIVATIONS)}, got {act_name!r}")
     activation, exact_activation = _ACTIVATIONS[act_name]
     assumptions = []
     if cfg.get("_d_ff_default_of"):
@@ -484,7 +468,7 @@ def model_spec(config, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         r * r * d_ff * out_scale, 0.0, seq_len=seq_len))
     beta = params.pop("beta")
     arch = _from_config(source, lambda: Architecture(
-        norm=FAMILIES[family], norm_type="rms" if llama else "layer", mlp="gated" if llama else "dense",
+        norm=BLOCK_ORDERS[family], norm_type="rms" if llama else "layer", mlp="gated" if llama else "dense",
         attention="softmax", activation=activation, alpha_sa=1.0, alpha_mlp=1.0, seq_len=seq_len, heads=heads,
         qk_scaling="model", **params, **rope))
     settings = _from_config(source, lambda: RunSettings(arch, beta, depth, q0, rho0))
@@ -587,14 +571,3 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
     if cfg.get("model_type") == "qwen2":
         notes.append("query/key/value biases are zero at initialisation (sigma_b2 = 0)")
     return q0, rho0, notes
-
-
-
-
-# -- families read through another family's reader, or rejected with the feature they need ------------
-
-
-#: model_type -> reader, consulted by :func:`model_spec` before its own families; the decoder
-#: families (Phi-3, Gemma 2, OLMo 2, the rejected ones) register theirs from
-#: :mod:`remprop.theory.models.decoder_families`.
-FAMILY_READERS = {}

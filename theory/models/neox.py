@@ -21,7 +21,7 @@ Initialisation: ``GPTNeoXPreTrainedModel`` has no ``_init_weights`` of its own (
 so ``PreTrainedModel._init_weights`` draws every ``nn.Linear`` (the fused ``query_key_value``, the
 attention ``dense``, both MLP layers) and the embedding from ``N(0, r^2)``, ``r = initializer_range``,
 zeroes the biases and sets the LayerNorms to gain 1, shift 0: the law of the LLaMA reader's
-weights (:func:`~remprop.theory.model_spec`), whose variances, beta (scores over ``sqrt(d_H)``) and
+weights (:func:`~remprop.theory.models.hf_config.standard_spec`), whose variances, beta (scores over ``sqrt(d_H)``) and
 input state (``q0 = r^2``, ``rho0 = 1/V``) this reader takes. Pythia itself was not trained from
 that init: the GPT-NeoX library's ``small_init`` (``N(0, 2 / (5 d))``, Nguyen & Salazar 2019) for
 every weight but the residual output layers, which take ``wang_init`` (``N(0, (2 / (L sqrt d))^2)``)
@@ -35,9 +35,8 @@ import dataclasses
 import math
 
 from ..settings import RunSettings
-# the registry and the field readers of the configuration reader this module extends
-from .hf_config import (ALIASES, CONFIG_DIR, FAMILY_READERS, _from_config, _positive_int, _positive_real, _rope_theta,
-                        model_spec)
+# the LLaMA reader and the field readers of the configuration reader this module extends
+from .hf_config import _from_config, _positive_int, _positive_real, _rope_theta, standard_spec
 from .decoder_families import _replace_notes
 
 __all__ = ["rotary_fraction", "pythia_init_std"]
@@ -113,7 +112,7 @@ def _gpt_neox_spec(cfg, *, seq_len=None, pixel_std=1.0):
                                     if key not in ("partial_rotary_factor", "rope_theta")}
     llama.update(model_type="llama", hidden_act=cfg.get("hidden_act", "gelu"), rms_norm_eps=eps, rope_theta=base,
                  num_key_value_heads=heads)
-    spec = model_spec(llama, seq_len=seq_len, pixel_std=pixel_std)
+    spec = standard_spec(llama, seq_len=seq_len, pixel_std=pixel_std)
     rotary = None if rotary_dim == head_dim else rotary_dim
     arch = _from_config("config.initializer_range", lambda: spec.architecture.replace(
         norm_type="layer", mlp="dense", block_form="parallel" if parallel else "sequential", rotary_dim=rotary,
@@ -142,7 +141,3 @@ def _gpt_neox_spec(cfg, *, seq_len=None, pixel_std=1.0):
     return dataclasses.replace(spec, family="gpt_neox", settings=settings, config=cfg,
                                assumptions=(block, fused, pythia) + notes)
 
-
-FAMILY_READERS.update({"gpt_neox": _gpt_neox_spec})
-# the hub names of the shipped Pythia configurations (remprop check EleutherAI/pythia-160m)
-ALIASES.update({f"EleutherAI/{path.stem}": path.stem for path in CONFIG_DIR.glob("pythia-*.json")})

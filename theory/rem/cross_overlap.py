@@ -41,21 +41,26 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-from .._jit import JIT_OPTIONS, inline_jitable
+from remprop.cache import cached_array
+
+from .._jit import CACHE, JIT_OPTIONS, inline_jitable
 from ..checks import as_float_array, check_choice, check_overlap, scalar_or_array
 from .checks import check_seq_len
-from .disk_cache import cached_array
 from .table import _table_scale, participation_table
 from .integral import _DY, _Y_LEFT_MARGIN, _Y_RIGHT_S, EULER_GAMMA, GUMBEL_STD, _gumbel_remainder, _z_cut, row_moment
+
+#: This folder: the sources whose hash keys the tables on disk (:func:`remprop.cache.cached_array`).
+_HERE = Path(__file__).parent
 
 __all__ = ["cross_overlap", "cross_moment", "cross_ratio", "cross_overlap_core", "cross_overlap_at", "CrossOverlapTable", "cross_overlap_table",
            "CROSS_X_MAX"]
 
-_JIT = dict(cache=True, **JIT_OPTIONS)
+_JIT = dict(cache=CACHE, **JIT_OPTIONS)
 _SQRT2 = math.sqrt(2.0)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 #: The one-row integrand is kept down to this drop (in log) from its peak.
@@ -386,7 +391,7 @@ def _cached_table(seq_len):
     def build():
         return np.concatenate([[float(seq_len), _X_NODES, _XI_NODES], CrossOverlapTable(seq_len).ratio.ravel()])
 
-    nodes = cached_array(f"cross-overlap-T{seq_len}", ("cross_overlap.py", "table.py", "integral.py"), build, valid)
+    nodes = cached_array(f"cross-overlap-T{seq_len}", (_HERE / "cross_overlap.py", _HERE / "table.py", _HERE / "integral.py"), build, valid)
     return CrossOverlapTable(seq_len, ratio=nodes[3:])
 
 
@@ -395,7 +400,7 @@ def cross_overlap_table(seq_len):
 
     ``21 x 11`` nodes in ``(x / (x + x_s), sqrt(1 - rho))``, ``x <= CROSS_X_MAX``; about
     180 quadratures (seconds), cached in memory per T and on disk for other processes
-    (:mod:`.disk_cache`, like :func:`~remprop.theory.rem.participation_table`). Interpolation error of ``r``
+    (:func:`remprop.cache.cached_array`, like :func:`~remprop.theory.rem.participation_table`). Interpolation error of ``r``
     below 2e-3 (``C`` within ``2e-3 (Y_2 - 1/T)``; tests/test_cross_overlap.py).
 
     Parameters

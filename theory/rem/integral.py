@@ -98,11 +98,11 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from .._jit import JIT_OPTIONS
+from .._jit import CACHE, JIT_OPTIONS
 
 __all__ = ["row_moment"]
 
-_JIT = dict(cache=True, **JIT_OPTIONS)
+_JIT = dict(cache=CACHE, **JIT_OPTIONS)
 
 EULER_GAMMA = 0.5772156649015329
 #: Standard deviation of the Gumbel law, pi / sqrt(6).

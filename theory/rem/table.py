@@ -31,14 +31,19 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-from .._jit import JIT_OPTIONS, inline_jitable
+from remprop.cache import cached_array
+
+from .._jit import CACHE, JIT_OPTIONS, inline_jitable
 from .checks import check_order, check_seq_len
-from .disk_cache import cached_array
 from .integral import row_moment
+
+#: This folder: the sources whose hash keys the tables on disk (:func:`remprop.cache.cached_array`).
+_HERE = Path(__file__).parent
 
 __all__ = ["ParticipationTable", "participation_table", "table_lookup", "table_position", "table_lookup_at",
            "after_table", "TABLE_TOLERANCE",
@@ -110,7 +115,7 @@ def table_lookup(table, x):
     return table_lookup_at(table, x, table_position(table, x))
 
 
-@njit(cache=True, **JIT_OPTIONS)
+@njit(cache=CACHE, **JIT_OPTIONS)
 def _lookup_many(table, x):
     out = np.empty(x.size)
     flat = x.ravel()
@@ -209,7 +214,7 @@ def _cached_table(seq_len, order):
         n = int(packed[3]) if packed.size > _HEADER else -1
         return n >= 5 and packed.size == _HEADER + 2 * n and packed[0] == seq_len and packed[1] == order
 
-    packed = cached_array(f"participation-T{seq_len}-k{order}", ("table.py", "integral.py"),
+    packed = cached_array(f"participation-T{seq_len}-k{order}", (_HERE / "table.py", _HERE / "integral.py"),
                           lambda: np.asarray(ParticipationTable(seq_len, order).packed), valid)
     return ParticipationTable(seq_len, order, packed=packed)
 
@@ -219,10 +224,9 @@ def participation_table(seq_len, order=2):
 
     Building costs 1000 exact evaluations (about 0.7 s, on one thread); later calls with
     the same ``(seq_len, order)`` return the same object, and the table is also saved in
-    ``$REMPROP_CACHE_DIR`` (default: the ``__pycache__`` folder of this package, where
-    numba caches its code) so that other processes load it instead (file name keyed by
-    a hash of the integrator's and this module's source; an unwritable folder only
-    disables the disk copy).
+    remprop's cache folder (:func:`remprop.cache.cached_array`: ``$REMPROP_CACHE_DIR``, else
+    the user cache) so that other processes load it instead (file name keyed by a hash of the
+    integrator's and this module's source; an unwritable folder only disables the disk copy).
 
     Parameters
     ----------

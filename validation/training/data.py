@@ -11,7 +11,7 @@
   ids of which the first five are ``[PAD] [UNK] [CLS] [SEP] [MASK]``. BPE, not WordPiece:
   the WordPiece trainer of ``tokenizers`` 0.23 breaks ties in a different order on every
   run, the BPE trainer gives the same file every time. It is cached as
-  JSON under ``$REMPROP_CACHE_DIR/tokenizers`` (default ``~/.cache/remprop/tokenizers``),
+  JSON under ``tokenizers/`` in remprop's cache folder (``$REMPROP_CACHE_DIR``, default ``~/.cache/remprop``),
   keyed by the SHA-256 of the training texts and the settings, and written atomically
   (:func:`~remprop.validation.experiments.cell_store.atomic_write_json`), so two processes never read half a file.
 * **Batches.** Documents are encoded and joined with ``[SEP]`` into one stream per
@@ -31,13 +31,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import platform
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from remprop.cache import cache_directory
 
 from ..experiments.cell_store import atomic_write_json
 from ..text import pydoc_topic_texts
@@ -79,9 +80,9 @@ class MaskedBatch:
 
 
 def tokenizer_cache_dir() -> Path:
-    """``$REMPROP_CACHE_DIR/tokenizers``, or ``~/.cache/remprop/tokenizers``."""
-    root = os.environ.get("REMPROP_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "remprop") / "tokenizers"
+    """``tokenizers/`` in remprop's cache folder (:func:`remprop.cache.cache_directory`:
+    ``$REMPROP_CACHE_DIR``, else the user cache, ``~/.cache/remprop`` on Linux)."""
+    return cache_directory() / "tokenizers"
 
 
 def _train_tokenizer(texts, vocab_size):

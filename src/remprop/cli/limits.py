@@ -1,7 +1,7 @@
 """The limits on a command's estimated work: ``--max-seconds`` and ``--max-memory``.
 
 A command estimates its time and memory first (:mod:`remprop.theory.work_estimates`:
-the kernels timed on this machine, the arrays counted) and :func:`check_work` refuses it
+the kernels' calibrated costs added up, the arrays counted) and :func:`check_work` refuses it
 above the limits, one line with the estimate (exit status 2). The rule and its defaults
 have one home, :mod:`remprop.theory.work_limits`, shared with the library functions that
 take ``max_seconds`` / ``max_memory``: :data:`MAX_SECONDS` and :data:`MAX_BYTES` are the

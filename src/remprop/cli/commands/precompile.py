@@ -19,7 +19,7 @@ Python's bytecode is written first (:func:`write_bytecode`): ``make install`` in
 again on import (about 1.2 s).
 
 ``--background`` starts the parts in a detached process and returns at once (its output goes
-to ``precompile.log`` in the theory's cache folder); a command started meanwhile compiles what
+to ``precompile.log`` in remprop's cache folder, :func:`remprop.cache.cache_directory`); a command started meanwhile compiles what
 it needs itself, as it would without this command.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def add_precompile_parser(commands):
                             help="parts compiled side by side, one process each (default: the cores)")
     precompile.add_argument("--background", action="store_true",
                             help="run in a detached process and return at once "
-                                 "(output: precompile.log in the theory's cache folder)")
+                                 "(output: precompile.log in remprop's cache folder)")
     add_threads_option(precompile)
 
 
@@ -140,7 +140,7 @@ def write_bytecode():
 def run_precompile(args) -> int:
     """Compile the kernels of the named parts (by default those of the commands users run first); 0 when every
     part ran."""
-    from remprop.theory.rem.disk_cache import cache_directory
+    from remprop.cache import cache_directory
 
     parts = list(args.parts) or list(DEFAULT_PARTS)
     if args.background:

@@ -61,7 +61,7 @@ def run_recipes(args) -> int:
     branches (Noci et al.). Printed per recipe: alpha_SA, the branch variances, beta, the
     phase, the final cosine rho_L, beta_c and alpha*(L). Writes OUT/NAME.json and
     OUT/NAME.png (one panel per recipe: the diagram of the recipe's own architecture with the
-    recipe marked) unless --no-figure. The time is estimated first (timed on this machine):
+    recipe marked) unless --no-figure. The time is estimated first (the kernels' calibrated costs):
     above --max-seconds the run is refused; the memory does not grow with the depth.
     """
     from remprop.diagrams.recipes import recipe_predictions, recipes_seconds

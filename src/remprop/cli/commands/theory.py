@@ -219,7 +219,7 @@ def run_min_alpha(args) -> int:
 
     For each beta, the smallest alpha_SA for which the final-layer cosine rho stays at or below
     the threshold. JSON: an object with key alpha_star (a number for one beta, a list for
-    several) and the inputs. The search's time is estimated first (timed on this machine):
+    several) and the inputs. The search's time is estimated first (the kernels' calibrated costs):
     above --max-seconds it is refused; a long one shows progress and stops on Ctrl-C.
     """
     import numpy as np
