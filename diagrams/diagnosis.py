@@ -511,6 +511,10 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     if arch.block_form.parallel:  # a parallel block is defined with pre-norm only
         changes.append(Change("LayerNorm placement", f"none: a parallel block reads one pre-{norm_name} "
                               "(no other placement is defined for it)", final_rho, phase, {"norm": arch.norm}))
+    elif other not in arch.norm_type.kind.placements:
+        changes.append(Change("LayerNorm placement", f"none: {norm_name} is not defined at {other}-norm "
+                              f"(its map holds at {' and '.join(arch.norm_type.kind.placements)} only)", final_rho,
+                              phase, {"norm": arch.norm}))
     else:
         rho_n, _, phase_n, _ = _verdict(run, source, arch=arch.replace(norm=other))
         changes.append(Change("LayerNorm placement",
@@ -535,9 +539,9 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
 def _verdict_architectures(arch):
     """The architectures :func:`diagnose` propagates through the model's depth, with their passes:
     the model itself (its verdict, the recommended beta, the skip change), the other norm
-    placement (not for a parallel block) and gain-controlled attention."""
+    placement (not for a parallel block, nor where the norm is not defined) and gain-controlled attention."""
     runs = [(arch, 3), (arch.replace(attention="gain-controlled"), 1)]
-    if not arch.block_form.parallel:
+    if not arch.block_form.parallel and arch.norm.other.value in arch.norm_type.kind.placements:
         runs.append((arch.replace(norm=arch.norm.other.value), 1))
     return runs
 

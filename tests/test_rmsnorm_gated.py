@@ -96,7 +96,7 @@ def test_architecture_fields_choices_and_block_tree():
     # strings are converted once into the owning components' enums, which equal their spelling
     assert arch.norm_type is NormType.RMS and arch.mlp is MLPForm.GATED
     assert (Architecture().norm_type, Architecture().mlp) == ("layer", "dense")
-    assert set(NORM_TYPES) == {"layer", "rms"} and set(MLPS) == {"dense", "gated"}
+    assert set(NORM_TYPES) == {"layer", "rms", "dyt"} and set(MLPS) == {"dense", "gated"}
     assert type(arch.to_dict()["norm_type"]) is str
     assert arch.to_dict()["norm_type"] == "rms" and arch.to_dict()["mlp"] == "gated"
     assert repr(arch.block(0.5)) == ("serial(residual(alpha, serial(rms_norm, softmax_attention)), "

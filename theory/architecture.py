@@ -18,11 +18,12 @@ import numpy as np
 from . import components as C
 from .activations import resolve_activation
 from .block_forms import check_block_forms
-from .checks import as_float_array, check_count
+from .checks import ParameterError, as_float_array, check_count
 from .components import attention_scale as scale
 from .components import block as assembly
 from .components.attention import AttentionKind, Positions
 from .components.block import BlockForm, MLPForm, NormPlacement, NormType
+from .components.dyt import check_alpha0
 from .rem import ROPE_BASE, QKScaling, check_heads, check_seq_len
 from .rem.rope import _check_rope as check_rope
 
@@ -50,7 +51,7 @@ NUMERIC_FIELDS = ("sigma_w2", "sigma_b2", "sigma_v2", "alpha_sa", "alpha_mlp")
 OPTIONAL_FIELDS = ("sigma_o2", "sigma_w2_out")
 #: Fields added after records (training runs, cells, diagrams) were first stored: :meth:`Architecture.to_dict`
 #: leaves them out while they are None, so that those records' keys stay what they were.
-LATER_FIELDS = ("rotary_dim",)
+LATER_FIELDS = ("rotary_dim", "dyt_alpha0")
 #: Choice fields and their enums: strings are the public spelling, converted once here.
 _CHOICES = {"norm": NormPlacement, "attention": AttentionKind, "norm_type": NormType, "mlp": MLPForm}
 
@@ -90,8 +91,10 @@ class Architecture:
     qk_scaling : {"model", "head"}
         Query/key variance over ``d`` (each head the single-head REM at beta) or ``d_H`` (each
         head at ``H beta``); :func:`~remprop.theory.rem.heads.effective_beta`.
-    norm_type : {"layer", "rms"}
-        LayerNorm or RMSNorm at the placement (docs/theory.md section 14).
+    norm_type : {"layer", "rms", "dyt"}
+        LayerNorm, RMSNorm or DyT ``tanh(a0 x)`` at the placement (docs/theory.md sections 14, 14.1).
+    dyt_alpha0 : float or None
+        DyT's initial scale ``a0`` > 0 (only with ``norm_type="dyt"``; None: 0.5).
     mlp : {"dense", "gated"}
         ``W2 phi(W1 x + b1) + b2`` or ``W_down (phi(W_gate x + b) * (W_up x + b)) + b``.
     positions : {"absolute", "rope"}
@@ -163,6 +166,7 @@ class Architecture:
     branch_norm: bool = False
     final_norm: bool = False
     logit_softcap: Any = None
+    dyt_alpha0: Any = None
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -179,6 +183,15 @@ class Architecture:
             value = as_float_array(name, getattr(self, name), nonnegative=True)
             set_(name, float(value) if value.ndim == 0 else value)
         set_("block_form", BlockForm.parse("block_form", self.block_form))
+        if self.dyt_alpha0 is not None:
+            if self.norm_type is not NormType.DYT:
+                raise ParameterError("dyt_alpha0", f"dyt_alpha0 is DyT's initial scale, read only with "
+                                     f"norm_type='dyt' (got norm_type={self.norm_type.value!r})")
+            set_("dyt_alpha0", check_alpha0(self.dyt_alpha0, "dyt_alpha0"))
+        kind = self.norm_type.kind  # the norm's own rules: where its map holds
+        if self.norm.value not in kind.placements:
+            raise ParameterError("norm_type", f"norm_type={self.norm_type.value!r} is not defined with "
+                                 f"norm={self.norm.value!r}: {kind.placement_note}")
         check_block_forms(self)
 
     def _check_positions(self):
@@ -312,8 +325,8 @@ class Architecture:
         return assembly.final_norm(self)
 
     def stack_output(self, q, p):
-        """:func:`~remprop.theory.components.block.stack_output`: the final norm's ``(1, p / q)``
-        with ``final_norm``, ``(q, p)`` otherwise."""
+        """:func:`~remprop.theory.components.block.stack_output`: the final norm's map (``(1, p / q)``
+        for LayerNorm and RMSNorm) with ``final_norm``, ``(q, p)`` otherwise."""
         return assembly.stack_output(self, q, p)
 
     def __repr__(self):

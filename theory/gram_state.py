@@ -6,9 +6,9 @@ Real text is not a simplex (repeated words share their embedding). This module c
 the whole Gram matrix ``G_ij = x_i . x_j / d`` of one sequence through the block tree
 :meth:`Architecture.block <remprop.theory.Architecture.block>` (docs/theory.md section 17):
 
-* skip, dense layers, output projection, LayerNorm / RMSNorm and the MLPs act pair by
-  pair on ``(G_ii, G_jj, G_ij)`` and are exact; they call the components' own ``*_core``
-  maps (LayerNorm: ``G_ij / sqrt(G_ii G_jj)``);
+* skip, dense layers, output projection, the norms (LayerNorm / RMSNorm / DyT) and the MLPs
+  act pair by pair on ``(G_ii, G_jj, G_ij)`` and are exact; they call the components' own
+  ``*_core`` maps (LayerNorm: ``G_ij / sqrt(G_ii G_jj)``), the norms from their own modules;
 * softmax attention at finite T: the scores are a Gaussian field with
   ``Cov(S_ij, S_kl) = beta_eff^2 log T G_ik G_jl`` (docs/theory.md sections 2, 3.1, 3.6)
   and the output Gram is ``sigma_v2 E[A G A^T] + sigma_b2``; it is evaluated as the
@@ -256,11 +256,16 @@ class GramTrajectory:
 class _GramWalker:
     """Walks a block tree (:mod:`remprop.theory.components`) on a Gram matrix.
 
-    Elementwise components call their own cores pair by pair; softmax attention is
-    :meth:`attention`. The per-draw deviations of the last attention layer are carried
-    (scaled by linear maps) to the enclosing residual, which records the Monte Carlo
+    Elementwise components call their own cores pair by pair; the norms (LayerNorm, RMSNorm, DyT)
+    hold their Gram maps in their own modules and read only :attr:`norm_eps` here; softmax
+    attention is :meth:`attention`. The per-draw deviations of the last attention layer are
+    carried (scaled by linear maps) to the enclosing residual, which records the Monte Carlo
     variance of the mean cosine there.
     """
+
+    #: The epsilon of a norm ``x / sqrt(|x|^2 / d + eps)`` that a norm's Gram face adds to each token's
+    #: mean square (0: the norms' own maps; the causal Gram state sets a model's).
+    norm_eps = 0.0
 
     def __init__(self, draws, rng, activation):
         self.draws, self.rng = draws, rng
@@ -283,8 +288,8 @@ class _GramWalker:
 
     def apply(self, comp: Component, g):
         """``comp`` on the Gram matrix ``g``: the component's Gram face (``comp.gram``) calls back
-        this walker's method for its kind (:meth:`serial`, :meth:`residual`, :meth:`norm`,
-        :meth:`dense`, :meth:`mlp`, :meth:`attention`, :meth:`parallel`)."""
+        this walker's method for its kind (:meth:`serial`, :meth:`residual`, :meth:`dense`,
+        :meth:`mlp`, :meth:`attention`, :meth:`parallel`) or computes its map itself (the norms)."""
         return comp.gram(self, g)
 
     def serial(self, comp, g):
@@ -303,12 +308,6 @@ class _GramWalker:
 
     def parallel(self, comp, g):
         raise ValueError(f"the Gram state has no map for the component {comp.name!r}")
-
-    def norm(self, comp, g):
-        diag = np.diag(g)
-        q_out, g_out = comp.core(np.sqrt(np.outer(diag, diag)), g)
-        np.fill_diagonal(g_out, np.diag(q_out))
-        return g_out
 
     def dense(self, comp, g):
         q_out, g_out = comp.apply(g, g)

@@ -16,7 +16,7 @@ from . import softcap
 from .components import Column, Component
 
 __all__ = ["Trajectory", "propagate", "final_state", "final_state_rows", "pack_parameters", "scaled_state",
-           "kernel_tree", "CHUNK_ROWS", "PARAMETER_COLUMNS"]
+           "stack_output_state", "kernel_tree", "CHUNK_ROWS", "PARAMETER_COLUMNS"]
 
 #: Grid cells handed to a kernel at once: bounds the memory of packed parameters.
 CHUNK_ROWS = 1 << 16
@@ -73,6 +73,19 @@ def scaled_state(q, p, log2_scale):
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         exponent = np.clip(log2_scale, -4000, 4000).astype(np.int64)
         return (np.ldexp(q, exponent), np.ldexp(p, exponent), p / q, np.log2(q) + log2_scale)
+
+
+def stack_output_state(arch: Architecture, q, p, rho, log2_q):
+    """``(q, p, rho, log2_q)`` of the stack's output (:meth:`~remprop.theory.Architecture.stack_output`)
+    from the last block's :func:`scaled_state`. A scale-free final norm (LayerNorm, RMSNorm) reads only
+    the cosine: ``(1, rho)``, exact at any depth. DyT reads the state itself, which its trees carry
+    unscaled (no carried scale: the map is not homogeneous)."""
+    if arch.norm_type.scale_free:
+        q, p = arch.stack_output(np.ones(np.shape(rho)), rho)   # (1, rho): the scale drops out
+        return q, p, rho, np.where(np.isnan(rho), log2_q, 0.0)
+    q, p = arch.stack_output(q, p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return q, p, p / q, np.log2(q)
 
 
 def kernel_tree(arch: Architecture) -> Component:
@@ -240,8 +253,8 @@ def propagate(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=No
     _check_activation_finite(arch, q, exponent)
     q, p, rho, log2_q = scaled_state(q, p, exponent)
     if arch.final_norm:
-        q[:, -1], p[:, -1] = arch.stack_output(np.ones(size), rho[:, -1])   # (1, rho): the scale drops out
-        log2_q[:, -1] = np.where(np.isnan(rho[:, -1]), log2_q[:, -1], 0.0)
+        q[:, -1], p[:, -1], rho[:, -1], log2_q[:, -1] = stack_output_state(arch, q[:, -1], p[:, -1], rho[:, -1],
+                                                                           log2_q[:, -1])
     layers = shape + (depth + 1,)
     return Trajectory(q.reshape(layers), p.reshape(layers), beta_c.reshape(shape + (depth,)),
                       cosine=rho.reshape(layers), log2_q=log2_q.reshape(layers))
@@ -279,8 +292,7 @@ def final_state(arch: Architecture, beta=None, depth: int = None, q0=None, rho0=
             progress(stop - start)
     q, p, rho, log2_q = scaled_state(out[:, 0], out[:, 1], out[:, 4])
     if arch.final_norm:
-        q, p = arch.stack_output(np.ones(size), rho)   # (1, rho): the scale drops out
-        log2_q = np.where(np.isnan(rho), log2_q, 0.0)
+        q, p, rho, log2_q = stack_output_state(arch, q, p, rho, log2_q)
     return {"q": q.reshape(shape), "p": p.reshape(shape), "rho": rho.reshape(shape),
             "log2_q": log2_q.reshape(shape),
             "beta_critical_first": out[:, 2].reshape(shape),

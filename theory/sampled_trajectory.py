@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kernels import kernels_for, packed_table
-from .propagation import CHUNK_ROWS, PARAMETER_COLUMNS, kernel_tree, pack_parameters, scaled_state
+from .propagation import CHUNK_ROWS, PARAMETER_COLUMNS, kernel_tree, pack_parameters, scaled_state, stack_output_state
 from .work_estimates import SEGMENT_BYTES, segment_layers, stops_on_ctrl_c
 
 __all__ = ["SampledTrajectory", "propagate_at_layers"]
@@ -135,9 +135,12 @@ def propagate_at_layers(arch, beta, layers, q0=1.0, rho0=0.0, *, progress=None,
         mantissa_q[part], mantissa_p[part], exponent[part] = chunk.q, chunk.p, chunk.e
         beta_c[part], beta_c_min[part], first[part] = chunk.beta_c, chunk.beta_c_min, chunk.first
     q, p, rho, log2_q = scaled_state(mantissa_q, mantissa_p, exponent)
-    if arch.final_norm and depth > 0:  # the stack's output at its last layer, as propagate reports it
+    if arch.final_norm and depth > 0 and arch.norm_type.scale_free:  # the stack's output at its last layer
         q[:, -1], p[:, -1] = arch.stack_output(np.ones(size), rho[:, -1])
         log2_q[:, -1] = 0.0
+    elif arch.final_norm and depth > 0:   # as propagate reports it
+        q[:, -1], p[:, -1], rho[:, -1], log2_q[:, -1] = stack_output_state(arch, q[:, -1], p[:, -1], rho[:, -1],
+                                                                           log2_q[:, -1])
     out = shape + (k,)
     return SampledTrajectory(layers, q.reshape(out), p.reshape(out), rho.reshape(out), log2_q.reshape(out),
                              beta_c.reshape(out), beta_c_min.reshape(out), first.reshape(shape))

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from remprop.theory.components import RMSNorm
 from remprop.theory.rem import heads as multihead
 
 __all__ = [
@@ -516,7 +517,7 @@ def rms_norm(x, eps=1e-12):
     ----------
     B. Zhang & R. Sennrich, "Root mean square layer normalization", NeurIPS 2019.
     """
-    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return RMSNorm.torch_normalise(x, eps)  # the component's torch face holds the formula
 
 
 def dense(x, weights: DenseWeights):

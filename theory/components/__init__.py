@@ -15,11 +15,12 @@ One module per component, each holding every face of it (docs/architecture.md): 
 with its numeric map, its symbolic walk, its kernel step and its torch forward and
 weight draw. :mod:`.base` holds the protocol and ``serial``; :mod:`.residual` the skip and
 parallel branches; :mod:`.attention`, :mod:`.layer_norm`, :mod:`.rms_norm`, :mod:`.mlp`,
-:mod:`.gated_mlp` and :mod:`.dense` the layers.
+:mod:`.gated_mlp`, :mod:`.dense` and :mod:`.dyt` (Dynamic Tanh, a norm without statistics) the layers.
 """
 from .attention import Attention, gain_controlled_attention, softmax_attention
 from .base import Column, Component, Serial, serial
 from .dense import Dense, dense, output_projection
+from .dyt import DyT, dyt
 from .gated_mlp import GatedMLP, gated_mlp
 from .layer_norm import LayerNorm, layer_norm
 from .mlp import MLP, mlp
@@ -27,7 +28,7 @@ from .residual import Parallel, Residual, parallel, residual
 from .rms_norm import RMSNorm, rms_norm
 
 __all__ = [
-    "Component", "serial", "residual", "layer_norm", "rms_norm", "softmax_attention",
+    "Component", "serial", "residual", "layer_norm", "rms_norm", "dyt", "softmax_attention",
     "gain_controlled_attention", "mlp", "gated_mlp", "dense", "output_projection", "parallel",
-    "Serial", "Residual", "Parallel", "LayerNorm", "RMSNorm", "Attention", "MLP", "GatedMLP", "Dense", "Column",
+    "Serial", "Residual", "Parallel", "LayerNorm", "RMSNorm", "DyT", "Attention", "MLP", "GatedMLP", "Dense", "Column",
 ]

@@ -8,7 +8,7 @@ skips and norms, in the order of the norm placement (docs/theory.md section 5):
 * ``norm="none"``: ``x <- alpha_sa x + SA(x); x <- alpha_mlp x + MLP(x)``
 * ``block_form="parallel"`` (pre-norm only): ``x <- alpha_sa x + SA(N(x)) + MLP(N(x))``
 
-with ``N`` LayerNorm or RMSNorm (``norm_type``), ``branch_norm`` a norm on each branch's output
+with ``N`` LayerNorm, RMSNorm or DyT (``norm_type``), ``branch_norm`` a norm on each branch's output
 (docs/theory.md section 19). Everything downstream follows this tree: the numpy maps call it, the
 numba kernels are composed from it, the torch stack runs it component by component and the sympy
 expansion walks it. The choices it owns are the enums here, which the rest of the library asks
@@ -25,14 +25,15 @@ import numpy as np
 from ..choices import Choice
 from .base import serial
 from .dense import output_projection
+from .dyt import DyT
 from .gated_mlp import gated_mlp
-from .layer_norm import layer_norm, layernorm_core
+from .layer_norm import LayerNorm
 from .mlp import mlp
 from .residual import parallel, residual
-from .rms_norm import rms_norm, rmsnorm_core
+from .rms_norm import RMSNorm
 
-__all__ = ["NormPlacement", "NormType", "MLPForm", "BlockForm", "block", "final_norm", "stack_output",
-           "attention_input"]
+__all__ = ["NormPlacement", "NormType", "NORM_COMPONENTS", "MLPForm", "BlockForm", "block", "final_norm",
+           "stack_output", "attention_input"]
 
 
 class NormPlacement(Choice):
@@ -75,29 +76,45 @@ class NormPlacement(Choice):
 
 
 class NormType(Choice):
-    """Which norm sits at the placement (``Architecture.norm_type``, docs/theory.md section 14)."""
+    """Which norm sits at the placement (``Architecture.norm_type``, docs/theory.md section 14).
+
+    Each member is registered with the component class that holds all its faces
+    (:data:`NORM_COMPONENTS`); a new norm is its module and one member and entry here.
+    """
 
     LAYER = "layer"
     RMS = "rms"
-
-    def component(self):
-        """A new component of this norm."""
-        return rms_norm() if self is NormType.RMS else layer_norm()
+    DYT = "dyt"
 
     @property
-    def core(self):
-        """The norm's ``*_core`` map ``(q, p) -> (1, p / q)``."""
-        return rmsnorm_core if self is NormType.RMS else layernorm_core
+    def kind(self):
+        """The norm's component class (:data:`NORM_COMPONENTS`)."""
+        return NORM_COMPONENTS[self.value]
+
+    def component(self, arch=None):
+        """A new component of this norm, its parameters read from ``arch`` (DyT's ``dyt_alpha0``)."""
+        return self.kind.of_architecture(arch)
+
+    @property
+    def scale_free(self) -> bool:
+        """Whether the norm's output forgets its input's scale (LayerNorm, RMSNorm: ``(1, p / q)``);
+        DyT's does not, so a post-norm stream is not held at ``q = 1``."""
+        return self.kind.scale_free
 
     @property
     def short(self) -> str:
-        """``LN`` or ``RMS``, as in ``pre-RMS``."""
-        return "RMS" if self is NormType.RMS else "LN"
+        """``LN``, ``RMS`` or ``DyT``, as in ``pre-RMS``."""
+        return self.kind.short
 
     @property
     def title(self) -> str:
-        """``LayerNorm`` or ``RMSNorm``."""
-        return "RMSNorm" if self is NormType.RMS else "LayerNorm"
+        """``LayerNorm``, ``RMSNorm`` or ``DyT``."""
+        return self.kind.title
+
+
+#: Spelling of a :class:`NormType` -> its component class, which holds every face of the norm and
+#: builds it from an architecture (``of_architecture``).
+NORM_COMPONENTS = {"layer": LayerNorm, "rms": RMSNorm, "dyt": DyT}
 
 
 class MLPForm(Choice):
@@ -156,7 +173,9 @@ def block(arch, attention):
     if arch.output_projection:
         attention = serial(attention, output_projection(arch.sigma_o2))
     ff = arch.mlp.component(arch.sigma_w2, arch.sigma_b2, arch.activation, sigma_w2_out=arch.sigma_w2_out)
-    norm = arch.norm_type.component
+
+    def norm():
+        return arch.norm_type.component(arch)
 
     def branch(f):
         """A branch: norm before it (pre-LN) and after it (``branch_norm``)."""
@@ -174,26 +193,28 @@ def block(arch, attention):
 
 def final_norm(arch):
     """The norm after the last block (a component) with ``arch.final_norm``, else None."""
-    return arch.norm_type.component() if arch.final_norm else None
+    return arch.norm_type.component(arch) if arch.final_norm else None
 
 
 def stack_output(arch, q, p):
-    """The stack's output state from the last block's ``(q, p)``: the final norm's ``(1, p / q)``
-    with ``arch.final_norm`` (the cosine unchanged), ``(q, p)`` otherwise. Broadcasts."""
+    """The stack's output state from the last block's ``(q, p)``: the final norm's map with
+    ``arch.final_norm`` (LayerNorm's and RMSNorm's ``(1, p / q)``, the cosine unchanged), ``(q, p)``
+    otherwise. Broadcasts."""
     q = np.asarray(q, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     if not arch.final_norm:
         return q, p
     with np.errstate(divide="ignore", invalid="ignore"):
-        return arch.norm_type.core(q, p)
+        return final_norm(arch).apply(q, p)
 
 
 def attention_input(arch, q, p):
     """Order parameters that the attention of a block sees, given the block input ``(q, p)``:
-    ``N(x) -> (1, p / q)`` for pre-LN, the block input itself otherwise (docs/theory.md sections 5
-    and 14). Broadcasts; no validation."""
+    the norm's map for pre-LN (``N(x) -> (1, p / q)`` for LayerNorm and RMSNorm), the block input
+    itself otherwise (docs/theory.md sections 5 and 14). Broadcasts; no validation."""
     q = np.asarray(q, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     if arch.norm.normalises_branch_inputs:
-        return arch.norm_type.core(q, p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return arch.norm_type.component(arch).apply(q, p)
     return q, p

@@ -1,8 +1,6 @@
 """LayerNorm without affine parameters on the token simplex."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba.extending import register_jitable
 
@@ -41,16 +39,36 @@ class LayerNorm(Component):
 
     name = "layer_norm"
     keeps_cosine = True
+    #: How reports name it (``post-LN``) and its title (:class:`~remprop.theory.components.block.NormType`).
+    short, title = "LN", "LayerNorm"
+    #: The norm placements (``Architecture.norm``) where the map holds, and why not elsewhere.
+    placements, placement_note = ("post", "pre", "none"), ""
     #: The norm's ``*_core`` map.
     core = staticmethod(layernorm_core)
+
+    @classmethod
+    def of_architecture(cls, arch):
+        """This norm in a block of ``arch`` (no parameters)."""
+        return cls()
 
     def apply(self, q, p):
         return self.core(q, p)
 
     def gram(self, walker, g):
-        return walker.norm(self, g)
+        """Pair by pair, exact: ``G_ij / sqrt(G_ii G_jj)`` by the norm's :attr:`core` on
+        ``(sqrt(G_ii G_jj), G_ij)``. A walker with a norm epsilon (``walker.norm_eps > 0``: the causal
+        Gram state of a model's ``eps``) gets ``G_ij / sqrt((G_ii + eps)(G_jj + eps))``, the token's
+        mean square concentrating at ``G_ii`` at large width."""
+        if walker.norm_eps > 0:
+            shifted = np.diag(g) + walker.norm_eps
+            return g / np.sqrt(np.outer(shifted, shifted))
+        diag = np.diag(g)
+        q_out, g_out = self.core(np.sqrt(np.outer(diag, diag)), g)
+        np.fill_diagonal(g_out, np.diag(q_out))
+        return g_out
 
     def torch_forward(self, x, sim):
+        # torch's fused LayerNorm (no tensor method computes it; validation.layers.layer_norm)
         return sim.ops.layer_norm(x, sim.layer_norm_eps)
 
     def symbolic(self, q, p, symbols):

@@ -71,11 +71,18 @@ class RMSNorm(LayerNorm):
     """RMSNorm: the map of LayerNorm, ``(1, p / q)``, from its own core (docs/theory.md section 14)."""
 
     name = "rms_norm"
+    short, title = "RMS", "RMSNorm"
     core = staticmethod(rmsnorm_core)
     kernel_kind = 1  # Tape.norm: the interpreter's RMSNorm core
 
     def torch_forward(self, x, sim):
-        return sim.ops.rms_norm(x, sim.layer_norm_eps)
+        return self.torch_normalise(x, sim.layer_norm_eps)
+
+    @staticmethod
+    def torch_normalise(x, eps):
+        r"""RMSNorm of a tensor over its feature axis, without gain: :math:`x / \sqrt{\overline{x^2} + \epsilon}`
+        (tensor methods; :func:`remprop.validation.layers.rms_norm` is this)."""
+        return x * (x.pow(2).mean(dim=-1, keepdim=True) + eps).rsqrt()
 
 
 def rms_norm() -> Component:

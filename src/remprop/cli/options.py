@@ -210,6 +210,7 @@ ARCHITECTURE_OPTIONS = {
     "branch_norm": "--branch-norm",
     "final_norm": "--final-norm",
     "logit_softcap": "--logit-softcap",
+    "dyt_alpha0": "--dyt-alpha0",
 }
 
 #: Parsed-argument name of the fields whose option is not named after them.
@@ -276,8 +277,10 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
     add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
                        help="LayerNorm placement: post (BERT), pre (GPT-2) or none (default: %(default)s)")
     add_argument("--norm-type", choices=tuple(NORM_TYPES), default=defaults["norm_type"],
-                       help="the norm at --norm: LayerNorm or RMSNorm (no centring, LLaMA) "
-                            "(default: %(default)s)")
+                       help="the norm at --norm: LayerNorm, RMSNorm (no centring, LLaMA) or DyT, tanh(a0 x) "
+                            "(Dynamic Tanh, no statistics) (default: %(default)s)")
+    add_argument("--dyt-alpha0", type=positive_real, default=defaults["dyt_alpha0"], metavar="A0",
+                 help="initial scale a0 > 0 of --norm-type dyt, tanh(a0 x) (default: 0.5)")
     add_argument("--mlp", choices=tuple(MLPS), default=defaults["mlp"],
                        help="dense MLP W2 act(W1 x), or gated W_down (act(W_gate x) * W_up x): SwiGLU with "
                             "--activation silu, GeGLU with gelu (default: %(default)s)")
