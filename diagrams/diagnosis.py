@@ -333,7 +333,7 @@ def _verdict(run: RunSettings, source, **changes):
     if not (np.all(np.isfinite(traj.q)) and np.all(np.isfinite(traj.rho))):
         raise ValueError(f"{source} gives an unusable model: the layer maps leave the float64 range "
                          f"(sigma_w2 = {run.arch.sigma_w2:.3g}, beta = {run.beta:.3g})")
-    beta_c = float(run.arch.critical_beta(traj.beta_critical))
+    beta_c = float(run.arch.beta_critical(traj.beta_critical))
     code = int(classify_phases(run.beta, beta_c, traj.rho[-1], run.threshold))
     return float(traj.rho[-1]), beta_c, PHASE_LABELS[code], traj
 

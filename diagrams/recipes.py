@@ -329,7 +329,7 @@ class RecipePrediction:
         ``q_L`` and the final mean cosine ``rho_L = p_L / q_L``.
     beta_critical : float
         The critical beta that decides entropy collapse
-        (:meth:`~remprop.theory.Architecture.critical_beta`), on the model's beta axis.
+        (:meth:`~remprop.theory.Architecture.beta_critical`), on the model's beta axis.
     phase : str
         ``"trainable"``, ``"rank-collapse"`` or ``"entropy-collapse"``.
     alpha_star : float or None
@@ -369,7 +369,7 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     ``depth`` blocks from ``(q0, rho0)`` (:func:`~remprop.theory.final_state`: the last layer
     alone, in constant memory at any depth); the phase is
     :func:`~remprop.diagrams.classify_phases` of ``beta_r`` against
-    ``arch_r.critical_beta`` and of ``rho_L`` against ``threshold`` (docs/theory.md
+    ``arch_r.beta_critical`` and of ``rho_L`` against ``threshold`` (docs/theory.md
     section 6), and ``alpha*(L)`` is :func:`~remprop.diagrams.min_residual_strength`.
 
     Parameters
@@ -401,7 +401,7 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     out = []
     for recipe, run in _recipe_runs(arch, depth, beta, names, width, q0, rho0, threshold):
         final = final_state(run)  # the last layer alone: any depth in constant memory
-        beta_c = float(run.arch.critical_beta(first=final["beta_critical_first"],
+        beta_c = float(run.arch.beta_critical(first=final["beta_critical_first"],
                                               smallest=final["beta_critical_min"]))
         rho_final = float(final["rho"])
         phase = PHASE_LABELS[int(classify_phases(run.beta, beta_c, rho_final, run.threshold))]

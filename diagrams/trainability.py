@@ -58,7 +58,7 @@ class TrainabilityDiagram(GridView):
         ``rho_L`` of each cell.
     beta_critical_cells : ndarray, shape (len(alphas), len(betas))
         The critical beta that decides entropy collapse in each cell
-        (:meth:`~remprop.theory.Architecture.critical_beta`): that of the first attention layer for post-LN
+        (:meth:`~remprop.theory.Architecture.beta_critical`): that of the first attention layer for post-LN
         (``sqrt(2 / (q0 (q0 - p0)))``, the same in every cell), the smallest over the layers
         for pre-LN and no-LN (it depends on the cell, since the stream's state does). It is
         on the axis of ``betas``: divided by ``heads`` under ``qk_scaling="head"``, where
@@ -280,7 +280,7 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int | None = 
 
     state = _final_states(cells, progress, segment)
     # on the betas axis: a cell is entropy-collapsed when beta > this (the heads' factor applied)
-    beta_critical_cells = np.array(arch.critical_beta(first=state["beta_critical_first"],
+    beta_critical_cells = np.array(arch.beta_critical(first=state["beta_critical_first"],
                                                       smallest=state["beta_critical_min"]))
     rho_final = state["rho"]
     del state

@@ -77,7 +77,7 @@ def _tree(arch, beta, depth, q0, rho0):
     q, p = q0, q0 * rho0
     qs, ps, beta_cs = [q], [p], []
     for _ in range(depth):
-        beta_cs.append(float(arch.block_critical_beta(q, p)))
+        beta_cs.append(float(arch.block_beta_critical(q, p)))
         q, p = (float(v) for v in block(q, p))
         qs.append(q)
         ps.append(p)
@@ -185,9 +185,9 @@ def test_qk_norm_runs_the_rem_at_qk_norm_beta():
         beta_qk = float(qk_norm_beta(r, 64, 256, 1.3))
         expected = C.softmax_attention(beta_qk, arch.sigma_v2, arch.sigma_b2, seq_len=256)(1.0, r)
         np.testing.assert_allclose(attention(1.0, r), expected, rtol=1e-12)
-    # critical_beta is the multiplier at which the first layer's x reaches sqrt(2)
+    # beta_critical is the multiplier at which the first layer's x reaches sqrt(2)
     traj = propagate(arch, 1.0, 3)
-    multiplier = float(arch.critical_beta(traj.beta_critical))
+    multiplier = float(arch.beta_critical(traj.beta_critical))
     rho_in = np.min(traj.rho[:-1])  # the smallest beta_c is at the smallest input cosine
     x = multiplier * 1.69 * math.sqrt((1.0 - float(gaussian_cosine_mean(rho_in, 64))) / math.log(256))
     assert x == pytest.approx(math.sqrt(2.0), rel=1e-10)

@@ -77,7 +77,7 @@ def test_recipe_predictions_keep_the_final_state_alone():
         traj = propagate(row.run)
         assert math.isclose(row.rho_final, traj.rho[-1], rel_tol=1e-12, abs_tol=1e-15)
         assert math.isclose(row.q_final, traj.q[-1], rel_tol=1e-12)
-        assert math.isclose(row.beta_critical, row.arch.critical_beta(traj.beta_critical), rel_tol=1e-12)
+        assert math.isclose(row.beta_critical, row.arch.beta_critical(traj.beta_critical), rel_tol=1e-12)
 
 
 def test_deep_recipe_runs_in_bounded_memory():

@@ -13,10 +13,10 @@ import pytest
 
 from remprop.theory import rope_softmax_attention_map, softmax_attention_map
 from remprop.theory.rem import (
-    critical_beta,
+    beta_critical,
     participation_ratio,
     rope_correlation,
-    rope_critical_beta,
+    rope_beta_critical,
     rope_frequencies,
     rope_mean_correlation,
     rope_participation_ratio,
@@ -66,7 +66,7 @@ def test_orthogonal_tokens_do_not_see_rope():
     beta = np.array([0.5, 1.5, 3.0])
     np.testing.assert_allclose(rope_participation_ratio(beta, 1.3, 0.0, 512, 64), participation_ratio(beta, 1.3, 0.0, 512),
                                rtol=1e-14)
-    assert rope_critical_beta(1.3, 0.0, 512, 64) == pytest.approx(critical_beta(1.3, 0.0), rel=1e-15)
+    assert rope_beta_critical(1.3, 0.0, 512, 64) == pytest.approx(beta_critical(1.3, 0.0), rel=1e-15)
     np.testing.assert_allclose(rope_softmax_attention_map(1.3, 0.0, beta, seq_len=512),
                                softmax_attention_map(1.3, 0.0, beta, seq_len=512), rtol=1e-14)
 
@@ -75,12 +75,12 @@ def test_collapsed_tokens_freeze_with_rope_only():
     """p = q: the REM's rows stay uniform (Y2 = 1/T, beta_c = inf); RoPE's field does not cancel."""
     seq_len, head_dim = 512, 128
     assert participation_ratio(3.0, 1.0, 1.0, seq_len) == pytest.approx(1.0 / seq_len, rel=1e-12)
-    assert math.isinf(critical_beta(1.0, 1.0))
+    assert math.isinf(beta_critical(1.0, 1.0))
     cbar = rope_mean_correlation(seq_len, head_dim)
-    assert rope_critical_beta(1.0, 1.0, seq_len, head_dim) == pytest.approx(math.sqrt(2.0 / (1.0 - cbar)))
+    assert rope_beta_critical(1.0, 1.0, seq_len, head_dim) == pytest.approx(math.sqrt(2.0 / (1.0 - cbar)))
     assert rope_participation_ratio(3.0, 1.0, 1.0, seq_len, head_dim) > 0.2
     # T -> infinity at fixed base: every score's variance counts, beta_c = sqrt(2) / q
-    assert rope_critical_beta(2.0, 1.5, None, head_dim) == pytest.approx(math.sqrt(2.0) / 2.0)
+    assert rope_beta_critical(2.0, 1.5, None, head_dim) == pytest.approx(math.sqrt(2.0) / 2.0)
     assert rope_participation_ratio(2.0, 2.0, 2.0, None, head_dim) == pytest.approx(1.0 - math.sqrt(2.0) / 4.0)
 
 

@@ -13,7 +13,7 @@ from remprop.theory import (
     Architecture,
     activation_moments,
     components as C,
-    critical_beta,
+    beta_critical,
     dense_map,
     final_state,
     gain_controlled_attention_map,
@@ -37,7 +37,7 @@ def assert_names(err, name):
 
 # (parameter named in the error, call) ------------------------------------------------
 STATE_MAPS = {
-    "critical_beta": lambda q, p: critical_beta(q, p),
+    "beta_critical": lambda q, p: beta_critical(q, p),
     "participation_ratio": lambda q, p: participation_ratio(1.0, q, p),
     "softmax_attention_map": lambda q, p: softmax_attention_map(q, p, 1.0),
     "gain_controlled_attention_map": lambda q, p: gain_controlled_attention_map(q, p, 1.0),

@@ -14,7 +14,7 @@ import reference as ref
 from remprop.theory import (
     activation_moments,
     components as C,
-    critical_beta,
+    beta_critical,
     dense_map,
     gain_controlled_attention_map,
     layernorm_map,
@@ -49,22 +49,22 @@ def close(a, b, scale=None):
 
 # --- critical beta --------------------------------------------------------------------
 def test_critical_beta_of_orthogonal_normalised_tokens_is_sqrt_two():
-    assert abs(critical_beta(1.0, 0.0) - math.sqrt(2.0)) <= 1e-15
+    assert abs(beta_critical(1.0, 0.0) - math.sqrt(2.0)) <= 1e-15
 
 
 def test_critical_beta_of_collapsed_tokens_is_infinite():
-    assert critical_beta(1.0, 1.0) == math.inf
-    assert critical_beta(2.5, 2.5) == math.inf
+    assert beta_critical(1.0, 1.0) == math.inf
+    assert beta_critical(2.5, 2.5) == math.inf
 
 
 def test_critical_beta_broadcasts_and_matches_reference():
     q = np.array([[0.5], [1.0], [3.0]])
     p = np.array([-0.2, 0.0, 0.25, 0.5])
-    got = critical_beta(q, p)
+    got = beta_critical(q, p)
     assert got.shape == (3, 4)
     for i in range(3):
         for j in range(4):
-            assert close(got[i, j], ref.critical_beta(q[i, 0], p[j]))
+            assert close(got[i, j], ref.beta_critical(q[i, 0], p[j]))
 
 
 @settings(deadline=None)
@@ -75,13 +75,13 @@ def test_critical_beta_scales_like_a_temperature(qp, scale):
     if p == q or scale * p == scale * q:
         # collapsed tokens (beta_c = inf), also where q and p one ulp apart round to one value
         # once scaled (q = 1 - eps, p = 1 - 2 eps, scale 5: hypothesis found it)
-        assert critical_beta(scale * q, scale * p) == np.inf
+        assert beta_critical(scale * q, scale * p) == np.inf
         return
     # q - p cancels: its relative rounding error is up to ~2 eps q / (q - p) (on each side),
     # and beta_c = sqrt(2 / (q (q - p))) halves relative errors.
     rounding = 2.3e-16 * (2 + 2 * q / (q - p))
-    want = critical_beta(q, p) / scale
-    assert abs(critical_beta(scale * q, scale * p) - want) <= (TOL + rounding) * want
+    want = beta_critical(q, p) / scale
+    assert abs(beta_critical(scale * q, scale * p) - want) <= (TOL + rounding) * want
 
 
 # --- participation ratio --------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_critical_beta_scales_like_a_temperature(qp, scale):
 @given(simplex(), floats(1e-3, 1.0 - 1e-9))
 def test_participation_ratio_vanishes_below_beta_c(qp, fraction):
     q, p = qp
-    beta_c = critical_beta(q, p)
+    beta_c = beta_critical(q, p)
     if not math.isfinite(beta_c):
         return
     assert participation_ratio(fraction * beta_c, q, p) == 0.0
@@ -100,7 +100,7 @@ def test_participation_ratio_vanishes_below_beta_c(qp, fraction):
 @given(simplex(), floats(1.0 + 1e-6, 1e6))
 def test_participation_ratio_above_beta_c_is_one_minus_ratio(qp, factor):
     q, p = qp
-    beta_c = critical_beta(q, p)
+    beta_c = beta_critical(q, p)
     if not math.isfinite(beta_c):
         return
     beta = factor * beta_c

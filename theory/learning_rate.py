@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from remprop._deprecation import renamed_keywords
+
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .checks import (ParameterError, as_float_array, check_choice, check_count, check_depth, check_open_unit,
                      check_simplex_cosine, scalar_or_array)
@@ -131,7 +133,7 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True, grown_stream=False):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(depth):
             # a carried (pre-LN) stream's attention reads only its cosine: (q, p) serve as they are
-            beta_c = np.asarray(arch.block_critical_beta(q, p))
+            beta_c = np.asarray(arch.block_beta_critical(q, p))
             first = beta_c if first is None else first
             smallest = beta_c if smallest is None else np.minimum(smallest, beta_c)   # nan wins, as in the kernels
             for layer in _sub_blocks(block):
@@ -253,7 +255,8 @@ def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0
     return _walk(arch, beta, depth, q0, rho0, grown_stream=grown_stream)[0]
 
 
-def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
+@renamed_keywords(beta_c="beta_critical")
+def attention_growth_budget(beta, beta_critical, width, seq_len, head_dim=None):
     r"""The cumulative update size ``a*`` at which coherent query/key updates reach ``beta_c``.
 
     Scores :math:`s = x^T M y/\sqrt{d_H}`, :math:`M = W_Q^T W_K` (one head, ``d_H`` rows): at
@@ -275,8 +278,9 @@ def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
 
     Parameters
     ----------
-    beta, beta_c : array_like
-        The per-head effective beta at initialisation and the critical beta (> 0; ``beta_c`` may be inf).
+    beta, beta_critical : array_like
+        The per-head effective beta at initialisation and the critical beta ``beta_c`` (> 0; it may be
+        inf). The keyword ``beta_c`` is a deprecated spelling of ``beta_critical``.
     width : int
         Model width d (the fan-in of W_Q and W_K).
     seq_len : int
@@ -293,7 +297,7 @@ def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
     docs/theory.md section 20 (checked by Monte Carlo in tests/test_learning_rate.py).
     """
     beta = as_float_array("beta", beta, positive=True)
-    beta_c = as_float_array("beta_c", beta_c, positive=True, allow_inf=True)
+    beta_c = as_float_array("beta_critical", beta_critical, positive=True, allow_inf=True)
     width = check_count("width", width, 1)
     seq_len = check_seq_len(seq_len, allow_none=False)
     head_dim = width if head_dim is None else check_count("head_dim", head_dim, 1)
@@ -406,7 +410,7 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     check_work(f"the learning-rate ceiling's walk through depth {depth} ({cells} cell(s))",
                seconds=ceiling_seconds(cells, depth), max_seconds=max_seconds)
     sensitivity, first, smallest = _walk(arch, beta, depth, q0, rho0, keep_terms=False, grown_stream=True)
-    beta_c = np.asarray(arch.critical_beta(first=first, smallest=smallest))
+    beta_c = np.asarray(arch.beta_critical(first=first, smallest=smallest))
     scale = arch.beta_scale
     head_dim = arch.head_dim if arch.head_dim is not None else max(width // arch.heads, 1)
     budget = np.asarray(attention_growth_budget(np.asarray(arch.effective_beta(beta)) * np.ones_like(beta_c),

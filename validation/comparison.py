@@ -394,7 +394,7 @@ def _gram_theory(arch, stack, grams, draws, observable, sampled=False):
     p = np.mean([r.p for r in runs], axis=0)
     cosine = np.mean([r.mean_cosine if observable == "cosine" else r.rho for r in runs], axis=0)
     se = np.sqrt(np.sum([r.mean_cosine_se ** 2 for r in runs], axis=0)) / len(runs)
-    beta_c = np.asarray(arch.block_critical_beta(q[:-1], p[:-1]))
+    beta_c = np.asarray(arch.block_beta_critical(q[:-1], p[:-1]))
     settings = {"gram_draws": draws, "theory_cosine_se": se.tolist()}
     return Trajectory(q, p, beta_c, cosine=cosine), settings
 
