@@ -36,7 +36,7 @@ from remprop.theory.work_estimates import spread_indices
 
 from .learning_rate import lr_ceiling_summary, lr_line
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength
+from . import residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
            "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
@@ -451,7 +451,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     arch, beta, depth, q0, rho0, threshold = run.arch, run.beta, run.depth, run.q0, run.rho0, run.threshold
     source = f"config.initializer_range = {spec.init_range:g}"
     final_rho, beta_c, phase, traj = _verdict(run, source)
-    alpha_star = float(min_residual_strength(run))
+    alpha_star = float(residual_strength.alpha_star(run))
     rho_last, rho_last_maps, last_theory, last_reason = _last_tokens(spec, causal_theory, gram_draws)
 
     # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head

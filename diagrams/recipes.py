@@ -59,7 +59,8 @@ from remprop.theory.checks import check_depth
 
 from .depth_recipes import inverse_sqrt_depth, residual_scaling, scale_architecture
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength, search_seconds
+from . import residual_strength
+from .residual_strength import search_seconds
 
 __all__ = ["Recipe", "RecipePrediction", "RECIPES", "DEFAULT_WIDTH", "scaled_variances", "branch_gains",
            "base", "deepnorm", "rezero", "t_fixup", "t_fixup_decoder", "scaled_output_projections",
@@ -370,7 +371,7 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     alone, in constant memory at any depth); the phase is
     :func:`~remprop.diagrams.classify_phases` of ``beta_r`` against
     ``arch_r.beta_critical`` and of ``rho_L`` against ``threshold`` (docs/theory.md
-    section 6), and ``alpha*(L)`` is :func:`~remprop.diagrams.min_residual_strength`.
+    section 6), and ``alpha*(L)`` is :func:`~remprop.diagrams.alpha_star`.
 
     Parameters
     ----------
@@ -405,7 +406,7 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
                                               smallest=final["beta_critical_min"]))
         rho_final = float(final["rho"])
         phase = PHASE_LABELS[int(classify_phases(run.beta, beta_c, rho_final, run.threshold))]
-        alpha_star = float(min_residual_strength(run)) if _has_branch(run) else None
+        alpha_star = float(residual_strength.alpha_star(run)) if _has_branch(run) else None
         out.append(RecipePrediction(recipe, run, float(final["q"]), rho_final, beta_c, phase, alpha_star))
     return tuple(out)
 

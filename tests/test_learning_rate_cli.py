@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from remprop.diagrams import TRAINABLE
-from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR, min_alpha_at_rate
-from remprop.theory import Architecture, learning_rate_ceiling, model_spec
+from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR, alpha_star_at_rate
+from remprop.theory import Architecture, RunSettings, learning_rate_ceiling, model_spec
 
 from cli_checks import assert_one_line_error, run_cli
 
@@ -90,7 +90,8 @@ def test_min_alpha_at_rate(capsys):
     # near beta_c the attention ceiling (the same at every alpha_SA for post-LN) is below lr: none reaches it
     assert at_lr[2] == "inf" and ceiling(1e3, 1.414) < lr
     # the command passes its own alpha*(L); the function computing it gives the same answer
-    python = min_alpha_at_rate(Architecture(seq_len=SEQ_LEN), depth, np.array([0.5, 0.3]), lr, width, STEPS)
+    run = RunSettings(Architecture(seq_len=SEQ_LEN), np.array([0.5, 0.3]), depth)
+    python = alpha_star_at_rate(run, lr, width, STEPS)
     assert list(python) == pytest.approx(at_lr[:2], rel=1e-12)
     code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--lr", 1.0, "--json")
     assert code == 0, err

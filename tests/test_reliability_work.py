@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from remprop.cli.limits import check_work
-from remprop.diagrams import min_residual_strength, trainability_diagram
+from remprop.diagrams import alpha_star, trainability_diagram
 from remprop.theory import Architecture, propagate, propagate_at_layers, work_estimates
 from remprop.theory.propagation import final_state_rows, pack_parameters
 from remprop.theory.work_estimates import WorkInterrupted
@@ -205,9 +205,9 @@ def test_segmented_search_is_the_one_call_bisection(fields):
     """Forced into segments, the search evaluates the kernel's own midpoints: the same alpha*, bit for bit."""
     arch = Architecture(**fields)
     betas = np.array([0.2, 0.8, 2.0])
-    one_call = min_residual_strength(arch, 60, betas)
+    one_call = alpha_star(arch, betas, 60)
     steps = []
-    segmented = min_residual_strength(arch, 60, betas, segment=25, progress=steps.append)
+    segmented = alpha_star(arch, betas, 60, segment=25, progress=steps.append)
     np.testing.assert_array_equal(segmented, one_call)
     assert np.isfinite(one_call).all()
     assert max(steps) <= 25 * 400 * betas.size  # no call advanced more than one segment (scan: 400 alphas)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import warnings
 
-__all__ = ["renamed", "renamed_keywords", "warn_renamed"]
+__all__ = ["renamed", "renamed_keywords", "old_order", "warn_renamed"]
 
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
@@ -60,3 +60,19 @@ def renamed_keywords(**names):
         return wrapper
 
     return decorate
+
+
+def old_order(*names):
+    """An ``adapt`` for :func:`renamed`: the old call's positional arguments, in the old order
+    ``names``, passed to the new function by keyword (so that the new order does not matter)."""
+    def adapt(*args, **kwargs):
+        if len(args) > len(names):
+            raise TypeError(f"takes at most {len(names)} positional arguments ({', '.join(names)}), "
+                            f"got {len(args)}")
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"got multiple values for argument {name!r}")
+            kwargs[name] = value
+        return (), kwargs
+
+    return adapt
