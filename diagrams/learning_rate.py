@@ -49,8 +49,9 @@ def diagram_window(diagram, width: int, steps: int) -> tuple:
     alphas, as the diagram's phases).
     """
     arch = diagram.arch.replace(alpha_sa=np.asarray(diagram.alphas, dtype=float)[:, None])
-    result = learning_rate_ceiling(arch, diagram.depth, width, steps, np.asarray(diagram.betas, dtype=float)[None, :],
-                                   diagram.q0, diagram.rho0, max_seconds=math.inf)  # the diagram's work is bounded
+    # the diagram's work is bounded
+    result = learning_rate_ceiling(arch, np.asarray(diagram.betas, dtype=float)[None, :], depth=diagram.depth,
+                                   width=width, steps=steps, q0=diagram.q0, rho0=diagram.rho0, max_seconds=math.inf)
     return tuple(np.broadcast_to(rate, diagram.phase.shape).copy() for rate in (result.floor, result.ceiling))
 
 
@@ -111,8 +112,8 @@ def alpha_star_at_rate(run: RunSettings, lr, width: int, steps: int, *, alpha_ma
     star = np.asarray(alpha_star, dtype=float)
 
     def ceiling(alpha):
-        return np.asarray(learning_rate_ceiling(arch.replace(alpha_sa=alpha), depth, width, steps, beta,
-                                                q0, rho0, max_seconds=math.inf).ceiling)
+        return np.asarray(learning_rate_ceiling(arch.replace(alpha_sa=alpha), beta, depth=depth, width=width,
+                                                steps=steps, q0=q0, rho0=rho0, max_seconds=math.inf).ceiling)
 
     shape = np.broadcast_shapes(beta.shape, lr.shape, star.shape)
     low, high = np.zeros(shape), np.full(shape, float(alpha_max))
@@ -230,8 +231,9 @@ def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None, recipe=None) -> dict:
     if lr is not None:
         out["lr"] = float(as_float_array("lr", lr, positive=True))  # checked even where no ceiling is predicted
     try:
-        ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
-                                        seq_len=spec.seq_len, max_seconds=math.inf)  # bounded with the diagnosis
+        # bounded with the diagnosis
+        ceiling = learning_rate_ceiling(run.arch, run.beta, depth=run.depth, width=spec.width, steps=steps, q0=run.q0,
+                                        rho0=run.rho0, seq_len=spec.seq_len, max_seconds=math.inf)
     except ValueError as err:
         out["note"] = str(err)
         return out

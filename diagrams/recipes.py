@@ -6,7 +6,7 @@ L (or of the width). Each recipe here is one pure function
 
 .. code-block:: python
 
-    recipe(arch, depth, beta, *, width=DEFAULT_WIDTH) -> (Architecture, beta)
+    recipe(arch, beta, *, depth, width=DEFAULT_WIDTH) -> (Architecture, beta)
 
 that applies the published rule to a *base* architecture (its variances are those before
 the recipe: Xavier-like ``sigma^2 ~ 1`` weights, or the reference experiments') and a base
@@ -54,6 +54,7 @@ from typing import Callable
 
 import numpy as np
 
+from remprop._deprecation import reordered
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state, work_estimates
 from remprop.theory.checks import check_depth
 
@@ -109,12 +110,12 @@ def branch_gains(arch: Architecture, attention, mlp) -> Architecture:
 
 
 # -- the recipes ---------------------------------------------------------------------------
-def base(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def base(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     """The base architecture itself, unchanged: the reference point of the table."""
     return arch, beta
 
 
-def deepnorm(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def deepnorm(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""DeepNorm (Wang et al. 2022): post-LN with an up-weighted skip and down-scaled branches.
 
     .. math:: x \leftarrow \mathrm{LN}(\alpha x + G(x)),\quad \alpha = (2N)^{1/4};\qquad
@@ -138,7 +139,7 @@ def deepnorm(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH
     return arch.replace(norm="post", alpha_sa=alpha, alpha_mlp=alpha), beta
 
 
-def rezero(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def rezero(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""ReZero (Bachlechner et al. 2020) and SkipInit (De & Smith 2020): zero branches at init.
 
     .. math:: x \leftarrow x + a\,F(x),\qquad a = 0 \text{ at initialisation, no LayerNorm}
@@ -161,7 +162,7 @@ def _t_fixup(arch, gain):
     return arch.replace(norm="none")
 
 
-def t_fixup(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def t_fixup(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""T-Fixup, encoder (Huang et al. 2020): no LayerNorm, value/output/MLP weights scaled.
 
     .. math:: W_V, W_O, W_1, W_2 \leftarrow 0.67\,N^{-1/4}\,W
@@ -178,7 +179,7 @@ def t_fixup(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH)
     return _t_fixup(arch, 0.67 * depth ** -0.25), beta
 
 
-def t_fixup_decoder(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def t_fixup_decoder(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""T-Fixup, decoder (Huang et al. 2020): as :func:`t_fixup` with the gain ``(9N)^{-1/4}``.
 
     .. math:: W_V, W_O, W_1, W_2 \leftarrow (9N)^{-1/4}\,W
@@ -191,7 +192,7 @@ def t_fixup_decoder(arch: Architecture, depth: int, beta: float, *, width=DEFAUL
     return _t_fixup(arch, (9.0 * depth) ** -0.25), beta
 
 
-def scaled_output_projections(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def scaled_output_projections(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""GPT-2 / Megatron-LM: pre-LN, residual output projections scaled by ``1/sqrt(2L)``.
 
     .. math:: W_O, W_2 \sim N\big(0, \sigma^2 / (2L)\big)
@@ -210,7 +211,7 @@ def scaled_output_projections(arch: Architecture, depth: int, beta: float, *, wi
     return scaled_variances(arch.replace(norm="pre"), sigma_o2=factor, sigma_w2_out=factor), beta
 
 
-def mup_attention(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def mup_attention(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""muP's attention (Yang et al. 2021): scores ``q.k / d_H`` instead of ``q.k / sqrt(d_H)``.
 
     Our scores are ``(W_Q x_i).(W_K x_j) / sqrt(d_H)`` with ``s_qk^2 = beta sqrt(log T) / d``
@@ -233,7 +234,7 @@ def mup_attention(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_
     return arch, beta / math.sqrt(width // arch.heads)
 
 
-def inverse_sqrt_branches(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def inverse_sqrt_branches(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""Branches scaled by ``1/sqrt(L)`` (Noci et al. 2022): ``x -> x + F(x) / sqrt(L)``.
 
     After a LayerNorm (post-LN) the factor is exactly our skip strength
@@ -264,7 +265,8 @@ class Recipe:
     label : str
         Published name.
     function : callable
-        ``function(arch, depth, beta, *, width) -> (Architecture, beta)``.
+        ``function(arch, beta, *, depth, width) -> (Architecture, beta)`` (the order was ``(arch, depth,
+        beta, *, width)`` before).
     rule : str
         The published rule in one line.
     reference : str
@@ -276,10 +278,11 @@ class Recipe:
     rule: str
     reference: str
 
-    def __call__(self, arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+    @reordered("(arch, depth, beta, *, width=DEFAULT_WIDTH)")
+    def __call__(self, arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
         if not isinstance(arch, Architecture):
             raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-        return self.function(arch, depth, beta, width=width)
+        return self.function(arch, beta, depth=depth, width=width)
 
 
 #: Recipe name -> :class:`Recipe`, in the order of the table.
@@ -362,11 +365,12 @@ class RecipePrediction:
                 "alpha_star": self.alpha_star, "architecture": self.arch.to_dict()}
 
 
-def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, width=DEFAULT_WIDTH, q0=1.0,
+@reordered("(arch, depth, beta, *, names=None, width=DEFAULT_WIDTH, q0=1.0, rho0=0.0, threshold=DEFAULT_THRESHOLD)")
+def recipe_predictions(arch: Architecture, beta, *, depth: int, names=None, width=DEFAULT_WIDTH, q0=1.0,
                        rho0=0.0, threshold=DEFAULT_THRESHOLD) -> tuple:
     r"""Apply each recipe to ``arch`` at ``depth`` and predict its phase.
 
-    For every recipe, ``(arch_r, beta_r) = recipe(arch, depth, beta)`` is propagated through
+    For every recipe, ``(arch_r, beta_r) = recipe(arch, beta, depth=depth)`` is propagated through
     ``depth`` blocks from ``(q0, rho0)`` (:func:`~remprop.theory.final_state`: the last layer
     alone, in constant memory at any depth); the phase is
     :func:`~remprop.diagrams.classify_phases` of ``beta_r`` against
@@ -377,10 +381,11 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     ----------
     arch : Architecture
         Base architecture (scalar fields): the variances before the recipes.
-    depth : int
-        Number of blocks L.
     beta : float
         Base query/key scale, > 0.
+    depth : int
+        Number of blocks L. It and the arguments after it are keyword-only (the order was ``(arch, depth,
+        beta, ...)`` before: an old positional call is a ``TypeError``).
     names : sequence of str, optional
         Recipes to evaluate (default: all of :data:`RECIPES`).
     width : int
@@ -395,7 +400,7 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     Examples
     --------
     >>> from remprop.theory import Architecture
-    >>> rows = recipe_predictions(Architecture(), 24, 0.5, names=["rezero"], rho0=0.3)
+    >>> rows = recipe_predictions(Architecture(), 0.5, depth=24, names=["rezero"], rho0=0.3)
     >>> rows[0].phase, round(rows[0].rho_final, 6)
     ('trainable', 0.3)
     """
@@ -417,7 +422,7 @@ def _recipe_runs(arch, depth, beta, names, width, q0, rho0, threshold):
     base_run = RunSettings(arch, beta, depth, q0, rho0, threshold)
     for name in names:
         recipe = RECIPES[name]
-        arch_r, beta_r = recipe(base_run.arch, base_run.depth, float(base_run.beta), width=width)
+        arch_r, beta_r = recipe(base_run.arch, float(base_run.beta), depth=base_run.depth, width=width)
         yield recipe, base_run.replace(arch=arch_r, beta=beta_r)
 
 
@@ -426,7 +431,8 @@ def _has_branch(run) -> bool:
     return float(run.arch.numeric()["sigma_o2"]) > 0
 
 
-def recipes_seconds(arch: Architecture, depth: int, beta, *, names=None, width=DEFAULT_WIDTH, figure=True,
+@reordered("(arch, depth, beta, *, names=None, width=DEFAULT_WIDTH, figure=True, resolution=None)")
+def recipes_seconds(arch: Architecture, beta, *, depth: int, names=None, width=DEFAULT_WIDTH, figure=True,
                     resolution=None) -> float:
     """Estimated seconds of :func:`recipe_predictions` (and, with ``figure``, of :func:`recipes_figure`).
 

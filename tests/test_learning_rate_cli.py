@@ -17,7 +17,7 @@ DEPTH, WIDTH, STEPS, SEQ_LEN = 6, 64, 300, 64
 
 def ceilings(alphas, betas, **changes):
     arch = Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(alphas)[:, None], **changes)
-    return learning_rate_ceiling(arch, DEPTH, WIDTH, STEPS, np.asarray(betas)[None, :]).ceiling
+    return learning_rate_ceiling(arch, np.asarray(betas)[None, :], depth=DEPTH, width=WIDTH, steps=STEPS).ceiling
 
 
 def test_diagram_lr_marks_trainable_cells_above_the_ceiling(capsys, tmp_path):
@@ -32,8 +32,8 @@ def test_diagram_lr_marks_trainable_cells_above_the_ceiling(capsys, tmp_path):
     phase, theory_phase = np.array(saved["phase"]), np.load(tmp_path / "trainability.npz")["phase"]
     expected = (theory_phase == TRAINABLE) & (grid < lr)
     np.testing.assert_array_equal(phase == LR_ABOVE_CEILING, expected)
-    floors = learning_rate_ceiling(Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(ALPHAS)[:, None]), DEPTH, WIDTH,
-                                   STEPS, np.asarray(BETAS)[None, :]).floor
+    floors = learning_rate_ceiling(Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(ALPHAS)[:, None]),
+                                   np.asarray(BETAS)[None, :], depth=DEPTH, width=WIDTH, steps=STEPS).floor
     slow = (theory_phase == TRAINABLE) & (floors > lr) & ~expected
     np.testing.assert_array_equal(phase == LR_BELOW_FLOOR, slow)
     assert result["below_floor"] == slow.sum()
@@ -77,7 +77,7 @@ def test_min_alpha_at_rate(capsys):
 
     def ceiling(alpha, beta):
         arch = Architecture(seq_len=SEQ_LEN, alpha_sa=alpha)
-        return float(learning_rate_ceiling(arch, depth, width, STEPS, beta).ceiling)
+        return float(learning_rate_ceiling(arch, beta, depth=depth, width=width, steps=STEPS).ceiling)
 
     lr = ceiling(1.5, 0.5)
     code, out, err = run_cli(capsys, "min-alpha", "--depth", depth, "--seq-len", SEQ_LEN, "--beta", "0.5,0.3,1.414",
@@ -112,8 +112,8 @@ def test_check_reports_the_ceiling(capsys, tmp_path):
     config.write_text(json.dumps(TINY_BERT))
     spec = model_spec(config)
     run = spec.settings
-    expected = learning_rate_ceiling(run.arch, run.depth, spec.width, 2000, run.beta, run.q0, run.rho0,
-                                     seq_len=spec.seq_len)
+    expected = learning_rate_ceiling(run.arch, run.beta, depth=run.depth, width=spec.width, steps=2000, q0=run.q0,
+                                     rho0=run.rho0, seq_len=spec.seq_len)
     code, out, err = run_cli(capsys, "check", config, "--steps", 2000, "--max-depth", 20, "--json", "--no-figure",
                              "--out", tmp_path)
     assert code == 0, err

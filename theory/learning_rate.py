@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remprop._deprecation import renamed_keywords
+from remprop._deprecation import renamed_keywords, reordered
 
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .checks import (ParameterError, as_float_array, check_choice, check_count, check_depth, check_open_unit,
@@ -186,7 +186,8 @@ def _inputs(arch, depth, beta, q0, rho0):
     return depth, beta, q0, rho0
 
 
-def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *, grown_stream=False):
+@reordered("(arch, depth, beta, q0=1.0, rho0=0.0, *, grown_stream=False)")
+def update_sensitivity(arch: Architecture, beta, *, depth: int, q0=1.0, rho0=0.0, grown_stream=False):
     r"""How strongly a coherent update of every branch moves the stack's output.
 
     .. math:: \mathcal{S} = \sum_{k=1}^{n} \sqrt{\frac{q^{\rm in}_k}{q^{\rm skip}_k}},
@@ -211,10 +212,11 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *
     ----------
     arch : Architecture
         The stack (``branch_norm`` is refused: a norm on the branch output rescales the perturbation).
-    depth : int
-        Blocks L >= 1.
     beta : array_like
         The model's query/key scale, > 0 (the attention branch's variance depends on it at finite T).
+    depth : int
+        Blocks L >= 1. It and the arguments after it are keyword-only (the order was ``(arch, depth,
+        beta, ...)`` before: an old positional call is a ``TypeError``).
     q0, rho0 : array_like
         Input state (defaults 1 and 0).
     grown_stream : bool
@@ -235,14 +237,15 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *
     Examples
     --------
     >>> from remprop.theory import Architecture, update_sensitivity
-    >>> round(float(update_sensitivity(Architecture(alpha_sa=2.0), 48, 0.5)), 1)
+    >>> round(float(update_sensitivity(Architecture(alpha_sa=2.0), 0.5, depth=48)), 1)
     71.4
     """
     depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
     return scalar_or_array(_walk(arch, beta, depth, q0, rho0, keep_terms=False, grown_stream=grown_stream)[0])
 
 
-def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *, grown_stream=False
+@reordered("(arch, depth, beta, q0=1.0, rho0=0.0, *, grown_stream=False)")
+def sub_block_sensitivities(arch: Architecture, beta, *, depth: int, q0=1.0, rho0=0.0, grown_stream=False
                             ) -> np.ndarray:
     r"""The terms :math:`b_k = \sqrt{q^{\rm in}_k / q^{\rm skip}_k}` of :func:`update_sensitivity`, one per
     residual branch in stack order (attention, MLP, attention, ...): the relative change of the stack's
@@ -343,8 +346,9 @@ class LearningRateCeiling:
     beta_critical: np.ndarray
 
 
-def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int, beta, q0=1.0, rho0=0.0,
-                          *, seq_len=None, max_seconds=MAX_SECONDS) -> LearningRateCeiling:
+@reordered("(arch, depth, width, steps, beta, q0=1.0, rho0=0.0, *, seq_len=None, max_seconds=MAX_SECONDS)")
+def learning_rate_ceiling(arch: Architecture, beta, *, depth: int, width: int, steps: int, q0=1.0, rho0=0.0,
+                          seq_len=None, max_seconds=MAX_SECONDS) -> LearningRateCeiling:
     r"""The largest AdamW peak rate at which the stack still trains (docs/theory.md section 20).
 
     .. math:: \eta_{\rm stack} = \frac{2\,C_{\rm stack}}{d\,\mathcal{S}\,\min(S, S_c)},\qquad
@@ -365,10 +369,12 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     arch : Architecture
         The stack (not ``qk_norm``: normalised queries and keys take the weights' scale out of the
         logits, and the attention ceiling has no derivation there; not ``branch_norm``).
-    depth, width, steps : int
-        Blocks L, model width d, training steps S.
     beta : array_like
         The model's query/key scale, > 0.
+    depth, width, steps : int
+        Blocks L, model width d, training steps S. They and the arguments after them are keyword-only
+        (the order was ``(arch, depth, width, steps, beta, ...)`` before: an old positional call is a
+        ``TypeError``).
     q0, rho0 : array_like
         Input state.
     seq_len : int, optional
@@ -390,7 +396,7 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     Examples
     --------
     >>> from remprop.theory import Architecture, learning_rate_ceiling
-    >>> c = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 48, 256, 400, 0.5)
+    >>> c = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 0.5, depth=48, width=256, steps=400)
     >>> str(c.binding)
     'stack'
     """

@@ -7,9 +7,10 @@ it imports nothing of remprop, so the theory package can use it without an impor
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 
-__all__ = ["renamed", "renamed_keywords", "old_order", "warn_renamed"]
+__all__ = ["renamed", "renamed_keywords", "old_order", "reordered", "warn_renamed"]
 
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
@@ -76,3 +77,25 @@ def old_order(*names):
         return (), kwargs
 
     return adapt
+
+
+def reordered(was: str):
+    """Decorator for a function whose argument order changed and whose moved arguments became
+    keyword-only (the old order cannot be told from the new by the values): a call with more
+    positional arguments than it now takes, an old-order call, is a ``TypeError`` that says so
+    (``was``: the old signature) instead of a silent swap. The signature shown is the function's own."""
+    def decorate(function):
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        names = [p.name for p in inspect.signature(function).parameters.values() if p.kind in kinds]
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            if len(args) > len(names):
+                raise TypeError(f"{function.__name__}() takes {len(names)} positional arguments "
+                                f"({', '.join(names)}) and the rest by keyword since its argument order "
+                                f"changed (it was {function.__name__}{was}); got {len(args)} positional")
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

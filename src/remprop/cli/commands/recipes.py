@@ -73,10 +73,10 @@ def run_recipes(args) -> int:
     directory = writable_directory(args.out)
     check_work(f"{len(args.only or ()) or 'the'} recipe(s) at depth {args.depth}"
                + (" with their figure" if args.figure else ""),
-               seconds=recipes_seconds(arch, args.depth, args.beta, names=args.only, width=args.width,
+               seconds=recipes_seconds(arch, args.beta, depth=args.depth, names=args.only, width=args.width,
                                        figure=args.figure), **work_limits(args))
-    predictions = recipe_predictions(arch, args.depth, args.beta, names=args.only, width=args.width,
-                                     q0=args.q0, rho0=args.rho0, threshold=args.threshold)
+    predictions = recipe_predictions(arch, args.beta, depth=args.depth, names=args.only, width=args.width, q0=args.q0,
+                                     rho0=args.rho0, threshold=args.threshold)
     stem = directory / args.name
     files = []
     if args.figure:
