@@ -50,7 +50,8 @@ def test_the_attention_component_is_the_rope_map(attention):
     qa, pa = arch.attention_map(beta)(q, p)
     y2 = rope_participation_ratio(beta, q, p, T, D_H)
     if attention == "softmax":
-        q_ref, p_ref = rope_softmax_attention_map(q, p, beta, arch.sigma_v2, arch.sigma_b2, T, D_H)
+        q_ref, p_ref = rope_softmax_attention_map(beta, q=q, p=p, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2,
+                                                  seq_len=T, head_dim=D_H)
     else:
         q_ref, p_ref = C.gain_controlled_attention(beta, arch.sigma_v2, arch.sigma_b2, T)._attend(
             q, p, y2, arch.sigma_v2, arch.sigma_b2)

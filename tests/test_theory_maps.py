@@ -259,19 +259,19 @@ def test_attention_output_cosine_without_bias(qp, beta, sigma_v2):
     q, p = qp
     if p <= 1e-6 * q:
         return
-    q_a, p_a = softmax_attention_map(q, p, beta, sigma_v2, 0.0)
+    q_a, p_a = softmax_attention_map(beta, q=q, p=p, sigma_v2=sigma_v2, sigma_b2=0.0)
     y2 = participation_ratio(beta, q, p)
     assert abs(p_a / q_a - p / (p + (q - p) * y2)) <= 1e-12
 
 
 def test_spread_attention_collapses_the_tokens_completely():
     """Below beta_c every row averages all tokens: output cosine exactly 1."""
-    q_a, p_a = softmax_attention_map(1.0, 0.3, 0.5, 0.2, 4e-4)
+    q_a, p_a = softmax_attention_map(0.5, q=1.0, p=0.3, sigma_v2=0.2, sigma_b2=4e-4)
     assert q_a == p_a
 
 
 def test_gain_controlled_attention_outputs_the_bias_alone_in_the_spread_phase():
-    assert gain_controlled_attention_map(1.0, 0.3, 0.5, 0.2, 4e-4) == (4e-4, 4e-4)
+    assert gain_controlled_attention_map(0.5, q=1.0, p=0.3, sigma_v2=0.2, sigma_b2=4e-4) == (4e-4, 4e-4)
 
 
 @settings(deadline=None)
@@ -280,7 +280,7 @@ def test_attention_maps_match_reference(qp, beta, sigma_v2, sigma_b2):
     q, p = qp
     for public, scalar in ((softmax_attention_map, ref.softmax_attention),
                            (gain_controlled_attention_map, ref.gain_controlled_attention)):
-        got = public(q, p, beta, sigma_v2, sigma_b2)
+        got = public(beta, q=q, p=p, sigma_v2=sigma_v2, sigma_b2=sigma_b2)
         want = scalar(q, p, beta, sigma_v2, sigma_b2)
         assert close(got[0], want[0], max(want[0], 1e-300))
         assert close(got[1], want[1], max(want[0], 1e-300))
@@ -288,7 +288,7 @@ def test_attention_maps_match_reference(qp, beta, sigma_v2, sigma_b2):
 
 def test_attention_maps_broadcast_values():
     beta = np.array([[0.5], [2.0], [5.0]])
-    q_a, p_a = softmax_attention_map(1.0, np.array([0.0, 0.4]), beta, np.array([0.2, 1.0]), 0.0)
+    q_a, p_a = softmax_attention_map(beta, q=1.0, p=np.array([0.0, 0.4]), sigma_v2=np.array([0.2, 1.0]), sigma_b2=0.0)
     assert q_a.shape == (3, 2)
     p_a = np.broadcast_to(p_a, (3, 2))
     for i in range(3):
@@ -303,8 +303,8 @@ _Q = np.array([1.0, 2.0])
 _P = np.array([[0.0], [0.5], [0.9]])
 _K = np.full((4, 1, 1), 0.7)
 BROADCAST_CASES = {
-    "softmax_attention_map": lambda: softmax_attention_map(_Q, _P, _K),
-    "gain_controlled_attention_map": lambda: gain_controlled_attention_map(_Q, _P, _K),
+    "softmax_attention_map": lambda: softmax_attention_map(_K, q=_Q, p=_P),
+    "gain_controlled_attention_map": lambda: gain_controlled_attention_map(_K, q=_Q, p=_P),
     "layernorm_map": lambda: layernorm_map(_Q, _P),
     "skip_map": lambda: skip_map(_Q, _P, _Q, _P, alpha=_K),
     "dense_map": lambda: dense_map(_Q, _P, sigma_w2=_K),
@@ -336,7 +336,7 @@ def test_components_compose_left_to_right(qp, beta, alpha_sa, alpha_mlp):
     ff = C.mlp()
     block = C.serial(C.residual(alpha_sa, attn), C.layer_norm(), C.residual(alpha_mlp, ff),
                      C.layer_norm())
-    q1, p1 = skip_map(*softmax_attention_map(q, p, beta), q, p, alpha_sa)
+    q1, p1 = skip_map(*softmax_attention_map(beta, q=q, p=p), q, p, alpha_sa)
     q1, p1 = layernorm_map(q1, p1)
     q2, p2 = skip_map(*mlp_map(q1, p1), q1, p1, alpha_mlp)
     q2, p2 = layernorm_map(q2, p2)

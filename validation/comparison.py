@@ -457,10 +457,11 @@ def _attention_theory(settings, cosines, betas, finite_width=None):
     if finite_width and not arch.attention.gain_controlled and not arch.positions.rotary and not arch.qk_norm:
         sizes = dict(width=settings["width"], seq_len=settings["seq_len"], heads=arch.heads)
         beta_eff = arch.effective_beta(betas)
-        q_w, p_w = finite_width_attention_map(q0, p0, beta_eff, arch.sigma_v2, arch.sigma_b2, **sizes)
+        q_w, p_w = finite_width_attention_map(beta_eff, q=q0, p=p0, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2,
+                                              **sizes)
         out.update(q_finite_width=np.asarray(q_w), rho_finite_width=np.asarray(p_w / q_w),
-                   cosine_finite_width=np.asarray(attention_mean_cosine(q0, p0, beta_eff, arch.sigma_v2,
-                                                                        arch.sigma_b2, **sizes)))
+                   cosine_finite_width=np.asarray(attention_mean_cosine(beta_eff, q=q0, p=p0, sigma_v2=arch.sigma_v2,
+                                                                        sigma_b2=arch.sigma_b2, **sizes)))
     return out
 
 

@@ -34,7 +34,8 @@ from .checks import check_heads, check_order, check_orders, check_positions, che
 from .finite_t import participation_moment, participation_ratio, reduced_scale
 from .heads import QK_SCALINGS, QKScaling, effective_beta, head_participation_ratio, query_key_variance, score_variance
 from .pairs import pair_participation_moment, participation_square
-from .finite_width import attention_mean_cosine, finite_width_attention_map, gibbs_energy_square, query_norm_variance
+from .finite_width import (CosineSampling, attention_mean_cosine, finite_width_attention_map, gibbs_energy_square,
+                           query_norm_variance)
 from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_energy_core, qk_norm_score_moments
 from .rope import (ROPE_BASE, partial_rotary_correlation, rope_beta_critical, rope_correlation, rope_frequencies,
                    rope_mean_correlation, rope_participation_ratio, rope_score_covariance)
@@ -59,5 +60,6 @@ __all__ = [
     "partial_rotary_correlation", "rope_score_covariance",
     "rope_beta_critical", "rope_participation_ratio",
     "gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta", "qk_norm_energy_core",
-    "attention_mean_cosine", "finite_width_attention_map", "gibbs_energy_square", "query_norm_variance",
+    "attention_mean_cosine", "CosineSampling", "finite_width_attention_map", "gibbs_energy_square",
+    "query_norm_variance",
 ]

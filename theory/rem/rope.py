@@ -58,7 +58,8 @@ import functools
 
 import numpy as np
 
-from remprop._deprecation import renamed
+from remprop._deprecation import renamed, reordered
+
 from ..checks import as_float_array, check_count, check_overlap, scalar_or_array
 from .asymptotic import asymptotic_participation_core, critical_beta_core
 from .checks import check_seq_len
@@ -250,7 +251,8 @@ def _mean_correlation(seq_len, head_dim, base):
     return total / half
 
 
-def rope_score_covariance(distance_1, distance_2, q, p, beta, seq_len, head_dim=64, base=ROPE_BASE):
+@reordered("(distance_1, distance_2, q, p, beta, seq_len, head_dim=64, base=ROPE_BASE)")
+def rope_score_covariance(beta, distance_1, distance_2, *, q, p, seq_len, head_dim=64, base=ROPE_BASE):
     r"""Covariance of the scores of one query with the keys at distances ``k1`` and ``k2``.
 
     .. math:: \mathrm{Cov}(s_{n,n+k_1}, s_{n,n+k_2}) = \beta^2 q \log T\,
@@ -263,12 +265,14 @@ def rope_score_covariance(distance_1, distance_2, q, p, beta, seq_len, head_dim=
 
     Parameters
     ----------
-    distance_1, distance_2 : array_like
-        Key positions relative to the query, ``k = m - n`` (integers).
-    q, p : array_like
-        Token order parameters, ``q > 0``, ``|p| <= q``.
     beta : array_like
         Query/key scale, > 0.
+    distance_1, distance_2 : array_like
+        Key positions relative to the query, ``k = m - n`` (integers). The arguments after them are
+        keyword-only (the order was ``(distance_1, distance_2, q, p, beta, ...)`` before: an old
+        positional call is a ``TypeError``).
+    q, p : array_like
+        Token order parameters, ``q > 0``, ``|p| <= q``.
     seq_len : int
         T >= 2 (sets ``s_qk^2``).
     head_dim : int
