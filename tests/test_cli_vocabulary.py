@@ -96,7 +96,22 @@ def test_validate_seq_len_sets_both_lengths_and_the_overrides_win(parsers):
 def test_a_grid_takes_beta_and_alpha(parsers):
     parser, _, _ = parsers
     args = parser.parse_args(["diagram", "--beta", "0.5,1", "--alpha", "0:2:3"])
-    assert list(args.betas) == [0.5, 1.0] and list(args.alphas) == [0.0, 1.0, 2.0]
+    assert list(args.beta) == [0.5, 1.0] and list(args.alpha) == [0.0, 1.0, 2.0]
+
+
+def test_every_option_is_parsed_under_its_own_name(parsers):
+    """``--seq-len`` is ``args.seq_len`` in every command (not ``theory_seq_len`` or ``sim_seq_len``),
+    ``--alpha`` ``args.alpha``, ``--figure`` / ``--no-figure`` ``args.figure``: one name for an option and its value."""
+    from remprop.cli.options import option_dest
+
+    parser, commands, _ = parsers
+    other = [f"{name} {action.option_strings[-1]} -> {action.dest}" for name, command in commands.items()
+             for action in command._actions if action.option_strings and action.dest != "help"
+             and not action.dest.startswith("renamed_")  # the refused old spellings
+             and action.dest != option_dest(action.option_strings[0])]
+    assert other == []
+    args = parser.parse_args(["propagate", "--alpha", "2", "--seq-len", "64"])
+    assert (args.alpha, args.seq_len) == (2.0, 64)
 
 
 def test_plain_help_drops_the_markup():

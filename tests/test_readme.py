@@ -71,7 +71,7 @@ def test_readme_training_numbers_are_what_its_command_prints():
     assert (config["depth"], config["width"], config["seq_len"], config["steps"], config["lr"],
             config["batch_size"], config["vocab_size"], config["arch"]["norm"]) == \
         (args.depth, args.width, args.seq_len, args.steps, args.lr, args.batch_size, args.vocab_size, args.norm)
-    assert (grid["betas"], grid["alphas"], grid["seeds"]) == (list(args.betas), list(args.alphas), list(args.seeds))
+    assert (grid["betas"], grid["alphas"], grid["seeds"]) == (list(args.beta), list(args.alpha), list(args.seeds))
     assert args.device == "cpu" and grid["threads"] == 1  # the CPU numbers, one thread (reproducible)
 
     loss, spread = data["arrays"]["final_test_loss"], data["arrays"]["final_test_loss_std"]

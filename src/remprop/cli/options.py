@@ -212,12 +212,16 @@ ARCHITECTURE_OPTIONS = {
     "logit_softcap": "--logit-softcap",
 }
 
-#: Parsed-argument name of the fields whose option is not named after them.
-_DEST_OF = {"seq_len": "theory_seq_len"}
+def option_dest(option: str) -> str:
+    """The parsed-argument name of an option: its name (``--seq-len`` -> ``seq_len``), as argparse makes it."""
+    return option.lstrip("-").replace("-", "_")
 
 
-def _dest(field: str) -> str:
-    return _DEST_OF.get(field, field)
+def architecture_dests(args) -> dict:
+    """Architecture field -> parsed-argument name, of the options :func:`add_architecture_arguments` added
+    to the parser of ``args`` (every field's option, by default)."""
+    return getattr(args, "architecture_dests", None) or {name: option_dest(option)
+                                                         for name, option in ARCHITECTURE_OPTIONS.items()}
 
 
 def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, model_overrides=False, exclude=()):
@@ -265,6 +269,9 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
         group = parser.add_argument_group(
             "architecture", "the transformer block (defaults: post-LN BERT of the reference experiments)")
     skipped = {ARCHITECTURE_OPTIONS[name] for name in exclude}
+    fields = {option: name for name, option in ARCHITECTURE_OPTIONS.items()}
+    dests = {}
+
     def add_argument(option, **kwargs):  # the one place where model_overrides and exclude act
         if option in skipped:
             return
@@ -272,6 +279,7 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
             kwargs["default"] = None
             kwargs["help"] = re.sub(r"default: [^()]*(\([^()]*\)[^()]*)*\)$", "default: the model's)", kwargs["help"])
         group.add_argument(option, **kwargs)
+        dests[fields.get(option, "seq_len")] = option_dest(option)  # --theory-seq-len: the field seq_len
 
     add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
                        help="LayerNorm placement: post (BERT), pre (GPT-2) or none (default: %(default)s)")
@@ -297,7 +305,7 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
                        help="variance times fan-in of the MLP's second layer, W2 ~ N(0, S2/d_ff) "
                             "(default: --sigma-w2)")
     if alpha_sa:
-        add_argument("--alpha", dest="alpha_sa", type=nonnegative_real, default=defaults["alpha_sa"],
+        add_argument("--alpha", type=nonnegative_real, default=defaults["alpha_sa"],
                            metavar="A", help="alpha_SA: strength of the identity path around attention, "
                            "x -> A x + SA(x) (default: %(default)s)")
     add_argument("--alpha-mlp", type=nonnegative_real, default=defaults["alpha_mlp"], metavar="A",
@@ -343,19 +351,20 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
                             "bounds its effect on Y2 (default: none)")
     if theory_seq_len:
         override = theory_seq_len == "override"
-        add_argument("--theory-seq-len" if override else "--seq-len", dest=_dest("seq_len"), type=count(2),
+        add_argument("--theory-seq-len" if override else "--seq-len", type=count(2),
                            default=None, metavar="T",
                            help="sequence length T of the theory's attention maps (exact finite-T "
                                 "participation ratios; default: " + ("--seq-len, else " if override else "")
                                 + "T -> infinity)")
+    parser.set_defaults(architecture_dests=dests)
     return group
 
 
 def architecture_overrides(args) -> dict:
     """The Architecture fields given on the command line of :func:`add_architecture_arguments`
     with ``model_overrides=True`` (field name -> value; the options left out are absent)."""
-    return {name: getattr(args, _dest(name)) for name in ARCHITECTURE_OPTIONS
-            if getattr(args, _dest(name), None) is not None}
+    return {name: getattr(args, dest) for name, dest in architecture_dests(args).items()
+            if getattr(args, dest, None) is not None}
 
 
 def architecture_from_args(args, **overrides):
@@ -367,7 +376,7 @@ def architecture_from_args(args, **overrides):
     """
     from remprop.theory import Architecture
 
-    fields = {name: getattr(args, _dest(name)) for name in ARCHITECTURE_OPTIONS if hasattr(args, _dest(name))}
+    fields = {name: getattr(args, dest) for name, dest in architecture_dests(args).items() if hasattr(args, dest)}
     fields.update(overrides)
     try:
         return Architecture(**fields)
@@ -400,11 +409,11 @@ def add_run_options(parser, *, beta=False, threshold=True, json_help="print JSON
 
 
 def add_grid_options(parser, *, betas, alphas):
-    """--beta and --alpha as grids (parsed as ``betas`` and ``alphas``): the (beta, alpha_SA) grid,
+    """--beta and --alpha as grids (parsed as ``beta`` and ``alpha``, lists): the (beta, alpha_SA) grid,
     defaults given as grid specifications."""
-    parser.add_argument("--beta", dest="betas", type=grid_of(positive_real), default=grid_of(positive_real)(betas),
+    parser.add_argument("--beta", type=grid_of(positive_real), default=grid_of(positive_real)(betas),
                         metavar="GRID", help=f"beta values (> 0): {GRID_SYNTAX} (default: {betas})")
-    parser.add_argument("--alpha", dest="alphas", type=grid_of(nonnegative_real),
+    parser.add_argument("--alpha", type=grid_of(nonnegative_real),
                         default=grid_of(nonnegative_real)(alphas), metavar="GRID",
                         help=f"alpha_SA values (>= 0), same syntax (default: {alphas})")
 
@@ -417,7 +426,7 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
     ``threads=None``: torch's own). ``theory_too``: ``--seq-len`` (parsed as ``seq_len``,
     default None) sets the theory's T and the simulated T together, and ``--sim-seq-len``
     (``sim_seq_len``) overrides the simulated one (default ``sim_seq_len``, resolved by
-    :func:`simulated_seq_len`); else ``--seq-len`` is the simulated T (``sim_seq_len``).
+    :func:`simulated_seq_len`); else ``--seq-len`` (``seq_len``) is the simulated T.
     """
     add_seeds_option(parser, seeds)
     parser.add_argument("--sequences", type=count(1), default=2, metavar="N",
@@ -433,7 +442,7 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
                                  f"else {sim_seq_len})")
         parser.set_defaults(default_sim_seq_len=sim_seq_len)
     else:
-        parser.add_argument("--seq-len", dest="sim_seq_len", type=count(2), default=sim_seq_len, metavar="T",
+        parser.add_argument("--seq-len", type=count(2), default=sim_seq_len, metavar="T",
                             help="tokens per simulated sequence T; the theory compared runs at the same T "
                                  "(default: %(default)s)")
     parser.add_argument("--inputs", choices=("synthetic", "text"), default=inputs,
@@ -447,9 +456,9 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
 
 
 def simulated_seq_len(args) -> int:
-    """The simulated T of a command with ``theory_too`` (:func:`add_simulation_options`):
-    ``--sim-seq-len``, else ``--seq-len``, else the command's default."""
-    for value in (args.sim_seq_len, args.seq_len, args.default_sim_seq_len):
+    """The simulated T of a command with :func:`add_simulation_options`: ``--sim-seq-len``, else
+    ``--seq-len``, else the command's default (``--seq-len`` alone without ``theory_too``)."""
+    for value in (getattr(args, "sim_seq_len", None), args.seq_len, getattr(args, "default_sim_seq_len", None)):
         if value is not None:
             return value
 

@@ -43,8 +43,8 @@ def add_recipes_parser(commands):
     recipes.add_argument("--width", type=count(1), default=DEFAULT_WIDTH, metavar="D",
                          help="model width d, for muP's 1/d_H attention (default: %(default)s)")
     add_output_options(recipes, name="recipes")
-    recipes.add_argument("--no-figure", dest="figure", action="store_false",
-                         help="skip the PNG (the table alone is quick)")
+    recipes.add_argument("--figure", action=argparse.BooleanOptionalAction, default=True,
+                         help="draw the PNG, or skip it: the table alone is quick (default: draw it)")
     add_threads_option(recipes)
     add_work_limit_options(recipes, memory=False)
     add_architecture_arguments(recipes, alpha_sa=True)

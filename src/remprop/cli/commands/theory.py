@@ -90,8 +90,8 @@ def run_diagram(args) -> int:
     from remprop.theory import work_estimates as work
     from remprop.theory.learning_rate import CEILING_BAND, ceiling_seconds
 
-    betas = np.asarray(args.betas, dtype=float)
-    alphas = np.asarray(args.alphas, dtype=float)
+    betas = np.asarray(args.beta, dtype=float)
+    alphas = np.asarray(args.alpha, dtype=float)
     check_work(f"a diagram of {betas.size} x {alphas.size} cells at depth {args.depth}",
                seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
                         + search_seconds(arch, args.depth, betas.size)
