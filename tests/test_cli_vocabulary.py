@@ -119,3 +119,19 @@ def test_plain_help_drops_the_markup():
             "the ``simulation.causal_theory`` key, :mod:`remprop.validation.streamed_layers`")
     assert plain_help(text) == ("see choose_causal_theory and MAX_SECONDS, the simulation.causal_theory key, "
                                 "streamed_layers")
+
+
+def test_negative_values_are_joined_to_their_option_without_patching_argparse():
+    """``--beta -1:1:3`` is read as ``--beta=-1:1:3`` (argparse's spelling of a value with a leading
+    minus), by the parser's public ``parse_known_args``; argparse's own matcher is left as it is."""
+    from remprop.cli.options import OneLineArgumentParser, join_negative_values
+
+    assert join_negative_values(["propagate", "--beta", "-inf", "--q0", "-1e5", "--json", "--", "--x", "-1"]) == \
+        ["propagate", "--beta=-inf", "--q0=-1e5", "--json", "--", "--x", "-1"]
+    assert join_negative_values(["--beta=-1", "-2"]) == ["--beta=-1", "-2"]  # a value already given
+    parser = OneLineArgumentParser(prog="p")
+    parser.add_argument("--shift", type=float)
+    plain = argparse.ArgumentParser()
+    assert parser._negative_number_matcher.pattern == plain._negative_number_matcher.pattern  # argparse's own
+    assert parser.parse_args(["--shift", "-1e-3"]).shift == -1e-3
+    assert parser.parse_args(["--shift", "-inf"]).shift == float("-inf")
