@@ -1,6 +1,6 @@
 """Minimum residual strength alpha*(L): time per beta, and the CLI from a cold process.
 
-* ``remprop.diagrams.min_residual_strength(arch, 60, beta)`` after a warm-up call: one
+* ``remprop.diagrams.alpha_star(arch, beta, 60)`` after a warm-up call: one
   scalar beta per call (best of several), and an array of betas in one call (time per
   beta). Target: <= 1 ms per beta.
 * ``remprop min-alpha --depth 60 --beta 0.5`` in a fresh process, run twice: the second
@@ -45,26 +45,26 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=200, help="repeats of the scalar call")
     args = parser.parse_args(argv)
 
-    from remprop.diagrams import min_residual_strength as min_alpha
+    from remprop.diagrams import alpha_star
     from remprop.theory import Architecture
 
-    name = "remprop.diagrams.min_residual_strength"
+    name = "remprop.diagrams.alpha_star"
     arch = Architecture()
     start = time.perf_counter()
-    warm_value = min_alpha(arch, args.depth, 0.5)
+    warm_value = alpha_star(arch, 0.5, args.depth)
     warm_up = time.perf_counter() - start
-    scalar_best, scalar_all = best_of(lambda: min_alpha(arch, args.depth, 0.5), args.repeat)
+    scalar_best, scalar_all = best_of(lambda: alpha_star(arch, 0.5, args.depth), args.repeat)
     scalar_median = float(np.median(scalar_all))
     # A parallel region waits for every numba thread: on cores shared with other work a
     # scalar call can stall for a scheduler time slice. One thread shows the call's own cost.
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
-    one_thread_best, one_thread_all = best_of(lambda: min_alpha(arch, args.depth, 0.5), args.repeat)
+    one_thread_best, one_thread_all = best_of(lambda: alpha_star(arch, 0.5, args.depth), args.repeat)
     numba.set_num_threads(threads)
     betas = np.linspace(0.05, 1.4, args.betas)
-    array_best, _ = best_of(lambda: min_alpha(arch, args.depth, betas), 3)
+    array_best, _ = best_of(lambda: alpha_star(arch, betas, args.depth), 3)
     per_beta = array_best / betas.size
-    alpha_star = np.asarray(min_alpha(arch, args.depth, betas))
+    stars = np.asarray(alpha_star(arch, betas, args.depth))
     cli = time_cli(args)
 
     rows = [
@@ -101,7 +101,7 @@ def main(argv=None):
         "scalar_call_one_thread_seconds_median": float(np.median(one_thread_all)),
         "array_betas": int(betas.size), "array_call_seconds_best": array_best,
         "seconds_per_beta_array": per_beta,
-        "alpha_star_range": [float(np.min(alpha_star)), float(np.max(alpha_star))],
+        "alpha_star_range": [float(np.min(stars)), float(np.max(stars))],
         "cli": cli,
         "targets": {"seconds_per_beta": TARGET_PER_BETA, "cli_seconds": TARGET_CLI},
     })

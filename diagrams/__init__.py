@@ -5,7 +5,7 @@ A depth-L transformer stack at initialisation is in one of three phases
 tokens after the last block exceeds a collapse threshold, default 0.99) or
 entropy-collapsed (beta above the critical beta of the attention input).
 :func:`trainability_diagram` maps the phases over (beta, alpha_sa);
-:func:`min_residual_strength` gives the smallest alpha_sa that avoids rank collapse.
+:func:`alpha_star` gives the minimum residual strength alpha*, the smallest alpha_sa that avoids rank collapse.
 :class:`GridResult` is the one result type (and file format) of the theory's, the measured
 and the trained diagrams (:mod:`~remprop.diagrams.grid_result`).
 
@@ -20,7 +20,8 @@ from remprop._lazy import lazy_attributes as _lazy_attributes
 
 from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, RANK_COLLAPSE, TRAINABLE, classify_phases
 from .depth_recipes import CONVENTIONS, inverse_sqrt_depth, residual_scaling, scale_architecture
-from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, min_residual_strength
+from .residual_strength import ALPHA_MAX, DEFAULT_THRESHOLD, alpha_star
+from .residual_strength import min_residual_strength  # deprecated spelling of alpha_star, not in __all__
 from .grid_result import GridResult
 from .trainability import TrainabilityDiagram, trainability_diagram
 from .diagnosis import Change, Diagnosis, diagnose
@@ -44,7 +45,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "min_residual_strength", "trainability_diagram", "TrainabilityDiagram", "GridResult",
+    "alpha_star", "trainability_diagram", "TrainabilityDiagram", "GridResult",
     "TRAINABLE", "RANK_COLLAPSE", "ENTROPY_COLLAPSE", "PHASE_LABELS", "classify_phases",
     "ALPHA_MAX", "DEFAULT_THRESHOLD",
     "CONVENTIONS", "residual_scaling", "inverse_sqrt_depth", "scale_architecture",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from remprop.theory import attention_bulk_radius, critical_beta
+from remprop.theory import attention_bulk_radius, beta_critical
 from remprop.theory.checks import check_grid_axis
 
 from .style import CURVE_MARKERS, curve_colours, new_figure
@@ -68,7 +68,7 @@ def attention_maps_figure(data):
     ----------
     data : dict
         As :func:`remprop.validation.attention_maps.attention_map_data`: ``betas``,
-        ``matrices``, ``y2_theory``, ``y2_measured``, ``beta_c``, ``settings``.
+        ``matrices``, ``y2_theory``, ``y2_measured``, ``beta_critical``, ``settings``.
 
     Returns
     -------
@@ -84,7 +84,8 @@ def attention_maps_figure(data):
         image = ax.imshow(np.where(relative > 0, relative, np.nan), cmap="viridis", norm=map_norm(matrix),
                           interpolation="nearest")
         fig.colorbar(image, ax=ax, shrink=0.8, label=r"$T A_{ij}$ (1 = uniform attention)", extend="both")
-        ax.set_title(f"$\\beta = {beta:g}$ ({_phase_word(beta, data['beta_c'])} $\\beta_c = {data['beta_c']:.2f}$)\n"
+        beta_c = data["beta_critical"]
+        ax.set_title(f"$\\beta = {beta:g}$ ({_phase_word(beta, beta_c)} $\\beta_c = {beta_c:.2f}$)\n"
                      f"$Y_2$: theory {theory:.3f}, measured {measured:.3f}", fontsize=10)
         ax.set_xlabel("key $j$")
         ax.set_ylabel("query $i$")
@@ -114,7 +115,7 @@ def bulk_radius_data(betas=None, seq_lens=(64, 256, 1024), width=None, q=1.0, p=
     -------
     dict
         ``betas``, ``seq_lens``, ``radius`` (T x beta), ``radius_infinite_t``,
-        ``random_stochastic_radius`` (per T), ``beta_c``, ``width``.
+        ``random_stochastic_radius`` (per T), ``beta_critical``, ``width``.
     """
     betas = check_grid_axis("betas", np.linspace(0.0, 4.0, 200) if betas is None else betas, nonnegative=True)
     seq_lens = [int(t) for t in seq_lens]
@@ -122,7 +123,7 @@ def bulk_radius_data(betas=None, seq_lens=(64, 256, 1024), width=None, q=1.0, p=
     return {"betas": betas, "seq_lens": seq_lens, "radius": radius,
             "radius_infinite_t": np.asarray(attention_bulk_radius(betas, q, p)),
             "random_stochastic_radius": [1.0 / np.sqrt(t) for t in seq_lens],
-            "beta_c": float(critical_beta(q, p)), "width": width}
+            "beta_critical": float(beta_critical(q, p)), "width": width}
 
 
 def _draw_radius_curves(ax, data):
@@ -132,7 +133,7 @@ def _draw_radius_curves(ax, data):
         ax.plot(data["betas"], radius, color=colour, label=f"$T = {t}$")
         ax.axhline(reference, color=colour, linestyle=":", linewidth=1.0)
     ax.plot(data["betas"], data["radius_infinite_t"], color="black", linestyle="--", label=r"$T \to \infty$")
-    ax.axvline(data["beta_c"], color="grey", linewidth=0.8)
+    ax.axvline(data["beta_critical"], color="grey", linewidth=0.8)
     ax.set_xlabel(r"$\beta$")
     ax.set_ylabel(r"bulk radius $\sqrt{Y_2 - 1/T}$")
     ax.set_ylim(0.0, 1.0)
@@ -194,7 +195,7 @@ def attention_spectrum_figure(data):
         ax.set_xlim(-edge, edge)
         ax.set_ylim(-edge, edge)
         ax.set_aspect("equal")
-        ax.set_title(f"$\\beta = {beta:g}$ ({_phase_word(beta, data['beta_c'])} $\\beta_c$)", fontsize=10)
+        ax.set_title(f"$\\beta = {beta:g}$ ({_phase_word(beta, data['beta_critical'])} $\\beta_c$)", fontsize=10)
         ax.set_xlabel(r"Re $\lambda$")
     axes[0].set_ylabel(r"Im $\lambda$")
     axes[0].legend(fontsize=7, loc="upper right")
@@ -207,7 +208,7 @@ def attention_spectrum_figure(data):
     ax.plot(fine, theory["radius"][0], color="#c55a11", linestyle="--", label=r"theory, $d \to \infty$")
     ax.errorbar(betas, data["radius_mean"], yerr=data["radius_std"], color=colour, marker=CURVE_MARKERS[0],
                 linestyle="none", capsize=2, label=f"measured ({s['quantile']:g} quantile)")
-    ax.axvline(data["beta_c"], color="grey", linewidth=0.8)
+    ax.axvline(data["beta_critical"], color="grey", linewidth=0.8)
     ax.set_xlabel(r"$\beta$")
     ax.set_ylabel("bulk radius")
     ax.set_ylim(0.0, 1.0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
-from remprop.theory import Architecture, critical_beta
+from remprop.theory import Architecture, beta_critical
 from remprop.theory.gradients import scaled_query_gradient_norm
 
 from .style import CURVE_MARKERS, VARIANT_MARKERS, VARIANT_STYLE, curve_colours, new_figure
@@ -192,8 +192,8 @@ def plot_attention_sweep(sweep, quantity="cosine", *, finite=None, finite_label=
     if quantity == "y2" and len(sweep.input_cosines) == 1:
         q0 = sweep.settings["q0"]
         arch = Architecture(**sweep.settings["arch"])
-        per_head = critical_beta(q0, q0 * sweep.input_cosines[0])  # one layer: first = smallest
-        beta_c = float(arch.critical_beta(first=per_head, smallest=per_head))  # on the model's beta axis
+        per_head = beta_critical(q0, q0 * sweep.input_cosines[0])  # one layer: first = smallest
+        beta_c = float(arch.beta_critical(first=per_head, smallest=per_head))  # on the model's beta axis
         ax.axvline(beta_c, color="black", linestyle=":", linewidth=1.0)
         handles.append(Line2D([], [], color="black", linestyle=":", linewidth=1.0,
                               label=rf"$\beta_c = {beta_c:.3g}$"))
@@ -304,7 +304,7 @@ def plot_gradient_collapse(sweep, axes=None):
                     color=colour, elinewidth=0.8, capsize=1.5)
         ax_ratio.errorbar(sweep.betas, sweep.ratio()[s], yerr=sweep.std()[s] / sweep.theory["full"][s], fmt="o-",
                           ms=3, lw=0.8, color=colour, elinewidth=0.8, capsize=1.5, label=f"T={t}, d={d}")
-    beta_c = float(critical_beta(q0, p0))
+    beta_c = float(beta_critical(q0, p0))
     m = np.clip(beta_c / fine, 0.0, 1.0)
     ax.plot(fine, q0 * sigma_v2 * fine * (q0 - p0) ** 2 * m * (1.0 - m) / 3.0, "k--", lw=1.0,
             label=r"$T, d\to\infty$: $\beta\,m(1-m)/3$")

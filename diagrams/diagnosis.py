@@ -36,7 +36,7 @@ from remprop.theory.work_estimates import spread_indices
 
 from .learning_rate import lr_ceiling_summary, lr_line
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength
+from . import residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
            "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
@@ -333,7 +333,7 @@ def _verdict(run: RunSettings, source, **changes):
     if not (np.all(np.isfinite(traj.q)) and np.all(np.isfinite(traj.rho))):
         raise ValueError(f"{source} gives an unusable model: the layer maps leave the float64 range "
                          f"(sigma_w2 = {run.arch.sigma_w2:.3g}, beta = {run.beta:.3g})")
-    beta_c = float(run.arch.critical_beta(traj.beta_critical))
+    beta_c = float(run.arch.beta_critical(traj.beta_critical))
     code = int(classify_phases(run.beta, beta_c, traj.rho[-1], run.threshold))
     return float(traj.rho[-1]), beta_c, PHASE_LABELS[code], traj
 
@@ -451,7 +451,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     arch, beta, depth, q0, rho0, threshold = run.arch, run.beta, run.depth, run.q0, run.rho0, run.threshold
     source = f"config.initializer_range = {spec.init_range:g}"
     final_rho, beta_c, phase, traj = _verdict(run, source)
-    alpha_star = float(min_residual_strength(run))
+    alpha_star = float(residual_strength.alpha_star(run))
     rho_last, rho_last_maps, last_theory, last_reason = _last_tokens(spec, causal_theory, gram_draws)
 
     # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head

@@ -71,7 +71,7 @@ def attention_phase_data(betas=None, input_cosines=None, *, sigma_v2=1.0, sigma_
     if not q > 0:
         raise ValueError(f"q must be > 0, got {q!r}")
     p = q * input_cosines[:, None]
-    q_out, p_out = softmax_attention_map(q, p, betas[None, :], sigma_v2, sigma_b2)
+    q_out, p_out = softmax_attention_map(betas[None, :], q=q, p=p, sigma_v2=sigma_v2, sigma_b2=sigma_b2)
     with np.errstate(invalid="ignore", divide="ignore"):
         cosine = np.where(q_out > 0, p_out / np.where(q_out > 0, q_out, 1.0), 1.0)
         beta_c = np.sqrt(2.0 / (q * (q - q * input_cosines)))

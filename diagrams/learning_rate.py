@@ -3,7 +3,7 @@ r"""The learning rate as a third axis of the trainability diagram (docs/theory.m
 A cell that is trainable at initialisation still fails to train when the AdamW peak rate exceeds its
 learning-rate ceiling (:func:`remprop.theory.learning_rate_ceiling`). :func:`phases_at_rate` relabels
 those cells :data:`LR_ABOVE_CEILING` ("lr above ceiling"), and those below the floor (the rate too small to
-move the stack within its steps) :data:`LR_BELOW_FLOOR`; :func:`min_alpha_at_rate` gives the smallest
+move the stack within its steps) :data:`LR_BELOW_FLOOR`; :func:`alpha_star_at_rate` gives the smallest
 ``alpha_SA`` that is out of rank collapse *and* below the ceiling, and :func:`draw_rate_region` hatches the
 relabelled cells on a drawn diagram.
 """
@@ -13,14 +13,16 @@ import math
 
 import numpy as np
 
-from remprop.theory import learning_rate_ceiling
+from remprop._deprecation import renamed
+from remprop.theory import DEFAULT_THRESHOLD, RunSettings, learning_rate_ceiling
 from remprop.theory.learning_rate import CEILING_BAND, DEFAULT_STEPS, Recipe, ceiling_validity, rate_verdict
 from remprop.theory.checks import as_float_array
 
 from .phases import PHASE_LABELS, TRAINABLE
-from .residual_strength import ALPHA_MAX, min_residual_strength
+from . import residual_strength
+from .residual_strength import ALPHA_MAX
 
-__all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_window", "phases_at_rate", "min_alpha_at_rate",
+__all__ = ["LR_ABOVE_CEILING", "LR_BELOW_FLOOR", "LR_LABELS", "diagram_window", "phases_at_rate", "alpha_star_at_rate",
            "check_learning_rate", "draw_rate_region", "rate_cell_label", "lr_ceiling_summary", "lr_line"]
 
 #: Phase code of a cell trainable at initialisation whose learning-rate ceiling is below the rate.
@@ -47,8 +49,9 @@ def diagram_window(diagram, width: int, steps: int) -> tuple:
     alphas, as the diagram's phases).
     """
     arch = diagram.arch.replace(alpha_sa=np.asarray(diagram.alphas, dtype=float)[:, None])
-    result = learning_rate_ceiling(arch, diagram.depth, width, steps, np.asarray(diagram.betas, dtype=float)[None, :],
-                                   diagram.q0, diagram.rho0, max_seconds=math.inf)  # the diagram's work is bounded
+    # the diagram's work is bounded
+    result = learning_rate_ceiling(arch, np.asarray(diagram.betas, dtype=float)[None, :], depth=diagram.depth,
+                                   width=width, steps=steps, q0=diagram.q0, rho0=diagram.rho0, max_seconds=math.inf)
     return tuple(np.broadcast_to(rate, diagram.phase.shape).copy() for rate in (result.floor, result.ceiling))
 
 
@@ -66,9 +69,10 @@ def phases_at_rate(phase, ceiling, lr, floor=None) -> np.ndarray:
     return phase
 
 
-def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, threshold=None, *, q0=1.0, rho0=0.0,
-                      alpha_max=ALPHA_MAX, iterations=60, alpha_star=None):
-    r"""Smallest ``alpha_SA`` out of rank collapse whose learning-rate ceiling is at least ``lr``.
+def alpha_star_at_rate(run: RunSettings, lr, width: int, steps: int, *, alpha_max=ALPHA_MAX, iterations=60,
+                       alpha_star=None):
+    r"""The minimum residual strength at a learning rate: the smallest ``alpha_SA`` out of rank collapse
+    whose learning-rate ceiling is at least ``lr``.
 
     .. math:: \alpha^*_{\eta} = \max\big(\alpha^*(L),\ \min\{\alpha : \eta_{\max}(\alpha) \ge \eta\}\big)
 
@@ -80,36 +84,36 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
 
     Parameters
     ----------
-    arch : remprop.theory.Architecture
-        The stack (its ``alpha_sa`` is what is searched for; ``seq_len`` set).
-    depth, width, steps : int
-    beta, lr : array_like
-        Query/key scale(s) and peak rate (> 0); they broadcast.
-    threshold : float, optional
-        Rank-collapse threshold (default 0.99).
-    q0, rho0 : float
-        Input state.
+    run : remprop.theory.RunSettings
+        The stack (its ``arch.alpha_sa`` is what is searched for; ``arch.seq_len`` set), its ``beta``
+        (which broadcasts with ``lr``), depth, input state and rank-collapse threshold.
+    lr : array_like
+        Peak rate(s), > 0.
+    width, steps : int
+        Model width d and training steps S.
     alpha_max : float
         Upper end of the search (default :data:`~remprop.diagrams.ALPHA_MAX`).
     iterations : int
         Halvings of the bracket (default 60).
     alpha_star : array_like, optional
         :math:`\alpha^*(L)` at ``beta`` when the caller has it already
-        (:func:`~remprop.diagrams.min_residual_strength` with the same arguments); computed otherwise.
+        (:func:`~remprop.diagrams.alpha_star` of ``run``); computed otherwise.
 
     Returns
     -------
     ndarray or float
     """
+    if not isinstance(run, RunSettings):
+        raise ValueError(f"run must be a remprop.theory.RunSettings, got {type(run).__name__}")
     lr = check_learning_rate(lr)
-    beta = as_float_array("beta", beta, positive=True)
+    arch, beta, depth, q0, rho0 = run.arch, np.asarray(run.beta, dtype=float), run.depth, run.q0, run.rho0
     if alpha_star is None:
-        alpha_star = min_residual_strength(arch, depth, beta, threshold, q0=q0, rho0=rho0)
+        alpha_star = residual_strength.alpha_star(run)
     star = np.asarray(alpha_star, dtype=float)
 
     def ceiling(alpha):
-        return np.asarray(learning_rate_ceiling(arch.replace(alpha_sa=alpha), depth, width, steps, beta,
-                                                q0, rho0, max_seconds=math.inf).ceiling)
+        return np.asarray(learning_rate_ceiling(arch.replace(alpha_sa=alpha), beta, depth=depth, width=width,
+                                                steps=steps, q0=q0, rho0=rho0, max_seconds=math.inf).ceiling)
 
     shape = np.broadcast_shapes(beta.shape, lr.shape, star.shape)
     low, high = np.zeros(shape), np.full(shape, float(alpha_max))
@@ -122,6 +126,16 @@ def min_alpha_at_rate(arch, depth: int, beta, lr, width: int, steps: int, thresh
     alpha_lr = np.where(at_zero, 0.0, np.where(reachable, high, np.inf))
     out = np.maximum(np.broadcast_to(star, shape), alpha_lr)
     return float(out) if out.ndim == 0 else out
+
+
+def _old_alpha_star_at_rate(arch, depth, beta, lr, width, steps, threshold=None, *, q0=1.0, rho0=0.0, **rest):
+    run = RunSettings(arch, beta, depth, q0, rho0, DEFAULT_THRESHOLD if threshold is None else threshold)
+    return (run, lr, width, steps), rest
+
+
+#: Deprecated spelling of :func:`alpha_star_at_rate`, with its old arguments ``(arch, depth, beta, lr, width,
+#: steps, threshold, *, q0, rho0, ...)``; removed in the next release.
+min_alpha_at_rate = renamed("min_alpha_at_rate", alpha_star_at_rate, adapt=_old_alpha_star_at_rate)
 
 
 def draw_rate_region(ax, diagram, phase_at_rate, lr, steps, width):
@@ -217,8 +231,9 @@ def lr_ceiling_summary(spec, steps=DEFAULT_STEPS, lr=None, recipe=None) -> dict:
     if lr is not None:
         out["lr"] = float(as_float_array("lr", lr, positive=True))  # checked even where no ceiling is predicted
     try:
-        ceiling = learning_rate_ceiling(run.arch, run.depth, spec.width, steps, run.beta, run.q0, run.rho0,
-                                        seq_len=spec.seq_len, max_seconds=math.inf)  # bounded with the diagnosis
+        # bounded with the diagnosis
+        ceiling = learning_rate_ceiling(run.arch, run.beta, depth=run.depth, width=spec.width, steps=steps, q0=run.q0,
+                                        rho0=run.rho0, seq_len=spec.seq_len, max_seconds=math.inf)
     except ValueError as err:
         out["note"] = str(err)
         return out

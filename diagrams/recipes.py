@@ -6,7 +6,7 @@ L (or of the width). Each recipe here is one pure function
 
 .. code-block:: python
 
-    recipe(arch, depth, beta, *, width=DEFAULT_WIDTH) -> (Architecture, beta)
+    recipe(arch, beta, *, depth, width=DEFAULT_WIDTH) -> (Architecture, beta)
 
 that applies the published rule to a *base* architecture (its variances are those before
 the recipe: Xavier-like ``sigma^2 ~ 1`` weights, or the reference experiments') and a base
@@ -54,12 +54,14 @@ from typing import Callable
 
 import numpy as np
 
+from remprop._deprecation import reordered
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, RunSettings, final_state, work_estimates
 from remprop.theory.checks import check_depth
 
 from .depth_recipes import inverse_sqrt_depth, residual_scaling, scale_architecture
 from .phases import PHASE_LABELS, classify_phases
-from .residual_strength import min_residual_strength, search_seconds
+from . import residual_strength
+from .residual_strength import search_seconds
 
 __all__ = ["Recipe", "RecipePrediction", "RECIPES", "DEFAULT_WIDTH", "scaled_variances", "branch_gains",
            "base", "deepnorm", "rezero", "t_fixup", "t_fixup_decoder", "scaled_output_projections",
@@ -108,12 +110,12 @@ def branch_gains(arch: Architecture, attention, mlp) -> Architecture:
 
 
 # -- the recipes ---------------------------------------------------------------------------
-def base(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def base(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     """The base architecture itself, unchanged: the reference point of the table."""
     return arch, beta
 
 
-def deepnorm(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def deepnorm(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""DeepNorm (Wang et al. 2022): post-LN with an up-weighted skip and down-scaled branches.
 
     .. math:: x \leftarrow \mathrm{LN}(\alpha x + G(x)),\quad \alpha = (2N)^{1/4};\qquad
@@ -137,7 +139,7 @@ def deepnorm(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH
     return arch.replace(norm="post", alpha_sa=alpha, alpha_mlp=alpha), beta
 
 
-def rezero(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def rezero(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""ReZero (Bachlechner et al. 2020) and SkipInit (De & Smith 2020): zero branches at init.
 
     .. math:: x \leftarrow x + a\,F(x),\qquad a = 0 \text{ at initialisation, no LayerNorm}
@@ -160,7 +162,7 @@ def _t_fixup(arch, gain):
     return arch.replace(norm="none")
 
 
-def t_fixup(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def t_fixup(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""T-Fixup, encoder (Huang et al. 2020): no LayerNorm, value/output/MLP weights scaled.
 
     .. math:: W_V, W_O, W_1, W_2 \leftarrow 0.67\,N^{-1/4}\,W
@@ -177,7 +179,7 @@ def t_fixup(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH)
     return _t_fixup(arch, 0.67 * depth ** -0.25), beta
 
 
-def t_fixup_decoder(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def t_fixup_decoder(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""T-Fixup, decoder (Huang et al. 2020): as :func:`t_fixup` with the gain ``(9N)^{-1/4}``.
 
     .. math:: W_V, W_O, W_1, W_2 \leftarrow (9N)^{-1/4}\,W
@@ -190,7 +192,7 @@ def t_fixup_decoder(arch: Architecture, depth: int, beta: float, *, width=DEFAUL
     return _t_fixup(arch, (9.0 * depth) ** -0.25), beta
 
 
-def scaled_output_projections(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def scaled_output_projections(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""GPT-2 / Megatron-LM: pre-LN, residual output projections scaled by ``1/sqrt(2L)``.
 
     .. math:: W_O, W_2 \sim N\big(0, \sigma^2 / (2L)\big)
@@ -209,7 +211,7 @@ def scaled_output_projections(arch: Architecture, depth: int, beta: float, *, wi
     return scaled_variances(arch.replace(norm="pre"), sigma_o2=factor, sigma_w2_out=factor), beta
 
 
-def mup_attention(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def mup_attention(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""muP's attention (Yang et al. 2021): scores ``q.k / d_H`` instead of ``q.k / sqrt(d_H)``.
 
     Our scores are ``(W_Q x_i).(W_K x_j) / sqrt(d_H)`` with ``s_qk^2 = beta sqrt(log T) / d``
@@ -232,7 +234,7 @@ def mup_attention(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_
     return arch, beta / math.sqrt(width // arch.heads)
 
 
-def inverse_sqrt_branches(arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+def inverse_sqrt_branches(arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
     r"""Branches scaled by ``1/sqrt(L)`` (Noci et al. 2022): ``x -> x + F(x) / sqrt(L)``.
 
     After a LayerNorm (post-LN) the factor is exactly our skip strength
@@ -263,7 +265,8 @@ class Recipe:
     label : str
         Published name.
     function : callable
-        ``function(arch, depth, beta, *, width) -> (Architecture, beta)``.
+        ``function(arch, beta, *, depth, width) -> (Architecture, beta)`` (the order was ``(arch, depth,
+        beta, *, width)`` before).
     rule : str
         The published rule in one line.
     reference : str
@@ -275,10 +278,11 @@ class Recipe:
     rule: str
     reference: str
 
-    def __call__(self, arch: Architecture, depth: int, beta: float, *, width=DEFAULT_WIDTH):
+    @reordered("(arch, depth, beta, *, width=DEFAULT_WIDTH)")
+    def __call__(self, arch: Architecture, beta: float, *, depth: int, width=DEFAULT_WIDTH):
         if not isinstance(arch, Architecture):
             raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
-        return self.function(arch, depth, beta, width=width)
+        return self.function(arch, beta, depth=depth, width=width)
 
 
 #: Recipe name -> :class:`Recipe`, in the order of the table.
@@ -329,7 +333,7 @@ class RecipePrediction:
         ``q_L`` and the final mean cosine ``rho_L = p_L / q_L``.
     beta_critical : float
         The critical beta that decides entropy collapse
-        (:meth:`~remprop.theory.Architecture.critical_beta`), on the model's beta axis.
+        (:meth:`~remprop.theory.Architecture.beta_critical`), on the model's beta axis.
     phase : str
         ``"trainable"``, ``"rank-collapse"`` or ``"entropy-collapse"``.
     alpha_star : float or None
@@ -361,25 +365,27 @@ class RecipePrediction:
                 "alpha_star": self.alpha_star, "architecture": self.arch.to_dict()}
 
 
-def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, width=DEFAULT_WIDTH, q0=1.0,
+@reordered("(arch, depth, beta, *, names=None, width=DEFAULT_WIDTH, q0=1.0, rho0=0.0, threshold=DEFAULT_THRESHOLD)")
+def recipe_predictions(arch: Architecture, beta, *, depth: int, names=None, width=DEFAULT_WIDTH, q0=1.0,
                        rho0=0.0, threshold=DEFAULT_THRESHOLD) -> tuple:
     r"""Apply each recipe to ``arch`` at ``depth`` and predict its phase.
 
-    For every recipe, ``(arch_r, beta_r) = recipe(arch, depth, beta)`` is propagated through
+    For every recipe, ``(arch_r, beta_r) = recipe(arch, beta, depth=depth)`` is propagated through
     ``depth`` blocks from ``(q0, rho0)`` (:func:`~remprop.theory.final_state`: the last layer
     alone, in constant memory at any depth); the phase is
     :func:`~remprop.diagrams.classify_phases` of ``beta_r`` against
-    ``arch_r.critical_beta`` and of ``rho_L`` against ``threshold`` (docs/theory.md
-    section 6), and ``alpha*(L)`` is :func:`~remprop.diagrams.min_residual_strength`.
+    ``arch_r.beta_critical`` and of ``rho_L`` against ``threshold`` (docs/theory.md
+    section 6), and ``alpha*(L)`` is :func:`~remprop.diagrams.alpha_star`.
 
     Parameters
     ----------
     arch : Architecture
         Base architecture (scalar fields): the variances before the recipes.
-    depth : int
-        Number of blocks L.
     beta : float
         Base query/key scale, > 0.
+    depth : int
+        Number of blocks L. It and the arguments after it are keyword-only (the order was ``(arch, depth,
+        beta, ...)`` before: an old positional call is a ``TypeError``).
     names : sequence of str, optional
         Recipes to evaluate (default: all of :data:`RECIPES`).
     width : int
@@ -394,18 +400,18 @@ def recipe_predictions(arch: Architecture, depth: int, beta, *, names=None, widt
     Examples
     --------
     >>> from remprop.theory import Architecture
-    >>> rows = recipe_predictions(Architecture(), 24, 0.5, names=["rezero"], rho0=0.3)
+    >>> rows = recipe_predictions(Architecture(), 0.5, depth=24, names=["rezero"], rho0=0.3)
     >>> rows[0].phase, round(rows[0].rho_final, 6)
     ('trainable', 0.3)
     """
     out = []
     for recipe, run in _recipe_runs(arch, depth, beta, names, width, q0, rho0, threshold):
         final = final_state(run)  # the last layer alone: any depth in constant memory
-        beta_c = float(run.arch.critical_beta(first=final["beta_critical_first"],
+        beta_c = float(run.arch.beta_critical(first=final["beta_critical_first"],
                                               smallest=final["beta_critical_min"]))
         rho_final = float(final["rho"])
         phase = PHASE_LABELS[int(classify_phases(run.beta, beta_c, rho_final, run.threshold))]
-        alpha_star = float(min_residual_strength(run)) if _has_branch(run) else None
+        alpha_star = float(residual_strength.alpha_star(run)) if _has_branch(run) else None
         out.append(RecipePrediction(recipe, run, float(final["q"]), rho_final, beta_c, phase, alpha_star))
     return tuple(out)
 
@@ -416,7 +422,7 @@ def _recipe_runs(arch, depth, beta, names, width, q0, rho0, threshold):
     base_run = RunSettings(arch, beta, depth, q0, rho0, threshold)
     for name in names:
         recipe = RECIPES[name]
-        arch_r, beta_r = recipe(base_run.arch, base_run.depth, float(base_run.beta), width=width)
+        arch_r, beta_r = recipe(base_run.arch, float(base_run.beta), depth=base_run.depth, width=width)
         yield recipe, base_run.replace(arch=arch_r, beta=beta_r)
 
 
@@ -425,7 +431,8 @@ def _has_branch(run) -> bool:
     return float(run.arch.numeric()["sigma_o2"]) > 0
 
 
-def recipes_seconds(arch: Architecture, depth: int, beta, *, names=None, width=DEFAULT_WIDTH, figure=True,
+@reordered("(arch, depth, beta, *, names=None, width=DEFAULT_WIDTH, figure=True, resolution=None)")
+def recipes_seconds(arch: Architecture, beta, *, depth: int, names=None, width=DEFAULT_WIDTH, figure=True,
                     resolution=None) -> float:
     """Estimated seconds of :func:`recipe_predictions` (and, with ``figure``, of :func:`recipes_figure`).
 

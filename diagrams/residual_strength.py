@@ -43,12 +43,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from remprop._deprecation import old_order, renamed
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, kernels, work_estimates
 from remprop.theory.checks import check_depth, check_open_unit, check_real_scalar, scalar_or_array
 from remprop.theory.propagation import CHUNK_ROWS, PARAMETER_COLUMNS, final_state_rows, kernel_tree, pack_parameters
 from remprop.theory.settings import given_run
 
-__all__ = ["min_residual_strength", "search_seconds", "search_block_steps", "ALPHA_MAX", "DEFAULT_THRESHOLD",
+__all__ = ["alpha_star", "search_seconds", "search_block_steps", "ALPHA_MAX", "DEFAULT_THRESHOLD",
            "SCAN_POINTS", "SCAN_LOW"]
 
 #: Default upper bound of the search. At alpha_sa = 1e3 the identity path carries 1e6
@@ -66,9 +67,10 @@ _REFINEMENTS = 30
 _ALPHA, _Q0, _P0, _SCALE = (PARAMETER_COLUMNS[name] for name in ("alpha_sa", "q0", "p0", "log2_scale"))
 
 
-def min_residual_strength(arch: Architecture, depth: int = None, beta=None, threshold=None, *,
-                          q0=None, rho0=None, alpha_max=ALPHA_MAX, tol=1e-8, progress=None, segment=None):
-    r"""Smallest attention skip strength that keeps a depth-L stack out of rank collapse.
+def alpha_star(arch: Architecture, beta=None, depth: int = None, threshold=None, *,
+               q0=None, rho0=None, alpha_max=ALPHA_MAX, tol=1e-8, progress=None, segment=None):
+    r"""The minimum residual strength: the smallest attention skip strength that keeps a depth-L
+    stack out of rank collapse.
 
     .. math::
         \alpha^*(L) = \min\{\alpha_{SA} \ge 0 :\ \rho_L(\alpha_{SA}) \le t\},
@@ -93,10 +95,10 @@ def min_residual_strength(arch: Architecture, depth: int = None, beta=None, thre
         :class:`~remprop.theory.RunSettings`, which holds ``depth``, ``beta``,
         ``threshold``, ``q0`` and ``rho0`` (then left out) and is trusted: its fields were
         checked when it was made.
-    depth : int
-        Number of blocks L, >= 1.
     beta : array_like
         Query/key scale(s), > 0.
+    depth : int
+        Number of blocks L, >= 1.
     threshold : float, optional
         Collapse threshold ``t`` on the final mean cosine, in the open interval (0, 1)
         (default :data:`~remprop.theory.DEFAULT_THRESHOLD`, 0.99).
@@ -137,7 +139,7 @@ def min_residual_strength(arch: Architecture, depth: int = None, beta=None, thre
     Examples
     --------
     >>> from remprop.theory import Architecture
-    >>> alpha = min_residual_strength(Architecture(), depth=60, beta=0.5)
+    >>> alpha = alpha_star(Architecture(), 0.5, 60)
     >>> 1.0 < alpha < 1.5
     True
     """
@@ -171,6 +173,12 @@ def min_residual_strength(arch: Architecture, depth: int = None, beta=None, thre
     return scalar_or_array(out.reshape(shape))
 
 
+#: Deprecated spelling of :func:`alpha_star` (one name per idea), with its old argument order
+#: ``(arch, depth, beta, threshold)``; removed in the next release.
+min_residual_strength = renamed("min_residual_strength", alpha_star,
+                                adapt=old_order("arch", "depth", "beta", "threshold"))
+
+
 def search_block_steps(arch: Architecture, depth: int, cells: int, alpha_max=ALPHA_MAX, tol=1e-8) -> int:
     """Blocks a search for ``alpha*`` advances over ``cells`` grid cells (cells x layers x evaluations).
 
@@ -185,7 +193,7 @@ def search_block_steps(arch: Architecture, depth: int, cells: int, alpha_max=ALP
 
 
 def search_seconds(arch: Architecture, depth: int, cells: int, alpha_max=ALPHA_MAX, tol=1e-8) -> float:
-    """Estimated seconds of :func:`min_residual_strength` on ``cells`` grid cells (this machine).
+    """Estimated seconds of :func:`alpha_star` on ``cells`` grid cells (this machine).
 
     :func:`~remprop.theory.work_estimates.run_seconds` of the evaluations counted by
     :func:`search_block_steps` (the scan of gain-controlled attention runs its alphas side

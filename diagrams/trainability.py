@@ -14,7 +14,8 @@ from remprop.theory.work_estimates import segment_layers
 
 from .grid_result import CELL_AXES, GridResult, GridView, cell_array, check_arrays, require, scalar_member, text_member
 from .phases import ENTROPY_COLLAPSE, PHASE_LABELS, classify_phases
-from .residual_strength import ALPHA_MAX, min_residual_strength
+from . import residual_strength
+from .residual_strength import ALPHA_MAX
 
 __all__ = ["TrainabilityDiagram", "trainability_diagram", "BETA_CRITICAL_RULES"]
 
@@ -58,7 +59,7 @@ class TrainabilityDiagram(GridView):
         ``rho_L`` of each cell.
     beta_critical_cells : ndarray, shape (len(alphas), len(betas))
         The critical beta that decides entropy collapse in each cell
-        (:meth:`~remprop.theory.Architecture.critical_beta`): that of the first attention layer for post-LN
+        (:meth:`~remprop.theory.Architecture.beta_critical`): that of the first attention layer for post-LN
         (``sqrt(2 / (q0 (q0 - p0)))``, the same in every cell), the smallest over the layers
         for pre-LN and no-LN (it depends on the cell, since the stream's state does). It is
         on the axis of ``betas``: divided by ``heads`` under ``qk_scaling="head"``, where
@@ -68,7 +69,7 @@ class TrainabilityDiagram(GridView):
         first layer's): ``betas[j] > beta_critical[j]`` means that at least one alpha of
         the column is entropy-collapsed.
     alpha_star : ndarray, shape (len(betas),)
-        Minimum residual strength per beta (:func:`~remprop.diagrams.min_residual_strength`, same
+        Minimum residual strength per beta (:func:`~remprop.diagrams.alpha_star`, same
         threshold); ``inf`` when no alpha up to ``alpha_max`` avoids rank collapse.
     alpha_max : float
         Upper bound of the alpha* search.
@@ -280,12 +281,12 @@ def trainability_diagram(arch: Architecture, betas, alphas, depth: int | None = 
 
     state = _final_states(cells, progress, segment)
     # on the betas axis: a cell is entropy-collapsed when beta > this (the heads' factor applied)
-    beta_critical_cells = np.array(arch.critical_beta(first=state["beta_critical_first"],
+    beta_critical_cells = np.array(arch.beta_critical(first=state["beta_critical_first"],
                                                       smallest=state["beta_critical_min"]))
     rho_final = state["rho"]
     del state
     phase = classify_phases(cells.beta, beta_critical_cells, rho_final, run.threshold)
-    alpha_star = np.asarray(min_residual_strength(run, segment=segment), dtype=np.float64)
+    alpha_star = np.asarray(residual_strength.alpha_star(run, segment=segment), dtype=np.float64)
     return TrainabilityDiagram.from_arrays(
         run, alphas, phase=phase, rho_final=rho_final, beta_critical_cells=beta_critical_cells,
         beta_critical=beta_critical_cells.min(axis=0), alpha_star=alpha_star.reshape(betas.shape), alpha_max=ALPHA_MAX)

@@ -10,7 +10,7 @@ the JSON they were saved as):
   setting with its seed-to-seed spread;
 * :func:`beta_sweep_figure` -- Fig. 3: the final test loss of a one-layer, one-head
   transformer against ``beta``, per seed and mean, with the theory's ``beta_c``
-  (:meth:`remprop.theory.Architecture.critical_beta`, computed by the caller) as a dashed
+  (:meth:`remprop.theory.Architecture.beta_critical`, computed by the caller) as a dashed
   vertical line (docs/theory.md sections 3 and 6).
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Figs. 1(f), 3, 6 and 8.

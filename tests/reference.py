@@ -22,7 +22,7 @@ EXTRA_ACTIVATIONS = ("erf",)
 
 
 # --- attention as a Random Energy Model (docs/theory.md section 3) ------------------------
-def critical_beta(q, p):
+def beta_critical(q, p):
     """beta_c = sqrt(2 / (q (q - p))); infinite for fully collapsed tokens (p = q).
 
     Written sqrt(2) / (sqrt(q) sqrt(q - p)), as the library does, so that q (q - p) cannot
@@ -36,7 +36,7 @@ def critical_beta(q, p):
 
 def participation_ratio(beta, q, p):
     """Asymptotic Y2: 0 below beta_c, 1 - beta_c / beta above (T -> infinity)."""
-    beta_c = critical_beta(q, p)
+    beta_c = beta_critical(q, p)
     if beta <= beta_c:
         return 0.0
     return 1.0 - beta_c / beta
@@ -123,7 +123,7 @@ def block(norm, attention, activation, q, p, beta, sigma_w2, sigma_b2, sigma_v2,
 
     # attention sub-block
     q_in, p_in = layernorm(q, p) if norm == "pre" else (q, p)
-    beta_c = critical_beta(q_in, p_in)
+    beta_c = beta_critical(q_in, p_in)
     q_f, p_f = attend(q_in, p_in, beta, sigma_v2, sigma_b2)
     q, p = skip(q_f, p_f, q, p, alpha_sa)
     if norm == "post":

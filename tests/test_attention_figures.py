@@ -17,7 +17,7 @@ from montecarlo_tools import mean_and_se  # noqa: E402
 from remprop.diagrams.paper_figures import PAPER_FIGURES, SIZES, make_theory_figures  # noqa: E402
 from remprop.theory import (  # noqa: E402
     attention_bulk_radius,
-    critical_beta,
+    beta_critical,
     participation_moment,
     participation_square,
     stochastic_bulk_radius,
@@ -62,7 +62,7 @@ def test_radius_is_the_circular_law_of_the_participation_ratio_and_grows_with_be
         assert np.all(wide[0] >= wide[1]) and np.all(wide[1] >= wide[2]) and np.array_equal(wide[2], radius)
     # frozen rows: R -> sqrt(1 - 1/T); T -> inf: sqrt(max(0, 1 - beta_c/beta))
     assert attention_bulk_radius(1e4, seq_len=64) == pytest.approx(math.sqrt(63 / 64), abs=1e-3)
-    beta_c = critical_beta(1.0, 0.2)
+    beta_c = beta_critical(1.0, 0.2)
     asymptotic = attention_bulk_radius(np.array([0.5, 1.0, 3.0]) * beta_c, 1.0, 0.2)
     assert np.allclose(asymptotic, [0.0, 0.0, math.sqrt(2 / 3)])
 

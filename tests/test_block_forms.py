@@ -77,7 +77,7 @@ def _tree(arch, beta, depth, q0, rho0):
     q, p = q0, q0 * rho0
     qs, ps, beta_cs = [q], [p], []
     for _ in range(depth):
-        beta_cs.append(float(arch.block_critical_beta(q, p)))
+        beta_cs.append(float(arch.block_beta_critical(q, p)))
         q, p = (float(v) for v in block(q, p))
         qs.append(q)
         ps.append(p)
@@ -130,7 +130,7 @@ def test_block_forms_build_the_documented_trees():
 def test_parallel_block_is_the_skip_plus_both_branches_of_the_normalised_input():
     arch = Architecture(norm="pre", block_form="parallel", alpha_sa=0.7, sigma_o2=0.6)
     q, p, beta = 2.0, 0.5, 1.3
-    qa, pa = softmax_attention_map(1.0, p / q, beta, arch.sigma_v2, arch.sigma_b2)
+    qa, pa = softmax_attention_map(beta, q=1.0, p=p / q, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2)
     qm, pm = C.mlp(arch.sigma_w2, arch.sigma_b2)(1.0, p / q)
     expected = (0.49 * q + 0.6 * qa + qm, 0.49 * p + 0.6 * pa + pm)
     assert np.allclose(arch.block(beta)(q, p), expected, rtol=1e-14)
@@ -141,7 +141,7 @@ def test_parallel_block_is_the_skip_plus_both_branches_of_the_normalised_input()
 def test_branch_norms_add_a_unit_branch_of_the_branch_cosine():
     arch = Architecture(norm="none", branch_norm=True, sigma_o2=3.0, alpha_sa=0.5, alpha_mlp=2.0)
     q, p, beta = 1.7, 0.4, 0.8
-    qa, pa = softmax_attention_map(q, p, beta, arch.sigma_v2, arch.sigma_b2)
+    qa, pa = softmax_attention_map(beta, q=q, p=p, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2)
     q1, p1 = 0.25 * q + 1.0, 0.25 * p + pa / qa        # the projection's scale drops out of the norm
     qm, pm = C.mlp(arch.sigma_w2, arch.sigma_b2)(q1, p1)
     assert np.allclose(arch.block(beta)(q, p), (4.0 * q1 + 1.0, 4.0 * p1 + pm / qm), rtol=1e-13)
@@ -185,9 +185,9 @@ def test_qk_norm_runs_the_rem_at_qk_norm_beta():
         beta_qk = float(qk_norm_beta(r, 64, 256, 1.3))
         expected = C.softmax_attention(beta_qk, arch.sigma_v2, arch.sigma_b2, seq_len=256)(1.0, r)
         np.testing.assert_allclose(attention(1.0, r), expected, rtol=1e-12)
-    # critical_beta is the multiplier at which the first layer's x reaches sqrt(2)
+    # beta_critical is the multiplier at which the first layer's x reaches sqrt(2)
     traj = propagate(arch, 1.0, 3)
-    multiplier = float(arch.critical_beta(traj.beta_critical))
+    multiplier = float(arch.beta_critical(traj.beta_critical))
     rho_in = np.min(traj.rho[:-1])  # the smallest beta_c is at the smallest input cosine
     x = multiplier * 1.69 * math.sqrt((1.0 - float(gaussian_cosine_mean(rho_in, 64))) / math.log(256))
     assert x == pytest.approx(math.sqrt(2.0), rel=1e-10)

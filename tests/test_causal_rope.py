@@ -156,7 +156,8 @@ def test_monte_carlo_of_causal_rotated_rows():
     for beta in (1.0, 2.0):
         for t in (16, 128):
             k = np.arange(t)
-            cov = np.asarray(rope_score_covariance(k[:, None], k[None, :], q, p, beta, T, D_H, BASE))
+            cov = np.asarray(rope_score_covariance(beta, k[:, None], k[None, :], q=q, p=p, seq_len=T, head_dim=D_H,
+                                                   base=BASE))
             w, v = np.linalg.eigh(cov)
             s = rng.standard_normal((n, t)) @ (v * np.sqrt(np.clip(w, 0.0, None))).T
             a = np.exp(s - s.max(axis=1, keepdims=True))

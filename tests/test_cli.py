@@ -451,12 +451,12 @@ def test_min_alpha_theory_seq_len_uses_finite_t_theory(capsys):
     # the CLI must hand --seq-len to the Architecture.
     import json as _json
 
-    from remprop.diagrams import min_residual_strength
+    from remprop.diagrams import alpha_star
     from remprop.theory import Architecture
 
     assert main(["min-alpha", "--depth", "12", "--beta", "0.3,1.0", "--seq-len", "128", "--json"]) == 0
     reported = _json.loads(capsys.readouterr().out)["alpha_star"]
-    expected = min_residual_strength(Architecture(seq_len=128), 12, [0.3, 1.0])
+    expected = alpha_star(Architecture(seq_len=128), [0.3, 1.0], 12)
     assert reported == pytest.approx(list(expected), rel=0, abs=0)
     assert reported[0] != reported[1]
 

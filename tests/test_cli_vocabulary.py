@@ -96,7 +96,22 @@ def test_validate_seq_len_sets_both_lengths_and_the_overrides_win(parsers):
 def test_a_grid_takes_beta_and_alpha(parsers):
     parser, _, _ = parsers
     args = parser.parse_args(["diagram", "--beta", "0.5,1", "--alpha", "0:2:3"])
-    assert list(args.betas) == [0.5, 1.0] and list(args.alphas) == [0.0, 1.0, 2.0]
+    assert list(args.beta) == [0.5, 1.0] and list(args.alpha) == [0.0, 1.0, 2.0]
+
+
+def test_every_option_is_parsed_under_its_own_name(parsers):
+    """``--seq-len`` is ``args.seq_len`` in every command (not ``theory_seq_len`` or ``sim_seq_len``),
+    ``--alpha`` ``args.alpha``, ``--figure`` / ``--no-figure`` ``args.figure``: one name for an option and its value."""
+    from remprop.cli.options import option_dest
+
+    parser, commands, _ = parsers
+    other = [f"{name} {action.option_strings[-1]} -> {action.dest}" for name, command in commands.items()
+             for action in command._actions if action.option_strings and action.dest != "help"
+             and not action.dest.startswith("renamed_")  # the refused old spellings
+             and action.dest != option_dest(action.option_strings[0])]
+    assert other == []
+    args = parser.parse_args(["propagate", "--alpha", "2", "--seq-len", "64"])
+    assert (args.alpha, args.seq_len) == (2.0, 64)
 
 
 def test_plain_help_drops_the_markup():
@@ -104,3 +119,19 @@ def test_plain_help_drops_the_markup():
             "the ``simulation.causal_theory`` key, :mod:`remprop.validation.streamed_layers`")
     assert plain_help(text) == ("see choose_causal_theory and MAX_SECONDS, the simulation.causal_theory key, "
                                 "streamed_layers")
+
+
+def test_negative_values_are_joined_to_their_option_without_patching_argparse():
+    """``--beta -1:1:3`` is read as ``--beta=-1:1:3`` (argparse's spelling of a value with a leading
+    minus), by the parser's public ``parse_known_args``; argparse's own matcher is left as it is."""
+    from remprop.cli.options import OneLineArgumentParser, join_negative_values
+
+    assert join_negative_values(["propagate", "--beta", "-inf", "--q0", "-1e5", "--json", "--", "--x", "-1"]) == \
+        ["propagate", "--beta=-inf", "--q0=-1e5", "--json", "--", "--x", "-1"]
+    assert join_negative_values(["--beta=-1", "-2"]) == ["--beta=-1", "-2"]  # a value already given
+    parser = OneLineArgumentParser(prog="p")
+    parser.add_argument("--shift", type=float)
+    plain = argparse.ArgumentParser()
+    assert parser._negative_number_matcher.pattern == plain._negative_number_matcher.pattern  # argparse's own
+    assert parser.parse_args(["--shift", "-1e-3"]).shift == -1e-3
+    assert parser.parse_args(["--shift", "-inf"]).shift == float("-inf")

@@ -62,7 +62,7 @@ def test_public_function_and_map():
     c = cross_overlap(1.2, 1.0, [0.0, 0.5], seq_len=T)
     assert c[0] == pytest.approx(1.0 / T) and c[1] > 2.0 / T
     assert cross_overlap(1.2, 1.0, 0.5) == 0.0
-    q_a, p_a = softmax_attention_map(1.0, 0.5, 1.2, sigma_v2=1.0, sigma_b2=0.0, seq_len=T)
+    q_a, p_a = softmax_attention_map(1.2, q=1.0, p=0.5, sigma_v2=1.0, sigma_b2=0.0, seq_len=T)
     assert p_a == pytest.approx(0.5 + 0.5 * c[1], rel=1e-4)
     with pytest.raises(ValueError, match="method"):
         cross_overlap(1.0, 1.0, 0.5, seq_len=T, method="bad")

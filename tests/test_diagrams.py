@@ -22,7 +22,7 @@ from remprop.diagrams import (
     TRAINABLE,
     TrainabilityDiagram,
     classify_phases,
-    min_residual_strength,
+    alpha_star,
     trainability_diagram,
 )
 from remprop.theory import Architecture, final_state, propagate
@@ -130,7 +130,7 @@ def test_classify_phases_rules():
 # -- alpha* ------------------------------------------------------------------------------
 def test_alpha_star_bert_depth60_brackets_the_threshold():
     arch, depth = Architecture(), 60
-    alpha = min_residual_strength(arch, depth, 0.5)
+    alpha = alpha_star(arch, 0.5, depth)
     assert isinstance(alpha, float) and 0.0 < alpha < ALPHA_MAX
     assert rho_final(arch, 0.5, depth, alpha) <= 0.99 < rho_final(arch, 0.5, depth, alpha - 2 * TOL)
 
@@ -139,10 +139,10 @@ def test_alpha_star_independent_of_beta_below_beta_c():
     # Asymptotic theory: below beta_c attention is fully spread (Y2 = 0) at every layer of a
     # post-LN stack (rho only grows, so beta_c only grows): the stack does not see beta.
     betas = np.linspace(0.05, 1.40, 12)
-    alphas = min_residual_strength(Architecture(), 60, betas)
+    alphas = alpha_star(Architecture(), betas, 60)
     assert np.ptp(alphas) == 0.0
     # ...while above beta_c it does.
-    above = min_residual_strength(Architecture(), 60, [1.6, 2.5])
+    above = alpha_star(Architecture(), [1.6, 2.5], 60)
     assert abs(above[1] - above[0]) > 1e-3
 
 
@@ -164,7 +164,7 @@ def test_alpha_star_consistent_with_phase_array():
        rho0=st.floats(0.0, 0.95))
 def test_bisection_brackets_threshold_by_independent_propagation(arch, beta, depth, threshold, rho0):
     arch = arch.replace(activation="relu")
-    alpha = min_residual_strength(arch, depth, beta, threshold, rho0=rho0)
+    alpha = alpha_star(arch, beta, depth, threshold, rho0=rho0)
     if alpha == 0.0:
         assert rho_final_fast(arch, beta, depth, 0.0, rho0) <= threshold
     elif math.isinf(alpha):
@@ -196,7 +196,7 @@ def test_gain_controlled_is_not_monotone_and_the_scan_finds_the_first_crossing()
     arch = Architecture(norm="none", attention="gain-controlled", sigma_w2=1.0, sigma_b2=1e-6, sigma_v2=1.0)
     depth, beta, threshold = 60, 0.5, 0.5
     assert not rho_final(arch, beta, depth, ALPHA_MAX) <= threshold  # collapsed at the bound
-    alpha = min_residual_strength(arch, depth, beta, threshold)
+    alpha = alpha_star(arch, beta, depth, threshold)
     assert 0.0 < alpha < 10.0
     assert rho_final(arch, beta, depth, alpha) <= threshold
     below = np.linspace(0.0, alpha - 2 * TOL, 2001)
@@ -208,7 +208,7 @@ def test_alpha_star_non_decreasing_in_depth(norm):
     arch = Architecture(norm=norm)
     betas = np.array([0.3, 1.0, 2.0])
     # alpha_max 1.5 keeps pre-LN / no-LN streams (~alpha^(2L)) finite at L = 80.
-    stars = np.array([min_residual_strength(arch, depth, betas, alpha_max=1.5) for depth in range(1, 81)])
+    stars = np.array([alpha_star(arch, betas, depth, alpha_max=1.5) for depth in range(1, 81)])
     finite = np.isfinite(stars)
     # once inf (no alpha <= 1.5 works) it stays inf at larger depth
     assert (np.diff(finite.astype(int), axis=0) <= 0).all()
@@ -220,18 +220,18 @@ def test_pre_ln_large_depth_bound_follows_overflow_edge():
     # alpha**(2 L) overflows float64 near alpha = 1.42 at L = 1000; alpha* ~ 1.0001 lies
     # below that edge and must be found although alpha_max = 1e3 overflows.
     arch, depth = Architecture(norm="pre"), 1000
-    alpha = min_residual_strength(arch, depth, 0.5)
+    alpha = alpha_star(arch, 0.5, depth)
     assert math.isfinite(alpha)
     assert rho_final(arch, 0.5, depth, alpha) <= 0.99 < rho_final(arch, 0.5, depth, alpha - 2 * TOL)
 
 
 def test_alpha_star_shapes_and_ignored_alpha_sa():
     arch = Architecture()
-    scalar = min_residual_strength(arch, 10, 0.5)
+    scalar = alpha_star(arch, 0.5, 10)
     assert isinstance(scalar, float)
-    vector = min_residual_strength(arch.replace(alpha_sa=np.array([0.1, 7.0])), 10, [0.5, 2.0])
+    vector = alpha_star(arch.replace(alpha_sa=np.array([0.1, 7.0])), [0.5, 2.0], 10)
     assert vector.shape == (2,) and vector[0] == scalar
-    grid = min_residual_strength(arch.replace(sigma_w2=np.array([[0.1], [0.2], [0.4]])), 10, [0.5, 2.0])
+    grid = alpha_star(arch.replace(sigma_w2=np.array([[0.1], [0.2], [0.4]])), [0.5, 2.0], 10)
     assert grid.shape == (3, 2)
     assert grid[1, 0] == scalar  # sigma_w2 = 0.2 is the default
 
@@ -240,10 +240,10 @@ def test_alpha_star_zero_and_inf():
     arch = Architecture()
     # beta >> beta_c: attention rows are nearly one-hot, one block keeps tokens apart even
     # without a skip path
-    assert min_residual_strength(arch, 1, 30.0, threshold=0.9) == 0.0
+    assert alpha_star(arch, 30.0, 1, threshold=0.9) == 0.0
     assert rho_final(arch, 30.0, 1, 0.0) <= 0.9
     # inputs already more aligned than the threshold stay so for every alpha
-    assert min_residual_strength(arch, 5, 0.5, threshold=0.5, rho0=0.9) == math.inf
+    assert alpha_star(arch, 0.5, 5, threshold=0.5, rho0=0.9) == math.inf
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def test_progress_bar(capsys):
 @pytest.mark.parametrize("threshold", [0, 1, 1.5, float("nan"), -0.1])
 def test_bad_threshold(threshold):
     with pytest.raises(ValueError, match="threshold"):
-        min_residual_strength(Architecture(), 10, 0.5, threshold)
+        alpha_star(Architecture(), 0.5, 10, threshold)
     with pytest.raises(ValueError, match="threshold"):
         trainability_diagram(Architecture(), [0.5], [1.0], 10, threshold)
 
@@ -310,7 +310,7 @@ def test_bad_threshold(threshold):
 @pytest.mark.parametrize("depth", [0, -3, 2.5, "60"])
 def test_bad_depth(depth):
     with pytest.raises(ValueError, match="depth"):
-        min_residual_strength(Architecture(), depth, 0.5)
+        alpha_star(Architecture(), 0.5, depth)
     with pytest.raises(ValueError, match="depth"):
         trainability_diagram(Architecture(), [0.5], [1.0], depth)
 
@@ -318,7 +318,7 @@ def test_bad_depth(depth):
 @pytest.mark.parametrize("beta", [0.0, -1.0, [0.5, 0.0], float("nan")])
 def test_bad_beta(beta):
     with pytest.raises(ValueError, match="beta"):
-        min_residual_strength(Architecture(), 10, beta)
+        alpha_star(Architecture(), beta, 10)
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -340,7 +340,7 @@ def test_bad_diagram_arguments(kwargs, name):
 ])
 def test_bad_alpha_star_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        min_residual_strength(Architecture(), 10, 0.5, **kwargs)
+        alpha_star(Architecture(), 0.5, 10, **kwargs)
 
 
 def test_min_residual_strength_follows_finite_seq_len():
@@ -348,8 +348,8 @@ def test_min_residual_strength_follows_finite_seq_len():
     # depend on beta and agree with a direct bracket of the finite-T final cosine.
     arch = Architecture(seq_len=128)
     betas = np.array([0.3, 1.0])
-    alpha_star = min_residual_strength(arch, 20, betas)
-    assert alpha_star[0] != alpha_star[1]
-    above = final_state(arch.replace(alpha_sa=alpha_star), betas, 20)["rho"]
-    below = final_state(arch.replace(alpha_sa=alpha_star - 2e-6), betas, 20)["rho"]
+    star = alpha_star(arch, betas, 20)
+    assert star[0] != star[1]
+    above = final_state(arch.replace(alpha_sa=star), betas, 20)["rho"]
+    below = final_state(arch.replace(alpha_sa=star - 2e-6), betas, 20)["rho"]
     assert (above <= 0.99).all() and (below > 0.99).all()

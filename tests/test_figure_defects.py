@@ -153,7 +153,7 @@ def test_trainability_figure_names_the_dotted_alpha_star():
 
 
 def test_recipes_legend_names_the_dotted_alpha_star():
-    figure = recipes_figure(recipe_predictions(Architecture(), 8, 0.5, names=("base", "deepnorm")), resolution=10,
+    figure = recipes_figure(recipe_predictions(Architecture(), 0.5, depth=8, names=("base", "deepnorm")), resolution=10,
                             columns=2)
     assert any(line.get_linestyle() == ":" for ax in figure.axes for line in ax.get_lines())
     entries = _dotted_entries([h for legend in figure.legends for h in legend.legend_handles])

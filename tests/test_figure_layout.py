@@ -119,7 +119,7 @@ def test_trainability_figure_layout():
 
 @pytest.fixture(scope="module")
 def recipes():
-    return recipe_predictions(Architecture(), 8, 0.5, names=("base", "deepnorm", "mup", "inverse-sqrt-depth"))
+    return recipe_predictions(Architecture(), 0.5, depth=8, names=("base", "deepnorm", "mup", "inverse-sqrt-depth"))
 
 
 def test_recipes_share_ranges_and_keep_labels_off_the_stars(recipes):

@@ -185,7 +185,7 @@ def test_bad_seq_len_is_named(bad):
     if bad is not None:  # None means "T -> infinity" where it is allowed
         calls += [lambda: participation_ratio(1.0, 1.0, 0.0, seq_len=bad),
                   lambda: Architecture(seq_len=bad),
-                  lambda: softmax_attention_map(1.0, 0.0, 1.0, seq_len=bad)]
+                  lambda: softmax_attention_map(1.0, q=1.0, p=0.0, seq_len=bad)]
     for call in calls:
         with pytest.raises(ValueError, match="seq_len"):
             call()
@@ -204,13 +204,13 @@ def test_bad_moment_arguments_are_named(kwargs, name):
 def test_attention_maps_use_the_finite_participation_ratio():
     q, p, beta, T = 1.0, 0.3, 1.2, 256
     y2 = participation_ratio(beta, q, p, seq_len=T)
-    q_a, p_a = softmax_attention_map(q, p, beta, sigma_v2=0.5, sigma_b2=0.01, seq_len=T)
+    q_a, p_a = softmax_attention_map(beta, q=q, p=p, sigma_v2=0.5, sigma_b2=0.01, seq_len=T)
     assert q_a == pytest.approx(0.5 * (p + (q - p) * y2) + 0.01, rel=1e-14)
     # two rows overlap by the finite-T cross-overlap C (tabulated; 1/T only for independent rows)
     cross = cross_overlap(beta, q, p, T, method="table")
     assert 1 / T < cross < y2
     assert p_a == pytest.approx(0.5 * (p + (q - p) * cross) + 0.01, rel=1e-12)
-    q_g, p_g = gain_controlled_attention_map(q, p, beta, sigma_v2=0.5, sigma_b2=0.01, seq_len=T)
+    q_g, p_g = gain_controlled_attention_map(beta, q=q, p=p, sigma_v2=0.5, sigma_b2=0.01, seq_len=T)
     assert q_g == pytest.approx(0.5 * (q - p) * (y2 - 1 / T) + 0.01, rel=1e-14)
     assert p_g == pytest.approx(0.01)
 

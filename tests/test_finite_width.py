@@ -16,6 +16,7 @@ from remprop.theory.rem.finite_width import (
     _energy_square_at,
     _kernels,
     _lattice_sums,
+    CosineSampling,
     attention_mean_cosine,
     finite_width_attention_map,
     gibbs_energy_square,
@@ -107,10 +108,10 @@ def test_key_geometry_identity_monte_carlo():
 def test_width_limit_and_rate():
     """The map tends to the finite-T map as d -> infinity, the difference times d to a limit (rate 1/d)."""
     q, p, beta, seq_len = 1.0, np.array([0.1, 0.5]), np.array([0.6, 1.2, 3.0])[:, None], 128
-    q0, p0 = softmax_attention_map(q, p, beta, 1.0, 0.0, seq_len=seq_len)
+    q0, p0 = softmax_attention_map(beta, q=q, p=p, sigma_v2=1.0, sigma_b2=0.0, seq_len=seq_len)
     scaled = []
     for width in (10 ** 4, 10 ** 5, 10 ** 6):
-        qa, pa = finite_width_attention_map(q, p, beta, 1.0, 0.0, width=width, seq_len=seq_len)
+        qa, pa = finite_width_attention_map(beta, q=q, p=p, sigma_v2=1.0, sigma_b2=0.0, width=width, seq_len=seq_len)
         scaled.append((width * (qa - q0), width * (pa - p0)))
     for k in (0, 1):  # d (map - limit) = L + O(1/d): 10x steps shrink the change 10x
         first, second = np.abs(scaled[1][k] - scaled[0][k]), np.abs(scaled[2][k] - scaled[1][k])
@@ -125,7 +126,8 @@ def test_mean_cosine_monte_carlo_and_limit():
     Tolerance: 4 standard errors of the difference of the two estimates.
     """
     seq_len, q, p, beta = 16, 1.0, 0.3, 1.5
-    est, err = attention_mean_cosine(q, p, beta, 1.0, 0.0, seq_len=seq_len, samples=4096, return_error=True)
+    est, err = attention_mean_cosine(beta, q=q, p=p, sigma_v2=1.0, sigma_b2=0.0, seq_len=seq_len,
+                                     sampling=CosineSampling(4096), return_error=True)
     rng = np.random.default_rng(99)
     n, rho = 40_000, p / q
     v = beta ** 2 * q * (q - p) * math.log(seq_len)
@@ -137,10 +139,11 @@ def test_mean_cosine_monte_carlo_and_limit():
     cos = num / np.sqrt((p + (q - p) * (a_i ** 2).sum(1)) * (p + (q - p) * (a_k ** 2).sum(1)))
     assert abs(est - cos.mean()) < 4 * math.hypot(err, cos.std(ddof=1) / math.sqrt(n))
     # the ratio of the means is a different number: the row fluctuations are resolved
-    q_a, p_a = softmax_attention_map(q, p, beta, 1.0, 0.0, seq_len=seq_len)
+    q_a, p_a = softmax_attention_map(beta, q=q, p=p, sigma_v2=1.0, sigma_b2=0.0, seq_len=seq_len)
     assert est - p_a / q_a > 10 * err
     # width -> infinity: the finite-width cosine tends to the finite-T one (the same draws)
-    wide = attention_mean_cosine(q, p, beta, 1.0, 0.0, seq_len=seq_len, width=10 ** 7, samples=4096)
+    wide = attention_mean_cosine(beta, q=q, p=p, sigma_v2=1.0, sigma_b2=0.0, seq_len=seq_len, width=10 ** 7,
+                                 sampling=CosineSampling(4096))
     assert wide == pytest.approx(est, abs=1e-4)
 
 
@@ -164,9 +167,10 @@ def test_simulated_layer_inside_two_standard_errors():
                                                    sequences=2))
     n = 48
     se = {k: sweep.spread[k] / math.sqrt(n) for k in ("rho", "cosine")}
-    q0, p0 = softmax_attention_map(1.0, rhos[:, None], betas, 1.0, 0.0, seq_len=seq_len)
-    qa, pa = finite_width_attention_map(1.0, rhos[:, None], betas, 1.0, 0.0, width=width, seq_len=seq_len)
-    cos = attention_mean_cosine(1.0, rhos[:, None], betas, 1.0, 0.0, width=width, seq_len=seq_len)
+    q0, p0 = softmax_attention_map(betas, q=1.0, p=rhos[:, None], sigma_v2=1.0, sigma_b2=0.0, seq_len=seq_len)
+    qa, pa = finite_width_attention_map(betas, q=1.0, p=rhos[:, None], sigma_v2=1.0, sigma_b2=0.0, width=width,
+                                        seq_len=seq_len)
+    cos = attention_mean_cosine(betas, q=1.0, p=rhos[:, None], sigma_v2=1.0, sigma_b2=0.0, width=width, seq_len=seq_len)
     use = np.array([[True, False, False], [True, True, True]])  # rho 0.1: beta 0.5 only
     assert np.all(np.abs(p0 / q0 - sweep.measured["rho"])[use] > 2 * se["rho"][use])
     assert np.all(np.abs(pa / qa - sweep.measured["rho"])[use] < 2 * se["rho"][use])
@@ -175,15 +179,15 @@ def test_simulated_layer_inside_two_standard_errors():
 
 def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="width"):
-        finite_width_attention_map(1.0, 0.1, 1.0, width=3, seq_len=16)
+        finite_width_attention_map(1.0, q=1.0, p=0.1, width=3, seq_len=16)
     with pytest.raises(ValueError, match="seq_len"):
-        finite_width_attention_map(1.0, 0.1, 1.0, width=16, seq_len=None)
+        finite_width_attention_map(1.0, q=1.0, p=0.1, width=16, seq_len=None)
     with pytest.raises(ValueError, match="heads"):
         query_norm_variance(10, heads=3)
     with pytest.raises(ValueError, match="sigma_v2 and sigma_b2"):
-        attention_mean_cosine(1.0, 0.1, 1.0, 0.0, 0.0, seq_len=16)
+        attention_mean_cosine(1.0, q=1.0, p=0.1, sigma_v2=0.0, sigma_b2=0.0, seq_len=16)
     with pytest.raises(ValueError, match="beta"):
         gibbs_energy_square(-1.0, 1.0, 0.0, seq_len=16)
     with pytest.raises(ValueError, match="p / q"):
-        finite_width_attention_map(1.0, -0.5, 1.0, width=16, seq_len=16)
+        finite_width_attention_map(1.0, q=1.0, p=-0.5, width=16, seq_len=16)
     assert key_dimension(128) == 127

@@ -315,7 +315,7 @@ def test_sampled_attention_is_an_unbiased_draw_of_the_mean_gram():
     out = np.array([walker.attention(comp, g) for _ in range(2000)])
     q = np.trace(out, axis1=1, axis2=2) / T
     p = (out.sum(axis=(1, 2)) - q * T) / (T * (T - 1))
-    q_a, p_a = softmax_attention_map(1.0, 0.3, 1.5, 0.2, 4e-4, seq_len=T)
+    q_a, p_a = softmax_attention_map(1.5, q=1.0, p=0.3, sigma_v2=0.2, sigma_b2=4e-4, seq_len=T)
     for sample, exact in ((q, q_a), (p, p_a)):
         assert abs(sample.mean() - exact) < 4 * sample.std(ddof=1) / math.sqrt(len(sample)), (sample.mean(), exact)
     # one draw is not the mean: the rows' participation ratios scatter the output norms

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remprop.diagrams import diagnose, min_residual_strength, trainability_diagram
+from remprop.diagrams import diagnose, alpha_star, trainability_diagram
 from remprop.theory import (
     Architecture,
     final_state,
@@ -53,8 +53,8 @@ def test_propagation_and_min_alpha_see_heads_times_beta(heads, beta, norm, atten
     fa, fb = final_state(multi, beta, depth, rho0=rho0), final_state(single, heads * beta, depth, rho0=rho0)
     for key in fa:
         same(fa[key], fb[key])
-    same(min_residual_strength(multi, depth, beta, rho0=rho0),
-         min_residual_strength(single, depth, heads * beta, rho0=rho0))
+    same(alpha_star(multi, beta, depth, rho0=rho0),
+         alpha_star(single, heads * beta, depth, rho0=rho0))
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -81,7 +81,7 @@ def test_issue_reproduction_four_heads_entropy_collapse():
 @pytest.mark.parametrize("norm", NORMS)
 def test_min_alpha_gain_controlled_is_not_scaled_twice(norm):
     multi, single = head_pair(4, attention="gain-controlled", norm=norm)
-    same(min_residual_strength(multi, 10, 0.3), min_residual_strength(single, 10, 1.2))
+    same(alpha_star(multi, 0.3, 10), alpha_star(single, 1.2, 10))
 
 
 @pytest.mark.parametrize("norm", ("post", "pre"))

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from remprop.diagrams import classify_phases, diagnose, min_residual_strength, trainability_diagram
+from remprop.diagrams import classify_phases, diagnose, alpha_star, trainability_diagram
 from remprop.diagrams.phases import PHASE_LABELS
 from remprop.theory import (Architecture, key_gradient_norm, model_spec, propagate, query_gradient_norm,
                             shipped_configs)
@@ -139,8 +139,7 @@ def test_diagnosis_agrees_with_the_engine(bert_diagnosis):
     traj = propagate(spec.architecture, spec.beta, spec.depth, spec.q0, spec.rho0)
     np.testing.assert_array_equal(d.rho, traj.rho)
     assert d.beta_critical == pytest.approx(math.sqrt(2 / (1 - spec.rho0)))  # post-LN: q = 1, p = rho0
-    assert d.alpha_star == min_residual_strength(spec.architecture, depth=spec.depth, beta=spec.beta,
-                                                 q0=spec.q0, rho0=spec.rho0)
+    assert d.alpha_star == alpha_star(spec.architecture, depth=spec.depth, beta=spec.beta, q0=spec.q0, rho0=spec.rho0)
     code = int(classify_phases(spec.beta, d.beta_critical, d.rho[-1], d.threshold))
     assert d.phase == PHASE_LABELS[code] == "trainable"
     # the onset of rank collapse is the first depth whose final cosine passes the threshold

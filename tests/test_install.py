@@ -160,10 +160,10 @@ def _run_installed(target: Path, cwd: Path, *argv):
 def test_regular_install_imports_from_the_installed_copy(installed, tmp_path):
     code = (
         "import json, remprop, remprop.theory, remprop.diagrams\n"
-        "from remprop.theory import critical_beta\n"
+        "from remprop.theory import beta_critical\n"
         "print(json.dumps({'theory': remprop.theory.__file__, 'diagrams': remprop.diagrams.__file__,\n"
         "                  'cli': __import__('remprop.cli').cli.__file__,\n"
-        "                  'version': remprop.__version__, 'beta_c': critical_beta(1.0, 0.0)}))\n")
+        "                  'version': remprop.__version__, 'beta_c': beta_critical(1.0, 0.0)}))\n")
     result = _run_installed(installed, tmp_path, "-c", code)
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)

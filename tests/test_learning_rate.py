@@ -25,14 +25,14 @@ def test_pre_ln_sum_of_inverse_roots():
     depth, q0 = 12, 1.7
     v = np.tile([V_ATT, V_MLP], depth)
     expected = np.sum(1.0 / np.sqrt(q0 + np.cumsum(v)))
-    assert update_sensitivity(gain_controlled("pre"), depth, 0.5, q0=q0) == pytest.approx(expected, rel=1e-12)
+    assert update_sensitivity(gain_controlled("pre"), 0.5, depth=depth, q0=q0) == pytest.approx(expected, rel=1e-12)
 
 
 def test_post_ln_closed_form():
     """Post-LN: the first sub-block reads q0, every later one a unit stream: S = sqrt(q0 / (alpha^2 q0 + v))
     + sum of 1 / sqrt(alpha_k^2 + v_k)."""
     depth, q0, alpha = 9, 2.5, 1.6
-    terms = sub_block_sensitivities(gain_controlled("post", alpha), depth, 0.5, q0=q0)
+    terms = sub_block_sensitivities(gain_controlled("post", alpha), 0.5, depth=depth, q0=q0)
     assert terms[0] == pytest.approx(math.sqrt(q0 / (alpha ** 2 * q0 + V_ATT)), rel=1e-12)
     assert terms[2::2] == pytest.approx(np.full(depth - 1, 1 / math.sqrt(alpha ** 2 + V_ATT)), rel=1e-12)
     assert terms[1::2] == pytest.approx(np.full(depth, 1 / math.sqrt(1 + V_MLP)), rel=1e-12)
@@ -46,8 +46,8 @@ def test_depth_laws_post_linear_pre_square_root():
     sqrt(q0 / (n v)) ~ 2 % at depth 16). Post-LN terms lie in [1 / sqrt(1 + v_max), 1] with
     v_max = sigma_v2 + sigma_b2 (a unit stream): S is linear in n = 2L between those slopes."""
     arch = Architecture(seq_len=128, sigma_v2=2.0, sigma_w2=2.0)
-    post = [float(update_sensitivity(arch, depth, 0.5)) for depth in (16, 256)]
-    pre = [float(update_sensitivity(arch.replace(norm="pre"), depth, 0.5)) for depth in (16, 256)]
+    post = [float(update_sensitivity(arch, 0.5, depth=depth)) for depth in (16, 256)]
+    pre = [float(update_sensitivity(arch.replace(norm="pre"), 0.5, depth=depth)) for depth in (16, 256)]
     assert pre[1] / pre[0] == pytest.approx(4.0, rel=0.05)
     for depth, value in zip((16, 256), post):
         assert 2 * depth / math.sqrt(1 + 2.0 + 4e-4) <= value <= 2 * depth
@@ -59,18 +59,19 @@ def test_pre_ln_carries_its_scale():
     """A pre-LN stream at alpha = 10 grows like 100^k per sub-block: 10^800 after 200 blocks, beyond
     float64. Carried as log q, its terms decay like 10^-k (to 0 in float64) and the sum stays finite."""
     arch = gain_controlled("pre", 10.0).replace(alpha_mlp=10.0)
-    terms = sub_block_sensitivities(arch, 200, 0.5)
+    terms = sub_block_sensitivities(arch, 0.5, depth=200)
     assert np.all(np.isfinite(terms)) and np.all(terms >= 0)
     assert terms[20:40] / terms[19:39] == pytest.approx(np.full(20, 0.1), rel=1e-12)
-    assert terms.sum() == pytest.approx(update_sensitivity(arch, 20, 0.5), rel=1e-12)
-    assert learning_rate_ceiling(arch, 200, 64, 100, 0.5, seq_len=64).beta_critical == pytest.approx(math.sqrt(2))
+    assert terms.sum() == pytest.approx(update_sensitivity(arch, 0.5, depth=20), rel=1e-12)
+    ceiling = learning_rate_ceiling(arch, 0.5, depth=200, width=64, steps=100, seq_len=64)
+    assert ceiling.beta_critical == pytest.approx(math.sqrt(2))
 
 
 def test_broadcasts_over_alpha_and_beta():
     arch = Architecture(alpha_sa=np.array([[0.5], [1.0], [2.0]]), seq_len=64)
-    values = update_sensitivity(arch, 6, np.array([0.3, 0.6]))
+    values = update_sensitivity(arch, np.array([0.3, 0.6]), depth=6)
     assert values.shape == (3, 2)
-    assert values[0, 0] == pytest.approx(update_sensitivity(Architecture(alpha_sa=0.5, seq_len=64), 6, 0.3))
+    assert values[0, 0] == pytest.approx(update_sensitivity(Architecture(alpha_sa=0.5, seq_len=64), 0.3, depth=6))
     assert np.all(np.diff(values, axis=0) < 0)          # a stronger skip damps the perturbation
 
 
@@ -92,12 +93,12 @@ def test_ceiling_vanishes_at_beta_c():
     arch = Architecture(seq_len=128)
     beta_c = math.sqrt(2)                                 # post-LN: the first layer on unit orthogonal tokens
     gaps = np.array([1e-2, 1e-4, 1e-6])
-    near = learning_rate_ceiling(arch, 12, 256, 1000, beta_c * (1 - gaps))
+    near = learning_rate_ceiling(arch, beta_c * (1 - gaps), depth=12, width=256, steps=1000)
     assert np.allclose(near.beta_critical, beta_c)
     assert np.all(near.binding[1:] == "attention")            # near beta_c the attention part binds
     assert np.all(np.diff(near.attention) < 0) and near.attention[-1] < 2e-2 * near.attention[0]
     assert near.ceiling[1] / near.ceiling[2] == pytest.approx(10.0, rel=1e-2)   # sqrt of the gap
-    beyond = learning_rate_ceiling(arch, 12, 256, 1000, [beta_c * 1.0000001, 3.0])
+    beyond = learning_rate_ceiling(arch, [beta_c * 1.0000001, 3.0], depth=12, width=256, steps=1000)
     assert np.all(beyond.ceiling == 0.0) and np.all(beyond.binding == "attention")
 
 
@@ -106,18 +107,18 @@ def test_ceiling_scalings():
     horizon S_c and flat beyond it; the floor 2 C_floor / (d S_sens steps) falls like 1/steps throughout."""
     arch = Architecture(alpha_sa=2.0, seq_len=128)
     horizon = COHERENT_STEPS
-    one = learning_rate_ceiling(arch, 24, 128, horizon, 0.5)
+    one = learning_rate_ceiling(arch, 0.5, depth=24, width=128, steps=horizon)
     assert one.stack == pytest.approx(2 * STACK_CONSTANT / (128 * one.sensitivity * horizon), rel=1e-12)
     assert one.attention == pytest.approx(ATTENTION_CONSTANT * 2 * one.budget / horizon, rel=1e-12)
     assert one.floor == pytest.approx(2 * FLOOR_CONSTANT / (128 * one.sensitivity * horizon), rel=1e-12)
     assert one.ceiling == min(one.stack, one.attention)
-    wide = learning_rate_ceiling(arch, 24, 256, horizon, 0.5)
+    wide = learning_rate_ceiling(arch, 0.5, depth=24, width=256, steps=horizon)
     assert wide.stack == pytest.approx(one.stack / 2, rel=1e-12)
-    short = learning_rate_ceiling(arch, 24, 128, horizon // 3, 0.5)
+    short = learning_rate_ceiling(arch, 0.5, depth=24, width=128, steps=horizon // 3)
     assert short.stack == pytest.approx(3 * one.stack, rel=1e-12)
     assert short.attention == pytest.approx(3 * one.attention, rel=1e-12)
     for factor in (2, 10):
-        long = learning_rate_ceiling(arch, 24, 128, horizon * factor, 0.5)
+        long = learning_rate_ceiling(arch, 0.5, depth=24, width=128, steps=horizon * factor)
         assert (long.stack, long.attention) == (pytest.approx(one.stack, rel=1e-12),
                                                 pytest.approx(one.attention, rel=1e-12))
         assert long.floor == pytest.approx(one.floor / factor, rel=1e-12)
@@ -126,17 +127,18 @@ def test_ceiling_scalings():
 def test_ceiling_orders_the_published_points():
     """The constants fitted on the CPU sweep (d 32, never reading these points) put the issue's GPU points
     (d 256 and 480) on the right side of the ceiling."""
-    deep = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 48, 256, 400, 0.5)
+    deep = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 0.5, depth=48, width=256, steps=400)
     assert 1e-4 <= deep.ceiling < 5e-4
     for alpha in (0.5, 1.0):
-        assert learning_rate_ceiling(Architecture(alpha_sa=alpha, seq_len=128), 30, 480, 300, 0.5).ceiling < 5e-4
-    assert learning_rate_ceiling(Architecture(seq_len=64), 24, 64, 300, 0.5).ceiling >= 1e-3
+        arch = Architecture(alpha_sa=alpha, seq_len=128)
+        assert learning_rate_ceiling(arch, 0.5, depth=30, width=480, steps=300).ceiling < 5e-4
+    assert learning_rate_ceiling(Architecture(seq_len=64), 0.5, depth=24, width=64, steps=300).ceiling >= 1e-3
 
 
 def test_multi_head_conventions():
     """"head" scaling runs each head at H beta: its ceiling is that of one head at H beta with d_H rows."""
     heads = Architecture(heads=4, qk_scaling="head", seq_len=128)
-    c = learning_rate_ceiling(heads, 6, 256, 1000, 0.3)
+    c = learning_rate_ceiling(heads, 0.3, depth=6, width=256, steps=1000)
     a = attention_growth_budget(1.2, math.sqrt(2), 256, 128, head_dim=64)
     assert c.budget == pytest.approx(a, rel=1e-12)
     assert c.beta_critical == pytest.approx(math.sqrt(2) / 4)
@@ -149,7 +151,7 @@ def test_qk_norm_gets_a_ceiling_from_its_gains():
     from remprop.theory import qk_norm_growth_budget
 
     arch = Architecture(seq_len=128, norm="pre", qk_norm=True, head_dim=64, qk_norm_gain=1.3)
-    c = learning_rate_ceiling(arch, 4, 256, 100, 1.0)
+    c = learning_rate_ceiling(arch, 1.0, depth=4, width=256, steps=100)
     beta_c = float(c.beta_critical)
     a = float(c.budget)
     assert a == pytest.approx(float(qk_norm_growth_budget(1.0, beta_c, 1.3)), rel=1e-12) and a > 0
@@ -170,9 +172,9 @@ def test_branch_norms_count_each_branch_at_its_normalised_output(norm):
     closed form, at any input scale (docs/theory.md section 20)."""
     arch = Architecture(seq_len=128, norm=norm, branch_norm=True)
     for q0 in (1.0, 3.0):
-        terms = sub_block_sensitivities(arch, 4, 0.5, q0=q0)
+        terms = sub_block_sensitivities(arch, 0.5, depth=4, q0=q0)
         np.testing.assert_allclose(terms, 1.0 / np.sqrt(q0 + np.arange(1, 9)), rtol=1e-12)
-    c = learning_rate_ceiling(arch, 4, 128, 100, 0.5)
+    c = learning_rate_ceiling(arch, 0.5, depth=4, width=128, steps=100)
     assert float(c.sensitivity) == pytest.approx(float(np.sum(1.0 / np.sqrt(1.0 + np.arange(1, 9)))), rel=1e-12)
 
 
@@ -184,8 +186,8 @@ def test_bad_inputs_name_the_parameter():
         with pytest.raises(ValueError, match=name):
             learning_rate_ceiling(arch, **args)
     with pytest.raises(ValueError, match="seq_len"):
-        learning_rate_ceiling(Architecture(), 4, 64, 100, 0.5)
-    assert learning_rate_ceiling(Architecture(), 4, 64, 100, 0.5, seq_len=64).ceiling > 0
+        learning_rate_ceiling(Architecture(), 0.5, depth=4, width=64, steps=100)
+    assert learning_rate_ceiling(Architecture(), 0.5, depth=4, width=64, steps=100, seq_len=64).ceiling > 0
 
 
 def test_effective_beta_monte_carlo():
@@ -234,7 +236,7 @@ def test_torch_branch_perturbations_match_the_terms(norm, alpha):
     width, seq_len, depth, beta = 128, 16, 4, 0.5
     sim = SimulationSettings(width=width, seq_len=seq_len, dtype="float64", device="cpu")
     arch = Architecture(norm=norm, seq_len=seq_len, alpha_sa=alpha)
-    theory = sub_block_sensitivities(arch, depth, beta)
+    theory = sub_block_sensitivities(arch, beta, depth=depth)
     measured = np.mean([branch_perturbation_gains(
         arch, beta, depth, gaussian_tokens(count=2, seq_len=seq_len, width=width, seed=seed, dtype="float64").tokens,
         seed=seed, sim=sim) for seed in range(2)], axis=0)
@@ -260,7 +262,7 @@ def test_no_norm_closed_form_and_examples():
             new = skip2 * q + v(q)
             expected.append(math.sqrt(q / new))
             q = new
-    terms = sub_block_sensitivities(gain_controlled("none", alpha), depth, 0.5, q0=q0)
+    terms = sub_block_sensitivities(gain_controlled("none", alpha), 0.5, depth=depth, q0=q0)
     assert terms == pytest.approx(np.array(expected), rel=1e-12)
     assert doctest.testmod(module).failed == 0
 
@@ -277,13 +279,13 @@ def test_the_ceiling_counts_a_small_pre_ln_stream_at_its_branches_scale():
 
     arch = Architecture(norm="pre", seq_len=64)
     closed = 1.0 / np.sqrt(1.0 + np.arange(1, 17))
-    at_init_small = update_sensitivity(arch, 8, 0.5, q0=8e-4)
-    at_init_unit = update_sensitivity(arch, 8, 0.5, q0=1.0)
+    at_init_small = update_sensitivity(arch, 0.5, depth=8, q0=8e-4)
+    at_init_unit = update_sensitivity(arch, 0.5, depth=8, q0=1.0)
     assert at_init_small > 2.0 * at_init_unit > 4.0 * closed.sum()      # the init-time sensitivities
     for q0 in (8e-4, 1.0):
-        terms = sub_block_sensitivities(arch, 8, 0.5, q0=q0, grown_stream=True)
+        terms = sub_block_sensitivities(arch, 0.5, depth=8, q0=q0, grown_stream=True)
         np.testing.assert_allclose(terms, closed, rtol=1e-12)
-        assert update_sensitivity(arch, 8, 0.5, q0=q0, grown_stream=True) == pytest.approx(closed.sum(), rel=1e-12)
+        assert update_sensitivity(arch, 0.5, depth=8, q0=q0, grown_stream=True) == pytest.approx(closed.sum(), rel=1e-12)
     # weak skips: the grown stream forgets through them too, g = alpha^2 g + 1 a branch from g = 1 (alpha
     # 0.5: g -> 4/3); each term counts the larger of the stream at init and the grown one
     weak = Architecture(norm="pre", seq_len=64, alpha_sa=0.5, alpha_mlp=0.5)
@@ -291,13 +293,13 @@ def test_the_ceiling_counts_a_small_pre_ln_stream_at_its_branches_scale():
     g[0] = 0.25 + 1.0
     for m in range(1, 16):
         g[m] = 0.25 * g[m - 1] + 1.0
-    q_init = 1.0 / sub_block_sensitivities(weak, 8, 0.5) ** 2       # the stream after each branch at init
-    np.testing.assert_allclose(sub_block_sensitivities(weak, 8, 0.5, grown_stream=True),
+    q_init = 1.0 / sub_block_sensitivities(weak, 0.5, depth=8) ** 2       # the stream after each branch at init
+    np.testing.assert_allclose(sub_block_sensitivities(weak, 0.5, depth=8, grown_stream=True),
                                1.0 / np.sqrt(np.maximum(q_init, g)), rtol=1e-12)
-    small = learning_rate_ceiling(arch, 8, 64, 300, 0.5, q0=8e-4)
-    unit = learning_rate_ceiling(arch, 8, 64, 300, 0.5, q0=1.0)
+    small = learning_rate_ceiling(arch, 0.5, depth=8, width=64, steps=300, q0=8e-4)
+    unit = learning_rate_ceiling(arch, 0.5, depth=8, width=64, steps=300, q0=1.0)
     assert float(small.sensitivity) == pytest.approx(closed.sum(), rel=1e-12)
     assert float(small.stack) == pytest.approx(float(unit.stack), rel=1e-12)
     # post-LN reads normalised inputs after its first sub-block: the rule changes nothing there
     post = Architecture(norm="post", seq_len=64)
-    assert update_sensitivity(post, 8, 0.5, grown_stream=True) == update_sensitivity(post, 8, 0.5)
+    assert update_sensitivity(post, 0.5, depth=8, grown_stream=True) == update_sensitivity(post, 0.5, depth=8)

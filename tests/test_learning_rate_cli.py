@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from remprop.diagrams import TRAINABLE
-from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR, min_alpha_at_rate
-from remprop.theory import Architecture, learning_rate_ceiling, model_spec
+from remprop.diagrams.learning_rate import LR_ABOVE_CEILING, LR_BELOW_FLOOR, alpha_star_at_rate
+from remprop.theory import Architecture, RunSettings, learning_rate_ceiling, model_spec
 
 from cli_checks import assert_one_line_error, run_cli
 
@@ -17,7 +17,7 @@ DEPTH, WIDTH, STEPS, SEQ_LEN = 6, 64, 300, 64
 
 def ceilings(alphas, betas, **changes):
     arch = Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(alphas)[:, None], **changes)
-    return learning_rate_ceiling(arch, DEPTH, WIDTH, STEPS, np.asarray(betas)[None, :]).ceiling
+    return learning_rate_ceiling(arch, np.asarray(betas)[None, :], depth=DEPTH, width=WIDTH, steps=STEPS).ceiling
 
 
 def test_diagram_lr_marks_trainable_cells_above_the_ceiling(capsys, tmp_path):
@@ -32,8 +32,8 @@ def test_diagram_lr_marks_trainable_cells_above_the_ceiling(capsys, tmp_path):
     phase, theory_phase = np.array(saved["phase"]), np.load(tmp_path / "trainability.npz")["phase"]
     expected = (theory_phase == TRAINABLE) & (grid < lr)
     np.testing.assert_array_equal(phase == LR_ABOVE_CEILING, expected)
-    floors = learning_rate_ceiling(Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(ALPHAS)[:, None]), DEPTH, WIDTH,
-                                   STEPS, np.asarray(BETAS)[None, :]).floor
+    floors = learning_rate_ceiling(Architecture(seq_len=SEQ_LEN, alpha_sa=np.asarray(ALPHAS)[:, None]),
+                                   np.asarray(BETAS)[None, :], depth=DEPTH, width=WIDTH, steps=STEPS).floor
     slow = (theory_phase == TRAINABLE) & (floors > lr) & ~expected
     np.testing.assert_array_equal(phase == LR_BELOW_FLOOR, slow)
     assert result["below_floor"] == slow.sum()
@@ -77,7 +77,7 @@ def test_min_alpha_at_rate(capsys):
 
     def ceiling(alpha, beta):
         arch = Architecture(seq_len=SEQ_LEN, alpha_sa=alpha)
-        return float(learning_rate_ceiling(arch, depth, width, STEPS, beta).ceiling)
+        return float(learning_rate_ceiling(arch, beta, depth=depth, width=width, steps=STEPS).ceiling)
 
     lr = ceiling(1.5, 0.5)
     code, out, err = run_cli(capsys, "min-alpha", "--depth", depth, "--seq-len", SEQ_LEN, "--beta", "0.5,0.3,1.414",
@@ -90,7 +90,8 @@ def test_min_alpha_at_rate(capsys):
     # near beta_c the attention ceiling (the same at every alpha_SA for post-LN) is below lr: none reaches it
     assert at_lr[2] == "inf" and ceiling(1e3, 1.414) < lr
     # the command passes its own alpha*(L); the function computing it gives the same answer
-    python = min_alpha_at_rate(Architecture(seq_len=SEQ_LEN), depth, np.array([0.5, 0.3]), lr, width, STEPS)
+    run = RunSettings(Architecture(seq_len=SEQ_LEN), np.array([0.5, 0.3]), depth)
+    python = alpha_star_at_rate(run, lr, width, STEPS)
     assert list(python) == pytest.approx(at_lr[:2], rel=1e-12)
     code, out, err = run_cli(capsys, "min-alpha", "--depth", DEPTH, "--seq-len", SEQ_LEN, "--lr", 1.0, "--json")
     assert code == 0, err
@@ -111,8 +112,8 @@ def test_check_reports_the_ceiling(capsys, tmp_path):
     config.write_text(json.dumps(TINY_BERT))
     spec = model_spec(config)
     run = spec.settings
-    expected = learning_rate_ceiling(run.arch, run.depth, spec.width, 2000, run.beta, run.q0, run.rho0,
-                                     seq_len=spec.seq_len)
+    expected = learning_rate_ceiling(run.arch, run.beta, depth=run.depth, width=spec.width, steps=2000, q0=run.q0,
+                                     rho0=run.rho0, seq_len=spec.seq_len)
     code, out, err = run_cli(capsys, "check", config, "--steps", 2000, "--max-depth", 20, "--json", "--no-figure",
                              "--out", tmp_path)
     assert code == 0, err

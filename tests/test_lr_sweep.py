@@ -311,7 +311,7 @@ def test_the_measured_window_keeps_its_best_rate_over_the_steps():
 
     def window(r):
         arch = Architecture(norm=r["norm"], attention=r["attention"], alpha_sa=r["alpha"], seq_len=r["seq_len"])
-        return learning_rate_ceiling(arch, r["depth"], r["width"], r["steps"], r["beta"])
+        return learning_rate_ceiling(arch, r["beta"], depth=r["depth"], width=r["width"], steps=r["steps"])
 
     held = [r for r in steps_runs if r["steps"] == 3000]
     assert len(held) == 9 and all(r["split"] == HELD_OUT for r in held)

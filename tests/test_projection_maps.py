@@ -199,7 +199,8 @@ def test_attention_followed_by_projection_by_monte_carlo(q, p):
     # the asymptotic composed map is near (Y2 at T = 128 exceeds 1 - beta_c / beta, see
     # test_theory_montecarlo); here it only has to be the right scale: sigma_o2 times attention
     q_theory = C.serial(C.softmax_attention(beta, s_v, s_b), C.output_projection(s_o))(q, p)[0]
-    assert q_theory == pytest.approx(s_o * softmax_attention_map(q, p, beta, s_v, s_b)[0], rel=1e-15)
+    q_attention = softmax_attention_map(beta, q=q, p=p, sigma_v2=s_v, sigma_b2=s_b)[0]
+    assert q_theory == pytest.approx(s_o * q_attention, rel=1e-15)
     assert y2 > 0.3
 
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from remprop.theory import critical_beta, model_spec, participation_ratio, shipped_configs
+from remprop.theory import beta_critical, model_spec, participation_ratio, shipped_configs
 from remprop.theory.models.hf_config import CONFIG_DIR
 from remprop.theory.rem import gaussian_cosine_mean, qk_norm_beta, qk_norm_score_moments
 
@@ -92,8 +92,8 @@ def test_beta_is_the_rem_energy_variance_in_the_engine_convention():
     # cosine (x^2 = (1 - kappa)/log T <= T/((T - 1) log T) < 2), and for T = 2 when rho >= 0
     for T, low in ((2, 0.0), (3, -0.5), (128, -1 / 127), (4096, -1 / 4095), (10 ** 6, -1e-6)):
         r = np.linspace(low, 0.999, 50)
-        assert np.all(qk_norm_beta(r, 128, T) < critical_beta(1.0, r))
-    assert qk_norm_beta(-1.0, 128, 2) > critical_beta(1.0, -1.0)   # the bound is sharp: T = 2, rho = -1
+        assert np.all(qk_norm_beta(r, 128, T) < beta_critical(1.0, r))
+    assert qk_norm_beta(-1.0, 128, 2) > beta_critical(1.0, -1.0)   # the bound is sharp: T = 2, rho = -1
 
 
 def test_y2_of_qk_normed_rows_at_initialisation():

@@ -20,7 +20,7 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
         exec(compile(block, str(README), "exec"), namespace)
     # the numbers the tour quotes in its comments
     assert abs(namespace["traj"].rho[-1] - 0.9996) < 1e-4
-    assert abs(namespace["min_residual_strength"](namespace["bert"], depth=60, beta=0.5) - 1.233) < 1e-3
+    assert abs(namespace["alpha_star"](namespace["bert"], depth=60, beta=0.5) - 1.233) < 1e-3
     assert namespace["grid"].rho.shape == (4, 50, 61)
     assert (tmp_path / "bert60.npz").exists() and (tmp_path / "bert60.json").exists()
     # the real-model section: BERT-base numbers quoted in the prose
@@ -71,7 +71,7 @@ def test_readme_training_numbers_are_what_its_command_prints():
     assert (config["depth"], config["width"], config["seq_len"], config["steps"], config["lr"],
             config["batch_size"], config["vocab_size"], config["arch"]["norm"]) == \
         (args.depth, args.width, args.seq_len, args.steps, args.lr, args.batch_size, args.vocab_size, args.norm)
-    assert (grid["betas"], grid["alphas"], grid["seeds"]) == (list(args.betas), list(args.alphas), list(args.seeds))
+    assert (grid["betas"], grid["alphas"], grid["seeds"]) == (list(args.beta), list(args.alpha), list(args.seeds))
     assert args.device == "cpu" and grid["threads"] == 1  # the CPU numbers, one thread (reproducible)
 
     loss, spread = data["arrays"]["final_test_loss"], data["arrays"]["final_test_loss_std"]

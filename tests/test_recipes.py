@@ -23,14 +23,14 @@ XAVIER = Architecture(sigma_v2=1.0, sigma_w2=1.0, sigma_o2=1.0, sigma_w2_out=1.0
 
 def test_registry_returns_architectures_for_every_recipe():
     for name, recipe in RECIPES.items():
-        arch, beta = recipe(XAVIER, 12, 0.5, width=256)
+        arch, beta = recipe(XAVIER, 0.5, depth=12, width=256)
         assert isinstance(arch, Architecture), name
         assert beta > 0, name
 
 
 def test_deepnorm_constants():
     # Wang et al. 2022: alpha = (2N)^(1/4), beta = (8N)^(-1/4) on W_V, W_O, W_1, W_2
-    arch, beta = RECIPES["deepnorm"](XAVIER.replace(norm="pre"), 24, 0.5)
+    arch, beta = RECIPES["deepnorm"](XAVIER.replace(norm="pre"), 0.5, depth=24)
     assert arch.norm == "post" and beta == 0.5
     assert arch.alpha_sa == pytest.approx(48 ** 0.25) and arch.alpha_mlp == pytest.approx(48 ** 0.25)
     for name in ("sigma_v2", "sigma_o2", "sigma_w2", "sigma_w2_out"):
@@ -38,21 +38,21 @@ def test_deepnorm_constants():
 
 
 def test_t_fixup_gpt2_mup_and_inverse_sqrt_rules():
-    arch, _ = RECIPES["t-fixup"](XAVIER, 16, 0.5)
+    arch, _ = RECIPES["t-fixup"](XAVIER, 0.5, depth=16)
     assert arch.norm == "none" and arch.sigma_v2 == pytest.approx(0.67 ** 2 / 4)
-    arch, _ = RECIPES["t-fixup-decoder"](XAVIER, 16, 0.5)
+    arch, _ = RECIPES["t-fixup-decoder"](XAVIER, 0.5, depth=16)
     assert arch.sigma_w2_out == pytest.approx(144 ** -0.5)
     # GPT-2: 1/sqrt(2L) on the output projections; no projection (None) counts as 1
-    arch, _ = RECIPES["gpt2"](Architecture(), 10, 0.5)
+    arch, _ = RECIPES["gpt2"](Architecture(), 0.5, depth=10)
     assert arch.norm == "pre" and arch.sigma_o2 == pytest.approx(1 / 20) and arch.sigma_w2_out == pytest.approx(0.01)
     # muP: beta / sqrt(d_H)
-    assert RECIPES["mup"](XAVIER.replace(heads=4), 10, 0.5, width=256)[1] == pytest.approx(0.5 / 8)
+    assert RECIPES["mup"](XAVIER.replace(heads=4), 0.5, depth=10, width=256)[1] == pytest.approx(0.5 / 8)
     with pytest.raises(ValueError, match="width"):
-        RECIPES["mup"](XAVIER.replace(heads=3), 10, 0.5, width=256)
+        RECIPES["mup"](XAVIER.replace(heads=3), 0.5, depth=10, width=256)
     # 1/sqrt(L): post-LN as alpha = sqrt(L) (the factor cancels in LN), else on the last layers
-    arch, _ = RECIPES["inverse-sqrt-depth"](XAVIER, 25, 0.5)
+    arch, _ = RECIPES["inverse-sqrt-depth"](XAVIER, 0.5, depth=25)
     assert arch.alpha_sa == pytest.approx(5.0) and arch.sigma_o2 == 1.0
-    arch, _ = RECIPES["inverse-sqrt-depth"](XAVIER.replace(norm="pre"), 25, 0.5)
+    arch, _ = RECIPES["inverse-sqrt-depth"](XAVIER.replace(norm="pre"), 0.5, depth=25)
     assert arch.alpha_sa == 1.0 and arch.sigma_o2 == pytest.approx(0.04) and arch.sigma_w2_out == pytest.approx(0.04)
 
 
@@ -61,7 +61,7 @@ def test_rezero_is_the_identity_in_theory():
     # beta_c(q0, p0) = sqrt(2 / (q0 (q0 - p0)))
     q0, rho0 = 1.7, 0.4
     beta_c = math.sqrt(2 / (q0 * q0 * (1 - rho0)))
-    below, above = (recipe_predictions(Architecture(), 50, b, names=["rezero"], q0=q0, rho0=rho0)[0]
+    below, above = (recipe_predictions(Architecture(), b, depth=50, names=["rezero"], q0=q0, rho0=rho0)[0]
                     for b in (0.9 * beta_c, 1.1 * beta_c))
     assert below.rho_final == pytest.approx(rho0, abs=1e-12) and below.q_final == pytest.approx(q0, abs=1e-12)
     assert below.beta_critical == pytest.approx(beta_c, rel=1e-12)
@@ -71,7 +71,7 @@ def test_rezero_is_the_identity_in_theory():
 
 def test_recipes_rescue_a_collapsing_stack():
     # the Xavier post-LN base collapses at L = 48 (rho_L > 0.99); the depth recipes do not
-    rows = {r.recipe.name: r for r in recipe_predictions(XAVIER, 48, 0.5, rho0=0.3)}
+    rows = {r.recipe.name: r for r in recipe_predictions(XAVIER, 0.5, depth=48, rho0=0.3)}
     assert rows["base"].phase == "rank-collapse"
     for name in ("deepnorm", "rezero", "t-fixup", "gpt2", "inverse-sqrt-depth"):
         assert rows[name].phase == "trainable", name
@@ -82,7 +82,7 @@ def test_unknown_recipe_names():
     with pytest.raises(ValueError, match="only must name recipes"):
         check_recipe_names(["deepnorm", "fixup"])
     with pytest.raises(ValueError, match="only must name recipes"):
-        recipe_predictions(XAVIER, 4, 0.5, names=[])
+        recipe_predictions(XAVIER, 0.5, depth=4, names=[])
 
 
 SIM = dict(depth=8, width=128, seq_len=64, seeds=6, sequences=2)
@@ -95,7 +95,7 @@ def test_recipe_prediction_against_simulated_stack(name):
     from remprop.validation.settings import SimulationSettings
 
     torch.set_num_threads(1)
-    arch, beta = RECIPES[name](XAVIER.replace(seq_len=SIM["seq_len"]), SIM["depth"], 0.5, width=SIM["width"])
+    arch, beta = RECIPES[name](XAVIER.replace(seq_len=SIM["seq_len"]), 0.5, depth=SIM["depth"], width=SIM["width"])
     c = compare(arch, beta, depth=SIM["depth"],
                 sim=SimulationSettings(width=SIM["width"], seq_len=SIM["seq_len"], device="cpu", seeds=SIM["seeds"],
                                        sequences=SIM["sequences"], inputs="synthetic", q0=1.0, rho0=0.3),

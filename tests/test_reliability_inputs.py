@@ -220,11 +220,11 @@ def test_learning_rate_ceiling_names_unbroadcastable_inputs_and_refuses_bools():
 
     arch = Architecture(seq_len=64)
     with pytest.raises(ParameterError, match=r"^beta: .*broadcast together, got shapes beta \(3,\), q0 \(2,\)"):
-        learning_rate_ceiling(arch, 4, 64, 100, [0.5, 1.0, 2.0], q0=[1.0, 2.0])
+        learning_rate_ceiling(arch, [0.5, 1.0, 2.0], depth=4, width=64, steps=100, q0=[1.0, 2.0])
     for name, kwargs in (("beta", dict(beta=True)), ("q0", dict(beta=0.5, q0=True)),
                          ("beta", dict(beta=np.array([True, False])))):
         with pytest.raises(ParameterError, match=f"^{name} must be a real number") as err:
-            learning_rate_ceiling(arch, 4, 64, 100, **kwargs)
+            learning_rate_ceiling(arch, depth=4, width=64, steps=100, **kwargs)
         assert err.value.parameter == name
 
 
@@ -256,6 +256,6 @@ def test_the_learning_rate_walk_warns_nothing():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
-        ceiling = learning_rate_ceiling(Architecture(seq_len=16, alpha_sa=np.array([[1.0]])), 2, 16, 4,
-                                        np.array([[0.5]]))  # a trained diagram's one-cell window
+        ceiling = learning_rate_ceiling(Architecture(seq_len=16, alpha_sa=np.array([[1.0]])), np.array([[0.5]]),
+                                        depth=2, width=16, steps=4)  # a trained diagram's one-cell window
     assert np.isfinite(ceiling.ceiling).all()

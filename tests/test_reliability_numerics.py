@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import remprop.theory
-from remprop.diagrams import (ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram, min_residual_strength,
+from remprop.diagrams import (ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE, TrainabilityDiagram, alpha_star,
                               trainability_diagram)
 from remprop.theory import Architecture, RunSettings, final_state, propagate, register_activation
 from remprop.theory.checks import ParameterError
@@ -46,8 +46,8 @@ def test_post_ln_overflowing_skip_is_the_skip_dominated_limit_not_rank_collapse(
 
 def test_min_residual_strength_with_a_huge_bound_is_the_default_bound_answer():
     # the issue: inf at alpha_max 1e160 against 1.2334 at the default bound
-    default = min_residual_strength(Architecture(), 60, 0.5)
-    wide = min_residual_strength(Architecture(), 60, 0.5, alpha_max=1e160)
+    default = alpha_star(Architecture(), 0.5, 60)
+    wide = alpha_star(Architecture(), 0.5, 60, alpha_max=1e160)
     assert 1.23 < default < 1.24
     assert wide == pytest.approx(default, abs=1e-7)  # both brackets narrower than tol = 1e-8
 
@@ -151,7 +151,7 @@ def test_a_vanished_stream_still_loads():
 
 
 def test_min_residual_strength_of_no_beta_is_empty():
-    assert min_residual_strength(Architecture(), 10, []).shape == (0,)
+    assert alpha_star(Architecture(), [], 10).shape == (0,)
     assert final_state(Architecture(), [], 10)["rho"].shape == (0,)
 
 

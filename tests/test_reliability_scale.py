@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kernel_checks import assert_propagate_matches_block
-from remprop.diagrams import min_residual_strength, trainability_diagram
+from remprop.diagrams import alpha_star, trainability_diagram
 from remprop.diagrams.phases import RANK_COLLAPSE, TRAINABLE
 from remprop.theory import DEFAULT_THRESHOLD, Architecture, final_state, propagate
 from remprop.theory.activations.closed_form import relu_kernel_core
@@ -76,8 +76,8 @@ def test_deep_pre_ln_diagram_is_not_called_rank_collapsed():
     assert np.all(np.isfinite(diagram.rho_final))
     assert np.all(diagram.rho_final < DEFAULT_THRESHOLD)
     assert not np.any(diagram.phase == RANK_COLLAPSE)
-    alpha_star = min_residual_strength(arch, 10000, 0.05)
-    assert 1.0 < float(alpha_star) < 1.2
+    star = alpha_star(arch, 0.05, 10000)
+    assert 1.0 < float(star) < 1.2
     assert diagram.phase[0, 0] == TRAINABLE
 
 
@@ -86,10 +86,10 @@ def test_deep_no_ln_min_alpha_brackets_the_crossing():
     # overflowed and answered 1.0214, where rho_L is NaN. The answer must bracket the
     # threshold crossing with finite cosines on both sides.
     arch = Architecture(norm="none")
-    alpha_star = float(min_residual_strength(arch, 3000, 0.5))
-    assert math.isfinite(alpha_star) and alpha_star > 1.0
-    above = final_state(arch.replace(alpha_sa=alpha_star * (1 + 1e-6)), 0.5, 3000)["rho"]
-    below = final_state(arch.replace(alpha_sa=alpha_star * (1 - 1e-3)), 0.5, 3000)["rho"]
+    star = float(alpha_star(arch, 0.5, 3000))
+    assert math.isfinite(star) and star > 1.0
+    above = final_state(arch.replace(alpha_sa=star * (1 + 1e-6)), 0.5, 3000)["rho"]
+    below = final_state(arch.replace(alpha_sa=star * (1 - 1e-3)), 0.5, 3000)["rho"]
     assert above <= DEFAULT_THRESHOLD < below
 
 
@@ -98,7 +98,7 @@ def test_deep_no_ln_no_alpha_is_an_answer_from_finite_cosines():
     # was read from NaN; now every alpha in [1, 1000] has a finite rho_L above the
     # threshold (the ReLU MLP with its own skip alpha_mlp = 1 still aligns the tokens).
     arch = Architecture(norm="none")
-    assert math.isinf(float(min_residual_strength(arch, 10000, 0.5)))
+    assert math.isinf(float(alpha_star(arch, 0.5, 10000)))
     rho = final_state(arch.replace(alpha_sa=np.geomspace(1.0, 1e3, 7)), 0.5, 10000)["rho"]
     assert np.all(np.isfinite(rho)) and np.all(rho > DEFAULT_THRESHOLD)
 

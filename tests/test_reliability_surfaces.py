@@ -73,18 +73,18 @@ def test_recipe_predictions_keep_the_final_state_alone():
     last layer: the same kernels, so to round-off (1e-12 relative)."""
     from remprop.diagrams.recipes import recipe_predictions
 
-    for row in recipe_predictions(Architecture(), 24, 0.5, names=["deepnorm", "rezero"], rho0=0.2):
+    for row in recipe_predictions(Architecture(), 0.5, depth=24, names=["deepnorm", "rezero"], rho0=0.2):
         traj = propagate(row.run)
         assert math.isclose(row.rho_final, traj.rho[-1], rel_tol=1e-12, abs_tol=1e-15)
         assert math.isclose(row.q_final, traj.q[-1], rel_tol=1e-12)
-        assert math.isclose(row.beta_critical, row.arch.critical_beta(traj.beta_critical), rel_tol=1e-12)
+        assert math.isclose(row.beta_critical, row.arch.beta_critical(traj.beta_critical), rel_tol=1e-12)
 
 
 def test_deep_recipe_runs_in_bounded_memory():
     """30 million blocks, whose trajectory alone took 1.9 GB, run under a 1.5 GiB address-space
     limit (ReZero: no alpha* search, one kernel call of a second or two)."""
     code = ("from remprop.diagrams.recipes import recipe_predictions; from remprop.theory import Architecture\n"
-            "row, = recipe_predictions(Architecture(), 30_000_000, 0.5, names=['rezero'], rho0=0.3)\n"
+            "row, = recipe_predictions(Architecture(), 0.5, depth=30_000_000, names=['rezero'], rho0=0.3)\n"
             "print(row.rho_final)")
     status, out, err = limited_run(code, memory=int(1.5 * 2 ** 30), timeout=120)
     assert status == 0, err

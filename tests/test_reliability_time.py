@@ -23,7 +23,7 @@ import pytest
 from remprop.theory import load_hf_config, model_spec
 from remprop.theory.gradients import gradient_row_moments, key_gradient_norm, query_gradient_norm, \
     scaled_query_gradient_norm
-from remprop.theory.rem import (asymptotic_participation_moment, causal_participation_ratio, critical_beta,
+from remprop.theory.rem import (asymptotic_participation_moment, causal_participation_ratio, beta_critical,
                                 head_participation_ratio, pair_participation_moment, participation_moment,
                                 participation_ratio, participation_square)
 from remprop.theory.rem import integral
@@ -174,7 +174,7 @@ def test_gradient_norm_overflow_names_the_callers_parameters():
 def test_asymptotic_moments_keep_precision_when_every_y_rounds_to_one():
     """T -> infinity at m = beta_c / beta = 1.4e-108: K = m (1 - m) / 3, F = m (m^2 + m + 1) / 3."""
     moments = gradient_row_moments(1e8, 1e100, 0.0)
-    m = float(critical_beta(1e100, 0.0)) / 1e8
+    m = float(beta_critical(1e100, 0.0)) / 1e8
     assert moments["signal"] == pytest.approx(m / 3, rel=1e-10)
     assert moments["finite_width"] == pytest.approx(m / 3, rel=1e-10)
 

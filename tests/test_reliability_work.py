@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from remprop.cli.limits import check_work
-from remprop.diagrams import min_residual_strength, trainability_diagram
+from remprop.diagrams import alpha_star, trainability_diagram
 from remprop.theory import Architecture, propagate, propagate_at_layers, work_estimates
 from remprop.theory.propagation import final_state_rows, pack_parameters
 from remprop.theory.work_estimates import WorkInterrupted
@@ -205,9 +205,9 @@ def test_segmented_search_is_the_one_call_bisection(fields):
     """Forced into segments, the search evaluates the kernel's own midpoints: the same alpha*, bit for bit."""
     arch = Architecture(**fields)
     betas = np.array([0.2, 0.8, 2.0])
-    one_call = min_residual_strength(arch, 60, betas)
+    one_call = alpha_star(arch, betas, 60)
     steps = []
-    segmented = min_residual_strength(arch, 60, betas, segment=25, progress=steps.append)
+    segmented = alpha_star(arch, betas, 60, segment=25, progress=steps.append)
     np.testing.assert_array_equal(segmented, one_call)
     assert np.isfinite(one_call).all()
     assert max(steps) <= 25 * 400 * betas.size  # no call advanced more than one segment (scan: 400 alphas)
@@ -327,17 +327,17 @@ def test_learning_rate_ceiling_refuses_unbounded_depth_with_a_limit_to_raise():
     start = time.perf_counter()
     with pytest.raises(ValueError, match=r"^max_seconds: the learning-rate ceiling's walk through depth 1000000000 "
                                          r".*raise the limit"):
-        learning_rate_ceiling(arch, 10**9, 64, 100, 0.5)
+        learning_rate_ceiling(arch, 0.5, depth=10**9, width=64, steps=100)
     assert time.perf_counter() - start < 5.0  # refused before any walk (the bound of test_reliability_time.py)
     depth = int(MAX_SECONDS / ceiling_seconds(1, 1)) + 1  # just above the default limit: refused ...
     with pytest.raises(ValueError, match="^max_seconds"):
-        learning_rate_ceiling(arch, depth, 64, 100, 0.5)
+        learning_rate_ceiling(arch, 0.5, depth=depth, width=64, steps=100)
     with pytest.raises(ValueError, match="^max_seconds must be a number > 0"):
-        learning_rate_ceiling(arch, 4, 64, 100, 0.5, max_seconds=0)
-    small = learning_rate_ceiling(arch, 8, 64, 100, 0.5)
-    assert learning_rate_ceiling(arch, 8, 64, 100, 0.5, max_seconds=math.inf).ceiling == small.ceiling
+        learning_rate_ceiling(arch, 0.5, depth=4, width=64, steps=100, max_seconds=0)
+    small = learning_rate_ceiling(arch, 0.5, depth=8, width=64, steps=100)
+    assert learning_rate_ceiling(arch, 0.5, depth=8, width=64, steps=100, max_seconds=math.inf).ceiling == small.ceiling
     with pytest.raises(ValueError, match="^max_seconds"):  # ... and a lowered limit refuses a small walk
-        learning_rate_ceiling(arch, 8, 64, 100, 0.5, max_seconds=ceiling_seconds(1, 8) / 2)
+        learning_rate_ceiling(arch, 0.5, depth=8, width=64, steps=100, max_seconds=ceiling_seconds(1, 8) / 2)
 
 
 def test_the_command_line_limits_are_the_librarys():

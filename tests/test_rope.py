@@ -13,10 +13,10 @@ import pytest
 
 from remprop.theory import rope_softmax_attention_map, softmax_attention_map
 from remprop.theory.rem import (
-    critical_beta,
+    beta_critical,
     participation_ratio,
     rope_correlation,
-    rope_critical_beta,
+    rope_beta_critical,
     rope_frequencies,
     rope_mean_correlation,
     rope_participation_ratio,
@@ -66,21 +66,21 @@ def test_orthogonal_tokens_do_not_see_rope():
     beta = np.array([0.5, 1.5, 3.0])
     np.testing.assert_allclose(rope_participation_ratio(beta, 1.3, 0.0, 512, 64), participation_ratio(beta, 1.3, 0.0, 512),
                                rtol=1e-14)
-    assert rope_critical_beta(1.3, 0.0, 512, 64) == pytest.approx(critical_beta(1.3, 0.0), rel=1e-15)
-    np.testing.assert_allclose(rope_softmax_attention_map(1.3, 0.0, beta, seq_len=512),
-                               softmax_attention_map(1.3, 0.0, beta, seq_len=512), rtol=1e-14)
+    assert rope_beta_critical(1.3, 0.0, 512, 64) == pytest.approx(beta_critical(1.3, 0.0), rel=1e-15)
+    np.testing.assert_allclose(rope_softmax_attention_map(beta, q=1.3, p=0.0, seq_len=512),
+                               softmax_attention_map(beta, q=1.3, p=0.0, seq_len=512), rtol=1e-14)
 
 
 def test_collapsed_tokens_freeze_with_rope_only():
     """p = q: the REM's rows stay uniform (Y2 = 1/T, beta_c = inf); RoPE's field does not cancel."""
     seq_len, head_dim = 512, 128
     assert participation_ratio(3.0, 1.0, 1.0, seq_len) == pytest.approx(1.0 / seq_len, rel=1e-12)
-    assert math.isinf(critical_beta(1.0, 1.0))
+    assert math.isinf(beta_critical(1.0, 1.0))
     cbar = rope_mean_correlation(seq_len, head_dim)
-    assert rope_critical_beta(1.0, 1.0, seq_len, head_dim) == pytest.approx(math.sqrt(2.0 / (1.0 - cbar)))
+    assert rope_beta_critical(1.0, 1.0, seq_len, head_dim) == pytest.approx(math.sqrt(2.0 / (1.0 - cbar)))
     assert rope_participation_ratio(3.0, 1.0, 1.0, seq_len, head_dim) > 0.2
     # T -> infinity at fixed base: every score's variance counts, beta_c = sqrt(2) / q
-    assert rope_critical_beta(2.0, 1.5, None, head_dim) == pytest.approx(math.sqrt(2.0) / 2.0)
+    assert rope_beta_critical(2.0, 1.5, None, head_dim) == pytest.approx(math.sqrt(2.0) / 2.0)
     assert rope_participation_ratio(2.0, 2.0, 2.0, None, head_dim) == pytest.approx(1.0 - math.sqrt(2.0) / 4.0)
 
 
@@ -96,7 +96,7 @@ def test_small_beta_expansion_uses_the_mean_pair_variance():
     """Y2 = T^-1 [1 + (1 - 1/T) s2] to second order, s2 the mean over pairs of Var(g_m - g_l)/2."""
     seq_len, head_dim, q, p, beta = 64, 32, 1.0, 0.7, 2e-3
     k = np.arange(seq_len)
-    cov = rope_score_covariance(k[:, None], k[None, :], q, p, beta, seq_len, head_dim)
+    cov = rope_score_covariance(beta, k[:, None], k[None, :], q=q, p=p, seq_len=seq_len, head_dim=head_dim)
     half_diff = 0.5 * (np.diag(cov)[:, None] + np.diag(cov)[None, :] - 2.0 * cov)
     s2 = half_diff[~np.eye(seq_len, dtype=bool)].mean()
     y2 = rope_participation_ratio(beta, q, p, seq_len, head_dim)
@@ -130,7 +130,8 @@ def test_score_covariance_monte_carlo():
     scores = np.einsum("ni,nmi->nm", u, keys) / math.sqrt(d)
     measured = scores.T @ scores / draws                               # the scores have mean zero
     distance = positions - query
-    theory = rope_score_covariance(distance[:, None], distance[None, :], q, p, beta, seq_len, d, base)
+    theory = rope_score_covariance(beta, distance[:, None], distance[None, :], q=q, p=p, seq_len=seq_len, head_dim=d,
+                                   base=base)
     # Var(s_m s_l) = C_mm C_ll + C_ml^2 for Gaussian pairs: 5 standard errors per entry
     # (36 entries; the product of Gaussians has heavier tails, so 5 rather than 4)
     se = np.sqrt((np.outer(np.diag(theory), np.diag(theory)) + theory ** 2) / draws)

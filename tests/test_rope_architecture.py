@@ -15,7 +15,7 @@ import pytest
 from remprop.theory import Architecture, components as C, final_state, model_spec, propagate
 from remprop.theory import rope_softmax_attention_map
 from remprop.theory.propagation import PARAMETER_COLUMNS, pack_parameters
-from remprop.theory.rem import (critical_beta, participation_ratio, rope_critical_beta, rope_mean_correlation,
+from remprop.theory.rem import (beta_critical, participation_ratio, rope_beta_critical, rope_mean_correlation,
                                 rope_participation_ratio)
 
 T, D_H = 128, 64
@@ -35,7 +35,7 @@ def test_absolute_positions_change_nothing_bit_for_bit():
     for name in ("q", "p", "rho", "beta_critical"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     q, p = np.array([1.0, 2.0]), np.array([0.3, 1.9])
-    np.testing.assert_array_equal(base.block_critical_beta(q, p), critical_beta(*base.attention_input(q, p)))
+    np.testing.assert_array_equal(base.block_beta_critical(q, p), beta_critical(*base.attention_input(q, p)))
 
 
 @pytest.mark.parametrize("attention", ["softmax", "gain-controlled"])
@@ -50,7 +50,8 @@ def test_the_attention_component_is_the_rope_map(attention):
     qa, pa = arch.attention_map(beta)(q, p)
     y2 = rope_participation_ratio(beta, q, p, T, D_H)
     if attention == "softmax":
-        q_ref, p_ref = rope_softmax_attention_map(q, p, beta, arch.sigma_v2, arch.sigma_b2, T, D_H)
+        q_ref, p_ref = rope_softmax_attention_map(beta, q=q, p=p, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2,
+                                                  seq_len=T, head_dim=D_H)
     else:
         q_ref, p_ref = C.gain_controlled_attention(beta, arch.sigma_v2, arch.sigma_b2, T)._attend(
             q, p, y2, arch.sigma_v2, arch.sigma_b2)
@@ -64,14 +65,14 @@ def test_critical_beta_is_the_rope_critical_beta_of_the_attention_input():
     arch = Architecture(norm="pre", **ROPE)
     q, p = np.array([0.5, 2.0, 3.0]), np.array([0.1, 1.0, 3.0])
     q_in, p_in = arch.attention_input(q, p)
-    np.testing.assert_allclose(arch.block_critical_beta(q, p), rope_critical_beta(q_in, p_in, T, D_H), rtol=1e-15)
+    np.testing.assert_allclose(arch.block_beta_critical(q, p), rope_beta_critical(q_in, p_in, T, D_H), rtol=1e-15)
     # collapsed tokens freeze at a finite beta with RoPE (all of their score variance is positional)
-    assert np.isfinite(arch.block_critical_beta(3.0, 3.0))
+    assert np.isfinite(arch.block_beta_critical(3.0, 3.0))
     traj = propagate(arch, 1.0, 5, rho0=0.3)
-    np.testing.assert_allclose(traj.beta_critical, arch.block_critical_beta(traj.q[:-1], traj.p[:-1]), rtol=1e-12)
+    np.testing.assert_allclose(traj.beta_critical, arch.block_beta_critical(traj.q[:-1], traj.p[:-1]), rtol=1e-12)
     final = final_state(arch, 1.0, 5, rho0=0.3)
     assert final["beta_critical_min"] == pytest.approx(traj.beta_critical.min(), rel=1e-12)
-    assert arch.critical_beta(traj.beta_critical) == pytest.approx(traj.beta_critical.min(), rel=1e-12)
+    assert arch.beta_critical(traj.beta_critical) == pytest.approx(traj.beta_critical.min(), rel=1e-12)
 
 
 @pytest.mark.parametrize("fields, message", [

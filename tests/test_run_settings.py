@@ -1,7 +1,7 @@
 """RunSettings is validated once, at the door, and the functions below it trust it.
 
 docs/architecture.md: a trainability diagram builds one RunSettings; propagate, final_state,
-pack_parameters and min_residual_strength take it in place of the architecture and check
+pack_parameters and alpha_star take it in place of the architecture and check
 none of its fields again, while their own arguments are still checked for direct callers.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from remprop.diagrams import min_residual_strength, trainability_diagram
+from remprop.diagrams import alpha_star, trainability_diagram
 from remprop.theory import Architecture, RunSettings, final_state, propagate, softcap
 from remprop.theory.propagation import pack_parameters
 
@@ -24,8 +24,8 @@ def test_a_run_gives_the_numbers_of_its_fields():
     np.testing.assert_array_equal(by_run.beta_critical, by_fields.beta_critical)
     for name, value in final_state(run).items():
         np.testing.assert_array_equal(value, final_state(ARCH, [0.3, 0.9], 7, 1.5, 0.2)[name])
-    np.testing.assert_array_equal(min_residual_strength(run),
-                                  min_residual_strength(ARCH, 7, [0.3, 0.9], 0.95, q0=1.5, rho0=0.2))
+    np.testing.assert_array_equal(alpha_star(run),
+                                  alpha_star(ARCH, [0.3, 0.9], 7, 0.95, q0=1.5, rho0=0.2))
     shape, size, rows = pack_parameters(run)
     _, _, direct = pack_parameters(ARCH, [0.3, 0.9], 1.5, 0.2)
     assert shape == (2,) and size == 2
@@ -45,7 +45,7 @@ def test_over_alphas_is_the_grid_of_cells():
 
 @pytest.mark.parametrize("call", [
     lambda run: propagate(run, 0.5), lambda run: propagate(run, depth=3), lambda run: final_state(run, q0=1.0),
-    lambda run: pack_parameters(run, rho0=0.1), lambda run: min_residual_strength(run, threshold=0.9),
+    lambda run: pack_parameters(run, rho0=0.1), lambda run: alpha_star(run, threshold=0.9),
 ])
 def test_a_field_given_beside_its_run_is_refused(call):
     with pytest.raises(ValueError, match=r"^\w+: given beside a RunSettings"):
@@ -62,7 +62,7 @@ def test_direct_callers_are_still_checked():
     with pytest.raises(ValueError, match="^arch must be a remprop.theory.Architecture"):
         pack_parameters("post", 0.5)
     with pytest.raises(ValueError, match="^threshold"):
-        min_residual_strength(ARCH, 3, 0.5, threshold=1.5)
+        alpha_star(ARCH, 0.5, 3, threshold=1.5)
 
 
 def test_the_softcap_is_checked_with_the_run():
@@ -81,7 +81,7 @@ def test_a_diagram_checks_its_run_once(monkeypatch):
     monkeypatch.setattr(softcap, "check_logit_softcap",
                         lambda arch, beta, q0=1.0: calls.append(np.shape(beta)) or original(arch, beta, q0))
     diagram = trainability_diagram(ARCH, [0.5, 1.0, 2.0], [0.0, 1.0], 4)
-    assert calls == [(3,)]  # RunSettings, once; not again in final_state nor in min_residual_strength
+    assert calls == [(3,)]  # RunSettings, once; not again in final_state nor in alpha_star
     assert diagram.phase.shape == (2, 3)
     calls.clear()
     propagate(ARCH, 0.5, 3)

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 from remprop.cli import main  # noqa: E402
 from remprop.diagrams import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE  # noqa: E402
-from remprop.theory import Architecture, critical_beta, layernorm_map  # noqa: E402
+from remprop.theory import Architecture, beta_critical, layernorm_map  # noqa: E402
 from remprop.validation.experiments.cell_store import CellStore, atomic_write_json  # noqa: E402
 from remprop.validation.experiments.measured_diagram import MeasuredDiagram, measured_beta_critical  # noqa: E402
 from remprop.validation.experiments.sweep import SweepSpec, cell_key, load_records, run_sweep  # noqa: E402
@@ -214,7 +214,7 @@ def test_measured_phase_follows_the_theory_rule():
     q, p = [1.5, 1.0, 1.0, 1.0], [0.3, 0.9, 0.95, 0.99]  # input state: beta_c = sqrt(2 / (1.5 * 1.2)) = 1.054
     finals = [[0.95, 0.5, 0.95], [0.5, "nan", 0.2]]
     diagram = MeasuredDiagram.from_records(spec, fake_records(spec, finals, q, p), theory="asymptotic")
-    beta_c = float(critical_beta(1.5, 0.3))
+    beta_c = float(beta_critical(1.5, 0.3))
     assert np.allclose(diagram.beta_critical_cells, beta_c)
     assert diagram.phase.tolist() == [[RANK_COLLAPSE, ENTROPY_COLLAPSE, ENTROPY_COLLAPSE],
                                       [TRAINABLE, ENTROPY_COLLAPSE, ENTROPY_COLLAPSE]]
@@ -227,11 +227,11 @@ def test_measured_phase_follows_the_theory_rule():
 def test_pre_ln_uses_the_smallest_beta_c_over_layers_after_layernorm():
     q = np.array([[2.0, 4.0, 9.0, 16.0]])
     p = np.array([[0.2, 2.0, 3.0, 15.0]])
-    expected = np.min(critical_beta(*layernorm_map(q[:, :-1], p[:, :-1])), axis=-1)
+    expected = np.min(beta_critical(*layernorm_map(q[:, :-1], p[:, :-1])), axis=-1)
     assert np.allclose(measured_beta_critical(Architecture(norm="pre"), q, p), expected)
     assert np.allclose(measured_beta_critical(Architecture(norm="none"), q, p),
-                       np.min(critical_beta(q[:, :-1], p[:, :-1]), axis=-1))
-    assert np.allclose(measured_beta_critical(Architecture(norm="post"), q, p), critical_beta(2.0, 0.2))
+                       np.min(beta_critical(q[:, :-1], p[:, :-1]), axis=-1))
+    assert np.allclose(measured_beta_critical(Architecture(norm="post"), q, p), beta_critical(2.0, 0.2))
     # four heads under qk_scaling="head" run at 4 beta: the model-level beta_c is a quarter
     assert np.allclose(measured_beta_critical(Architecture(norm="pre", heads=4, qk_scaling="head"), q, p),
                        expected / 4)

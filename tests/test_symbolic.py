@@ -287,7 +287,7 @@ def test_alpha_star_independent_of_beta_in_spread_phase():
 def test_min_residual_strength_law_against_numeric(bert_alpha_star):
     depths = np.array(DEPTHS, dtype=float)
     numeric = np.array([bert_alpha_star[d] for d in DEPTHS])
-    law = S.min_residual_strength_law(depths)
+    law = S.alpha_star_law(depths)
     eps_t = 1.0 - THRESHOLD
     n = {o: S.depth_to_collapse(eps_t, 1.0, numeric, em_order=o) for o in (0, 1, 2)}
     slopes = np.array([max_decrement_slope(Architecture(alpha_sa=a), eps_t) for a in numeric])
@@ -305,7 +305,7 @@ def test_min_residual_strength_law_against_numeric(bert_alpha_star):
     assert np.all(rel <= tolerance + 1e-9)  # + bisection tolerances (1e-12 numeric, ~1e-16 law)
     assert rel[-1] < 1e-6 and rel[0] < 1e-5
     # the leading term alone (continuum integral) is off by ~0.3-0.8 %: the log correction matters
-    rel0 = np.abs(S.min_residual_strength_law(depths, em_order=0) / numeric - 1)
+    rel0 = np.abs(S.alpha_star_law(depths, em_order=0) / numeric - 1)
     assert np.all(rel0 > 1e-3) and np.all(rel0 < 1e-2)
     # alpha* grows faster than sqrt(L) at BERT settings (the MLP also collapses)
     assert np.all(np.diff(numeric / np.sqrt(depths)) > 0)
@@ -320,7 +320,7 @@ def test_critical_depth_bert():
     # the fractional crossing by linear interpolation: interpolation error <= G'/8 ~ 1e-3 layer
     crossing = n + (THRESHOLD - rho[n]) / (rho[n + 1] - rho[n])
     assert abs(crossing - l_max) < 0.01
-    assert np.isinf(S.min_residual_strength_law(n + 1))
+    assert np.isinf(S.alpha_star_law(n + 1))
     assert np.isinf(numeric_alpha_star(Architecture(), n + 1, hi=1e8))
     # the bias shortens L_max; without it the kernel's eps^(3/2) term still bounds it
     assert S.critical_depth(THRESHOLD, sigma_b2=0.0) > l_max + 500
@@ -346,10 +346,10 @@ def test_attention_only_law_exact():
 @pytest.mark.parametrize("call, name", [
     (lambda: S.relu_kernel_expansion(0.3), "order"),
     (lambda: S.block_map_expansion(1), "order"),
-    (lambda: S.min_residual_strength_law(100, threshold=1.0), "threshold"),
-    (lambda: S.min_residual_strength_law(0.5), "depth"),
-    (lambda: S.min_residual_strength_law(100, sigma_b2=-1.0), "sigma_b2"),
-    (lambda: S.min_residual_strength_law(100, em_order=3), "em_order"),
+    (lambda: S.alpha_star_law(100, threshold=1.0), "threshold"),
+    (lambda: S.alpha_star_law(0.5), "depth"),
+    (lambda: S.alpha_star_law(100, sigma_b2=-1.0), "sigma_b2"),
+    (lambda: S.alpha_star_law(100, em_order=3), "em_order"),
     (lambda: S.critical_depth(sigma_w2=0.0), "sigma_w2"),
     (lambda: S.depth_to_collapse(0.5, 0.1), "eps_final"),
     (lambda: S.attention_only_residual_law(100, sigma_b2=0.0), "sigma_b2"),
@@ -362,7 +362,7 @@ def test_bad_input_names_parameter(call, name):
 
 
 def test_broadcasting():
-    out = S.min_residual_strength_law(np.array([[100.0], [200.0]]), sigma_v2=np.array([0.1, 0.2, 0.4]))
+    out = S.alpha_star_law(np.array([[100.0], [200.0]]), sigma_v2=np.array([0.1, 0.2, 0.4]))
     assert out.shape == (2, 3)
     assert np.all(np.diff(out, axis=0) > 0) and np.all(np.diff(out, axis=1) > 0)
 

@@ -13,7 +13,7 @@ from remprop.theory import (
     Architecture,
     activation_moments,
     components as C,
-    critical_beta,
+    beta_critical,
     dense_map,
     final_state,
     gain_controlled_attention_map,
@@ -37,10 +37,10 @@ def assert_names(err, name):
 
 # (parameter named in the error, call) ------------------------------------------------
 STATE_MAPS = {
-    "critical_beta": lambda q, p: critical_beta(q, p),
+    "beta_critical": lambda q, p: beta_critical(q, p),
     "participation_ratio": lambda q, p: participation_ratio(1.0, q, p),
-    "softmax_attention_map": lambda q, p: softmax_attention_map(q, p, 1.0),
-    "gain_controlled_attention_map": lambda q, p: gain_controlled_attention_map(q, p, 1.0),
+    "softmax_attention_map": lambda q, p: softmax_attention_map(1.0, q=q, p=p),
+    "gain_controlled_attention_map": lambda q, p: gain_controlled_attention_map(1.0, q=q, p=p),
     "layernorm_map": lambda q, p: layernorm_map(q, p),
     "dense_map": lambda q, p: dense_map(q, p),
     "mlp_map": lambda q, p: mlp_map(q, p),
@@ -69,17 +69,17 @@ BAD_CALLS = {
     "participation_ratio beta=nan": (lambda: participation_ratio(NAN, 1.0, 0.0), "beta"),
     "participation_ratio beta array nan": (
         lambda: participation_ratio(np.array([0.5, NAN]), 1.0, 0.0), "beta"),
-    "softmax beta=0": (lambda: softmax_attention_map(1.0, 0.0, 0.0), "beta"),
-    "softmax beta=nan": (lambda: softmax_attention_map(1.0, 0.0, NAN), "beta"),
-    "softmax sigma_v2<0": (lambda: softmax_attention_map(1.0, 0.0, 1.0, sigma_v2=-0.1), "sigma_v2"),
-    "softmax sigma_v2=nan": (lambda: softmax_attention_map(1.0, 0.0, 1.0, sigma_v2=NAN), "sigma_v2"),
-    "softmax sigma_b2<0": (lambda: softmax_attention_map(1.0, 0.0, 1.0, sigma_b2=-1e-4), "sigma_b2"),
-    "softmax sigma_b2=nan": (lambda: softmax_attention_map(1.0, 0.0, 1.0, sigma_b2=NAN), "sigma_b2"),
-    "gain-controlled beta<0": (lambda: gain_controlled_attention_map(1.0, 0.0, -2.0), "beta"),
+    "softmax beta=0": (lambda: softmax_attention_map(0.0, q=1.0, p=0.0), "beta"),
+    "softmax beta=nan": (lambda: softmax_attention_map(NAN, q=1.0, p=0.0), "beta"),
+    "softmax sigma_v2<0": (lambda: softmax_attention_map(1.0, q=1.0, p=0.0, sigma_v2=-0.1), "sigma_v2"),
+    "softmax sigma_v2=nan": (lambda: softmax_attention_map(1.0, q=1.0, p=0.0, sigma_v2=NAN), "sigma_v2"),
+    "softmax sigma_b2<0": (lambda: softmax_attention_map(1.0, q=1.0, p=0.0, sigma_b2=-1e-4), "sigma_b2"),
+    "softmax sigma_b2=nan": (lambda: softmax_attention_map(1.0, q=1.0, p=0.0, sigma_b2=NAN), "sigma_b2"),
+    "gain-controlled beta<0": (lambda: gain_controlled_attention_map(-2.0, q=1.0, p=0.0), "beta"),
     "gain-controlled sigma_v2<0": (
-        lambda: gain_controlled_attention_map(1.0, 0.0, 1.0, sigma_v2=-1.0), "sigma_v2"),
+        lambda: gain_controlled_attention_map(1.0, q=1.0, p=0.0, sigma_v2=-1.0), "sigma_v2"),
     "gain-controlled sigma_b2=nan": (
-        lambda: gain_controlled_attention_map(1.0, 0.0, 1.0, sigma_b2=NAN), "sigma_b2"),
+        lambda: gain_controlled_attention_map(1.0, q=1.0, p=0.0, sigma_b2=NAN), "sigma_b2"),
     # skip connection: branch state and alpha
     "skip q_branch<=0": (lambda: skip_map(0.0, 0.0, 1.0, 0.0), "q_branch"),
     "skip q_branch=nan": (lambda: skip_map(NAN, 0.0, 1.0, 0.0), "q_branch"),
@@ -113,9 +113,9 @@ BAD_CALLS = {
     "Architecture.replace unknown field": (lambda: ARCH.replace(depth=3), "depth"),
     "mlp sigma_w2=sigma_b2=0": (lambda: mlp_map(1.0, 0.0, 0.0, 0.0), "sigma_w2"),
     # attention inputs are T tokens: cosine >= -1/(T - 1), i.e. >= 0 as T -> infinity
-    "softmax p<0 (T -> inf)": (lambda: softmax_attention_map(1.0, -0.1, 0.5), "p"),
-    "gain-controlled p<0 (T -> inf)": (lambda: gain_controlled_attention_map(1.0, -0.1, 0.5), "p"),
-    "softmax p/q<-1/(T-1)": (lambda: softmax_attention_map(1.0, -0.2, 0.5, seq_len=8), "p"),
+    "softmax p<0 (T -> inf)": (lambda: softmax_attention_map(0.5, q=1.0, p=-0.1), "p"),
+    "gain-controlled p<0 (T -> inf)": (lambda: gain_controlled_attention_map(0.5, q=1.0, p=-0.1), "p"),
+    "softmax p/q<-1/(T-1)": (lambda: softmax_attention_map(0.5, q=1.0, p=-0.2, seq_len=8), "p"),
     "components.softmax_attention p<0": (lambda: C.softmax_attention(1.0)(1.0, -0.1), "p"),
     "pre-LN block p<0": (lambda: ARCH.replace(norm="pre").block(1.0)(2.0, -0.1), "p"),
     "propagate rho0<0 (T -> inf)": (lambda: propagate(ARCH, 0.5, 3, rho0=-0.1), "rho0"),
@@ -173,7 +173,7 @@ def test_finite_seq_len_accepts_the_most_negative_simplex_cosine():
     T = 8
     traj = propagate(ARCH.replace(seq_len=T), 0.5, 3, rho0=-1.0 / (T - 1))
     assert np.all(traj.q > 0) and np.all(np.abs(traj.rho) <= 1.0)
-    q_a, p_a = softmax_attention_map(1.0, -1.0 / (T - 1), 0.5, seq_len=T)
+    q_a, p_a = softmax_attention_map(0.5, q=1.0, p=-1.0 / (T - 1), seq_len=T)
     assert q_a > 0 and abs(p_a) <= q_a
 
 

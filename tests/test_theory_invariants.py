@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from remprop.theory import Architecture, critical_beta, final_state, propagate
+from remprop.theory import Architecture, beta_critical, final_state, propagate
 
 NORMS = ("post", "pre", "none")
 ATTENTIONS = ("softmax", "gain-controlled")
@@ -77,7 +77,7 @@ def test_post_ln_final_cosine_does_not_increase_with_alpha_sa_below_beta_c(field
     trajectory (rho does not decrease), so beta < beta_c of the input holds at every layer.
     Slack: a block's round-off, carried through a contracting map.
     """
-    beta = beta_fraction * critical_beta(1.0, rho0)
+    beta = beta_fraction * beta_critical(1.0, rho0)
     alphas = np.linspace(0.0, 3.0, 61)
     arch = Architecture(norm="post", attention="softmax", activation="relu",
                         **{**fields, "alpha_sa": alphas})
@@ -125,7 +125,7 @@ def test_entropy_transition_does_not_depend_on_alpha(norm, attention, activation
                         **{**fields, "alpha_sa": alphas, "alpha_mlp": alphas[::-1]})
     first = final_state(arch, betas, depth, q0=q0, rho0=rho0)["beta_critical_first"]
     assert first.shape == (13, 9)
-    expected = critical_beta(1.0, rho0) if norm == "pre" else critical_beta(q0, q0 * rho0)
+    expected = beta_critical(1.0, rho0) if norm == "pre" else beta_critical(q0, q0 * rho0)
     assert np.all(first == first[0, 0])
     assert abs(first[0, 0] - expected) <= 1e-12 * expected
     entropy_collapse = betas > first
@@ -164,7 +164,7 @@ def test_linear_no_ln_stack_with_uniform_attention_has_a_closed_form(fields, bet
     some layer are discarded.
     """
     arch = Architecture(norm="none", attention="softmax", activation="linear", **fields)
-    beta = beta_fraction * critical_beta(q0, q0 * rho0)
+    beta = beta_fraction * beta_critical(q0, q0 * rho0)
     traj = propagate(arch, beta, depth, q0=q0, rho0=rho0)
     assume(np.all(traj.beta_critical > beta))
     factor = fields["alpha_sa"] ** 2 * (fields["sigma_w2"] ** 2 + fields["alpha_mlp"] ** 2)

@@ -290,7 +290,7 @@ ROPE_CHOICES = [(norm, attention, sigma_o2) for norm in ("post", "pre", "none")
                          ids=["-".join(str(x) for x in choice) for choice in ROPE_CHOICES])
 def test_kernels_follow_the_composed_block_with_rope(norm, attention, sigma_o2):
     """As above with positions="rope" (T = 64, d_H = 16, base 1e4: cbar_T = 0.58, far from 1), 8
-    layers; the kernels' per-layer beta_c is Architecture.block_critical_beta of the state."""
+    layers; the kernels' per-layer beta_c is Architecture.block_beta_critical of the state."""
     arch = Architecture(norm=norm, attention=attention, sigma_o2=sigma_o2, seq_len=64, sigma_b2=0.01,
                         positions="rope", head_dim=16,
                         alpha_sa=np.array([0.0, 0.5, 1.0, 1.5])[:, None, None, None])
@@ -299,7 +299,7 @@ def test_kernels_follow_the_composed_block_with_rope(norm, attention, sigma_o2):
     q0 = np.array([0.5, 1.0, 2.0])[:, None]
     rho0 = np.array([0.0, 0.4, 0.9])
     traj = assert_propagate_matches_block(arch, betas, 8, rho0=rho0, q0=q0)
-    expected = arch.block_critical_beta(traj.q[..., :-1], traj.p[..., :-1])
+    expected = arch.block_beta_critical(traj.q[..., :-1], traj.p[..., :-1])
     np.testing.assert_allclose(traj.beta_critical, expected, rtol=1e-12)
 
 

@@ -14,7 +14,7 @@ import reference as ref
 from remprop.theory import (
     activation_moments,
     components as C,
-    critical_beta,
+    beta_critical,
     dense_map,
     gain_controlled_attention_map,
     layernorm_map,
@@ -49,22 +49,22 @@ def close(a, b, scale=None):
 
 # --- critical beta --------------------------------------------------------------------
 def test_critical_beta_of_orthogonal_normalised_tokens_is_sqrt_two():
-    assert abs(critical_beta(1.0, 0.0) - math.sqrt(2.0)) <= 1e-15
+    assert abs(beta_critical(1.0, 0.0) - math.sqrt(2.0)) <= 1e-15
 
 
 def test_critical_beta_of_collapsed_tokens_is_infinite():
-    assert critical_beta(1.0, 1.0) == math.inf
-    assert critical_beta(2.5, 2.5) == math.inf
+    assert beta_critical(1.0, 1.0) == math.inf
+    assert beta_critical(2.5, 2.5) == math.inf
 
 
 def test_critical_beta_broadcasts_and_matches_reference():
     q = np.array([[0.5], [1.0], [3.0]])
     p = np.array([-0.2, 0.0, 0.25, 0.5])
-    got = critical_beta(q, p)
+    got = beta_critical(q, p)
     assert got.shape == (3, 4)
     for i in range(3):
         for j in range(4):
-            assert close(got[i, j], ref.critical_beta(q[i, 0], p[j]))
+            assert close(got[i, j], ref.beta_critical(q[i, 0], p[j]))
 
 
 @settings(deadline=None)
@@ -75,13 +75,13 @@ def test_critical_beta_scales_like_a_temperature(qp, scale):
     if p == q or scale * p == scale * q:
         # collapsed tokens (beta_c = inf), also where q and p one ulp apart round to one value
         # once scaled (q = 1 - eps, p = 1 - 2 eps, scale 5: hypothesis found it)
-        assert critical_beta(scale * q, scale * p) == np.inf
+        assert beta_critical(scale * q, scale * p) == np.inf
         return
     # q - p cancels: its relative rounding error is up to ~2 eps q / (q - p) (on each side),
     # and beta_c = sqrt(2 / (q (q - p))) halves relative errors.
     rounding = 2.3e-16 * (2 + 2 * q / (q - p))
-    want = critical_beta(q, p) / scale
-    assert abs(critical_beta(scale * q, scale * p) - want) <= (TOL + rounding) * want
+    want = beta_critical(q, p) / scale
+    assert abs(beta_critical(scale * q, scale * p) - want) <= (TOL + rounding) * want
 
 
 # --- participation ratio --------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_critical_beta_scales_like_a_temperature(qp, scale):
 @given(simplex(), floats(1e-3, 1.0 - 1e-9))
 def test_participation_ratio_vanishes_below_beta_c(qp, fraction):
     q, p = qp
-    beta_c = critical_beta(q, p)
+    beta_c = beta_critical(q, p)
     if not math.isfinite(beta_c):
         return
     assert participation_ratio(fraction * beta_c, q, p) == 0.0
@@ -100,7 +100,7 @@ def test_participation_ratio_vanishes_below_beta_c(qp, fraction):
 @given(simplex(), floats(1.0 + 1e-6, 1e6))
 def test_participation_ratio_above_beta_c_is_one_minus_ratio(qp, factor):
     q, p = qp
-    beta_c = critical_beta(q, p)
+    beta_c = beta_critical(q, p)
     if not math.isfinite(beta_c):
         return
     beta = factor * beta_c
@@ -259,19 +259,19 @@ def test_attention_output_cosine_without_bias(qp, beta, sigma_v2):
     q, p = qp
     if p <= 1e-6 * q:
         return
-    q_a, p_a = softmax_attention_map(q, p, beta, sigma_v2, 0.0)
+    q_a, p_a = softmax_attention_map(beta, q=q, p=p, sigma_v2=sigma_v2, sigma_b2=0.0)
     y2 = participation_ratio(beta, q, p)
     assert abs(p_a / q_a - p / (p + (q - p) * y2)) <= 1e-12
 
 
 def test_spread_attention_collapses_the_tokens_completely():
     """Below beta_c every row averages all tokens: output cosine exactly 1."""
-    q_a, p_a = softmax_attention_map(1.0, 0.3, 0.5, 0.2, 4e-4)
+    q_a, p_a = softmax_attention_map(0.5, q=1.0, p=0.3, sigma_v2=0.2, sigma_b2=4e-4)
     assert q_a == p_a
 
 
 def test_gain_controlled_attention_outputs_the_bias_alone_in_the_spread_phase():
-    assert gain_controlled_attention_map(1.0, 0.3, 0.5, 0.2, 4e-4) == (4e-4, 4e-4)
+    assert gain_controlled_attention_map(0.5, q=1.0, p=0.3, sigma_v2=0.2, sigma_b2=4e-4) == (4e-4, 4e-4)
 
 
 @settings(deadline=None)
@@ -280,7 +280,7 @@ def test_attention_maps_match_reference(qp, beta, sigma_v2, sigma_b2):
     q, p = qp
     for public, scalar in ((softmax_attention_map, ref.softmax_attention),
                            (gain_controlled_attention_map, ref.gain_controlled_attention)):
-        got = public(q, p, beta, sigma_v2, sigma_b2)
+        got = public(beta, q=q, p=p, sigma_v2=sigma_v2, sigma_b2=sigma_b2)
         want = scalar(q, p, beta, sigma_v2, sigma_b2)
         assert close(got[0], want[0], max(want[0], 1e-300))
         assert close(got[1], want[1], max(want[0], 1e-300))
@@ -288,7 +288,7 @@ def test_attention_maps_match_reference(qp, beta, sigma_v2, sigma_b2):
 
 def test_attention_maps_broadcast_values():
     beta = np.array([[0.5], [2.0], [5.0]])
-    q_a, p_a = softmax_attention_map(1.0, np.array([0.0, 0.4]), beta, np.array([0.2, 1.0]), 0.0)
+    q_a, p_a = softmax_attention_map(beta, q=1.0, p=np.array([0.0, 0.4]), sigma_v2=np.array([0.2, 1.0]), sigma_b2=0.0)
     assert q_a.shape == (3, 2)
     p_a = np.broadcast_to(p_a, (3, 2))
     for i in range(3):
@@ -303,8 +303,8 @@ _Q = np.array([1.0, 2.0])
 _P = np.array([[0.0], [0.5], [0.9]])
 _K = np.full((4, 1, 1), 0.7)
 BROADCAST_CASES = {
-    "softmax_attention_map": lambda: softmax_attention_map(_Q, _P, _K),
-    "gain_controlled_attention_map": lambda: gain_controlled_attention_map(_Q, _P, _K),
+    "softmax_attention_map": lambda: softmax_attention_map(_K, q=_Q, p=_P),
+    "gain_controlled_attention_map": lambda: gain_controlled_attention_map(_K, q=_Q, p=_P),
     "layernorm_map": lambda: layernorm_map(_Q, _P),
     "skip_map": lambda: skip_map(_Q, _P, _Q, _P, alpha=_K),
     "dense_map": lambda: dense_map(_Q, _P, sigma_w2=_K),
@@ -336,7 +336,7 @@ def test_components_compose_left_to_right(qp, beta, alpha_sa, alpha_mlp):
     ff = C.mlp()
     block = C.serial(C.residual(alpha_sa, attn), C.layer_norm(), C.residual(alpha_mlp, ff),
                      C.layer_norm())
-    q1, p1 = skip_map(*softmax_attention_map(q, p, beta), q, p, alpha_sa)
+    q1, p1 = skip_map(*softmax_attention_map(beta, q=q, p=p), q, p, alpha_sa)
     q1, p1 = layernorm_map(q1, p1)
     q2, p2 = skip_map(*mlp_map(q1, p1), q1, p1, alpha_mlp)
     q2, p2 = layernorm_map(q2, p2)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from remprop.theory import activation_moments, critical_beta, mlp_map, participation_ratio
+from remprop.theory import activation_moments, beta_critical, mlp_map, participation_ratio
 
 from montecarlo_tools import mean_and_se, mlp_on_simplex, order_parameters, simplex_times
 
@@ -141,7 +141,7 @@ def test_attention_value_map_with_measured_participation_ratio(q, p, beta):
     assert abs(res_spread) <= K_SE * se_spread
     assert abs(res_p) <= K_SE * se_p + SIGMA_V2 * (q - p) * cross
     # the measured Y2 is on the side of the transition the asymptotic theory puts it
-    beta_c = critical_beta(q, p)
+    beta_c = beta_critical(q, p)
     assert (y2 > 0.3) == (beta > beta_c)
 
 
@@ -172,7 +172,7 @@ def test_spread_phase_participation_ratio_follows_the_annealed_power_law(beta):
     Statistical: 5 SE of the exponent (delta method from the per-seed SEs).
     """
     T1, T2, d = 128, 1024, 256
-    beta_c = critical_beta(1.0, 0.0)
+    beta_c = beta_critical(1.0, 0.0)
     exponent = 1.0 - 2.0 * beta**2 / beta_c**2
     y1, se1 = spread_phase_y2(beta, T1, d)
     y2, se2 = spread_phase_y2(beta, T2, d)
@@ -225,4 +225,4 @@ def test_localised_phase_participation_ratio_approaches_one_minus_beta_c_over_be
     a_t = math.sqrt(2 * log_t - math.log(4 * math.pi * log_t))
     finite_t = 1.0 - a_t / (beta * math.sqrt(q * (q - p) * log_t))
     assert asymptotic - K_SE * se <= y2 <= finite_t + K_SE * se
-    assert abs(asymptotic - (1.0 - critical_beta(q, p) / beta)) <= 1e-15
+    assert abs(asymptotic - (1.0 - beta_critical(q, p) / beta)) <= 1e-15

@@ -150,8 +150,8 @@ def test_agreement_at_the_grids_learning_rate(tmp_path, lr):
     expected = diagram.predicted.phase.copy()
     for a, alpha in enumerate(spec.alphas):
         for b, beta in enumerate(spec.betas):
-            window = learning_rate_ceiling(spec.config.arch.replace(alpha_sa=alpha, seq_len=16), 3, 16, 20, beta,
-                                           1.0, diagram.input_rho)
+            window = learning_rate_ceiling(spec.config.arch.replace(alpha_sa=alpha, seq_len=16), beta, depth=3,
+                                           width=16, steps=20, q0=1.0, rho0=diagram.input_rho)
             if expected[a, b] == TRAINABLE and float(window.ceiling) < lr:
                 expected[a, b] = LR_ABOVE_CEILING
             elif expected[a, b] == TRAINABLE and float(window.floor) > lr:

@@ -233,8 +233,8 @@ def test_verdict_sets_the_theory_phase_at_init_beside_the_trained_outcome(tmp_pa
     from remprop.theory import learning_rate_ceiling
     rho0 = float(result.init["token_cosine"][0])
     for depth, steps in ((cfg.depth, cfg.steps), (4, 300)):
-        window = learning_rate_ceiling(cfg.arch.replace(seq_len=cfg.seq_len), depth, cfg.width, steps, cfg.beta,
-                                       1.0, rho0)
+        window = learning_rate_ceiling(cfg.arch.replace(seq_len=cfg.seq_len), cfg.beta, depth=depth, width=cfg.width,
+                                       steps=steps, q0=1.0, rho0=rho0)
         shown = run_verdict(replace(result, config=cfg.replace(depth=depth, steps=steps)))["lr_window"]
         assert shown == (pytest.approx(float(window.floor)), pytest.approx(float(window.ceiling)))
     floor, ceiling = float(window.floor), float(window.ceiling)

@@ -62,7 +62,7 @@ def test_beta_critical_marker_is_the_architectures(sweep):
     _, _, data = sweep
     arch = Architecture(heads=1, seq_len=SIZES.train_seq_len)
     trajectory = propagate(arch, 0.5, 1, q0=1.0, rho0=data["input_rho"])
-    assert data["beta_critical"] == arch.critical_beta(per_layer=trajectory.beta_critical)
+    assert data["beta_critical"] == arch.beta_critical(per_layer=trajectory.beta_critical)
     # post-LN, q = 1 at the first attention: beta_c = sqrt(2 / (1 - rho0)) (docs/theory.md section 3)
     assert math.isclose(data["beta_critical"], math.sqrt(2.0 / (1.0 - data["input_rho"])), rel_tol=1e-9)
     # the theory's phase of each beta follows from the same beta_c

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
 
-from remprop.theory import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture, critical_beta  # noqa: E402
+from remprop.theory import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture, beta_critical  # noqa: E402
 from remprop.theory.activations import BUILTIN_ACTIVATIONS  # noqa: E402
 from remprop.validation import layers  # noqa: E402
 from remprop.validation.backend import STREAM_WEIGHTS, generator  # noqa: E402
@@ -109,7 +109,7 @@ def test_registry_theory_matches_simulation(name, params, q0, rho0):
     p0 = q0 * rho0
     if name.endswith("attention"):
         beta = params["beta"]
-        assert beta < critical_beta(q0, p0) / 2  # the regime the bias estimate holds in
+        assert beta < beta_critical(q0, p0) / 2  # the regime the bias estimate holds in
         # finite T: q_A gains s_v^2 (q - p) Y2; the row cross-overlap in p_A is at most Y2
         # (Cauchy-Schwarz); centring removes at most Y2 (gain-controlled).
         bias_q = bias_p = 0.2 * (q0 - p0) * _annealed_y2(beta, q0, p0)

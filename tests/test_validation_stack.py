@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="remprop.validation needs torch (the validation extra)")
 
-from remprop.theory import Architecture, critical_beta, layernorm_map, mlp_map, skip_map  # noqa: E402
+from remprop.theory import Architecture, beta_critical, layernorm_map, mlp_map, skip_map  # noqa: E402
 from remprop.theory.components.attention import gain_controlled_attention_core, softmax_attention_core  # noqa: E402
 from remprop.validation import SimulationSettings, compare  # noqa: E402
 from remprop.validation.simulator import SimulatedStack  # noqa: E402
@@ -40,7 +40,7 @@ def _annealed_rho(arch, beta, depth, q0, rho0):
     s = dict(sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2)
 
     def attention(q, p):
-        assert beta < critical_beta(q, p) / 2  # the annealed estimate holds here
+        assert beta < beta_critical(q, p) / 2  # the annealed estimate holds here
         y2 = min(math.exp(beta ** 2 * q * (q - p) * math.log(T)) / T, 1.0)
         if arch.attention == "softmax":
             return softmax_attention_core(q, p, y2, s["sigma_v2"], s["sigma_b2"])

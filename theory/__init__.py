@@ -39,7 +39,8 @@ from .rem import (
     QK_SCALINGS,
     asymptotic_participation_moment,
     causal_participation_ratio,
-    critical_beta,
+    beta_critical,
+    critical_beta,  # deprecated spelling of beta_critical, not in __all__
     cross_overlap,
     cross_overlap_table,
     effective_beta,
@@ -63,7 +64,7 @@ from .models import ModelSpec, load_hf_config, model_spec, shipped_configs
 __all__ = [
     "ACTIVATIONS", "ATTENTIONS", "BLOCK_FORMS", "NORMS", "NORM_TYPES", "MLPS", "POSITIONS", "NUMERIC_FIELDS", "OPTIONAL_FIELDS",
     "Architecture", "Trajectory", "RunSettings", "DEFAULT_THRESHOLD",
-    "critical_beta", "participation_ratio", "participation_moment", "participation_table",
+    "beta_critical", "participation_ratio", "participation_moment", "participation_table",
     "softmax_attention_map", "gain_controlled_attention_map",
     "skip_map", "layernorm_map", "rmsnorm_map", "dense_map", "mlp_map", "gated_mlp_map", "activation_moments", "relu_kernel",
     "register_activation", "derivative_moment",

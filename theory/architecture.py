@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from remprop._deprecation import renamed
+
 from . import components as C
 from .activations import resolve_activation
 from .block_forms import check_block_forms
@@ -291,14 +293,17 @@ class Architecture:
         """Which layer's critical beta decides entropy collapse (the norm placement's rule)."""
         return self.norm.beta_critical_rule
 
-    def critical_beta(self, per_layer=None, *, first=None, smallest=None):
-        """:func:`~remprop.theory.components.attention_scale.critical_beta`: the model-level beta
+    def beta_critical(self, per_layer=None, *, first=None, smallest=None):
+        """:func:`~remprop.theory.components.attention_scale.beta_critical`: the model-level beta
         above which this stack is entropy-collapsed."""
-        return scale.critical_beta(self, per_layer, first=first, smallest=smallest)
+        return scale.beta_critical(self, per_layer, first=first, smallest=smallest)
 
-    def block_critical_beta(self, q, p):
-        """:func:`~remprop.theory.components.attention_scale.block_critical_beta` of a block input."""
-        return scale.block_critical_beta(self, q, p)
+    def block_beta_critical(self, q, p):
+        """:func:`~remprop.theory.components.attention_scale.block_beta_critical` of a block input."""
+        return scale.block_beta_critical(self, q, p)
+
+    critical_beta = renamed("critical_beta", beta_critical, "Architecture.beta_critical()")
+    block_critical_beta = renamed("block_critical_beta", block_beta_critical, "Architecture.block_beta_critical()")
 
     # -- the block tree: remprop.theory.components.block -------------------------------
     def attention_input(self, q, p):

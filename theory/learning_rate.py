@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from remprop._deprecation import renamed_keywords, reordered
+
 from .architecture import NUMERIC_FIELDS, OPTIONAL_FIELDS, Architecture
 from .checks import (ParameterError, as_float_array, check_choice, check_count, check_depth, check_open_unit,
                      check_simplex_cosine, scalar_or_array)
@@ -129,7 +131,7 @@ def _walk(arch, beta, depth, q0, rho0, keep_terms=True, grown_stream=False):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(depth):
             # a carried (pre-LN) stream's attention reads only its cosine: (q, p) serve as they are
-            beta_c = np.asarray(arch.block_critical_beta(q, p))
+            beta_c = np.asarray(arch.block_beta_critical(q, p))
             first = beta_c if first is None else first
             smallest = beta_c if smallest is None else np.minimum(smallest, beta_c)   # nan wins, as in the kernels
             for layer in _sub_blocks(block):
@@ -191,7 +193,8 @@ def _inputs(arch, depth, beta, q0, rho0):
     return depth, beta, q0, rho0
 
 
-def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *, grown_stream=False):
+@reordered("(arch, depth, beta, q0=1.0, rho0=0.0, *, grown_stream=False)")
+def update_sensitivity(arch: Architecture, beta, *, depth: int, q0=1.0, rho0=0.0, grown_stream=False):
     r"""How strongly a coherent update of every branch moves the stack's output.
 
     .. math:: \mathcal{S} = \sum_{k=1}^{n} \sqrt{\frac{q^{\rm in}_k}{q^{\rm skip}_k}},
@@ -216,10 +219,11 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *
     ----------
     arch : Architecture
         The stack (``branch_norm`` is refused: a norm on the branch output rescales the perturbation).
-    depth : int
-        Blocks L >= 1.
     beta : array_like
         The model's query/key scale, > 0 (the attention branch's variance depends on it at finite T).
+    depth : int
+        Blocks L >= 1. It and the arguments after it are keyword-only (the order was ``(arch, depth,
+        beta, ...)`` before: an old positional call is a ``TypeError``).
     q0, rho0 : array_like
         Input state (defaults 1 and 0).
     grown_stream : bool
@@ -241,14 +245,15 @@ def update_sensitivity(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *
     Examples
     --------
     >>> from remprop.theory import Architecture, update_sensitivity
-    >>> round(float(update_sensitivity(Architecture(alpha_sa=2.0), 48, 0.5)), 1)
+    >>> round(float(update_sensitivity(Architecture(alpha_sa=2.0), 0.5, depth=48)), 1)
     71.4
     """
     depth, beta, q0, rho0 = _inputs(arch, depth, beta, q0, rho0)
     return scalar_or_array(_walk(arch, beta, depth, q0, rho0, keep_terms=False, grown_stream=grown_stream)[0])
 
 
-def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0.0, *, grown_stream=False
+@reordered("(arch, depth, beta, q0=1.0, rho0=0.0, *, grown_stream=False)")
+def sub_block_sensitivities(arch: Architecture, beta, *, depth: int, q0=1.0, rho0=0.0, grown_stream=False
                             ) -> np.ndarray:
     r"""The terms :math:`b_k = \sqrt{q^{\rm in}_k / q^{\rm skip}_k}` of :func:`update_sensitivity`, one per
     residual branch in stack order (attention, MLP, attention, ...): the relative change of the stack's
@@ -261,7 +266,8 @@ def sub_block_sensitivities(arch: Architecture, depth: int, beta, q0=1.0, rho0=0
     return _walk(arch, beta, depth, q0, rho0, grown_stream=grown_stream)[0]
 
 
-def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
+@renamed_keywords(beta_c="beta_critical")
+def attention_growth_budget(beta, beta_critical, width, seq_len, head_dim=None):
     r"""The cumulative update size ``a*`` at which coherent query/key updates reach ``beta_c``.
 
     Scores :math:`s = x^T M y/\sqrt{d_H}`, :math:`M = W_Q^T W_K` (one head, ``d_H`` rows): at
@@ -283,8 +289,9 @@ def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
 
     Parameters
     ----------
-    beta, beta_c : array_like
-        The per-head effective beta at initialisation and the critical beta (> 0; ``beta_c`` may be inf).
+    beta, beta_critical : array_like
+        The per-head effective beta at initialisation and the critical beta ``beta_c`` (> 0; it may be
+        inf). The keyword ``beta_c`` is a deprecated spelling of ``beta_critical``.
     width : int
         Model width d (the fan-in of W_Q and W_K).
     seq_len : int
@@ -301,7 +308,7 @@ def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
     docs/theory.md section 20 (checked by Monte Carlo in tests/test_learning_rate.py).
     """
     beta = as_float_array("beta", beta, positive=True)
-    beta_c = as_float_array("beta_c", beta_c, positive=True, allow_inf=True)
+    beta_c = as_float_array("beta_critical", beta_critical, positive=True, allow_inf=True)
     width = check_count("width", width, 1)
     seq_len = check_seq_len(seq_len, allow_none=False)
     head_dim = width if head_dim is None else check_count("head_dim", head_dim, 1)
@@ -314,26 +321,26 @@ def attention_growth_budget(beta, beta_c, width, seq_len, head_dim=None):
     return scalar_or_array(np.sqrt(a2))
 
 
-def qk_norm_growth_budget(beta, beta_c, gain):
-    r"""The cumulative update size ``a*`` at which coherent updates of the QK-norm gains reach ``beta_c``.
+def qk_norm_growth_budget(beta, beta_critical, gain):
+    r"""The cumulative update size ``a*`` at which coherent updates of the QK-norm gains reach ``beta_critical``.
 
     With normalised queries and keys the weights' scale drops out of the scores, and what Adam can grow
     coherently is the norms' gains: :math:`s = \beta\,g_Q g_K\,\hat q \cdot \hat k / \ldots`, so each head's
     effective beta is proportional to :math:`\beta g^2` (:func:`~remprop.theory.components.attention_scale.effective_beta`,
     docs/theory.md section 19). Every gain moving by ``a`` (the same sign, the one that sharpens the
-    scores) multiplies it by :math:`(1 + a/g)^2`; it reaches the stack's critical multiplier ``beta_c`` at
+    scores) multiplies it by :math:`(1 + a/g)^2`; it reaches the stack's critical multiplier ``beta_critical`` at
 
     .. math:: a^* = g \left(\sqrt{\beta_c / \beta} - 1\right),
 
-    0 where ``beta >= beta_c`` (already collapsed), ``inf`` where ``beta_c`` is. (The rotation of the
+    0 where ``beta >= beta_critical`` (already collapsed), ``inf`` where ``beta_critical`` is. (The rotation of the
     normalised directions toward each other is not counted: it cannot raise a score above the gains'
     bound, and at initialisation it is the slower lever.)
 
     Parameters
     ----------
-    beta, beta_c : array_like
+    beta, beta_critical : array_like
         The model's multiplier on the normalised scores (1 as initialised) and its critical value
-        (:meth:`~remprop.theory.Architecture.critical_beta`; > 0, ``beta_c`` may be inf).
+        (:meth:`~remprop.theory.Architecture.critical_beta`; > 0, ``beta_critical`` may be inf).
     gain : array_like
         The QK-norm gain ``g`` at initialisation, > 0.
 
@@ -346,10 +353,10 @@ def qk_norm_growth_budget(beta, beta_c, gain):
     docs/theory.md section 20, "QK-norm and branch norms".
     """
     beta = as_float_array("beta", beta, positive=True)
-    beta_c = as_float_array("beta_c", beta_c, positive=True, allow_inf=True)
+    beta_critical = as_float_array("beta_critical", beta_critical, positive=True, allow_inf=True)
     gain = as_float_array("gain", gain, positive=True)
     with np.errstate(invalid="ignore", over="ignore"):
-        budget = np.where(np.isinf(beta_c), np.inf, gain * (np.sqrt(np.maximum(beta_c / beta, 1.0)) - 1.0))
+        budget = np.where(np.isinf(beta_critical), np.inf, gain * (np.sqrt(np.maximum(beta_critical / beta, 1.0)) - 1.0))
     return scalar_or_array(budget)
 
 
@@ -387,8 +394,9 @@ class LearningRateCeiling:
     beta_critical: np.ndarray
 
 
-def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int, beta, q0=1.0, rho0=0.0,
-                          *, seq_len=None, max_seconds=MAX_SECONDS) -> LearningRateCeiling:
+@reordered("(arch, depth, width, steps, beta, q0=1.0, rho0=0.0, *, seq_len=None, max_seconds=MAX_SECONDS)")
+def learning_rate_ceiling(arch: Architecture, beta, *, depth: int, width: int, steps: int, q0=1.0, rho0=0.0,
+                          seq_len=None, max_seconds=MAX_SECONDS) -> LearningRateCeiling:
     r"""The largest AdamW peak rate at which the stack still trains (docs/theory.md section 20).
 
     .. math:: \eta_{\rm stack} = \frac{2\,C_{\rm stack}}{d\,\mathcal{S}\,\min(S, S_c)},\qquad
@@ -410,10 +418,12 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     arch : Architecture
         The stack (not ``qk_norm``: normalised queries and keys take the weights' scale out of the
         logits, and the attention ceiling has no derivation there; not ``branch_norm``).
-    depth, width, steps : int
-        Blocks L, model width d, training steps S.
     beta : array_like
         The model's query/key scale, > 0.
+    depth, width, steps : int
+        Blocks L, model width d, training steps S. They and the arguments after them are keyword-only
+        (the order was ``(arch, depth, width, steps, beta, ...)`` before: an old positional call is a
+        ``TypeError``).
     q0, rho0 : array_like
         Input state.
     seq_len : int, optional
@@ -435,7 +445,7 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     Examples
     --------
     >>> from remprop.theory import Architecture, learning_rate_ceiling
-    >>> c = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 48, 256, 400, 0.5)
+    >>> c = learning_rate_ceiling(Architecture(alpha_sa=2.0, seq_len=128), 0.5, depth=48, width=256, steps=400)
     >>> str(c.binding)
     'stack'
     """
@@ -451,7 +461,7 @@ def learning_rate_ceiling(arch: Architecture, depth: int, width: int, steps: int
     check_work(f"the learning-rate ceiling's walk through depth {depth} ({cells} cell(s))",
                seconds=ceiling_seconds(cells, depth), max_seconds=max_seconds)
     sensitivity, first, smallest = _walk(arch, beta, depth, q0, rho0, keep_terms=False, grown_stream=True)
-    beta_c = np.asarray(arch.critical_beta(first=first, smallest=smallest))
+    beta_c = np.asarray(arch.beta_critical(first=first, smallest=smallest))
     scale = arch.beta_scale
     head_dim = arch.head_dim if arch.head_dim is not None else max(width // arch.heads, 1)
     if arch.qk_norm:        # beta_c on the model's axis: the multiplier on the normalised scores

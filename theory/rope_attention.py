@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from remprop._deprecation import reordered
+
 from .components.attention import softmax_attention_overlap_core
 from .checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from .rem import check_seq_len
@@ -27,7 +29,8 @@ from .rem.rope import ROPE_BASE, rope_participation_ratio
 __all__ = ["rope_softmax_attention_map"]
 
 
-def rope_softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, head_dim=64,
+@reordered("(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, head_dim=64, base=ROPE_BASE)")
+def rope_softmax_attention_map(beta, *, q, p, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None, head_dim=64,
                                base=ROPE_BASE):
     r"""Order parameters after one softmax self-attention layer with RoPE.
 
@@ -42,10 +45,11 @@ def rope_softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=
 
     Parameters
     ----------
+    beta : array_like
+        Per-head query/key scale, > 0. The arguments after it are keyword-only (the order was ``(q, p,
+        beta, ...)`` before: an old positional call is a ``TypeError``).
     q, p : array_like
         Token order parameters (``p / q >= -1/(T - 1)``, ``>= 0`` as T -> inf).
-    beta : array_like
-        Per-head query/key scale, > 0.
     sigma_v2, sigma_b2 : array_like
         Value weight and bias variances.
     seq_len : int or None
@@ -64,7 +68,7 @@ def rope_softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=
 
     Examples
     --------
-    >>> qa, pa = rope_softmax_attention_map(1.0, 0.5, 2.0, seq_len=512, head_dim=128)
+    >>> qa, pa = rope_softmax_attention_map(2.0, q=1.0, p=0.5, seq_len=512, head_dim=128)
     >>> round(pa / qa, 3)
     0.734
     """

@@ -7,7 +7,7 @@ checks them once, at construction; the trainability diagram, the real-model
 specification, the simulated sweep and the comparison each keep one instead of validating
 the same fields again, and the functions they call trust it: :func:`~remprop.theory.propagate`,
 :func:`~remprop.theory.final_state`, :func:`~remprop.theory.propagation.pack_parameters` and
-:func:`~remprop.diagrams.min_residual_strength` take a RunSettings in place of the
+:func:`~remprop.diagrams.alpha_star` take a RunSettings in place of the
 architecture and then check none of its fields again (:func:`given_run`).
 """
 from __future__ import annotations

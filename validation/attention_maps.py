@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from remprop.theory import attention_bulk_radius, critical_beta, participation_moment
+from remprop.theory import attention_bulk_radius, beta_critical, participation_moment
 from remprop.theory.checks import as_float_array, check_grid_axis, check_open_unit, check_seeds
 
 from .backend import STREAM_WEIGHTS, check_positive_int, check_scalar, generator, resolve_device, resolve_dtype
@@ -113,7 +113,7 @@ def attention_map_data(betas=(0.5, 3.0), *, seq_len=512, width=720, seed=0, q0=1
     -------
     dict
         ``betas``, ``matrices`` (list of ``T x T`` float32 arrays), ``y2_measured``,
-        ``y2_theory``, ``beta_c`` and ``settings``.
+        ``y2_theory``, ``beta_critical`` and ``settings``.
 
     References
     ----------
@@ -130,7 +130,7 @@ def attention_map_data(betas=(0.5, 3.0), *, seq_len=512, width=720, seed=0, q0=1
         matrices.append(probs[0].to(torch.float32).cpu().numpy())
     theory = participation_moment(betas, q0, p0, seq_len)
     return {"figure": "figure_1ab", "betas": betas, "matrices": matrices, "y2_measured": np.asarray(measured),
-            "y2_theory": np.asarray(theory), "beta_c": float(critical_beta(q0, p0)),
+            "y2_theory": np.asarray(theory), "beta_critical": float(beta_critical(q0, p0)),
             "settings": dict(seq_len=seq_len, width=width, seed=seed, q0=q0, rho0=rho0, heads=1)}
 
 
@@ -162,7 +162,7 @@ def attention_spectrum_data(betas=(0.5, 1.0, 2.0, 3.0), *, seq_len=512, width=72
         ddof 1 when there are two or more), ``y2_measured`` (beta x seed),
         ``max_modulus`` (beta x seed, the largest non-Perron ``|lambda|``),
         ``radius_theory`` (``d -> infinity``), ``radius_theory_width`` (at ``width``),
-        ``y2_theory``, ``random_stochastic_radius``, ``beta_c`` and ``settings``.
+        ``y2_theory``, ``random_stochastic_radius``, ``beta_critical`` and ``settings``.
 
     References
     ----------
@@ -188,6 +188,6 @@ def attention_spectrum_data(betas=(0.5, 1.0, 2.0, 3.0), *, seq_len=512, width=72
             "y2_theory": np.asarray(participation_moment(betas, q0, p0, seq_len)),
             "radius_theory": np.asarray(attention_bulk_radius(betas, q0, p0, seq_len)),
             "radius_theory_width": np.asarray(attention_bulk_radius(betas, q0, p0, seq_len, width)),
-            "random_stochastic_radius": 1.0 / np.sqrt(seq_len), "beta_c": float(critical_beta(q0, p0)),
+            "random_stochastic_radius": 1.0 / np.sqrt(seq_len), "beta_critical": float(beta_critical(q0, p0)),
             "settings": dict(seq_len=seq_len, width=width, seeds=list(seeds), q0=q0, rho0=rho0, quantile=quantile,
                              heads=1)}

@@ -394,7 +394,7 @@ def _gram_theory(arch, stack, grams, draws, observable, sampled=False):
     p = np.mean([r.p for r in runs], axis=0)
     cosine = np.mean([r.mean_cosine if observable == "cosine" else r.rho for r in runs], axis=0)
     se = np.sqrt(np.sum([r.mean_cosine_se ** 2 for r in runs], axis=0)) / len(runs)
-    beta_c = np.asarray(arch.block_critical_beta(q[:-1], p[:-1]))
+    beta_c = np.asarray(arch.block_beta_critical(q[:-1], p[:-1]))
     settings = {"gram_draws": draws, "theory_cosine_se": se.tolist()}
     return Trajectory(q, p, beta_c, cosine=cosine), settings
 
@@ -457,10 +457,11 @@ def _attention_theory(settings, cosines, betas, finite_width=None):
     if finite_width and not arch.attention.gain_controlled and not arch.positions.rotary and not arch.qk_norm:
         sizes = dict(width=settings["width"], seq_len=settings["seq_len"], heads=arch.heads)
         beta_eff = arch.effective_beta(betas)
-        q_w, p_w = finite_width_attention_map(q0, p0, beta_eff, arch.sigma_v2, arch.sigma_b2, **sizes)
+        q_w, p_w = finite_width_attention_map(beta_eff, q=q0, p=p0, sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2,
+                                              **sizes)
         out.update(q_finite_width=np.asarray(q_w), rho_finite_width=np.asarray(p_w / q_w),
-                   cosine_finite_width=np.asarray(attention_mean_cosine(q0, p0, beta_eff, arch.sigma_v2,
-                                                                        arch.sigma_b2, **sizes)))
+                   cosine_finite_width=np.asarray(attention_mean_cosine(beta_eff, q=q0, p=p0, sigma_v2=arch.sigma_v2,
+                                                                        sigma_b2=arch.sigma_b2, **sizes)))
     return out
 
 

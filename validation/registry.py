@@ -221,7 +221,7 @@ def draw_block_weights(block: Component, context: BlockContext) -> layers.BlockW
 
 def _attention_pair(name, theory_map, torch_function):
     def theory(q, p, beta, sigma_v2, sigma_b2, heads, causal, qk_scaling):
-        return theory_map(q, p, effective_beta(beta, heads, qk_scaling), sigma_v2, sigma_b2)
+        return theory_map(effective_beta(beta, heads, qk_scaling), q=q, p=p, sigma_v2=sigma_v2, sigma_b2=sigma_b2)
 
     def simulate(x, gen, mask, beta, sigma_v2, sigma_b2, heads, causal, qk_scaling):
         weights = layers.draw_attention_weights(gen, x.shape[-1], beta, x.shape[-2], sigma_v2, sigma_b2,

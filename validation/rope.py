@@ -141,10 +141,11 @@ def rope_measurement(beta, *, positions="rope", sim: SimulationSettings | None =
     q, p = result["q"], result["p"]
     if positions == "rope":
         y2 = rope_participation_ratio(beta, q, p, seq_len, head_dim, base)
-        q_a, p_a = rope_softmax_attention_map(q, p, beta, sigma_v2, sigma_b2, seq_len, head_dim, base)
+        q_a, p_a = rope_softmax_attention_map(beta, q=q, p=p, sigma_v2=sigma_v2, sigma_b2=sigma_b2, seq_len=seq_len,
+                                              head_dim=head_dim, base=base)
     else:
         y2 = participation_ratio(beta, q, p, seq_len)
-        q_a, p_a = softmax_attention_map(q, p, beta, sigma_v2, sigma_b2, seq_len)
+        q_a, p_a = softmax_attention_map(beta, q=q, p=p, sigma_v2=sigma_v2, sigma_b2=sigma_b2, seq_len=seq_len)
     result["y2_theory"] = np.asarray(y2, dtype=np.float64)
     result["cosine_theory"] = np.asarray(p_a, dtype=np.float64) / np.asarray(q_a, dtype=np.float64)
     return result

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba.extending import register_jitable
 
+from remprop._deprecation import reordered
+
 from ..choices import Choice
 from ..checks import as_float_array, check_overlap, check_simplex_cosine, output_pair
 from ..rem import (after_table, asymptotic_participation_core, check_seq_len, critical_beta_core, cross_overlap,
@@ -99,7 +101,8 @@ def gain_controlled_attention_core(q, p, y2_centred, sigma_v2, sigma_b2):
     return q_out, p_out
 
 
-def softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None):
+@reordered("(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None)")
+def softmax_attention_map(beta, *, q, p, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None):
     r"""Order parameters after one softmax self-attention layer.
 
     .. math::
@@ -119,6 +122,10 @@ def softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None)
     ``p / q >= -1/(T - 1)``: ``p >= 0`` for ``seq_len=None`` (otherwise ``q_A`` could be
     negative) and ``p >= -q/(T - 1)`` at finite T; other ``p`` raise ``ValueError``.
 
+    ``beta`` comes first and ``q``, ``p`` and the rest are keyword-only: the order was ``(q, p, beta, ...)``
+    before (an old positional call is a ``TypeError``), and beta comes first wherever the library takes it
+    (``participation_ratio(beta, q, p)``, ``propagate(arch, beta, depth)``).
+
     Returns
     -------
     (q_A, p_A) : tuple of ndarray
@@ -133,7 +140,8 @@ def softmax_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None)
     return output_pair(*softmax_attention_overlap_core(q, p, y2, cross, sigma_v2, sigma_b2))
 
 
-def gain_controlled_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None):
+@reordered("(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None)")
+def gain_controlled_attention_map(beta, *, q, p, sigma_v2=0.2, sigma_b2=4e-4, seq_len=None):
     r"""Order parameters after gain-controlled attention (sequence mean removed).
 
     .. math::
@@ -144,7 +152,8 @@ def gain_controlled_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, seq_l
     centring removes the collapsed common direction; at finite T it is small but not zero.
 
     Domain: as :func:`softmax_attention_map` (``p >= 0`` for ``seq_len=None``,
-    ``p >= -q/(T - 1)`` at finite T).
+    ``p >= -q/(T - 1)`` at finite T). Arguments: as :func:`softmax_attention_map` (``beta`` first, the
+    rest keyword-only).
 
     Returns
     -------

@@ -3,7 +3,7 @@ r"""The query/key scale of a stack's attention: the one home of the effective be
 Every map of the theory (propagation, min alpha, the causal theory, gradients) runs each head's
 attention at the single-head beta that it behaves like, :func:`effective_beta`; callers pass the
 model's ``beta`` and never apply the factor themselves (docs/theory.md section 3). The stack is
-entropy-collapsed above :func:`critical_beta`, decided by the norm placement's rule
+entropy-collapsed above :func:`beta_critical`, decided by the norm placement's rule
 (:attr:`NormPlacement.beta_critical_rule <remprop.theory.components.block.NormPlacement.beta_critical_rule>`,
 docs/theory.md section 6). Rotary positions put the mean rotary correlation ``cbar_T`` on ``p`` in
 the REM (section 15); QK-norm makes the scale depend on the attention input's cosine (sections 16
@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from remprop._deprecation import renamed
 from ..checks import as_float_array, scalar_or_array
 from ..rem import critical_beta_core, effective_beta as head_effective_beta, gaussian_cosine_mean, \
     partial_rotary_correlation, qk_norm_energy_core, rope_frequencies, rope_mean_correlation
@@ -29,7 +30,7 @@ from .. import softcap
 from .block import attention_input
 
 __all__ = ["mean_rope_correlation", "rotary_width", "rotary_share", "head_frequencies", "head_factor", "beta_scale",
-           "qk_norm_width", "effective_beta", "critical_beta", "block_critical_beta", "attention_map"]
+           "qk_norm_width", "effective_beta", "beta_critical", "block_beta_critical", "attention_map"]
 
 
 def mean_rope_correlation(arch) -> float:
@@ -74,7 +75,7 @@ def head_factor(arch) -> int:
 
 def beta_scale(arch) -> float:
     """The factor from the model's ``beta`` to the kernels' column: :func:`head_factor`, or with
-    QK-norm ``g^2 / sqrt(log T)`` (docs/theory.md section 19). :func:`critical_beta` divides by it."""
+    QK-norm ``g^2 / sqrt(log T)`` (docs/theory.md section 19). :func:`beta_critical` divides by it."""
     if arch.qk_norm:
         return arch.qk_norm_gain ** 2 / math.sqrt(math.log(arch.seq_len))
     return float(head_factor(arch))
@@ -116,13 +117,13 @@ def effective_beta(arch, beta, *, q=None, p=None):
                                                                  / (q * np.maximum(q - p * cbar, 0.0))))
 
 
-def critical_beta(arch, per_layer=None, *, first=None, smallest=None):
+def beta_critical(arch, per_layer=None, *, first=None, smallest=None):
     r"""The model-level beta above which the stack ``arch`` is entropy-collapsed.
 
     From the per-head critical betas :math:`\beta_c^{(l)} = \sqrt{2 / (q_l (q_l - p_l \bar c_T))}`
     of each layer's attention input, the rule of the norm placement picks the first layer
     (post-LN) or the smallest over layers (pre-LN, no LN), and :func:`beta_scale` puts it on the
-    axis of the model's ``beta``: ``beta > critical_beta(...)`` exactly when
+    axis of the model's ``beta``: ``beta > beta_critical(...)`` exactly when
     ``effective_beta(beta) > beta_c``. With ``qk_norm`` the per-layer values are those of the
     kernels' column (``sqrt(2 / (1 - kappa_n cbar_T))``) and the result is the multiplier on the
     normalised scores at which the stack freezes (the model as initialised has ``beta = 1``).
@@ -145,15 +146,15 @@ def critical_beta(arch, per_layer=None, *, first=None, smallest=None):
         per_layer = np.asarray(per_layer, dtype=np.float64)
         first, smallest = per_layer[..., 0], per_layer.min(axis=-1)
     elif first is None or smallest is None:
-        raise ValueError("critical_beta needs per_layer, or both first and smallest")
+        raise ValueError("beta_critical needs per_layer, or both first and smallest")
     chosen = first if arch.norm.normalises_stream else smallest
     return scalar_or_array(np.asarray(chosen, dtype=np.float64) / beta_scale(arch))
 
 
-def block_critical_beta(arch, q, p):
+def block_beta_critical(arch, q, p):
     """Per-head critical beta of the attention of a block whose input is ``(q, p)``:
     ``sqrt(2 / (q (q - p cbar_T)))`` of the attention input; ``inf`` for collapsed tokens without
-    RoPE. Feed the values of every layer to :func:`critical_beta` for the stack's verdict."""
+    RoPE. Feed the values of every layer to :func:`beta_critical` for the stack's verdict."""
     q_in, p_in = attention_input(arch, q, p)
     with np.errstate(divide="ignore", invalid="ignore"):
         if arch.qk_norm:  # in the kernels' units: x = column * sqrt(energy) reaches sqrt(2)
@@ -174,3 +175,8 @@ def attention_map(arch, beta, *, sigma_bv2=None):
                                     arch.sigma_b2 if sigma_bv2 is None else sigma_bv2, seq_len=arch.seq_len,
                                     mean_rope_correlation=rope,
                                     qk_norm_dim=qk_norm_width(arch) if arch.qk_norm else None)
+
+
+#: Deprecated spellings of :func:`beta_critical` and :func:`block_beta_critical`, removed in the next release.
+critical_beta = renamed("critical_beta", beta_critical)
+block_critical_beta = renamed("block_critical_beta", block_beta_critical)

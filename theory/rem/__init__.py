@@ -22,7 +22,8 @@ i.i.d. Gaussian energies of variance ``x^2 log T``, ``x = beta sqrt(q (q - p))``
 from .asymptotic import (
     asymptotic_participation_core,
     asymptotic_participation_moment,
-    critical_beta,
+    beta_critical,
+    critical_beta,  # deprecated spelling of beta_critical, not in __all__
     critical_beta_core,
 )
 from .causal import (CausalParticipationTable, causal_participation_ratio, causal_participation_table,
@@ -33,16 +34,18 @@ from .checks import check_heads, check_order, check_orders, check_positions, che
 from .finite_t import participation_moment, participation_ratio, reduced_scale
 from .heads import QK_SCALINGS, QKScaling, effective_beta, head_participation_ratio, query_key_variance, score_variance
 from .pairs import pair_participation_moment, participation_square
-from .finite_width import attention_mean_cosine, finite_width_attention_map, gibbs_energy_square, query_norm_variance
+from .finite_width import (CosineSampling, attention_mean_cosine, finite_width_attention_map, gibbs_energy_square,
+                           query_norm_variance)
 from .qk_norm import gaussian_cosine_mean, qk_norm_beta, qk_norm_energy_core, qk_norm_score_moments
-from .rope import (ROPE_BASE, partial_rotary_correlation, rope_correlation, rope_critical_beta, rope_frequencies,
+from .rope import (ROPE_BASE, partial_rotary_correlation, rope_beta_critical, rope_correlation, rope_frequencies,
                    rope_mean_correlation, rope_participation_ratio, rope_score_covariance)
+from .rope import rope_critical_beta  # deprecated spelling of rope_beta_critical, not in __all__
 from .spectrum import attention_bulk_radius, stochastic_bulk_radius
 from .table import (TABLE_TOLERANCE, TABLE_X_MAX, ParticipationTable, after_table, participation_table, table_lookup,
                     table_lookup_at, table_position)
 
 __all__ = [
-    "critical_beta", "asymptotic_participation_moment",
+    "beta_critical", "asymptotic_participation_moment",
     "participation_ratio", "participation_moment", "reduced_scale",
     "pair_participation_moment", "participation_square",
     "cross_overlap", "after_table", "cross_overlap_table", "CrossOverlapTable", "cross_overlap_core", "cross_overlap_at",
@@ -55,7 +58,8 @@ __all__ = [
     "attention_bulk_radius", "stochastic_bulk_radius",
     "ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation",
     "partial_rotary_correlation", "rope_score_covariance",
-    "rope_critical_beta", "rope_participation_ratio",
+    "rope_beta_critical", "rope_participation_ratio",
     "gaussian_cosine_mean", "qk_norm_score_moments", "qk_norm_beta", "qk_norm_energy_core",
-    "attention_mean_cosine", "finite_width_attention_map", "gibbs_energy_square", "query_norm_variance",
+    "attention_mean_cosine", "CosineSampling", "finite_width_attention_map", "gibbs_energy_square",
+    "query_norm_variance",
 ]

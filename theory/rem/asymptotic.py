@@ -30,10 +30,12 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
+from remprop._deprecation import renamed
+
 from ..checks import as_float_array, check_overlap, scalar_or_array
 from .checks import check_orders
 
-__all__ = ["critical_beta", "asymptotic_participation_moment", "critical_beta_core",
+__all__ = ["beta_critical", "asymptotic_participation_moment", "critical_beta_core",
            "asymptotic_participation_core"]
 
 
@@ -55,7 +57,7 @@ def asymptotic_participation_core(beta, beta_c):
     return np.maximum(0.0, 1.0 - beta_c / beta)
 
 
-def critical_beta(q, p):
+def beta_critical(q, p):
     r"""Critical inverse temperature of the attention REM.
 
     .. math:: \beta_c(q, p) = \sqrt{\frac{2}{q\,(q - p)}}
@@ -83,7 +85,7 @@ def critical_beta(q, p):
 
     Examples
     --------
-    >>> float(critical_beta(1.0, 0.0))  # doctest: +ELLIPSIS
+    >>> float(beta_critical(1.0, 0.0))  # doctest: +ELLIPSIS
     1.41421356...
     """
     q, p = check_overlap(q, p)
@@ -164,3 +166,7 @@ def asymptotic_participation_moment(beta, q, p, orders=(2,), complement=False):
 
             value = mm * np.exp(gammaln(k - mm) + gammaln(m - mm) - gammaln(k + m) - 2.0 * gammaln(1.0 - mm))
     return scalar_or_array(np.where(frozen, value, 0.0))
+
+
+#: Deprecated spelling of :func:`beta_critical` (one name per idea), removed in the next release.
+critical_beta = renamed("critical_beta", beta_critical)

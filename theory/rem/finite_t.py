@@ -116,7 +116,7 @@ def participation_ratio(beta, q, p, seq_len=None):
     beta : array_like
         Query/key scale, > 0 (``s_qk^2 = beta sqrt(log T) / d``).
     q, p : array_like
-        Token order parameters (see :func:`~remprop.theory.rem.critical_beta`).
+        Token order parameters (see :func:`~remprop.theory.rem.beta_critical`).
     seq_len : int or None
         Sequence length T >= 2, or None for T -> infinity.
 

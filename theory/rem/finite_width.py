@@ -39,8 +39,11 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
+
+from remprop._deprecation import reordered, warn_renamed
 
 from ..checks import (as_float_array, check_choice, check_count, check_overlap, check_simplex_cosine, output_pair,
                       scalar_or_array)
@@ -48,8 +51,8 @@ from .checks import check_seq_len
 from .cross_overlap import cross_overlap
 from .finite_t import participation_ratio, reduced_scale
 
-__all__ = ["gibbs_energy_square", "finite_width_attention_map", "attention_mean_cosine", "key_dimension",
-           "query_norm_variance", "ENERGY_X_MAX"]
+__all__ = ["gibbs_energy_square", "finite_width_attention_map", "attention_mean_cosine", "CosineSampling",
+           "key_dimension", "query_norm_variance", "ENERGY_X_MAX"]
 
 #: Trapezoid step of the quadrature, in energy units (g and tau). The integrands are
 #: analytic in a strip of half-width pi/2 about the real axis, so the error is about
@@ -285,7 +288,8 @@ def _map_inputs(q, p, beta, sigma_v2, sigma_b2, seq_len):
     return q, p, beta, sigma_v2, sigma_b2, seq_len
 
 
-def finite_width_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, width, seq_len, heads=1):
+@reordered("(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, width, seq_len, heads=1)")
+def finite_width_attention_map(beta, *, q, p, sigma_v2=0.2, sigma_b2=4e-4, width, seq_len, heads=1):
     r"""Order parameters after one softmax attention layer of width d at sequence length T.
 
     .. math::
@@ -310,10 +314,11 @@ def finite_width_attention_map(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, width
 
     Parameters
     ----------
+    beta : array_like
+        Query/key scale, > 0. The arguments after it are keyword-only (the order was ``(q, p, beta,
+        ...)`` before: an old positional call is a ``TypeError``).
     q, p : array_like
         Input order parameters, ``p / q >= -1/(T - 1)``.
-    beta : array_like
-        Query/key scale, > 0.
     sigma_v2, sigma_b2 : array_like
         Value weight and value bias variances, >= 0.
     width : int
@@ -384,8 +389,41 @@ def _pair_cosines(x, rho, seq_len, d_k, r, bias, draws, heads):
     return cosines, controls
 
 
-def attention_mean_cosine(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, seq_len, width=None, heads=1, samples=2048,
-                          seed=0, return_error=False):
+@dataclass(frozen=True)
+class CosineSampling:
+    """How :func:`attention_mean_cosine` samples its expectation: ``samples`` pairs of rows (>= 16)
+    drawn with ``seed`` (>= 0); the same draws for every input, so that curves are smooth."""
+
+    samples: int = 2048
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "samples", check_count("samples", self.samples, 16))
+        object.__setattr__(self, "seed", check_count("seed", self.seed, 0))
+
+
+def _sampling_keywords(function):
+    """The keywords ``samples`` and ``seed`` of :func:`attention_mean_cosine`, deprecated for
+    ``sampling=CosineSampling(samples, seed)``, for one release."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        old = {name: kwargs.pop(name) for name in ("samples", "seed") if name in kwargs}
+        if old:
+            if "sampling" in kwargs:
+                raise TypeError("attention_mean_cosine() got both sampling and its deprecated samples/seed")
+            warn_renamed(f"attention_mean_cosine({', '.join(f'{k}=...' for k in old)})",
+                         "attention_mean_cosine(sampling=CosineSampling(samples, seed))", stacklevel=4)
+            kwargs["sampling"] = CosineSampling(**old)
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+@reordered("(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, seq_len, width=None, heads=1, samples=2048, seed=0, "
+           "return_error=False)")
+@_sampling_keywords
+def attention_mean_cosine(beta, *, q, p, sigma_v2=0.2, sigma_b2=4e-4, seq_len, width=None, heads=1,
+                          sampling=CosineSampling(), return_error=False):
     r"""Expected mean pairwise cosine of the outputs of one softmax attention layer.
 
     The measured cosine averages ``o_i . o_k / (|o_i| |o_k|)`` over pairs of tokens; the
@@ -408,24 +446,23 @@ def attention_mean_cosine(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, seq_len, w
     ``tilde C = (1 - 2/d_k)(C - 1/T) + 1/T + m_i^T Gamma^{-1} m_k / d_k`` (the two rows'
     Gibbs means of both energies, ``Gamma`` their covariance). With H heads each tilde
     quantity is the mean over H independent heads. The expectation is sampled
-    (``samples`` pairs, ``seed``; the same draws for every input, so curves are smooth),
+    (``sampling``: its pairs and seed; the same draws for every input, so curves are smooth),
     with the exact means of ``Y`` and ``R`` as control variates. Sampling error below 3e-3
     at 2048 samples and T = 128, 5e-4 at small beta (``return_error``).
 
     Parameters
     ----------
-    q, p, beta, sigma_v2, sigma_b2
-        As :func:`finite_width_attention_map`.
+    beta, q, p, sigma_v2, sigma_b2
+        As :func:`finite_width_attention_map` (``beta`` first, the rest keyword-only).
     seq_len : int
         T >= 2.
     width : int or None
         Model width d >= 4, or None for ``d -> infinity`` (finite T alone).
     heads : int
         Number of heads H >= 1 dividing d (pass the effective beta).
-    samples : int
-        Pairs of rows sampled, >= 16.
-    seed : int
-        Seed of the sampled energies, >= 0.
+    sampling : CosineSampling
+        Pairs of rows sampled (>= 16) and the seed of the sampled energies (>= 0). The keywords
+        ``samples`` and ``seed`` are deprecated spellings of it (one release).
     return_error : bool
         Also return the standard error of the sampled mean.
 
@@ -436,11 +473,10 @@ def attention_mean_cosine(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, seq_len, w
 
     Notes
     -----
-    Why eleven parameters (one over the library's limit of ten): the signature is
-    :func:`finite_width_attention_map`'s (five broadcast inputs and the sizes ``seq_len``,
-    ``width``, ``heads``) plus the sampling controls ``samples``, ``seed`` and
-    ``return_error``; keeping them as plain arguments lets the map and its sampled cosine be
-    called side by side on the same grids (:func:`remprop.validation.attention_sweep`).
+    The signature is :func:`finite_width_attention_map`'s (five broadcast inputs and the sizes
+    ``seq_len``, ``width``, ``heads``) plus the sampling (one :class:`CosineSampling`) and
+    ``return_error``, so that the map and its sampled cosine are called side by side on the same
+    grids (:func:`remprop.validation.attention_sweep`).
 
     References
     ----------
@@ -449,8 +485,9 @@ def attention_mean_cosine(q, p, beta, sigma_v2=0.2, sigma_b2=4e-4, *, seq_len, w
     q, p, beta, sigma_v2, sigma_b2, seq_len = _map_inputs(q, p, beta, sigma_v2, sigma_b2, seq_len)
     d_k = None if width is None else key_dimension(width)
     heads = check_count("heads", heads, 1)
-    samples = check_count("samples", samples, 16)
-    seed = check_count("seed", seed, 0)
+    if not isinstance(sampling, CosineSampling):
+        raise ValueError(f"sampling must be a CosineSampling, got {type(sampling).__name__}")
+    samples, seed = sampling.samples, sampling.seed
     q, p, beta, sigma_v2, sigma_b2 = np.broadcast_arrays(q, p, beta, sigma_v2, sigma_b2)
     if np.any((sigma_v2 == 0.0) & (sigma_b2 == 0.0)):
         raise ValueError("sigma_v2 and sigma_b2 must not both be 0 (the outputs would be 0, their cosine undefined)")

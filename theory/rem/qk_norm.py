@@ -210,7 +210,7 @@ def qk_norm_beta(rho, head_dim, seq_len, gain=1.0, *, q=1.0, norm_dim=None, scal
               \frac{1 - \kappa_n(\rho)}{(1 - \rho)\log T}},
 
     so that ``participation_ratio(beta_qk, q, rho q, T)`` is the QK-normed head's Y2 and
-    ``beta_qk > critical_beta(q, rho q)`` its entropy collapse. At ``rho = 1`` the limit
+    ``beta_qk > beta_critical(q, rho q)`` its entropy collapse. At ``rho = 1`` the limit
     ``(1 - kappa)/(1 - rho) -> kappa_n'(1)`` is taken (infinite for ``n <= 2``; the energies
     vanish there, so the row is uniform for any beta). Depends on ``q`` only through the
     convention's ``1/q``: the reduced scale ``x = beta_qk sqrt(q (q - p))`` does not.

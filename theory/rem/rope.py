@@ -58,6 +58,8 @@ import functools
 
 import numpy as np
 
+from remprop._deprecation import renamed, reordered
+
 from ..checks import as_float_array, check_count, check_overlap, scalar_or_array
 from .asymptotic import asymptotic_participation_core, critical_beta_core
 from .checks import check_seq_len
@@ -65,7 +67,7 @@ from .finite_t import participation_moment
 from .heads import score_variance
 
 __all__ = ["ROPE_BASE", "rope_frequencies", "rope_correlation", "rope_mean_correlation",
-           "partial_rotary_correlation", "rope_score_covariance", "rope_critical_beta", "rope_participation_ratio"]
+           "partial_rotary_correlation", "rope_score_covariance", "rope_beta_critical", "rope_participation_ratio"]
 
 #: The RoPE base of RoFormer and Llama 2 (Llama 3 uses 500000).
 ROPE_BASE = 10000.0
@@ -249,7 +251,8 @@ def _mean_correlation(seq_len, head_dim, base):
     return total / half
 
 
-def rope_score_covariance(distance_1, distance_2, q, p, beta, seq_len, head_dim=64, base=ROPE_BASE):
+@reordered("(distance_1, distance_2, q, p, beta, seq_len, head_dim=64, base=ROPE_BASE)")
+def rope_score_covariance(beta, distance_1, distance_2, *, q, p, seq_len, head_dim=64, base=ROPE_BASE):
     r"""Covariance of the scores of one query with the keys at distances ``k1`` and ``k2``.
 
     .. math:: \mathrm{Cov}(s_{n,n+k_1}, s_{n,n+k_2}) = \beta^2 q \log T\,
@@ -262,12 +265,14 @@ def rope_score_covariance(distance_1, distance_2, q, p, beta, seq_len, head_dim=
 
     Parameters
     ----------
-    distance_1, distance_2 : array_like
-        Key positions relative to the query, ``k = m - n`` (integers).
-    q, p : array_like
-        Token order parameters, ``q > 0``, ``|p| <= q``.
     beta : array_like
         Query/key scale, > 0.
+    distance_1, distance_2 : array_like
+        Key positions relative to the query, ``k = m - n`` (integers). The arguments after them are
+        keyword-only (the order was ``(distance_1, distance_2, q, p, beta, ...)`` before: an old
+        positional call is a ``TypeError``).
+    q, p : array_like
+        Token order parameters, ``q > 0``, ``|p| <= q``.
     seq_len : int
         T >= 2 (sets ``s_qk^2``).
     head_dim : int
@@ -295,7 +300,7 @@ def _rope_overlap(q, p, seq_len, head_dim, base):
     return q, p, p * rope_mean_correlation(seq_len, head_dim, base)
 
 
-def rope_critical_beta(q, p, seq_len=None, head_dim=64, base=ROPE_BASE):
+def rope_beta_critical(q, p, seq_len=None, head_dim=64, base=ROPE_BASE):
     r"""Critical beta of an attention row with RoPE.
 
     .. math:: \beta_c^{\rm rope} = \sqrt{\frac{2}{q\,(q - p\,\bar c_T)}}
@@ -303,7 +308,7 @@ def rope_critical_beta(q, p, seq_len=None, head_dim=64, base=ROPE_BASE):
     with ``cbar_T`` of :func:`rope_mean_correlation`; ``seq_len=None`` is ``T -> inf`` at
     fixed base, ``sqrt(2) / q``: all of the score variance counts, and collapsed tokens
     (p = q) freeze at a finite beta. Between, ``beta_c^rope <= beta_c`` (no positions or
-    absolute positions, :func:`~remprop.theory.rem.critical_beta`).
+    absolute positions, :func:`~remprop.theory.rem.beta_critical`).
 
     Parameters
     ----------
@@ -322,7 +327,7 @@ def rope_critical_beta(q, p, seq_len=None, head_dim=64, base=ROPE_BASE):
 
     Examples
     --------
-    >>> round(rope_critical_beta(1.0, 0.0, 512), 6)
+    >>> round(rope_beta_critical(1.0, 0.0, 512), 6)
     1.414214
     """
     q, _, p_left = _rope_overlap(q, p, seq_len, head_dim, base)
@@ -374,3 +379,6 @@ def rope_participation_ratio(beta, q, p, seq_len=None, head_dim=64, base=ROPE_BA
             return scalar_or_array(asymptotic_participation_core(beta, critical_beta_core(q, p_left)))
     return participation_moment(beta, q, p_left, seq_len, order=2)
 
+
+#: Deprecated spelling of :func:`rope_beta_critical`, removed in the next release.
+rope_critical_beta = renamed("rope_critical_beta", rope_beta_critical)

@@ -32,7 +32,7 @@ Modules, one idea each:
   (:func:`block_map_expansion`);
 * :mod:`~remprop.theory.symbolic.depth_laws`: the polynomial ``1/L^2`` collapse of the
   bias-free ReLU MLP stack (:func:`polynomial_collapse_law`) and the large-depth law of
-  the minimum skip strength ``alpha*(L)`` (:func:`min_residual_strength_law`,
+  the minimum skip strength ``alpha*(L)`` (:func:`alpha_star_law`,
   :func:`critical_depth`, :func:`depth_to_collapse`, :func:`attention_only_residual_law`).
 
 ``docs/symbolic.md`` has the derivation in prose. Importing this package imports sympy;
@@ -61,7 +61,8 @@ from .depth_laws import (
     attention_only_residual_law,
     critical_depth,
     depth_to_collapse,
-    min_residual_strength_law,
+    alpha_star_law,
+    min_residual_strength_law,  # deprecated spelling of alpha_star_law, not in __all__
     polynomial_collapse_law,
 )
 from .symbols import (
@@ -83,7 +84,7 @@ __all__ = [
     "polynomial_collapse_law",
     "depth_to_collapse",
     "critical_depth",
-    "min_residual_strength_law",
+    "alpha_star_law",
     "attention_only_residual_law",
     "KernelExpansion",
     "BlockMapExpansion",

@@ -6,7 +6,7 @@ derived from :meth:`Architecture.block <remprop.theory.Architecture.block>`). Th
 of blocks between two cosines is the continuum limit of this iteration with its
 Euler-Maclaurin corrections (:func:`depth_to_collapse`); from it follow the depth beyond
 which no skip helps (:func:`critical_depth`) and the minimum attention skip strength
-``alpha*(L)`` (:func:`min_residual_strength_law`), in closed form when the MLP is
+``alpha*(L)`` (:func:`alpha_star_law`), in closed form when the MLP is
 negligible (:func:`attention_only_residual_law`). Without biases and attention the
 ``eps^(3/2)`` term of the expansion gives polynomial collapse
 (:func:`polynomial_collapse_law`). Derivations: docs/symbolic.md sections 4-5.
@@ -23,6 +23,8 @@ import functools
 import numpy as np
 import sympy as sp
 
+from remprop._deprecation import renamed
+
 from ..checks import as_float_array, check_open_unit
 from .block_expansion import block_map_expansion
 from .block_tree import post_ln_block_map
@@ -31,7 +33,7 @@ from .symbols import ALPHA_MLP, EPS, INV_ALPHA2, SIGMA_B2, SIGMA_V2, SIGMA_W2, l
 __all__ = [
     "depth_to_collapse",
     "critical_depth",
-    "min_residual_strength_law",
+    "alpha_star_law",
     "attention_only_residual_law",
     "polynomial_collapse_law",
 ]
@@ -194,7 +196,7 @@ def critical_depth(threshold=0.99, sigma_w2=0.2, sigma_b2=4e-4, sigma_v2=0.2, al
                              alpha_mlp, em_order)
 
 
-def min_residual_strength_law(depth, threshold=0.99, sigma_w2=0.2, sigma_b2=4e-4, sigma_v2=0.2,
+def alpha_star_law(depth, threshold=0.99, sigma_w2=0.2, sigma_b2=4e-4, sigma_v2=0.2,
                               alpha_mlp=1.0, em_order=2):
     r"""Large-depth law of the minimum attention skip strength ``alpha*(L)``, post-LN ReLU.
 
@@ -248,7 +250,7 @@ def min_residual_strength_law(depth, threshold=0.99, sigma_w2=0.2, sigma_b2=4e-4
 
     Examples
     --------
-    >>> round(float(min_residual_strength_law(1000)), 4)
+    >>> round(float(alpha_star_law(1000)), 4)
     8.8741
     """
     threshold = check_open_unit("threshold", threshold)
@@ -277,6 +279,10 @@ def min_residual_strength_law(depth, threshold=0.99, sigma_w2=0.2, sigma_b2=4e-4
     alpha = np.where(depth >= l_max, np.inf, alpha)
     alpha = alpha.reshape(shape)
     return float(alpha) if alpha.ndim == 0 else alpha
+
+
+#: Deprecated spelling of :func:`alpha_star_law` (one name per idea), removed in the next release.
+min_residual_strength_law = renamed("min_residual_strength_law", alpha_star_law)
 
 
 def attention_only_residual_law(depth, threshold=0.99, sigma_v2=0.2, sigma_b2=4e-4, exact=True):

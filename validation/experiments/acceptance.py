@@ -389,5 +389,5 @@ def run_acceptance(directory, *, cases=ACCEPTANCE_CASES, width=720, seq_len=512,
     threads_context = contextlib.nullcontext() if threads is None else torch_threads(
         check_positive_int("threads", threads))
     with threads_context:
-        return run_cells(store, cells, _measure_record, workers=0, on_cell=on_cell, desc="acceptance",
-                         progress=progress is not None)
+        return run_cells(store, cells, _measure_record, workers=0, on_cell=on_cell,
+                         progress="acceptance" if progress is not None else False)

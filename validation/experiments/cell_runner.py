@@ -11,16 +11,19 @@ claim goes stale.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
+from remprop._deprecation import warn_renamed
 from remprop.theory.checks import check_count
 
 from .cell_store import CellStore, json_sha256
 
-__all__ = ["SweepReport", "run_cells", "cell_key", "grid_record_problem", "grid_records"]
+__all__ = ["SweepReport", "CellGroups", "run_cells", "cell_key", "grid_record_problem", "grid_records"]
 
 
 def cell_key(alpha_index: int, beta_index: int) -> str:
@@ -106,9 +109,36 @@ class SweepReport:
         return 60.0 * self.cells_computed / self.elapsed_s if self.elapsed_s > 0 else float("nan")
 
 
+@dataclass(frozen=True)
+class CellGroups:
+    """Cells that :func:`run_cells` computes together: ``by(key)`` labels each cell, and the claimed
+    cells of one label are one job ``compute(*args(keys))``, which returns their records (a list)."""
+
+    by: Callable
+    args: Callable
+
+
+def _old_keywords(function):
+    """``desc=`` and ``group_by=``/``group_args=`` of :func:`run_cells`, deprecated for one release for
+    ``progress=LABEL`` and ``groups=CellGroups(by, args)``."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if "desc" in kwargs:
+            warn_renamed("run_cells(desc=...)", "run_cells(progress=LABEL)")
+            desc = kwargs.pop("desc")
+            kwargs["progress"] = desc if kwargs.get("progress") else False
+        if "group_by" in kwargs or "group_args" in kwargs:
+            warn_renamed("run_cells(group_by=..., group_args=...)", "run_cells(groups=CellGroups(by, args))")
+            by, group_args = kwargs.pop("group_by", None), kwargs.pop("group_args", None)
+            kwargs["groups"] = None if by is None else CellGroups(by, group_args)
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+@_old_keywords
 def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler=None, client=None,
-              progress=False, desc="cells", on_cell=None, poll_s=0.1, group_by=None,
-              group_args=None) -> SweepReport:
+              progress=False, on_cell=None, poll_s=0.1, groups: CellGroups | None = None) -> SweepReport:
     """Compute the cells of ``store`` that are not on disk yet, writing each as it finishes.
 
     A cell is claimed before it is computed (so concurrent runs on one folder compute it
@@ -127,20 +157,18 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
         Where cells run: ``workers=0``
         (or without dask) in this process, else a LocalCluster of ``workers`` processes
         (default one per core), a running scheduler, or a given client.
-    progress : bool
+    progress : str or bool
         Progress over the cells on stderr (:func:`remprop.progress.progress_bar`: a bar on a
-        terminal, timestamped lines with the ETA in a log).
-    desc : str
-        The bar's label.
+        terminal, timestamped lines with the ETA in a log), labelled by this string (True: "cells");
+        False: none.
     on_cell : callable, optional
         ``on_cell(key, record)`` after each computed cell is on disk.
     poll_s : float
         First wait (seconds, doubling up to 2 s) for cells held by another run.
-    group_by, group_args : callable, optional
-        Cells computed together: ``group_by(key)`` labels each cell, the claimed cells of one
-        label are one job ``compute(*group_args(keys))``, which returns their records (a
-        list). Each cell is still claimed, checked and written on its own, so a grid resumes
-        cell by cell; in this process one group's cells are claimed at a time.
+    groups : CellGroups, optional
+        Cells computed together, one job per group. Each cell is still claimed, checked and written
+        on its own, so a grid resumes cell by cell; in this process one group's cells are claimed at
+        a time.
     """
     from remprop.progress import progress_bar
 
@@ -153,7 +181,8 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
     start = time.perf_counter()
     done = store.done()
     waiting = [key for key in cells if key not in done]
-    bar = progress_bar(len(cells), initial=len(cells) - len(waiting), enabled=bool(progress), desc=desc, unit="cell")
+    bar = progress_bar(len(cells), initial=len(cells) - len(waiting), enabled=bool(progress),
+                       desc=progress if isinstance(progress, str) else "cells", unit="cell")
     computed = []
 
     def finished(result):
@@ -180,8 +209,8 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
             while waiting:
                 mine, later = [], []
                 for key in waiting:
-                    full = len(mine) >= batch if group_by is None or on_cluster else \
-                        bool(mine) and group_by(key) != group_by(mine[0])
+                    full = len(mine) >= batch if groups is None or on_cluster else \
+                        bool(mine) and groups.by(key) != groups.by(mine[0])
                     if full or not store.claim(key):
                         later.append(key)
                         continue
@@ -197,7 +226,7 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
                     if run is None:
                         backend, n_workers, run = resources.enter_context(
                             _runner(compute, len(waiting), workers, scheduler, client, on_cluster))
-                    run(_jobs(mine, cells, group_by, group_args), finished)
+                    run(_jobs(mine, cells, groups), finished)
                     delay = poll_s
                 elif later:
                     elsewhere = {key for key in later if store.inspect(key)[0] is not None}
@@ -214,14 +243,14 @@ def run_cells(store: CellStore, cells: dict, compute, *, workers=None, scheduler
                        time.perf_counter() - start)
 
 
-def _jobs(keys, cells, group_by, group_args) -> list:
+def _jobs(keys, cells, groups) -> list:
     """The argument tuples of the jobs computing ``keys``: one per cell, or one per group."""
-    if group_by is None:
+    if groups is None:
         return [cells[key] for key in keys]
-    groups = {}
+    members = {}
     for key in keys:
-        groups.setdefault(group_by(key), []).append(key)
-    return [group_args(members) for members in groups.values()]
+        members.setdefault(groups.by(key), []).append(key)
+    return [groups.args(keys_of_one) for keys_of_one in members.values()]
 
 
 @contextlib.contextmanager

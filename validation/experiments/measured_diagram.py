@@ -3,7 +3,7 @@ r"""Measured trainability diagrams: simulated cells classified as the theory cla
 A sweep (:mod:`remprop.validation.experiments.sweep`) leaves, per cell ``(alpha_sa, beta)``, the
 per-layer sample means of the token statistics and each sample's final cosine. The
 measured phase of a cell follows the theory's rule (:func:`remprop.diagrams.classify_phases`
-and :meth:`remprop.theory.Architecture.critical_beta`) with measured numbers in
+and :meth:`remprop.theory.Architecture.beta_critical`) with measured numbers in
 place of predicted ones:
 
 * **rank collapse**: the measured final mean token cosine -- the mean over the
@@ -79,7 +79,7 @@ def measured_beta_critical(arch: Architecture, layer_q, layer_p):
 
     on the attention input of block ``l`` (:meth:`~remprop.theory.Architecture.attention_input`: the block
     input, or its LayerNorm ``(1, p_l / q_l)`` for pre-LN), reduced by the theory's own rule
-    (:meth:`~remprop.theory.Architecture.critical_beta`: the first layer for post-LN, the smallest over the
+    (:meth:`~remprop.theory.Architecture.beta_critical`: the first layer for post-LN, the smallest over the
     layers otherwise) onto the axis of the model's beta.
 
     Parameters
@@ -99,7 +99,7 @@ def measured_beta_critical(arch: Architecture, layer_q, layer_p):
     """
     q = np.asarray(layer_q, dtype=float)[..., :-1]
     p = np.asarray(layer_p, dtype=float)[..., :-1]
-    return np.asarray(arch.critical_beta(arch.block_critical_beta(q, p)), dtype=float)
+    return np.asarray(arch.beta_critical(arch.block_beta_critical(q, p)), dtype=float)
 
 
 def _as_float(values):

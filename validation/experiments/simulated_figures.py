@@ -150,8 +150,8 @@ def figure_2(*, betas=np.linspace(0.25, 4.0, 16), input_cosines=(0.1, 0.3, 0.5, 
     q0 = sweep.settings["q0"]
 
     def finite_cosine(at):
-        q_a, p_a = softmax_attention_map(q0, q0 * sweep.input_cosines[:, None], arch.effective_beta(at)[None, :],
-                                         arch.sigma_v2, arch.sigma_b2, seq_len=seq_len)
+        q_a, p_a = softmax_attention_map(arch.effective_beta(at)[None, :], q=q0, p=q0 * sweep.input_cosines[:, None],
+                                         sigma_v2=arch.sigma_v2, sigma_b2=arch.sigma_b2, seq_len=seq_len)
         return np.asarray(p_a / q_a)
 
     fine = finite_betas(sweep)

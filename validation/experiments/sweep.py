@@ -335,7 +335,7 @@ def run_sweep(spec: SweepSpec, out, *, workers=None, scheduler=None, client=None
     cells = {cell_key(a, b): (spec, a, b, device) for a, b in spec.cells()}
     try:
         return run_cells(store, cells, simulate_cell_on_worker, workers=workers, scheduler=scheduler,
-                         client=client, progress=progress, desc="sweep", on_cell=on_cell, poll_s=poll_s)
+                         client=client, progress=progress and "sweep", on_cell=on_cell, poll_s=poll_s)
     except BaseException:
         store.discard_if_unused()  # refused or failed before any cell: the folder is not pinned to it
         raise

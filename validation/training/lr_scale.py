@@ -176,8 +176,8 @@ def _theory_of(record):
     from remprop.theory import Architecture, learning_rate_ceiling
 
     arch = Architecture(**dict(record["arch"], seq_len=record["seq_len"]))
-    return learning_rate_ceiling(arch, record["depth"], record["width"], record["steps"], record["beta"],
-                                 record.get("q0", 1.0))
+    return learning_rate_ceiling(arch, record["beta"], depth=record["depth"], width=record["width"],
+                                 steps=record["steps"], q0=record.get("q0", 1.0))
 
 
 def record_ceiling(record) -> float:

@@ -10,7 +10,7 @@ run per seed) and returns the figure's data as plain numbers, ready for
   ``beta_c`` (entropy collapse);
 * :func:`beta_sweep_3` -- Fig. 3: a one-layer, one-head transformer trained at several
   ``beta`` across ``beta_c``: final test loss against ``beta``, with ``beta_c`` from
-  :meth:`remprop.theory.Architecture.critical_beta`;
+  :meth:`remprop.theory.Architecture.beta_critical`;
 * :func:`gain_control_6` -- Fig. 6 (appendix C.1): softmax against gain-controlled
   attention in a deep post-LN stack, at the same skip strengths;
 * :func:`learning_rates_8` -- Fig. 8 (appendix C.3): an entropy-collapsed stack
@@ -136,7 +136,7 @@ def theory_phase(config: TrainConfig, input_rho: float, threshold=DEFAULT_THRESH
     """The theory's phase of ``config`` at initialisation (a name of :data:`remprop.diagrams.PHASE_LABELS`).
 
     :func:`remprop.diagrams.classify_phases` of the final cosine and the critical beta
-    (:meth:`remprop.theory.Architecture.critical_beta`) of :func:`remprop.theory.propagate` through
+    (:meth:`remprop.theory.Architecture.beta_critical`) of :func:`remprop.theory.propagate` through
     ``config.depth`` blocks at ``config.beta``, finite-T attention at ``config.seq_len``,
     from ``q0 = 1`` and ``rho0 = input_rho``: the cell of
     :func:`remprop.diagrams.trainability_diagram` at ``(beta, arch.alpha_sa)``, without the
@@ -144,7 +144,7 @@ def theory_phase(config: TrainConfig, input_rho: float, threshold=DEFAULT_THRESH
     """
     arch = theory_architecture(config.arch, "finite-T", config.seq_len)
     trajectory = propagate(arch, config.beta, config.depth, q0=1.0, rho0=input_rho)
-    phase = classify_phases(config.beta, arch.critical_beta(per_layer=trajectory.beta_critical),
+    phase = classify_phases(config.beta, arch.beta_critical(per_layer=trajectory.beta_critical),
                             trajectory.rho[..., -1], threshold)
     return PHASE_LABELS[int(phase)]
 
@@ -152,14 +152,14 @@ def theory_phase(config: TrainConfig, input_rho: float, threshold=DEFAULT_THRESH
 def beta_critical_of(arch: Architecture, depth: int, input_rho: float, seq_len: int) -> float:
     r"""The model-level beta_c of ``arch`` from ``q0 = 1`` and ``rho0 = input_rho``.
 
-    :meth:`remprop.theory.Architecture.critical_beta` of the per-layer critical betas
+    :meth:`remprop.theory.Architecture.beta_critical` of the per-layer critical betas
     :math:`\sqrt{2 / (q_l (q_l - p_l))}` of :func:`remprop.theory.propagate` (at
     ``beta = TRAINABLE_BETA``: for post-LN the first layer decides and its input does not
     depend on beta; docs/theory.md section 6).
     """
     arch = theory_architecture(arch, "finite-T", seq_len)
     trajectory = propagate(arch, TRAINABLE_BETA, depth, q0=1.0, rho0=input_rho)
-    return float(arch.critical_beta(per_layer=trajectory.beta_critical))
+    return float(arch.beta_critical(per_layer=trajectory.beta_critical))
 
 
 def _input_rho(results) -> float:

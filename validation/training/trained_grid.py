@@ -34,7 +34,7 @@ from remprop.theory import DEFAULT_THRESHOLD, Architecture
 from remprop.theory.checks import check_count, check_grid_axis, check_seeds
 
 from ..experiments.cell_store import CELLS_FOLDER, CellStore, json_sha256
-from ..experiments.cell_runner import SweepReport, cell_key, grid_record_problem, grid_records, run_cells
+from ..experiments.cell_runner import CellGroups, SweepReport, cell_key, grid_record_problem, grid_records, run_cells
 
 __all__ = ["TrainedGridSpec", "train_cell", "train_cells", "run_trained_grid", "run_cells", "load_trained_records",
            "trained_record_problem", "TRAINED_FORMAT"]
@@ -309,14 +309,14 @@ def run_trained_grid(spec: TrainedGridSpec, out, *, train=None, workers=None, sc
             raise ValueError(f"out: {record} is a folder, not a cell record; move it away or use another folder")
     store = _open_store(spec, out)
     cells = {cell_key(a, b): (spec, a, b, train) for a, b in spec.cells()}
-    grouping = {} if batch == 1 else dict(group_by=_batch_groups(spec, batch).__getitem__,
-                                         group_args=lambda keys: (spec, tuple(cells[k][1:3] for k in keys), train))
+    groups = None if batch == 1 else CellGroups(_batch_groups(spec, batch).__getitem__,
+                                                lambda keys: (spec, tuple(cells[k][1:3] for k in keys), train))
     try:
         if batch == 1:
             return run_cells(store, cells, train_cell_on_worker, workers=workers, scheduler=scheduler,
-                             client=client, progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s)
+                             client=client, progress=progress and "trained grid", on_cell=on_cell, poll_s=poll_s)
         return run_cells(store, cells, train_cells_on_worker, workers=workers, scheduler=scheduler, client=client,
-                         progress=progress, desc="trained grid", on_cell=on_cell, poll_s=poll_s, **grouping)
+                         progress=progress and "trained grid", on_cell=on_cell, poll_s=poll_s, groups=groups)
     except BaseException:
         store.discard_if_unused()  # failed before any cell: the folder is not pinned to this grid
         raise

@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import inspect
 import re
+import sys
 
 from .converters import (
     GRID_SYNTAX,
@@ -44,6 +45,7 @@ from .output import JSON_NOTE, LONG_WORK_SECONDS
 
 __all__ = [
     "OneLineArgumentParser",
+    "join_negative_values",
     "add_command",
     "ARCHITECTURE_OPTIONS",
     "add_architecture_arguments",
@@ -96,14 +98,30 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
-        # A value that starts with a minus and a number ("-1:1:3", "-1e5", "-inf") is a
-        # value, not an option (argparse only recognises "-1" and "-.5"), so that
-        # "--beta -1:1:3" reaches the converter, which says what is wrong with it. No
-        # option of remprop starts with a digit, "inf" or "nan".
-        self._negative_number_matcher = NEGATIVE_VALUE
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse's, arguments joined first
+        return super().parse_known_args(join_negative_values(sys.argv[1:] if args is None else args), namespace)
 
     def error(self, message):  # noqa: D102 - argparse hook
         raise CommandLineError(message, prog=self.prog)
+
+
+def join_negative_values(args) -> list:
+    """``args`` with each ``--option VALUE`` whose value starts with a minus and a number ("-1:1:3",
+    "-1e5", "-inf") written ``--option=VALUE``, argparse's spelling of a value that looks like an option.
+
+    argparse itself reads only "-1" and "-.5" as values; joined, "--beta -1:1:3" reaches the
+    converter, which says what is wrong with it. No option of remprop starts with a digit, "inf" or
+    "nan"; a flag given such a word is an error either way. Nothing after ``--`` is joined.
+    """
+    out = []
+    for arg in args:
+        if (out and isinstance(arg, str) and NEGATIVE_VALUE.match(arg) and isinstance(out[-1], str)
+                and out[-1].startswith("--") and len(out[-1]) > 2 and "=" not in out[-1] and "--" not in out[:-1]):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def add_command(commands, name, handler, *, help, epilog=JSON_NOTE, **kwargs):
@@ -213,12 +231,16 @@ ARCHITECTURE_OPTIONS = {
     "dyt_alpha0": "--dyt-alpha0",
 }
 
-#: Parsed-argument name of the fields whose option is not named after them.
-_DEST_OF = {"seq_len": "theory_seq_len"}
+def option_dest(option: str) -> str:
+    """The parsed-argument name of an option: its name (``--seq-len`` -> ``seq_len``), as argparse makes it."""
+    return option.lstrip("-").replace("-", "_")
 
 
-def _dest(field: str) -> str:
-    return _DEST_OF.get(field, field)
+def architecture_dests(args) -> dict:
+    """Architecture field -> parsed-argument name, of the options :func:`add_architecture_arguments` added
+    to the parser of ``args`` (every field's option, by default)."""
+    return getattr(args, "architecture_dests", None) or {name: option_dest(option)
+                                                         for name, option in ARCHITECTURE_OPTIONS.items()}
 
 
 def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, model_overrides=False, exclude=()):
@@ -255,8 +277,7 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
         from :data:`remprop.theory.NORMS`, ``ATTENTIONS``, ``ACTIVATIONS``, ``QK_SCALINGS`` and
         :data:`remprop.theory.architecture.POSITIONS`.
     """
-    from remprop.theory import ACTIVATIONS, ATTENTIONS, MLPS, NORM_TYPES, NORMS, QK_SCALINGS, Architecture
-    from remprop.theory.architecture import BLOCK_FORMS, POSITIONS
+    from remprop.theory import Architecture
 
     defaults = {f.name: f.default for f in dataclasses.fields(Architecture)}
     if model_overrides:
@@ -266,99 +287,110 @@ def add_architecture_arguments(parser, *, alpha_sa=True, theory_seq_len=True, mo
         group = parser.add_argument_group(
             "architecture", "the transformer block (defaults: post-LN BERT of the reference experiments)")
     skipped = {ARCHITECTURE_OPTIONS[name] for name in exclude}
-    def add_argument(option, **kwargs):  # the one place where model_overrides and exclude act
-        if option in skipped:
-            return
+    fields = {option: name for name, option in ARCHITECTURE_OPTIONS.items()}
+    dests = {}
+    for option, kwargs in _architecture_options(defaults, alpha_sa=alpha_sa, theory_seq_len=theory_seq_len):
+        if option in skipped:  # the one place where model_overrides and exclude act
+            continue
         if model_overrides:
             kwargs["default"] = None
             kwargs["help"] = re.sub(r"default: [^()]*(\([^()]*\)[^()]*)*\)$", "default: the model's)", kwargs["help"])
         group.add_argument(option, **kwargs)
+        dests[fields.get(option, "seq_len")] = option_dest(option)  # --theory-seq-len: the field seq_len
+    parser.set_defaults(architecture_dests=dests)
+    return group
 
-    add_argument("--norm", choices=tuple(NORMS), default=defaults["norm"],
+
+def _architecture_options(defaults, *, alpha_sa, theory_seq_len):
+    """``(option, add_argument keywords)`` of each option of :func:`add_architecture_arguments`, in the
+    order of the help; ``defaults``: the Architecture's field defaults."""
+    from remprop.theory import ACTIVATIONS, ATTENTIONS, MLPS, NORM_TYPES, NORMS, QK_SCALINGS
+    from remprop.theory.architecture import BLOCK_FORMS, POSITIONS
+
+    yield "--norm", dict(choices=tuple(NORMS), default=defaults["norm"],
                        help="LayerNorm placement: post (BERT), pre (GPT-2) or none (default: %(default)s)")
-    add_argument("--norm-type", choices=tuple(NORM_TYPES), default=defaults["norm_type"],
+    yield "--norm-type", dict(choices=tuple(NORM_TYPES), default=defaults["norm_type"],
                        help="the norm at --norm: LayerNorm, RMSNorm (no centring, LLaMA) or DyT, tanh(a0 x) "
                             "(Dynamic Tanh, no statistics) (default: %(default)s)")
-    add_argument("--dyt-alpha0", type=positive_real, default=defaults["dyt_alpha0"], metavar="A0",
-                 help="initial scale a0 > 0 of --norm-type dyt, tanh(a0 x) (default: 0.5)")
-    add_argument("--mlp", choices=tuple(MLPS), default=defaults["mlp"],
+    yield "--dyt-alpha0", dict(type=positive_real, default=defaults["dyt_alpha0"], metavar="A0",
+                       help="initial scale a0 > 0 of --norm-type dyt, tanh(a0 x) (default: 0.5)")
+    yield "--mlp", dict(choices=tuple(MLPS), default=defaults["mlp"],
                        help="dense MLP W2 act(W1 x), or gated W_down (act(W_gate x) * W_up x): SwiGLU with "
                             "--activation silu, GeGLU with gelu (default: %(default)s)")
-    add_argument("--attention", choices=tuple(ATTENTIONS), default=defaults["attention"],
+    yield "--attention", dict(choices=tuple(ATTENTIONS), default=defaults["attention"],
                        help="softmax attention or its centred gain-controlled version (default: %(default)s)")
-    add_argument("--activation", choices=tuple(ACTIVATIONS), default=defaults["activation"],
+    yield "--activation", dict(choices=tuple(ACTIVATIONS), default=defaults["activation"],
                        help="MLP activation (default: %(default)s)")
-    add_argument("--sigma-w2", type=nonnegative_real, default=defaults["sigma_w2"], metavar="S2",
+    yield "--sigma-w2", dict(type=nonnegative_real, default=defaults["sigma_w2"], metavar="S2",
                        help="MLP weight variance times fan-in, W ~ N(0, S2/d) (default: %(default)s)")
-    add_argument("--sigma-b2", type=nonnegative_real, default=defaults["sigma_b2"], metavar="S2",
+    yield "--sigma-b2", dict(type=nonnegative_real, default=defaults["sigma_b2"], metavar="S2",
                        help="bias variance of values and MLP (default: %(default)s)")
-    add_argument("--sigma-v2", type=nonnegative_real, default=defaults["sigma_v2"], metavar="S2",
+    yield "--sigma-v2", dict(type=nonnegative_real, default=defaults["sigma_v2"], metavar="S2",
                        help="value weight variance times fan-in (default: %(default)s)")
-    add_argument("--sigma-o2", type=nonnegative_real, default=None, metavar="S2",
+    yield "--sigma-o2", dict(type=nonnegative_real, default=None, metavar="S2",
                        help="attention output projection W_O ~ N(0, S2/d), no bias (default: no projection)")
-    add_argument("--sigma-w2-out", type=nonnegative_real, default=None, metavar="S2",
+    yield "--sigma-w2-out", dict(type=nonnegative_real, default=None, metavar="S2",
                        help="variance times fan-in of the MLP's second layer, W2 ~ N(0, S2/d_ff) "
                             "(default: --sigma-w2)")
     if alpha_sa:
-        add_argument("--alpha", dest="alpha_sa", type=nonnegative_real, default=defaults["alpha_sa"],
+        yield "--alpha", dict(type=nonnegative_real, default=defaults["alpha_sa"],
                            metavar="A", help="alpha_SA: strength of the identity path around attention, "
                            "x -> A x + SA(x) (default: %(default)s)")
-    add_argument("--alpha-mlp", type=nonnegative_real, default=defaults["alpha_mlp"], metavar="A",
+    yield "--alpha-mlp", dict(type=nonnegative_real, default=defaults["alpha_mlp"], metavar="A",
                        help="strength of the identity path around the MLP (default: %(default)s)")
-    add_argument("--heads", type=count(1), default=defaults["heads"], metavar="H",
+    yield "--heads", dict(type=count(1), default=defaults["heads"], metavar="H",
                        help="attention heads H (default: %(default)s)")
-    add_argument("--qk-scaling", choices=tuple(QK_SCALINGS), default=defaults["qk_scaling"],
+    yield "--qk-scaling", dict(choices=tuple(QK_SCALINGS), default=defaults["qk_scaling"],
                        help="query/key variance of each head over the model width (model: every head runs at "
                             "beta) or over the head width (head: each head runs at H beta) "
                             "(default: %(default)s)")
-    add_argument("--positions", choices=POSITIONS, default=defaults["positions"],
+    yield "--positions", dict(choices=POSITIONS, default=defaults["positions"],
                        help="absolute (added to the embeddings: only the input state) or rope (rotary: queries "
                             "and keys rotated; needs the theory's finite T and --head-dim) (default: %(default)s)")
-    add_argument("--rope-base", type=positive_real, default=defaults["rope_base"], metavar="B",
+    yield "--rope-base", dict(type=positive_real, default=defaults["rope_base"], metavar="B",
                        help="RoPE base b > 1 of the frequencies b^(-2i/d_H) (default: %(default)g)")
-    add_argument("--head-dim", type=count(2), default=defaults["head_dim"], metavar="D_H",
+    yield "--head-dim", dict(type=count(2), default=defaults["head_dim"], metavar="D_H",
                        help="width of one head's queries and keys, even (usually width / heads); "
                             "needed with --positions rope and --qk-norm (default: none)")
-    add_argument("--rotary-dim", type=count(2), default=defaults["rotary_dim"], metavar="R",
+    yield "--rotary-dim", dict(type=count(2), default=defaults["rotary_dim"], metavar="R",
                  help="coordinates of each head that --positions rope turns, even, <= --head-dim (GPT-NeoX's "
                       "rotary_pct d_H); the rest pass unrotated (default: all of --head-dim)")
-    add_argument("--kv-heads", type=count(1), default=defaults["kv_heads"], metavar="H_KV",
+    yield "--kv-heads", dict(type=count(1), default=defaults["kv_heads"], metavar="H_KV",
                        help="key/value heads of grouped-query attention, dividing --heads; the mean maps are "
                             "those of ungrouped heads (default: --heads)")
-    add_argument("--qk-norm", action="store_true",
+    yield "--qk-norm", dict(action="store_true",
                        help="RMS-normalised queries and keys (OLMo 2, Gemma 3): beta then multiplies the "
                             "normalised scores; needs the theory's finite T and --head-dim")
-    add_argument("--qk-norm-gain", type=positive_real, default=defaults["qk_norm_gain"], metavar="G",
+    yield "--qk-norm-gain", dict(type=positive_real, default=defaults["qk_norm_gain"], metavar="G",
                        help="gain of the query/key norm (default: %(default)s)")
-    add_argument("--qk-norm-dim", type=count(1), default=defaults["qk_norm_dim"], metavar="N",
+    yield "--qk-norm-dim", dict(type=count(1), default=defaults["qk_norm_dim"], metavar="N",
                        help="coordinates normalised together, >= --head-dim (OLMo 2: heads x head dim; "
                             "default: --head-dim)")
-    add_argument("--block-form", choices=tuple(BLOCK_FORMS), default=defaults["block_form"],
+    yield "--block-form", dict(choices=tuple(BLOCK_FORMS), default=defaults["block_form"],
                        help="sequential branches, or parallel: x + SA(LN x) + MLP(LN x) (GPT-J, NeoX; "
                             "--norm pre only) (default: %(default)s)")
-    add_argument("--branch-norm", action="store_true",
+    yield "--branch-norm", dict(action="store_true",
                        help="a norm on each branch's output before the skip add (Gemma 2 sandwich with --norm "
                             "pre, OLMo 2 with --norm none)")
-    add_argument("--final-norm", action="store_true",
+    yield "--final-norm", dict(action="store_true",
                        help="a norm after the last block: the reported final state is its output (q = 1)")
-    add_argument("--logit-softcap", type=positive_real, default=defaults["logit_softcap"], metavar="C",
+    yield "--logit-softcap", dict(type=positive_real, default=defaults["logit_softcap"], metavar="C",
                        help="attention-logit soft-cap C tanh(s/C) (Gemma 2: 50), accepted where the theory "
                             "bounds its effect on Y2 (default: none)")
     if theory_seq_len:
         override = theory_seq_len == "override"
-        add_argument("--theory-seq-len" if override else "--seq-len", dest=_dest("seq_len"), type=count(2),
+        yield ("--theory-seq-len" if override else "--seq-len"), dict(type=count(2),
                            default=None, metavar="T",
                            help="sequence length T of the theory's attention maps (exact finite-T "
                                 "participation ratios; default: " + ("--seq-len, else " if override else "")
                                 + "T -> infinity)")
-    return group
 
 
 def architecture_overrides(args) -> dict:
     """The Architecture fields given on the command line of :func:`add_architecture_arguments`
     with ``model_overrides=True`` (field name -> value; the options left out are absent)."""
-    return {name: getattr(args, _dest(name)) for name in ARCHITECTURE_OPTIONS
-            if getattr(args, _dest(name), None) is not None}
+    return {name: getattr(args, dest) for name, dest in architecture_dests(args).items()
+            if getattr(args, dest, None) is not None}
 
 
 def architecture_from_args(args, **overrides):
@@ -370,7 +402,7 @@ def architecture_from_args(args, **overrides):
     """
     from remprop.theory import Architecture
 
-    fields = {name: getattr(args, _dest(name)) for name in ARCHITECTURE_OPTIONS if hasattr(args, _dest(name))}
+    fields = {name: getattr(args, dest) for name, dest in architecture_dests(args).items() if hasattr(args, dest)}
     fields.update(overrides)
     try:
         return Architecture(**fields)
@@ -403,11 +435,11 @@ def add_run_options(parser, *, beta=False, threshold=True, json_help="print JSON
 
 
 def add_grid_options(parser, *, betas, alphas):
-    """--beta and --alpha as grids (parsed as ``betas`` and ``alphas``): the (beta, alpha_SA) grid,
+    """--beta and --alpha as grids (parsed as ``beta`` and ``alpha``, lists): the (beta, alpha_SA) grid,
     defaults given as grid specifications."""
-    parser.add_argument("--beta", dest="betas", type=grid_of(positive_real), default=grid_of(positive_real)(betas),
+    parser.add_argument("--beta", type=grid_of(positive_real), default=grid_of(positive_real)(betas),
                         metavar="GRID", help=f"beta values (> 0): {GRID_SYNTAX} (default: {betas})")
-    parser.add_argument("--alpha", dest="alphas", type=grid_of(nonnegative_real),
+    parser.add_argument("--alpha", type=grid_of(nonnegative_real),
                         default=grid_of(nonnegative_real)(alphas), metavar="GRID",
                         help=f"alpha_SA values (>= 0), same syntax (default: {alphas})")
 
@@ -420,7 +452,7 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
     ``threads=None``: torch's own). ``theory_too``: ``--seq-len`` (parsed as ``seq_len``,
     default None) sets the theory's T and the simulated T together, and ``--sim-seq-len``
     (``sim_seq_len``) overrides the simulated one (default ``sim_seq_len``, resolved by
-    :func:`simulated_seq_len`); else ``--seq-len`` is the simulated T (``sim_seq_len``).
+    :func:`simulated_seq_len`); else ``--seq-len`` (``seq_len``) is the simulated T.
     """
     add_seeds_option(parser, seeds)
     parser.add_argument("--sequences", type=count(1), default=2, metavar="N",
@@ -436,7 +468,7 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
                                  f"else {sim_seq_len})")
         parser.set_defaults(default_sim_seq_len=sim_seq_len)
     else:
-        parser.add_argument("--seq-len", dest="sim_seq_len", type=count(2), default=sim_seq_len, metavar="T",
+        parser.add_argument("--seq-len", type=count(2), default=sim_seq_len, metavar="T",
                             help="tokens per simulated sequence T; the theory compared runs at the same T "
                                  "(default: %(default)s)")
     parser.add_argument("--inputs", choices=("synthetic", "text"), default=inputs,
@@ -450,9 +482,9 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
 
 
 def simulated_seq_len(args) -> int:
-    """The simulated T of a command with ``theory_too`` (:func:`add_simulation_options`):
-    ``--sim-seq-len``, else ``--seq-len``, else the command's default."""
-    for value in (args.sim_seq_len, args.seq_len, args.default_sim_seq_len):
+    """The simulated T of a command with :func:`add_simulation_options`: ``--sim-seq-len``, else
+    ``--seq-len``, else the command's default (``--seq-len`` alone without ``theory_too``)."""
+    for value in (getattr(args, "sim_seq_len", None), args.seq_len, getattr(args, "default_sim_seq_len", None)):
         if value is not None:
             return value
 

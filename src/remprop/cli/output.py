@@ -60,7 +60,7 @@ def describe(arch, depth, threshold=None) -> str:
 def run_inputs(args, arch, **extra) -> dict:
     """The inputs of a run, for the JSON outputs (alpha_sa left out when it is swept)."""
     architecture = arch.to_dict()
-    if not hasattr(args, "alpha_sa"):
+    if "alpha_sa" not in getattr(args, "architecture_dests", {"alpha_sa": "alpha"}):
         architecture.pop("alpha_sa", None)
     out = {"architecture": architecture, "depth": args.depth}
     for name in ("threshold", "q0", "rho0"):

@@ -44,7 +44,7 @@ def add_acceptance_parser(commands):
                          help="the acceptance cases of docs/validation.md (text and Gaussian inputs, post/pre-LN): "
                               "simulate, set against the theory, write the table (needs the validation extra)")
     sizes = parser.add_argument_group("simulation (default: the sizes of docs/validation.md; --quick: tiny ones)")
-    sizes.add_argument("--out", dest="store", default="remprop-acceptance", metavar="DIR",
+    sizes.add_argument("--out", default="remprop-acceptance", metavar="DIR",
                        help="folder of the measurements, created if needed; an existing one resumes "
                             "(default: %(default)s)")
     sizes.add_argument("--quick", action="store_true",
@@ -105,7 +105,7 @@ def run_acceptance_command(args) -> int:
     is refused before any measurement.
     """
     sizes = _sizes(args)
-    directory = writable_directory(args.store, option="--out")
+    directory = writable_directory(args.out, option="--out")
     # every output path is checked before the measurements
     markdown = (writable_file(args.markdown, option="--markdown") if args.markdown is not None
                 else writable_file(directory / "acceptance.md", option="--out"))

@@ -8,6 +8,7 @@ model is trained at, ``min(maximum context, DEFAULT_SEQ_LEN)``, not the maximum 
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from remprop._files import output_set
@@ -40,7 +41,7 @@ def add_check_parser(commands):
     check.add_argument("model", nargs="?", default=None, metavar="MODEL",
                        help="a shipped model name or a config path (same as --hf-config), or a folder with config.json "
                             "and *.safetensors (or pytorch_model.bin): the model measured on its own weights")
-    check.add_argument("--hf-config", dest="config", default=None, metavar="PATH|NAME",
+    check.add_argument("--hf-config", default=None, metavar="PATH|NAME",
                        help="a config.json (or its folder), or a shipped name: " + ", ".join(shipped_configs()))
     check.add_argument("--seq-len", type=count(2), default=None, metavar="T",
                        help="the model's sequence length T: it sets the model's beta, the theory's finite-T "
@@ -99,7 +100,8 @@ def add_check_parser(commands):
     check.add_argument("--name", type=file_stem, default=None,
                        help="file name stem (default: check-<model>, then -<option>=<value> for each option given "
                             "that changes the answer, e.g. check-meta-llama_Llama-3.2-1B-depth=64)")
-    check.add_argument("--no-figure", dest="figure", action="store_false", help="skip the PNG")
+    check.add_argument("--figure", action=argparse.BooleanOptionalAction, default=True,
+                       help="write the PNG, or skip it (default: write it)")
     check.add_argument("--diagram", action="store_true",
                        help="also keep the trainability diagram around the model (its architecture, depth and input "
                             "state, as remprop.diagrams.trainability_diagram(model_spec(...)) gives it): "
@@ -287,9 +289,9 @@ def _model_spec(args):
     from remprop.theory import model_spec
     from remprop.theory.models.measured_weights import TORCH_WEIGHT_FILES, holds_weights, unread_weight_files
 
-    if (args.config is None) == (args.model is None):
+    if (args.hf_config is None) == (args.model is None):
         raise CommandLineError("give the model once: a shipped name or config path as MODEL or --hf-config")
-    config = args.config if args.config is not None else args.model
+    config = args.hf_config if args.hf_config is not None else args.model
     if holds_weights(config):  # a folder with the model's own weights: measured, not the library's init
         from remprop.theory.models.hf_config import load_hf_config
 

@@ -43,8 +43,8 @@ def add_recipes_parser(commands):
     recipes.add_argument("--width", type=count(1), default=DEFAULT_WIDTH, metavar="D",
                          help="model width d, for muP's 1/d_H attention (default: %(default)s)")
     add_output_options(recipes, name="recipes")
-    recipes.add_argument("--no-figure", dest="figure", action="store_false",
-                         help="skip the PNG (the table alone is quick)")
+    recipes.add_argument("--figure", action=argparse.BooleanOptionalAction, default=True,
+                         help="draw the PNG, or skip it: the table alone is quick (default: draw it)")
     add_threads_option(recipes)
     add_work_limit_options(recipes, memory=False)
     add_architecture_arguments(recipes, alpha_sa=True)
@@ -73,10 +73,10 @@ def run_recipes(args) -> int:
     directory = writable_directory(args.out)
     check_work(f"{len(args.only or ()) or 'the'} recipe(s) at depth {args.depth}"
                + (" with their figure" if args.figure else ""),
-               seconds=recipes_seconds(arch, args.depth, args.beta, names=args.only, width=args.width,
+               seconds=recipes_seconds(arch, args.beta, depth=args.depth, names=args.only, width=args.width,
                                        figure=args.figure), **work_limits(args))
-    predictions = recipe_predictions(arch, args.depth, args.beta, names=args.only, width=args.width,
-                                     q0=args.q0, rho0=args.rho0, threshold=args.threshold)
+    predictions = recipe_predictions(arch, args.beta, depth=args.depth, names=args.only, width=args.width, q0=args.q0,
+                                     rho0=args.rho0, threshold=args.threshold)
     stem = directory / args.name
     files = []
     if args.figure:

@@ -75,16 +75,16 @@ def run_sweep(args) -> int:
         from remprop.validation.experiments import distributed
         from remprop.validation.experiments.sweep import SweepSpec, load_records, run_sweep as sweep_cells
 
-    cells = len(args.betas) * len(args.alphas)
+    cells = len(args.beta) * len(args.alpha)
     parallel = args.workers if args.workers is not None else \
         ((os.cpu_count() or 1) if distributed.dask_installed() and args.scheduler is None else 1)
     _check_simulation_time(args, f"a sweep of {cells} cells ({len(args.seeds)} seed(s) x {args.sequences} "
                                  f"sequence(s) each) on {max(parallel, 1)} worker(s)",
                            runs=cells * len(args.seeds), parallel=max(parallel, 1))
 
-    spec = SweepSpec(arch=arch, betas=np.asarray(args.betas, dtype=float), alphas=np.asarray(args.alphas, dtype=float),
+    spec = SweepSpec(arch=arch, betas=np.asarray(args.beta, dtype=float), alphas=np.asarray(args.alpha, dtype=float),
                      depth=args.depth, seeds=args.seeds, sequences=args.sequences, width=args.width,
-                     seq_len=args.sim_seq_len, threshold=args.threshold, q0=args.q0, rho0=args.rho0,
+                     seq_len=args.seq_len, threshold=args.threshold, q0=args.q0, rho0=args.rho0,
                      inputs=args.inputs, dtype=args.dtype, threads=args.threads)
     report = sweep_cells(spec, directory, workers=args.workers, scheduler=args.scheduler,
                          device=None if args.device == "auto" else args.device, progress=show_progress(args))
@@ -202,9 +202,9 @@ def _check_simulation_memory(args, arch, *, batch, d_ff=None):
     """Refuse a simulation whose tensors would exceed --max-memory (one line with the estimate)."""
     from remprop.theory import work_estimates as work
 
-    nbytes = work.simulation_bytes(args.width, args.sim_seq_len, batch, {"float32": 4, "float64": 8}[args.dtype],
+    nbytes = work.simulation_bytes(args.width, simulated_seq_len(args), batch, {"float32": 4, "float64": 8}[args.dtype],
                                    d_ff=d_ff, heads=arch.heads)
-    check_work(f"simulating {batch} sequence(s) of {args.sim_seq_len} tokens of width {args.width} "
+    check_work(f"simulating {batch} sequence(s) of {simulated_seq_len(args)} tokens of width {args.width} "
                f"in {args.dtype}", nbytes=nbytes, **work_limits(args))
 
 
@@ -230,7 +230,7 @@ def _check_simulation_time(args, task, *, runs, parallel=1, d_ff=None):
     """Refuse simulations estimated above --max-seconds (one line with the estimate), and print the
     estimate: ``runs`` simulations of --sequences sequences through --depth blocks
     (:func:`simulation_time`), ``parallel`` at a time."""
-    seconds = simulation_time(args.device, args.width, args.sim_seq_len, args.sequences, args.depth, d_ff=d_ff)
+    seconds = simulation_time(args.device, args.width, simulated_seq_len(args), args.sequences, args.depth, d_ff=d_ff)
     check_work(task, seconds=runs * seconds / parallel, **work_limits(args))
 
 

@@ -90,8 +90,8 @@ def run_diagram(args) -> int:
     from remprop.theory import work_estimates as work
     from remprop.theory.learning_rate import CEILING_BAND, ceiling_seconds
 
-    betas = np.asarray(args.betas, dtype=float)
-    alphas = np.asarray(args.alphas, dtype=float)
+    betas = np.asarray(args.beta, dtype=float)
+    alphas = np.asarray(args.alpha, dtype=float)
     check_work(f"a diagram of {betas.size} x {alphas.size} cells at depth {args.depth}",
                seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
                         + search_seconds(arch, args.depth, betas.size)
@@ -224,7 +224,7 @@ def run_min_alpha(args) -> int:
     """
     import numpy as np
 
-    from remprop.diagrams import ALPHA_MAX, min_residual_strength
+    from remprop.diagrams import ALPHA_MAX, residual_strength
     from remprop.diagrams.residual_strength import search_block_steps, search_seconds
     from remprop.theory import work_estimates as work
     from remprop.theory.learning_rate import ceiling_seconds
@@ -239,14 +239,15 @@ def run_min_alpha(args) -> int:
                **work_limits(args))
     with progress_bar(args, total=search_block_steps(arch, args.depth, np.size(beta)), unit="block",
                       desc="min-alpha") as advance:
-        alpha_star = min_residual_strength(arch, args.depth, beta, args.threshold, q0=args.q0, rho0=args.rho0,
-                                           progress=advance)
+        alpha_star = residual_strength.alpha_star(arch, beta, args.depth, args.threshold, q0=args.q0, rho0=args.rho0,
+                                                  progress=advance)
     at_rate = None
     if args.lr is not None:
-        from remprop.diagrams.learning_rate import min_alpha_at_rate
+        from remprop.diagrams.learning_rate import alpha_star_at_rate
+        from remprop.theory import RunSettings
 
-        at_rate = min_alpha_at_rate(arch, args.depth, beta, args.lr, args.width, args.steps, args.threshold,
-                                    q0=args.q0, rho0=args.rho0, alpha_star=alpha_star)
+        run = RunSettings(arch, beta, args.depth, args.q0, args.rho0, args.threshold)
+        at_rate = alpha_star_at_rate(run, args.lr, args.width, args.steps, alpha_star=alpha_star)
     if args.json:
         extra = {} if at_rate is None else {"alpha_star_at_lr": at_rate, "lr": args.lr, "steps": args.steps,
                                             "width": args.width}

@@ -137,7 +137,7 @@ def run_trained_diagram(args) -> int:
         config = TrainConfig(arch=arch, depth=args.depth, width=args.width, seq_len=args.seq_len,
                              batch_size=args.batch_size, steps=args.steps, lr=args.lr, vocab_size=args.vocab_size,
                              eval_every=args.eval_every or max(args.steps // 10, 1), device=args.device)
-        spec = TrainedGridSpec(config, np.asarray(args.betas, dtype=float), np.asarray(args.alphas, dtype=float),
+        spec = TrainedGridSpec(config, np.asarray(args.beta, dtype=float), np.asarray(args.alpha, dtype=float),
                                args.seeds, args.threshold, args.threads)
         corpus = masked_lm_corpus(config.vocab_size)
         corpus.check_seq_len(config.seq_len)
