@@ -292,3 +292,27 @@ def test_measured_threshold_line_runs_along_every_cell_edge_it_separates():
     assert length == pytest.approx(step_b + step_a, rel=1e-9), (length, drawn)
     labels = [t.get_text() for t in right.get_legend().get_texts()]
     assert any(label.startswith(r"measured $\rho_L = 0.99$") for label in labels), labels
+
+
+# -- diagram.plot() returns what the README says ---------------------------------------------------
+def test_diagram_plot_returns_the_axes_the_readme_names(tmp_path):
+    """TrainabilityDiagram.plot draws one panel and takes ``ax=``: it returns the Axes (matplotlib's
+    convention for a function given an Axes), as the README's tour shows it used."""
+    from pathlib import Path
+
+    from matplotlib import pyplot
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    diagram = trainability_diagram(Architecture(), np.linspace(0.2, 3.0, 6), np.linspace(0.0, 2.0, 5), 4)
+    ax = diagram.plot()
+    try:
+        assert isinstance(ax, Axes) and ax.figure in map(pyplot.figure, pyplot.get_fignums())
+        given = ax.figure.add_subplot(2, 1, 2)
+        assert diagram.plot(ax=given) is given
+        assert isinstance(diagram.figure(), Figure)
+    finally:
+        pyplot.close("all")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if "diagram.plot()" in line)
+    assert line.startswith("ax = diagram.plot()") and "Axes" in line, line
