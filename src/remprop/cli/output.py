@@ -19,7 +19,7 @@ JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the
 
 __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
            "show_progress", "estimate_announcer", "progress_bar", "LONG_WORK_SECONDS", "writable_directory", "writable_file",
-           "name_stem"]
+           "name_stem", "compile_notices", "COMPILE_SECONDS_PER_SWEEP", "COMPILE_SECONDS_OTHER", "SWEEPS_OF"]
 
 
 def format_number(value, digits=6) -> str:
@@ -109,6 +109,78 @@ def estimate_announcer(args):
         announce(f"{task}: {', '.join(parts) or 'not estimated'}{limit_text}")
 
     return announce_estimate
+
+
+#: Seconds to compile one of the engine's sweeps (:data:`remprop.theory.kernels.ENGINE_SWEEPS`) on two shared
+#: cores: cold minus warm first calls of ``remprop propagate`` and ``min-alpha`` (two sweeps each) took 38-39 s
+#: at load 3-8 (benchmarks/bench_estimates.py measures it again against the estimate).
+COMPILE_SECONDS_PER_SWEEP = 20.0
+#: The engine's sweeps a command runs (the kernel timing of an estimate runs ``final_states``); any other
+#: command may run all three, ``precompile`` compiles them itself.
+SWEEPS_OF = {"propagate": ("trajectories", "final_states"), "min-alpha": ("final_states", "min_alpha"),
+             "diagram": ("final_states", "min_alpha"), "precompile": ()}
+
+
+#: Seconds assumed for the first compile of a numba function outside the engine (the causal Gram state's
+#: pair quadrature, an activation's moments over arrays, the finite-T table): they take a few to a dozen
+#: seconds each on two shared cores.
+COMPILE_SECONDS_OTHER = 10.0
+
+
+@contextlib.contextmanager
+def compile_notices(args):
+    """Within: the first time numba starts compiling, print its estimate (unless --no-progress) and add it
+    to ``args.estimated_seconds``: ``HH:MM:SS estimate: compiling the theory's engine (2 sweep(s):
+    final_states, min_alpha; once per install, `remprop precompile` does it ahead): about 40 s``.
+
+    The sweeps counted are those the command runs (:data:`SWEEPS_OF`) that
+    :func:`remprop.theory.kernels.sweeps_to_compile` finds neither compiled nor on disk, at
+    :data:`COMPILE_SECONDS_PER_SWEEP` each; a compile of anything else first (the engine already on
+    disk) is announced once at :data:`COMPILE_SECONDS_OTHER`. The line comes when compiling starts, so
+    after the command has checked its input (a bad option stays one line) and before the minute a cold
+    engine takes, in which nothing else would be printed.
+    """
+    sweeps = SWEEPS_OF.get(args.command)
+    if sweeps == ():
+        yield
+        return
+    from numba.core import event
+
+    from remprop.progress import announce
+
+    from .limits import format_seconds
+
+    said = []
+
+    class Notice(event.Listener):
+        def on_start(self, data):
+            if said:
+                return
+            said.append(True)
+            from remprop.theory.kernels import ENGINE_SWEEPS, sweeps_to_compile
+
+            cold = sweeps_to_compile(ENGINE_SWEEPS if sweeps is None else sweeps)
+            if cold:
+                seconds = COMPILE_SECONDS_PER_SWEEP * len(cold)
+                what = (f"the theory's engine ({len(cold)} sweep(s): {', '.join(cold)}; once per install, "
+                        "`remprop precompile` does it ahead)")
+            else:
+                seconds = COMPILE_SECONDS_OTHER
+                name = getattr(getattr(data.data.get("dispatcher"), "py_func", None), "__name__", "a kernel")
+                what = f"{name.split('__')[0]} (once per install)"
+            args.estimated_seconds = (getattr(args, "estimated_seconds", None) or 0.0) + seconds
+            if getattr(args, "progress", None) is not False:
+                announce(f"compiling {what}: about {format_seconds(seconds)}")
+
+        def on_end(self, data):
+            pass
+
+    listener = Notice()
+    event.register("numba:compile", listener)
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", listener)
 
 
 @contextlib.contextmanager
