@@ -433,7 +433,7 @@ def recipes_seconds(arch: Architecture, depth: int, beta, *, names=None, width=D
     cell through ``depth`` blocks and the search for ``alpha*``
     (:func:`~remprop.diagrams.residual_strength.search_seconds`); the figure adds the
     recipe's diagram of ``resolution x resolution`` cells (default :data:`FIGURE_RESOLUTION`)
-    with an ``alpha*`` search per beta. The memory is bounded whatever the depth (the
+    with an ``alpha*`` search per beta, and its drawing (:data:`PANEL_SECONDS` a panel). The memory is bounded whatever the depth (the
     predictions keep the final state alone; a panel's diagram holds its cells).
     """
     resolution = FIGURE_RESOLUTION if resolution is None else int(resolution)
@@ -443,8 +443,14 @@ def recipes_seconds(arch: Architecture, depth: int, beta, *, names=None, width=D
         seconds += search_seconds(run.arch, run.depth, 1) if _has_branch(run) else 0.0
         if figure:
             seconds += (work_estimates.run_seconds(run.arch, resolution ** 2, run.depth)
-                        + search_seconds(run.arch, run.depth, resolution))
+                        + search_seconds(run.arch, run.depth, resolution) + PANEL_SECONDS)
     return seconds
+
+
+#: Seconds to draw and save one panel of :func:`recipes_figure` (phases, hatches, contours, labels kept
+#: clear, PNG at 130 dpi): 8 panels took 11 s at load 11 on two cores and about 3 s on a quiet machine; the
+#: kernels' part of the figure was all the estimate had counted (1.3 s of a 16 s run).
+PANEL_SECONDS = 0.8
 
 
 # -- figure --------------------------------------------------------------------------------

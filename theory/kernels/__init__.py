@@ -51,7 +51,8 @@ Public surface
 * :func:`propagate_tree` -- a tree of numbers iterated over depth from ``(q0, p0)``;
 * :func:`packed_table` -- the finite-T participation table the kernels read;
 * :func:`sweeps_to_compile` -- which of the engine's sweeps (:data:`ENGINE_SWEEPS`) the next call
-  would compile (neither compiled in this process nor on disk), for estimates that count compiling;
+  would compile (neither compiled in this process nor on disk), and :func:`sweeps_to_load` those it
+  would read from disk, for estimates that count compiling and loading;
 * :func:`min_alpha_bisection` -- the smallest ``alpha_sa`` with final cosine below a
   threshold, per packed row; :func:`bisection_steps` -- its number of halvings.
 
@@ -64,7 +65,8 @@ from ._sweeps import (COLUMNS, PARAMS, SCALE_EXPONENT, Kernels, bisection_steps,
                       packed_table, propagate_tree)
 
 __all__ = ["PARAMS", "COLUMNS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection",
-           "bisection_steps", "propagate_tree", "ENGINE_SWEEPS", "sweeps_to_compile", "needs_compiling"]
+           "bisection_steps", "propagate_tree", "ENGINE_SWEEPS", "sweeps_to_compile", "sweeps_to_load",
+           "needs_compiling"]
 
 #: The engine's three sweeps, in the order of ``_engine.ENGINE``.
 ENGINE_SWEEPS = ("trajectories", "final_states", "min_alpha")
@@ -83,13 +85,23 @@ def sweeps_to_compile(names=ENGINE_SWEEPS) -> tuple:
     -------
     tuple of str
     """
+    return tuple(name for name, sweep in _named_sweeps(names) if needs_compiling(sweep))
+
+
+def sweeps_to_load(names=ENGINE_SWEEPS) -> tuple:
+    """The sweeps among ``names`` that this process has not loaded yet but numba's disk cache holds: their
+    first call reads them from disk (about 1.5-2 s each on two shared cores), without compiling."""
+    return tuple(name for name, sweep in _named_sweeps(names) if not sweep.signatures and not needs_compiling(sweep))
+
+
+def _named_sweeps(names):
     from ._engine import ENGINE
 
     sweeps = dict(zip(ENGINE_SWEEPS, ENGINE))
     unknown = [name for name in names if name not in sweeps]
     if unknown:
         raise ValueError(f"names must be among {', '.join(ENGINE_SWEEPS)}, got {unknown[0]!r}")
-    return tuple(name for name in names if needs_compiling(sweeps[name]))
+    return [(name, sweeps[name]) for name in names]
 
 
 def needs_compiling(dispatcher) -> bool:
