@@ -58,7 +58,7 @@ def cell_boundaries(values) -> list:
 
 def cell_edges(values) -> np.ndarray:
     """The edges of the cells that ``pcolormesh(..., shading="nearest")`` draws around grid values:
-    the midpoints between neighbours and half a step beyond each end (:func:`_edges`)."""
+    the midpoints between neighbours and half a step beyond each end (``_edges``)."""
     values = np.asarray(values, dtype=float)
     low, high = _edges(values)
     return np.r_[low, 0.5 * (values[1:] + values[:-1]), high]

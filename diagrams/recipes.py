@@ -64,7 +64,7 @@ from .residual_strength import min_residual_strength, search_seconds
 __all__ = ["Recipe", "RecipePrediction", "RECIPES", "DEFAULT_WIDTH", "scaled_variances", "branch_gains",
            "base", "deepnorm", "rezero", "t_fixup", "t_fixup_decoder", "scaled_output_projections",
            "mup_attention", "inverse_sqrt_branches", "recipe_predictions", "check_recipe_names",
-           "recipes_figure", "recipes_seconds", "FIGURE_RESOLUTION"]
+           "recipes_figure", "recipes_seconds", "FIGURE_RESOLUTION", "trainable_band", "PANEL_SECONDS"]
 
 #: Model width d used by the recipes that depend on it (muP) when none is given.
 DEFAULT_WIDTH = 768
@@ -433,7 +433,7 @@ def recipes_seconds(arch: Architecture, depth: int, beta, *, names=None, width=D
     cell through ``depth`` blocks and the search for ``alpha*``
     (:func:`~remprop.diagrams.residual_strength.search_seconds`); the figure adds the
     recipe's diagram of ``resolution x resolution`` cells (default :data:`FIGURE_RESOLUTION`)
-    with an ``alpha*`` search per beta, and its drawing (:data:`PANEL_SECONDS` a panel). The memory is bounded whatever the depth (the
+    with an ``alpha*`` search per beta, and its drawing (``PANEL_SECONDS`` a panel). The memory is bounded whatever the depth (the
     predictions keep the final state alone; a panel's diagram holds its cells).
     """
     resolution = FIGURE_RESOLUTION if resolution is None else int(resolution)
@@ -469,7 +469,7 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     phases, ``beta_c``, ``alpha*(L)``), with the recipe marked at ``(beta_r, alpha_sa)``: where
     the recipe puts the model (both values are grid values, so the cell under the star has the
     recipe's own phase, as in the table). The title gives the band of
-    ``alpha_sa`` that is trainable at ``beta_r`` (:func:`trainable_band`): the no-LN recipes
+    ``alpha_sa`` that is trainable at ``beta_r`` (:func:`~remprop.diagrams.recipes.trainable_band`): the no-LN recipes
     (ReZero, T-Fixup) keep ``alpha_sa = 1``, and at depth L their band is narrow (above 1 the
     stream's scale grows as ``alpha^(2L)`` and entropy collapses; below it rank collapse, or for
     ReZero nothing, since its branches are zero): ReZero sits on the band's upper edge itself,

@@ -235,7 +235,7 @@ def keep_labels_clear(figure):
 
     The figure is laid out first (``draw_without_rendering``: constrained layout fixes
     the axes), then every phase label goes to the first of its positions where its box stays
-    inside its axes, at least :data:`LABEL_CLEARANCE_PT` points from every marker's outline
+    inside its axes, at least ``LABEL_CLEARANCE_PT`` points from every marker's outline
     (:func:`marker_extents`) and off the legends of its axes; of those, a position where the
     box also lies inside its own region is taken first, at its own font size and then at the
     smaller sizes of ``_LABEL_SHRINK`` (a narrow region), each on one line and then one word a
