@@ -118,8 +118,10 @@ def estimate_announcer(args):
 
 #: Seconds to compile one of the engine's sweeps (:data:`remprop.theory.kernels.ENGINE_SWEEPS`) on two shared
 #: cores: cold minus warm first calls of ``remprop propagate`` and ``min-alpha`` (two sweeps each) took 38-39 s
-#: at load 3-8 (benchmarks/bench_estimates.py measures it again against the estimate).
-COMPILE_SECONDS_PER_SWEEP = 20.0
+#: at load 3-8; benchmarks/bench_estimates.py measured a cold ``diagram`` (two sweeps) at 49 s and 101 s, a
+#: cold ``check bert-base`` (three) at 64 s and 98 s, at loads of about 5 and 11. 30 s a sweep keeps those
+#: within 2x of the estimate at both loads (20 s read 2.4x short at load 11).
+COMPILE_SECONDS_PER_SWEEP = 30.0
 #: The engine's sweeps a command runs (the kernel timing of an estimate runs ``final_states``); any other
 #: command may run all three, ``precompile`` compiles them itself.
 SWEEPS_OF = {"propagate": ("trajectories", "final_states"), "min-alpha": ("final_states", "min_alpha"),
@@ -153,7 +155,7 @@ COMPILE_SECONDS_OTHER = 10.0
 def compile_notices(args):
     """Within: the first time numba starts compiling, print its estimate (unless --no-progress) and add it
     to ``args.estimated_seconds``: ``HH:MM:SS estimate: compiling the theory's engine (2 sweep(s):
-    final_states, min_alpha; once per install, `remprop precompile` does it ahead): about 40 s``.
+    final_states, min_alpha; once per install, `remprop precompile` does it ahead): about 1 min``.
 
     The sweeps counted are those the command runs (:data:`SWEEPS_OF`) that
     :func:`remprop.theory.kernels.sweeps_to_compile` finds neither compiled nor on disk, at
