@@ -528,7 +528,7 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
         alpha_r = float(run.arch.numeric()["alpha_sa"])
         ax.plot([run.beta], [alpha_r], zorder=5, **star)
         ax.set_title(f"{prediction.recipe.label}: {prediction.phase}\n"
-                     rf"{NORM_TITLES[run.arch.norm]}, $\rho_L = {prediction.rho_final:.3f}$; "
+                     rf"{NORM_TITLES[run.arch.norm]}, $\rho_L = {prediction.rho_final:.3f}$" "\n"
                      f"{_band_text(trainable_band(diagram, run.beta, alpha_r))}", fontsize=9)
         ax.set_xlabel(r"$\beta$", fontsize=8)
         ax.set_ylabel(r"$\alpha_{SA}$", fontsize=8)
@@ -571,7 +571,7 @@ def trainable_band(diagram, beta, alpha):
 def _band_text(band) -> str:
     if band is None:
         return r"not trainable at its $\beta$"
-    return rf"trainable for $\alpha_{{SA}} \in [{band[0]:.3g}, {band[1]:.3g}]$"
+    return rf"trainable: $\alpha_{{SA}} \in [{band[0]:.3g}, {band[1]:.3g}]$"
 
 
 def _shared_axes(predictions, resolution):

@@ -255,7 +255,7 @@ def test_recipe_stars_sit_on_a_cell_of_the_recipes_own_phase():
         star = next(line for line in ax.get_lines() if line.get_marker() == "*")
         (x,), (y,) = star.get_data()
         assert _phase_under(ax, x, y) == codes[prediction.phase], (prediction.recipe.name, x, y)
-        assert "trainable for" in ax.get_title() and prediction.phase == "trainable", ax.get_title()
+        assert "trainable: " in ax.get_title() and prediction.phase == "trainable", ax.get_title()
     labels = [h.get_label() for legend in figure.legends for h in legend.legend_handles]
     assert any(r"$\beta$, $\alpha_{SA}$" in label for label in labels), labels  # the legend says where a star is
 

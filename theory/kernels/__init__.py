@@ -91,7 +91,8 @@ def sweeps_to_compile(names=ENGINE_SWEEPS) -> tuple:
 def sweeps_to_load(names=ENGINE_SWEEPS) -> tuple:
     """The sweeps among ``names`` that this process has not loaded yet but numba's disk cache holds: their
     first call reads them from disk (about 1.5-2 s each on two shared cores), without compiling."""
-    return tuple(name for name, sweep in _named_sweeps(names) if not sweep.signatures and not needs_compiling(sweep))
+    return tuple(name for name, sweep in _named_sweeps(names)
+                 if getattr(sweep, "signatures", True) == [] and not needs_compiling(sweep))
 
 
 def _named_sweeps(names):
@@ -114,8 +115,8 @@ def needs_compiling(dispatcher) -> bool:
     numba import statement: the sources of those with one key the engine's disk cache
     (``theory._jit.source_digest``), and an edit of them compiles the engine again.
     """
-    if dispatcher.signatures:
-        return False
+    if not hasattr(dispatcher, "signatures") or dispatcher.signatures:
+        return False  # compiled in this process, or plain Python (numba's JIT disabled): nothing to compile
     try:
         index = dispatcher._cache._cache_file._load_index()
         magic = dispatcher.targetctx.codegen().magic_tuple()
