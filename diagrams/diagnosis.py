@@ -191,7 +191,8 @@ class Diagnosis:
         ``grade`` is ``"entropy-collapse"`` or ``"rank-collapse"`` (the phase), else
         ``"comfortable"`` when every margin of :attr:`margins` clears
         :data:`COMFORTABLE_MARGINS` and ``"marginal"`` otherwise; ``thin`` names the margins
-        that do not (one phrase each), ``text`` says it in words (:data:`GRADES`).
+        that do not (one phrase each: which margin, its ratio, the comfortable bound and the value
+        of the model's parameter it stands for), ``text`` says it in words (:data:`GRADES`).
         """
         m, bound = self.margins, COMFORTABLE_MARGINS
         if self.phase == "entropy-collapse":
@@ -201,15 +202,22 @@ class Diagnosis:
             where = (f"from layer {self.collapse_depth}" if self.collapse_depth is not None
                      else f"final cosine above {self.threshold:g}")
             return {"grade": "rank-collapse", "thin": [], "text": f"{GRADES['rank-collapse']} ({where})"}
-        thin = []
+        thin, depth = [], self.spec.depth
         if m["alpha_ratio"] < bound["alpha_ratio"]:
-            thin.append(f"alpha_SA / alpha* = {m['alpha_ratio']:.3g} < {bound['alpha_ratio']:g}")
+            thin.append(f"skip margin alpha_SA / alpha*(L = {depth}) = {m['alpha_ratio']:.3g}, under the comfortable "
+                        f"{bound['alpha_ratio']:g} (alpha_SA >= {bound['alpha_ratio']:g} alpha* = "
+                        f"{bound['alpha_ratio'] * self.alpha_star:.3g}): the skip is within "
+                        f"{bound['alpha_ratio']:g}x of the smallest that avoids rank collapse at {depth} layers")
         if m["beta_ratio"] > bound["beta_ratio"]:
-            thin.append(f"beta / beta_c = {m['beta_ratio']:.3g} > {bound['beta_ratio']:g}")
+            thin.append(f"query/key margin beta / beta_c = {m['beta_ratio']:.3g}, over the comfortable "
+                        f"{bound['beta_ratio']:g} (beta <= {bound['beta_ratio'] * self.beta_critical:.3g}): "
+                        f"attention is near entropy collapse")
         if m["gradient_decay"] > bound["gradient_decay"]:
-            thin.append(f"query gradient falls {m['gradient_decay']:.3g}x over the stack > {bound['gradient_decay']:g}x")
+            thin.append(f"gradient margin: the query gradient falls {m['gradient_decay']:.3g}x over the stack, "
+                        f"over the comfortable {bound['gradient_decay']:g}x")
         if m["collapse_depth_ratio"] is not None and m["collapse_depth_ratio"] < bound["collapse_depth_ratio"]:
-            thin.append(f"rank collapse from layer {m['collapse_depth']} < {bound['collapse_depth_ratio']:g} x depth")
+            thin.append(f"depth margin: rank collapse from layer {m['collapse_depth']}, under the comfortable "
+                        f"{bound['collapse_depth_ratio']:g} x depth = {bound['collapse_depth_ratio'] * depth:g}")
         grade = "marginal" if thin else "comfortable"
         return {"grade": grade, "thin": thin, "text": GRADES[grade] + (f" ({'; '.join(thin)})" if thin else "")}
 

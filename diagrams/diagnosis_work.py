@@ -14,7 +14,7 @@ from remprop.theory.learning_rate import ceiling_seconds
 from .diagnosis import GRAM_DRAWS, MAX_COLLAPSE_DEPTH, _verdict_architectures, last_tokens_theory
 from .residual_strength import search_seconds
 
-__all__ = ["diagnosis_seconds", "diagnosis_bytes"]
+__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds"]
 
 
 def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
@@ -27,8 +27,7 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     rotary positions the mean rotary correlation of the model's T and of each compared late
     token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
     tokens' per-position maps, as many cells, and where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it the
-    causal Gram state (:func:`~remprop.theory.causal.causal_gram_flops` at
-    :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); the learning-rate ceiling's walk
+    causal Gram state (:func:`causal_gram_seconds`, timed on this machine); the learning-rate ceiling's walk
     (:func:`~remprop.theory.learning_rate.ceiling_seconds`).
     """
     if not isinstance(spec, ModelSpec):
@@ -44,7 +43,57 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     if last:
         seconds += work_estimates.run_seconds(arch, last, depth)
     if _uses_gram(spec, causal_theory, gram_draws):
-        seconds += work_estimates.flops_seconds(causal_gram_flops(arch, depth, spec.seq_len, gram_draws))
+        seconds += causal_gram_seconds(arch, depth, spec.seq_len, gram_draws)
+    return seconds
+
+
+#: Pairs of the timed call of the pair quadrature (:func:`causal_gram_seconds`): 4.3e6 nodes, 0.02-0.2 s;
+#: fewer pairs read the start-up of its threads as work.
+_TIMED_PAIRS = 1024
+
+
+def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
+    """Estimated seconds of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`) on this
+    machine, from short timed calls made now (so under the machine's present load).
+
+    Its counted operations (:func:`~remprop.theory.causal.causal_gram_flops`) without the quadrature, at the
+    rate of a timed ``T x T`` matrix product, plus per layer a timed eigendecomposition of a ``T x T`` matrix
+    (the score kernel's square root; LAPACK's ``eigh`` runs far below the product's rate), and, for an
+    activation that is not positively homogeneous, the pair quadrature of the MLP
+    (:func:`~remprop.theory.causal.pair_moment` over the ``T (T + 1) / 2`` pairs, timed on
+    ``_TIMED_PAIRS`` pairs; it runs wherever the tokens' norms differ, with pre-LN too: ``gpt2`` at
+    T = 256 spent most of its time there, which the operation count at a matrix-product rate put at
+    1.5 s). The first call compiles the quadrature if numba's cache lacks it; its time is left out.
+    """
+    import time
+
+    import numpy as np
+
+    from remprop.theory.activations import activation_spec
+    from remprop.theory.causal import pair_moment
+
+    def best(run, repeats=3):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    t = int(seq_len)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((t, t))
+    g = a @ a.T / t + np.eye(t)
+    product = best(lambda: g @ g)
+    rate = 2.0 * t ** 3 / max(product, 1e-9)
+    eigh = best(lambda: np.linalg.eigh(g), 2)
+    no_quadrature = arch.replace(activation="relu") if not activation_spec(arch.activation).homogeneous else arch
+    seconds = causal_gram_flops(no_quadrature, depth, t, draws) / rate + depth * eigh
+    if not activation_spec(arch.activation).homogeneous:
+        var = np.linspace(0.5, 2.0, _TIMED_PAIRS)
+        pair_moment(arch.activation, var[:2], var[:2], 0.1 * var[:2])  # compile or load
+        per_pair = best(lambda: pair_moment(arch.activation, var, var[::-1], 0.3 * var), 2) / _TIMED_PAIRS
+        seconds += depth * per_pair * t * (t + 1) / 2
     return seconds
 
 

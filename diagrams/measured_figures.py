@@ -7,7 +7,8 @@ collapse, triangle entropy collapse; the fill is the phase's ``marker_color``, w
 from the region of the same phase, as the legend shows it); cells whose measured phase differs from the
 prediction carry a thick black ring. Right panel: the measured final mean token cosine
 per cell (``cividis``, monotone in lightness; the scale starts at the smallest value rounded down to 0.1) with the predicted rank-collapse boundary
-(theory's final cosine = threshold, dashed) and the measured one (solid). The title
+(theory's final cosine = threshold, dashed) and the measured one (solid, along the edges of the cells
+measured above the threshold: a coarse grid draws no dash). The title
 gives the agreement.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c).
@@ -15,6 +16,7 @@ Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333, Fig. 1(c).
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -24,7 +26,7 @@ from .phases import ENTROPY_COLLAPSE, RANK_COLLAPSE, TRAINABLE
 from .style import NORM_TITLES, PHASE_STYLE, draw_phases, new_figure
 from .trainability import trainability_diagram
 
-__all__ = ["measured_diagram_figure", "fine_prediction", "MARKERS"]
+__all__ = ["measured_diagram_figure", "fine_prediction", "cell_boundaries", "cell_edges", "edges_in_data", "MARKERS"]
 
 #: Marker of each measured phase.
 MARKERS = {TRAINABLE: "o", RANK_COLLAPSE: "s", ENTROPY_COLLAPSE: "^"}
@@ -40,6 +42,34 @@ def _edges(values):
         return values[0] - pad, values[0] + pad
     step = np.diff(values).min() / 2
     return values.min() - step, values.max() + step
+
+
+def cell_boundaries(values) -> list:
+    """Segments, in cell-index coordinates (cell ``(i, j)`` spans ``j +- 1/2``, ``i +- 1/2``), of the
+    edges between neighbouring cells of ``values`` (a 2-d array) that differ."""
+    values = np.asarray(values)
+    segments = []
+    for i, j in zip(*np.nonzero(values[:, 1:] != values[:, :-1])):  # vertical edges
+        segments.append([(j + 0.5, i - 0.5), (j + 0.5, i + 0.5)])
+    for i, j in zip(*np.nonzero(values[1:, :] != values[:-1, :])):  # horizontal edges
+        segments.append([(j - 0.5, i + 0.5), (j + 0.5, i + 0.5)])
+    return segments
+
+
+def cell_edges(values) -> np.ndarray:
+    """The edges of the cells that ``pcolormesh(..., shading="nearest")`` draws around grid values:
+    the midpoints between neighbours and half a step beyond each end (``_edges``)."""
+    values = np.asarray(values, dtype=float)
+    low, high = _edges(values)
+    return np.r_[low, 0.5 * (values[1:] + values[:-1]), high]
+
+
+def edges_in_data(segments, xs, ys) -> list:
+    """:func:`cell_boundaries` segments (cell-index coordinates) in the data coordinates of a grid drawn
+    over ``xs`` (columns) and ``ys`` (rows) with ``shading="nearest"`` (:func:`cell_edges`)."""
+    x_edges, y_edges = cell_edges(xs), cell_edges(ys)
+    return [[(x_edges[int(round(x + 0.5))], y_edges[int(round(y + 0.5))]) for x, y in segment]
+            for segment in segments]
 
 
 def fine_prediction(diagram, fine_points):
@@ -136,12 +166,14 @@ def measured_diagram_figure(diagram, *, fine_points=160) -> Figure:
             contour.set(path_effects=_OUTLINE)
             legend.append(Line2D([], [], color="white", linestyle="--", linewidth=2.0, path_effects=_OUTLINE,
                                  label=rf"predicted $\rho_L = {spec.threshold:g}$"))
-        measured_gap = np.where(np.isfinite(diagram.cosine_final), diagram.cosine_final, 1.0) - spec.threshold
-        if len(betas) > 1 and len(alphas) > 1 and measured_gap.min() < 0 < measured_gap.max():
-            right.contour(betas, alphas, measured_gap, levels=[0.0], colors="black", linestyles="-",
-                          linewidths=1.8)
+        # the measured line runs along the edges of the cells above the threshold: a contour interpolated
+        # between the few measured points of a coarse grid is a dash at a corner (one cell above)
+        above = np.where(np.isfinite(diagram.cosine_final), diagram.cosine_final, 1.0) > spec.threshold
+        segments = edges_in_data(cell_boundaries(above), betas, alphas)
+        if segments:
+            right.add_collection(LineCollection(segments, colors="black", linestyles="-", linewidths=1.8, zorder=3))
             legend.append(Line2D([], [], color="black", linestyle="-", linewidth=1.8,
-                                 label=rf"measured $\rho_L = {spec.threshold:g}$"))
+                                 label=rf"measured $\rho_L = {spec.threshold:g}$ (edge of the cells above)"))
     right.set_xlim(b_lo, b_hi)
     right.set_ylim(a_lo, a_hi)
     right.set_xlabel(r"query/key scale $\beta$")

@@ -66,7 +66,7 @@ from .residual_strength import search_seconds
 __all__ = ["Recipe", "RecipePrediction", "RECIPES", "DEFAULT_WIDTH", "scaled_variances", "branch_gains",
            "base", "deepnorm", "rezero", "t_fixup", "t_fixup_decoder", "scaled_output_projections",
            "mup_attention", "inverse_sqrt_branches", "recipe_predictions", "check_recipe_names",
-           "recipes_figure", "recipes_seconds", "FIGURE_RESOLUTION"]
+           "recipes_figure", "recipes_seconds", "FIGURE_RESOLUTION", "trainable_band", "PANEL_SECONDS"]
 
 #: Model width d used by the recipes that depend on it (muP) when none is given.
 DEFAULT_WIDTH = 768
@@ -440,7 +440,7 @@ def recipes_seconds(arch: Architecture, beta, *, depth: int, names=None, width=D
     cell through ``depth`` blocks and the search for ``alpha*``
     (:func:`~remprop.diagrams.residual_strength.search_seconds`); the figure adds the
     recipe's diagram of ``resolution x resolution`` cells (default :data:`FIGURE_RESOLUTION`)
-    with an ``alpha*`` search per beta. The memory is bounded whatever the depth (the
+    with an ``alpha*`` search per beta, and its drawing (``PANEL_SECONDS`` a panel). The memory is bounded whatever the depth (the
     predictions keep the final state alone; a panel's diagram holds its cells).
     """
     resolution = FIGURE_RESOLUTION if resolution is None else int(resolution)
@@ -450,8 +450,14 @@ def recipes_seconds(arch: Architecture, beta, *, depth: int, names=None, width=D
         seconds += search_seconds(run.arch, run.depth, 1) if _has_branch(run) else 0.0
         if figure:
             seconds += (work_estimates.run_seconds(run.arch, resolution ** 2, run.depth)
-                        + search_seconds(run.arch, run.depth, resolution))
+                        + search_seconds(run.arch, run.depth, resolution) + PANEL_SECONDS)
     return seconds
+
+
+#: Seconds to draw and save one panel of :func:`recipes_figure` (phases, hatches, contours, labels kept
+#: clear, PNG at 130 dpi): 8 panels took 11 s at load 11 on two cores and about 3 s on a quiet machine; the
+#: kernels' part of the figure was all the estimate had counted (1.3 s of a 16 s run).
+PANEL_SECONDS = 0.8
 
 
 # -- figure --------------------------------------------------------------------------------
@@ -467,7 +473,14 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     against boundaries that are not theirs. Each recipe gets its own small panel: the
     diagram over ``(beta, alpha_sa)`` of the recipe's architecture (everything but
     ``alpha_sa`` as the recipe sets it; :func:`~remprop.diagrams.trainability_figure`:
-    phases, ``beta_c``, ``alpha*(L)``), with the recipe marked at ``(beta_r, alpha_sa)``.
+    phases, ``beta_c``, ``alpha*(L)``), with the recipe marked at ``(beta_r, alpha_sa)``: where
+    the recipe puts the model (both values are grid values, so the cell under the star has the
+    recipe's own phase, as in the table). The title gives the band of
+    ``alpha_sa`` that is trainable at ``beta_r`` (:func:`~remprop.diagrams.recipes.trainable_band`): the no-LN recipes
+    (ReZero, T-Fixup) keep ``alpha_sa = 1``, and at depth L their band is narrow (above 1 the
+    stream's scale grows as ``alpha^(2L)`` and entropy collapses; below it rank collapse, or for
+    ReZero nothing, since its branches are zero): ReZero sits on the band's upper edge itself,
+    T-Fixup inside a band a star covers at a few dozen layers.
     Every panel spans the same ranges, so the panels compare at a glance: betas from
     ``min(0.05, 0.3 min_r beta_r)`` to ``1.6 max_r max(beta_r, beta_c)`` on a logarithmic axis
     (muP's beta is ``sqrt(d_H)`` times smaller), alphas up to
@@ -519,9 +532,11 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
             ax.set_yscale("log")
         ax.set_xlim(betas[0], betas[-1])
         ax.set_ylim(alphas[0], alphas[-1])
-        ax.plot([run.beta], [float(run.arch.numeric()["alpha_sa"])], zorder=5, **star)
+        alpha_r = float(run.arch.numeric()["alpha_sa"])
+        ax.plot([run.beta], [alpha_r], zorder=5, **star)
         ax.set_title(f"{prediction.recipe.label}: {prediction.phase}\n"
-                     rf"{NORM_TITLES[run.arch.norm]}, $\rho_L = {prediction.rho_final:.3f}$", fontsize=9)
+                     rf"{NORM_TITLES[run.arch.norm]}, $\rho_L = {prediction.rho_final:.3f}$" "\n"
+                     f"{_band_text(trainable_band(diagram, run.beta, alpha_r))}", fontsize=9)
         ax.set_xlabel(r"$\beta$", fontsize=8)
         ax.set_ylabel(r"$\alpha_{SA}$", fontsize=8)
         ax.label_outer()
@@ -532,7 +547,7 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     handles += [Line2D([], [], label=r"$\beta_c$ (each panel's)", **LINE["beta_critical"]),
                 Line2D([], [], label=r"$\alpha^*(L)$", **LINE["alpha_star"]),
                 Line2D([], [], label=ALPHA_STAR_BEYOND_LABEL, **LINE["alpha_star_beyond"]),
-                Line2D([], [], label="the recipe", **star)]
+                Line2D([], [], label=r"the recipe (its $\beta$, $\alpha_{SA}$)", **star)]
     # about 2 inches per entry: as many columns as the figure's width holds
     ncol = max(1, min(len(handles), int(figure.get_figwidth() / 2.0)))
     figure.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
@@ -542,18 +557,46 @@ def recipes_figure(predictions, *, resolution=None, columns=4):
     return keep_labels_clear(figure)
 
 
+def trainable_band(diagram, beta, alpha):
+    """The trainable band of ``alpha_sa`` through ``alpha`` in the column of ``diagram`` nearest
+    ``beta``: ``(low, high)``, its first and last trainable grid values (a band at the grid's edge
+    ends there), or None where the cell nearest ``(beta, alpha)`` is not trainable."""
+    from .phases import TRAINABLE
+
+    column = diagram.phase[:, int(np.abs(np.log(diagram.betas / beta)).argmin())] == TRAINABLE
+    row = int(np.abs(diagram.alphas - alpha).argmin())
+    if not column[row]:
+        return None
+    low = high = row
+    while low > 0 and column[low - 1]:
+        low -= 1
+    while high < column.size - 1 and column[high + 1]:
+        high += 1
+    return float(diagram.alphas[low]), float(diagram.alphas[high])
+
+
+def _band_text(band) -> str:
+    if band is None:
+        return r"not trainable at its $\beta$"
+    return rf"trainable: $\alpha_{{SA}} \in [{band[0]:.3g}, {band[1]:.3g}]$"
+
+
 def _shared_axes(predictions, resolution):
-    """The grids shared by the panels of :func:`recipes_figure`: betas (geometric), alphas, and
+    """The grids shared by the panels of :func:`recipes_figure`: betas (geometric), alphas (each with
+    every recipe's own value added), and
     whether the alpha axis is logarithmic (every recipe's alpha above 0: the skip strengths of
     the recipes span decades) or linear from 0 (with room below a star at alpha = 0)."""
     recipe_betas = [float(p.run.beta) for p in predictions]
     recipe_alphas = [float(p.run.arch.numeric()["alpha_sa"]) for p in predictions]
     beta_cs = [p.beta_critical if math.isfinite(p.beta_critical) else math.sqrt(2.0) for p in predictions]
     stars = [p.alpha_star for p in predictions if p.alpha_star is not None and math.isfinite(p.alpha_star)]
-    betas = np.geomspace(min(0.05, 0.3 * min(recipe_betas)), 1.6 * max(recipe_betas + beta_cs), resolution)
+    # every recipe's own beta and alpha are grid values: the cell under its star is computed at the
+    # recipe's point (a grid row next to alpha = 1 lies in another phase for the no-LN recipes)
+    betas = np.union1d(np.geomspace(min(0.05, 0.3 * min(recipe_betas)), 1.6 * max(recipe_betas + beta_cs),
+                                    resolution), recipe_betas)
     top = max([2.0] + [1.4 * a for a in recipe_alphas] + [1.4 * a for a in stars])
     if min(recipe_alphas) > 0:
         bottom = min([0.1] + [0.5 * a for a in recipe_alphas] + [0.5 * a for a in stars if a > 0])
-        return betas, np.geomspace(bottom, top, resolution), True
-    alphas = np.linspace(0.0, top, resolution)
+        return betas, np.union1d(np.geomspace(bottom, top, resolution), recipe_alphas), True
+    alphas = np.union1d(np.linspace(0.0, top, resolution), recipe_alphas)
     return betas, np.r_[-0.1 * top, alphas], False  # a star on the bottom edge: room below it

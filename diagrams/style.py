@@ -129,6 +129,13 @@ def new_figure(width=6.0, height=4.6, **kwargs) -> Figure:
 _LABEL_CANDIDATES = weakref.WeakKeyDictionary()
 #: Most candidate positions kept per label (evenly spread over the ranked cells).
 _MAX_CANDIDATES = 400
+#: Room (points) a phase label keeps from every data marker, beyond the marker's outline: a label box
+#: that touches a marker reads as covering it.
+LABEL_CLEARANCE_PT = 3.0
+#: Font sizes a phase label tries, as fractions of its own, when at its own size it fits inside its
+#: region nowhere (a narrow region), each on one line and then broken at its spaces: the smaller one
+#: still reads at the figures' sizes (8 pt of 11).
+_LABEL_SHRINK = (1.0, 0.75)
 
 
 def phase_label(ax, xs, ys, mask, code, fontsize=11, text=None):
@@ -137,7 +144,8 @@ def phase_label(ax, xs, ys, mask, code, fontsize=11, text=None):
 
     The label goes to the cell farthest from the region's edge (among equally deep cells
     the one nearest its centroid); the other cells of the region, deepest first, are kept
-    as fall-back positions for :func:`keep_labels_clear`. The label takes no part in the
+    as fall-back positions for :func:`keep_labels_clear`, with the region itself (a label
+    box should lie inside it, not across a phase boundary). The label takes no part in the
     layout (``in_layout=False``). Returns the Text.
     """
     style = PHASE_STYLE[code]
@@ -150,20 +158,22 @@ def phase_label(ax, xs, ys, mask, code, fontsize=11, text=None):
     order = order[spread_indices(order.size, _MAX_CANDIDATES)]
     candidates = [(float(xs[cols[k]]), float(ys[rows[k]])) for k in order]
     x, y = candidates[0]
+    region = (np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), np.asarray(mask, dtype=bool))
     text = ax.text(x, y, style["text"] if text is None else text, ha="center", va="center", fontsize=fontsize,
                    fontweight="bold",
                    color=style["text_color"],
                    bbox=dict(boxstyle="round,pad=0.25", facecolor=style["color"], edgecolor="none", alpha=0.9))
     text.set_in_layout(False)
-    _LABEL_CANDIDATES[text] = candidates
+    _LABEL_CANDIDATES[text] = candidates, region
     return text
 
 
 def marker_extents(ax) -> list:
     """Display-space boxes of every data marker of ``ax`` (lines drawn with markers, scatter
     points, error-bar points): one ``matplotlib.transforms.Bbox`` per point, its
-    half-width the marker's radius (line markers: ``markersize / 2`` points; scatter
-    points: ``sqrt(size) / 2`` points)."""
+    half-width the marker's radius and half its outline (line markers: ``markersize / 2``
+    points plus half ``markeredgewidth``; scatter points: ``sqrt(size) / 2`` points plus half
+    the edge's linewidth)."""
     from matplotlib.collections import PathCollection
     from matplotlib.lines import Line2D
     from matplotlib.transforms import Bbox
@@ -180,12 +190,14 @@ def marker_extents(ax) -> list:
         if not line.get_visible() or line.get_marker() in (None, "None", "none", "", " "):
             continue
         points = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
-        add(points, np.full(len(points), 0.5 * line.get_markersize() * scale))
+        add(points, np.full(len(points), 0.5 * (line.get_markersize() + line.get_markeredgewidth()) * scale))
     for collection in ax.collections:
         if isinstance(collection, PathCollection) and collection.get_visible() and len(collection.get_offsets()):
             points = collection.get_offset_transform().transform(np.asarray(collection.get_offsets(), float))
             sizes = np.broadcast_to(np.asarray(collection.get_sizes(), float), (len(points),))
-            add(points, 0.5 * np.sqrt(sizes) * scale)
+            edges = np.asarray(collection.get_linewidths(), float)
+            edges = np.broadcast_to(edges if edges.size else np.zeros(1), (len(points),))
+            add(points, 0.5 * (np.sqrt(sizes) + edges) * scale)
     return boxes
 
 
@@ -195,40 +207,81 @@ def label_extent(text):
 
     box = text.get_window_extent()
     patch = text.get_bbox_patch()
-    return Bbox.union([box, patch.get_window_extent()]) if patch is not None else box
+    if patch is None:
+        return box
+    # the patch follows the text when it is drawn: after a change of text or size, place it now
+    text.update_bbox_position_size(text.figure._get_renderer())
+    return Bbox.union([box, patch.get_window_extent()])
+
+
+def _inside_region(ax, box, region) -> bool:
+    """Whether the display box ``box`` lies inside the phase region ``(xs, ys, mask)`` of ``ax``: its
+    corners, edge midpoints and centre each fall on a cell of the region (cells drawn as
+    ``shading="nearest"``: the grid value nearest the point)."""
+    xs, ys, mask = region
+    u = np.linspace(box.x0, box.x1, 3)
+    v = np.linspace(box.y0, box.y1, 3)
+    points = ax.transData.inverted().transform(np.array([(a, b) for a in u for b in v]))
+    for x, y in points:
+        if not (xs.min() <= x <= xs.max() and ys.min() <= y <= ys.max()):
+            return False
+        if not mask[np.abs(ys - y).argmin(), np.abs(xs - x).argmin()]:
+            return False
+    return True
 
 
 def keep_labels_clear(figure):
     """Move the phase labels of ``figure`` (:func:`phase_label`) off its data markers and legends.
 
     The figure is laid out first (``draw_without_rendering``: constrained layout fixes
-    the axes), then every phase label whose box leaves its axes or overlaps a marker
-    (:func:`marker_extents`) or a legend of its axes goes to the first of its fall-back
-    positions where it does neither; a label with no such position is removed (the
-    legend still names the phase). Returns the figure.
+    the axes), then every phase label goes to the first of its positions where its box stays
+    inside its axes, at least ``LABEL_CLEARANCE_PT`` points from every marker's outline
+    (:func:`marker_extents`) and off the legends of its axes; of those, a position where the
+    box also lies inside its own region is taken first, at its own font size and then at the
+    smaller sizes of ``_LABEL_SHRINK`` (a narrow region), each on one line and then one word a
+    line, and only then one across a phase boundary. A label with no such position is removed (the legend still names the phase).
+    Returns the figure.
     """
     figure.draw_without_rendering()
+    pad = LABEL_CLEARANCE_PT * figure.dpi / 72.0
     for ax in figure.axes:
         labels = [text for text in ax.texts if text in _LABEL_CANDIDATES]
         if not labels:
             continue
         frame = ax.get_window_extent()
-        obstacles = marker_extents(ax)
+        obstacles = [box.expanded(1.0, 1.0).padded(pad) for box in marker_extents(ax)]
         obstacles += [legend.get_window_extent() for legend in (ax.get_legend(),) if legend is not None]
         for text in labels:
-            # A label moves rigidly with its anchor in display space: its box is measured once
-            # (a text layout each time, most of this function's cost) and translated to each position.
-            positions = [text.get_position(), *_LABEL_CANDIDATES[text]]
+            candidates, region = _LABEL_CANDIDATES[text]
+            size = text.get_fontsize()
+            # A label moves rigidly with its anchor in display space: its box is measured once per font
+            # size (a text layout each time, most of this function's cost) and translated to each position.
+            positions = [text.get_position(), *candidates]
             anchors = text.get_transform().transform(np.asarray(positions, dtype=float))
-            start = label_extent(text)
-            for (x, y), anchor in zip(positions, anchors):
-                box = start.translated(*(anchor - anchors[0]))
-                inside = (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0
-                          and box.y1 <= frame.y1)
-                if inside and not any(box.overlaps(other) for other in obstacles):
-                    text.set_position((x, y))
-                    obstacles.append(box)  # the next label keeps clear of this one too
+
+            def clear(start, inside):
+                for (x, y), anchor in zip(positions, anchors):
+                    box = start.translated(*(anchor - anchors[0]))
+                    if not (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1):
+                        continue
+                    if any(box.overlaps(other) for other in obstacles):
+                        continue
+                    if inside and not _inside_region(ax, box, region):
+                        continue
+                    return (x, y), box
+                return None
+
+            found, words = None, text.get_text()
+            tries = [(True, factor, lines) for factor in _LABEL_SHRINK for lines in (words, words.replace(" ", "\n"))]
+            for inside, shrink, lines in tries + [(False, 1.0, words)]:
+                text.set_fontsize(size * shrink)
+                text.set_text(lines)
+                found = clear(label_extent(text), inside)
+                if found is not None:
                     break
-            else:
+            if found is None:
                 text.remove()
+                continue
+            text.set_position(found[0])
+            obstacles.append(found[1])  # the next label keeps clear of this one too
     return figure

@@ -318,6 +318,21 @@ def _check_phases(grid, threshold):
                          f"{float(rho[i, j])!r}, beta_critical_cells {float(arrays['beta_critical_cells'][i, j])!r})")
 
 
+def _whole_cells(bar, depth):
+    """The ``progress(steps)`` of a segmented run (``steps``: cell-blocks done) reporting whole cells to
+    ``bar``: a bar counts cells, not shares of one (no ``416.7/40000 cell``)."""
+    done = [0, 0]  # cell-blocks so far, cells reported
+
+    def progress(steps):
+        done[0] += steps
+        cells = done[0] // depth
+        if cells > done[1]:
+            bar.update(cells - done[1])
+            done[1] = cells
+
+    return progress
+
+
 def _final_states(run, progress, segment):
     """Final cosine and critical betas of every cell of the run of a grid (:meth:`RunSettings.over_alphas`):
     one kernel call per chunk of cells for a short run, segments of blocks for a long one
@@ -335,7 +350,7 @@ def _final_states(run, progress, segment):
         if segment >= depth:
             return final_state(run, progress=None if bar is None else bar.update)
         sampled = propagate_at_layers(arch, run.beta, [depth], run.q0, run.rho0, segment=segment,
-                                      progress=None if bar is None else (lambda steps: bar.update(steps / depth)))
+                                      progress=None if bar is None else _whole_cells(bar, depth))
         return {"rho": sampled.rho[..., 0], "beta_critical_first": sampled.beta_critical_first,
                 "beta_critical_min": sampled.beta_critical_min[..., 0]}
     finally:

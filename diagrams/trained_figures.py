@@ -25,11 +25,11 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .measured_figures import MARKERS, fine_prediction
+from .measured_figures import MARKERS, cell_boundaries, fine_prediction
 from .style import NORM_TITLES, PHASE_STYLE, keep_labels_clear, new_figure
 from .theory_figures import trainability_figure
 
-__all__ = ["trained_diagram_figure", "cell_boundaries", "UNTRAINED_STYLE", "DIVERGED_STYLE"]
+__all__ = ["trained_diagram_figure", "UNTRAINED_STYLE", "DIVERGED_STYLE"]
 
 #: Marker and colour of a cell that did not train although its initialisation shows no collapse.
 UNTRAINED_STYLE = dict(marker="X", color="#9e9e9e", text="untrained (no collapse at init)")
@@ -141,15 +141,3 @@ def _fraction_table(fig, ax, diagram):
     if legend:
         fig.legend(handles=legend, loc="outside lower right", fontsize=8, frameon=True, facecolor="0.55",
                    labelcolor="white")
-
-
-def cell_boundaries(values) -> list:
-    """Segments, in cell-index coordinates (cell ``(i, j)`` spans ``j +- 1/2``, ``i +- 1/2``), of the
-    edges between neighbouring cells of ``values`` (a 2-d array) that differ."""
-    values = np.asarray(values)
-    segments = []
-    for i, j in zip(*np.nonzero(values[:, 1:] != values[:, :-1])):  # vertical edges
-        segments.append([(j + 0.5, i - 0.5), (j + 0.5, i + 0.5)])
-    for i, j in zip(*np.nonzero(values[1:, :] != values[:-1, :])):  # horizontal edges
-        segments.append([(j - 0.5, i + 0.5), (j + 0.5, i + 0.5)])
-    return segments

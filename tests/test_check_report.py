@@ -96,9 +96,27 @@ def test_margins_and_graded_verdict():
     assert deep.verdict["grade"] == "marginal"
     assert deep.margins["alpha_ratio"] < COMFORTABLE_MARGINS["alpha_ratio"]
     assert deep.margins["gradient_decay"] > 100
-    assert any("alpha_SA / alpha*" in t for t in deep.verdict["thin"])
+    assert any("alpha_SA / alpha*(L = 48)" in t for t in deep.verdict["thin"])
     assert any("query gradient falls" in t for t in deep.verdict["thin"])
-    assert "trainable, marginal (alpha_SA / alpha* = 1.13" in deep.report()
+    assert "trainable, marginal (skip margin alpha_SA / alpha*(L = 48) = 1.13, under the comfortable 1.5" \
+        in deep.report()
+
+
+def test_a_marginal_verdict_names_its_margin_bound_and_threshold():
+    """``check llama-3.2-1b --depth 64``: trainable, no rank collapse within the search depth, but its skip
+    is 1.33 alpha*(64), under the comfortable 1.5: the verdict names that margin, its ratio, the bound
+    and the skip it stands for, and no other margin."""
+    from remprop.theory import model_spec
+
+    d = diagnose(model_spec("llama-3.2-1b").with_depth(64))
+    assert d.phase == "trainable" and d.verdict["grade"] == "marginal"
+    (thin,) = d.verdict["thin"]
+    ratio, bound = d.margins["alpha_ratio"], COMFORTABLE_MARGINS["alpha_ratio"]
+    assert 1.0 < ratio < bound
+    assert f"alpha_SA / alpha*(L = 64) = {ratio:.3g}" in thin
+    assert f"under the comfortable {bound:g}" in thin
+    assert f"alpha_SA >= {bound:g} alpha* = {bound * d.alpha_star:.3g}" in thin
+    assert thin in d.report()
 
 
 def _schema():

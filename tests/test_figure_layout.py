@@ -130,7 +130,7 @@ def test_recipes_share_ranges_and_keep_labels_off_the_stars(recipes):
     assert len({ax.get_xlim() for ax in panels}) == 1 and len({ax.get_ylim() for ax in panels}) == 1
     # one legend for the panels, naming the star
     assert len(figure.legends) == 1 and not any(ax.get_legend() for ax in panels)
-    assert "the recipe" in [t.get_text() for t in figure.legends[0].get_texts()]
+    assert r"the recipe (its $\beta$, $\alpha_{SA}$)" in [t.get_text() for t in figure.legends[0].get_texts()]
     stars = [line for ax in panels for line in ax.lines if line.get_marker() == "*"]
     assert len(stars) == 4
 

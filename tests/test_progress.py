@@ -177,3 +177,21 @@ def test_the_figures_estimate_grows_with_their_sizes():
     # without the simulations only the theory parts count: Fig. 9's drawing
     assert figures_seconds(quick, "9", simulate=False) == {"9": DRAW_SECONDS}
     assert figures_seconds(quick, "3", simulate=False) == {"3": 0.0}
+
+
+def test_parts_of_units_read_as_whole_units_and_rounding_reads_as_done():
+    """A segmented diagram reports shares of a cell (cell-blocks / depth): the line counts whole cells
+    (not ``416.7/40000 cell``), a sum of parts that misses the total by a rounding error reads as
+    done (not ``ETA 3.2e-15 s``), and times under a second read to a tenth of one."""
+    bar = LineProgress(40000, desc="diagram", unit="cell", stream=io.StringIO(), interval=0)
+    bar.update(416.7)
+    line = bar.line()
+    assert "416/40000 cell (1%)" in line and "416.7" not in line, line
+    bar = LineProgress(3, desc="diagram", unit="cell", stream=io.StringIO(), interval=0)
+    for _ in range(30):
+        bar.update(0.1)  # 2.9999999999999996
+    assert bar.n != 3 and bar.line().endswith("done") and "3/3 cell (100%)" in bar.line(), bar.line()
+    bar = LineProgress(1000, desc="diagram", unit="cell", stream=io.StringIO(), interval=0)
+    bar.update(999)
+    assert re.search(r"elapsed, ETA 0\.\d s$", bar.line()) and "e-" not in bar.line(), bar.line()
+    assert "(99%)" in bar.line()  # 100% only when done

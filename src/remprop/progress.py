@@ -18,6 +18,7 @@ same form. Only the standard library is imported here (tqdm when a bar is drawn)
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -25,6 +26,9 @@ __all__ = ["LINE_INTERVAL_S", "progress_bar", "announce", "LineProgress", "NoPro
 
 #: Seconds between two progress lines in a log (the first step and the end are always written).
 LINE_INTERVAL_S = 10.0
+#: Work within this share of the total reads as done: sums of parts of units (``steps / depth``) miss the
+#: total by rounding errors, which would read as an ETA of 1e-15 s.
+_DONE_TOLERANCE = 1e-9
 
 
 def format_seconds(seconds) -> str:
@@ -120,21 +124,31 @@ class LineProgress(NoProgress):
         self.closed = False
 
     def line(self) -> str:
-        """The current progress line (without the time stamp)."""
+        """The current progress line (without the time stamp).
+
+        Work reported in parts of a unit (a share of a cell's blocks) is shown in whole units done
+        (``416/40000 cells``, never ``416.7``) while its percentage and ETA use the exact amount;
+        work within a rounding error of the total reads as done (no ``ETA 3.2e-15 s``), and times
+        under a second read to a tenth of one (``0.4 s``, ``0.0 s``).
+        """
         elapsed = time.perf_counter() - self.start
-        done = f"{_amount(self.n)}/{_amount(self.total)} {self.unit}" if self.total else f"{_amount(self.n)} {self.unit}"
+        finished = bool(self.total) and self.n >= self.total * (1.0 - _DONE_TOLERANCE)
+        shown = self.total if finished else self.n
+        whole = self.total is None or float(self.total).is_integer()
+        count = _amount(math.floor(shown + 1e-9) if whole else shown)
+        done = f"{count}/{_amount(self.total)} {self.unit}" if self.total else f"{count} {self.unit}"
         if self.total:
-            done += f" ({100 * self.n / self.total:.0f}%)"
+            done += f" ({math.floor(100 * min(shown / self.total, 1.0)):.0f}%)"  # 100% only when done
         own = self.n - self.initial
-        if self.total and self.n >= self.total:
+        if finished:
             eta = "done"
         elif self.total and own > 0:
-            eta = "ETA " + format_seconds(elapsed / own * (self.total - self.n))
+            eta = "ETA " + _clock(elapsed / own * (self.total - self.n))
         else:
             eta = "ETA unknown"
         postfix = f" [{self.postfix}]" if self.postfix else ""
         rate = f", {_rate(own / elapsed)}{self.unit}/s" if own > 0 and elapsed > 0 else ""
-        return f"{self.desc}: {done}{postfix}{rate}, {format_seconds(elapsed)} elapsed, {eta}"
+        return f"{self.desc}: {done}{postfix}{rate}, {_clock(elapsed)} elapsed, {eta}"
 
     def _write(self):
         # one write of the whole line: a Ctrl-C between the text and its newline would leave the
@@ -157,6 +171,11 @@ class LineProgress(NoProgress):
             # a run that never advanced writes nothing at its end either, nor one whose last line said it all
             if self.last is not None and self.n != self.written:
                 self._write()
+
+
+def _clock(seconds) -> str:
+    """An elapsed time or an ETA: :func:`format_seconds`, to a tenth of a second below one second."""
+    return f"{seconds:.1f} s" if 0.0 <= seconds < 1.0 else format_seconds(seconds)
 
 
 def _amount(value) -> str:

@@ -50,6 +50,9 @@ Public surface
   bisection) of a tree: its program bound to the engine;
 * :func:`propagate_tree` -- a tree of numbers iterated over depth from ``(q0, p0)``;
 * :func:`packed_table` -- the finite-T participation table the kernels read;
+* :func:`sweeps_to_compile` -- which of the engine's sweeps (:data:`ENGINE_SWEEPS`) the next call
+  would compile (neither compiled in this process nor on disk), and :func:`sweeps_to_load` those it
+  would read from disk, for estimates that count compiling and loading;
 * :func:`min_alpha_bisection` -- the smallest ``alpha_sa`` with final cosine below a
   threshold, per packed row; :func:`bisection_steps` -- its number of halvings.
 
@@ -62,4 +65,61 @@ from ._sweeps import (COLUMNS, PARAMS, SCALE_EXPONENT, Kernels, bisection_steps,
                       packed_table, propagate_tree)
 
 __all__ = ["PARAMS", "COLUMNS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection",
-           "bisection_steps", "propagate_tree"]
+           "bisection_steps", "propagate_tree", "ENGINE_SWEEPS", "sweeps_to_compile", "sweeps_to_load",
+           "needs_compiling"]
+
+#: The engine's three sweeps, in the order of ``_engine.ENGINE``.
+ENGINE_SWEEPS = ("trajectories", "final_states", "min_alpha")
+
+
+def sweeps_to_compile(names=ENGINE_SWEEPS) -> tuple:
+    """The sweeps among ``names`` (of :data:`ENGINE_SWEEPS`) whose next call compiles: neither compiled
+    in this process nor kept for this machine in numba's disk cache of today's sources (a fresh
+    install, or sources edited since). Reads the cache's index only; nothing is loaded or compiled.
+
+    Parameters
+    ----------
+    names : sequence of str
+
+    Returns
+    -------
+    tuple of str
+    """
+    return tuple(name for name, sweep in _named_sweeps(names) if needs_compiling(sweep))
+
+
+def sweeps_to_load(names=ENGINE_SWEEPS) -> tuple:
+    """The sweeps among ``names`` that this process has not loaded yet but numba's disk cache holds: their
+    first call reads them from disk (about 1.5-2 s each on two shared cores), without compiling."""
+    return tuple(name for name, sweep in _named_sweeps(names)
+                 if getattr(sweep, "signatures", True) == [] and not needs_compiling(sweep))
+
+
+def _named_sweeps(names):
+    from ._engine import ENGINE
+
+    sweeps = dict(zip(ENGINE_SWEEPS, ENGINE))
+    unknown = [name for name in names if name not in sweeps]
+    if unknown:
+        raise ValueError(f"names must be among {', '.join(ENGINE_SWEEPS)}, got {unknown[0]!r}")
+    return [(name, sweeps[name]) for name in names]
+
+
+def needs_compiling(dispatcher) -> bool:
+    """Whether the first call of ``dispatcher`` (a numba ``njit`` function) in this process will compile:
+    nothing compiled for it in this process and, for a cached one, no entry for this machine in
+    numba's disk cache of its current source (numba reads an index written for other sources as empty).
+
+    Reads numba's cache index (its ``FunctionCache``) without loading or compiling anything; an index
+    numba cannot read counts as missing (the call would compile). Kept here, in a module without a
+    numba import statement: the sources of those with one key the engine's disk cache
+    (``theory._jit.source_digest``), and an edit of them compiles the engine again.
+    """
+    if not hasattr(dispatcher, "signatures") or dispatcher.signatures:
+        return False  # compiled in this process, or plain Python (numba's JIT disabled): nothing to compile
+    try:
+        index = dispatcher._cache._cache_file._load_index()
+        magic = dispatcher.targetctx.codegen().magic_tuple()
+    except Exception:  # no disk cache (cache=False), or an index numba cannot read
+        return True
+    return not any(key[1] == magic for key in index)

@@ -15,6 +15,7 @@ import warnings
 from .commands import COMMANDS
 from .errors import CommandLineError, one_line
 from .options import ARCHITECTURE_OPTIONS, point_at_option
+from .output import compile_notices
 from .parser import DEBUG_VARIABLE, build_parser
 
 __all__ = ["main"]
@@ -88,7 +89,8 @@ def _dispatch(argv) -> int:
         raise CommandLineError(f"a command is required: one of {', '.join(COMMANDS)} "
                                "(remprop --help lists them)", prog="remprop")
     with command_threads(getattr(args, "threads", None), torch=getattr(args, "simulate", False)):
-        return int(args.handler(args) or 0)
+        with compile_notices(args):  # a cold engine's compile is most of a first call: its estimate first
+            return int(args.handler(args) or 0)
 
 
 @contextlib.contextmanager

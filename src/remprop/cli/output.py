@@ -19,7 +19,8 @@ JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the
 
 __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
            "show_progress", "estimate_announcer", "progress_bar", "LONG_WORK_SECONDS", "writable_directory", "writable_file",
-           "name_stem"]
+           "name_stem", "compile_notices", "COMPILE_SECONDS_PER_SWEEP", "COMPILE_SECONDS_OTHER", "SWEEPS_OF",
+           "LOAD_SECONDS_PER_SWEEP", "load_seconds"]
 
 
 def format_number(value, digits=6) -> str:
@@ -91,12 +92,16 @@ def estimate_announcer(args):
     estimated seconds to ``args.estimated_seconds`` (read by :func:`show_progress`) and prints
     the estimate line on stderr (``HH:MM:SS estimate: <task>: about 40 s, 300 MiB``) when
     progress is shown: always with --progress, never with --no-progress, by default when the
-    estimated time is at least :data:`LONG_WORK_SECONDS`."""
+    estimated time is at least :data:`LONG_WORK_SECONDS`. The command's first estimate also counts
+    reading the engine's sweeps it still needs from disk (:func:`load_seconds`)."""
     from remprop.progress import announce
 
     from .limits import format_bytes, format_seconds
 
     def announce_estimate(task, seconds, nbytes):
+        if seconds is not None and not getattr(args, "loads_counted", False):
+            args.loads_counted = True  # once a command: the first estimate carries the loads still to come
+            seconds = float(seconds) + load_seconds(args)
         if seconds is not None:
             args.estimated_seconds = (getattr(args, "estimated_seconds", None) or 0.0) + float(seconds)
         mode = getattr(args, "progress", None)
@@ -109,6 +114,99 @@ def estimate_announcer(args):
         announce(f"{task}: {', '.join(parts) or 'not estimated'}{limit_text}")
 
     return announce_estimate
+
+
+#: Seconds to compile one of the engine's sweeps (:data:`remprop.theory.kernels.ENGINE_SWEEPS`) on two shared
+#: cores: cold minus warm first calls of ``remprop propagate`` and ``min-alpha`` (two sweeps each) took 38-39 s
+#: at load 3-8; benchmarks/bench_estimates.py measured a cold ``diagram`` (two sweeps) at 49 s and 101 s, a
+#: cold ``check bert-base`` (three) at 64 s and 98 s, at loads of about 5 and 11. 30 s a sweep keeps those
+#: within 2x of the estimate at both loads (20 s read 2.4x short at load 11).
+COMPILE_SECONDS_PER_SWEEP = 30.0
+#: The engine's sweeps a command runs (the kernel timing of an estimate runs ``final_states``); any other
+#: command may run all three, ``precompile`` compiles them itself.
+SWEEPS_OF = {"propagate": ("trajectories", "final_states"), "min-alpha": ("final_states", "min_alpha"),
+             "diagram": ("final_states", "min_alpha"), "precompile": ()}
+
+
+#: Seconds to read one of the engine's compiled sweeps from numba's disk cache on two shared cores (3.5 s for
+#: two in a profile of ``validate`` at load 10, 1.5-2 s each quiet): a warm ``check bert-base`` spends most
+#: of its 4.6 s there and in imports.
+LOAD_SECONDS_PER_SWEEP = 1.5
+
+
+def load_seconds(args) -> float:
+    """Seconds of reading the engine's sweeps the command runs (:data:`SWEEPS_OF`) that this process has not
+    loaded but numba's disk cache holds (:func:`remprop.theory.kernels.sweeps_to_load`)."""
+    sweeps = SWEEPS_OF.get(getattr(args, "command", None))
+    if sweeps == ():
+        return 0.0
+    from remprop.theory.kernels import ENGINE_SWEEPS, sweeps_to_load
+
+    return LOAD_SECONDS_PER_SWEEP * len(sweeps_to_load(ENGINE_SWEEPS if sweeps is None else sweeps))
+
+
+#: Seconds assumed for the first compile of a numba function outside the engine (the causal Gram state's
+#: pair quadrature, an activation's moments over arrays, the finite-T table): they take a few to a dozen
+#: seconds each on two shared cores.
+COMPILE_SECONDS_OTHER = 10.0
+
+
+@contextlib.contextmanager
+def compile_notices(args):
+    """Within: the first time numba starts compiling, print its estimate (unless --no-progress) and add it
+    to ``args.estimated_seconds``: ``HH:MM:SS estimate: compiling the theory's engine (2 sweep(s):
+    final_states, min_alpha; once per install, `remprop precompile` does it ahead): about 1 min``.
+
+    The sweeps counted are those the command runs (:data:`SWEEPS_OF`) that
+    :func:`remprop.theory.kernels.sweeps_to_compile` finds neither compiled nor on disk, at
+    :data:`COMPILE_SECONDS_PER_SWEEP` each; a compile of anything else numba keeps on disk first (the
+    engine already there) is announced once at :data:`COMPILE_SECONDS_OTHER`; functions it does not keep
+    (``cache=False``) compile in every process and are not announced. The line comes when compiling starts, so
+    after the command has checked its input (a bad option stays one line) and before the minute a cold
+    engine takes, in which nothing else would be printed.
+    """
+    sweeps = SWEEPS_OF.get(args.command)
+    if sweeps == ():
+        yield
+        return
+    from numba.core import event
+
+    from remprop.progress import announce
+
+    from .limits import format_seconds
+
+    said = []
+
+    class Notice(event.Listener):
+        def on_start(self, data):
+            dispatcher = data.data.get("dispatcher")
+            if said or type(getattr(dispatcher, "_cache", None)).__name__ == "NullCache":
+                return  # said once; a function numba does not keep on disk compiles in every process, quickly
+            said.append(True)
+            from remprop.theory.kernels import ENGINE_SWEEPS, sweeps_to_compile
+
+            cold = sweeps_to_compile(ENGINE_SWEEPS if sweeps is None else sweeps)
+            if cold:
+                seconds = COMPILE_SECONDS_PER_SWEEP * len(cold)
+                what = (f"the theory's engine ({len(cold)} sweep(s): {', '.join(cold)}; once per install, "
+                        "`remprop precompile` does it ahead)")
+            else:
+                seconds = COMPILE_SECONDS_OTHER
+                name = getattr(getattr(dispatcher, "py_func", None), "__name__", "a kernel")
+                what = f"{name.split('__')[0]} (once per install)"
+            args.estimated_seconds = (getattr(args, "estimated_seconds", None) or 0.0) + seconds
+            if getattr(args, "progress", None) is not False:
+                announce(f"compiling {what}: about {format_seconds(seconds)}")
+
+        def on_end(self, data):
+            pass
+
+    listener = Notice()
+    event.register("numba:compile", listener)
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", listener)
 
 
 @contextlib.contextmanager

@@ -480,7 +480,7 @@ def _check_work(args, spec, theory) -> None:
     from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
     from remprop.theory import work_estimates as work
 
-    from .simulation import simulation_time
+    from .simulation import simulation_time, startup_seconds
 
     limits = work_limits(args)
     model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
@@ -491,8 +491,9 @@ def _check_work(args, spec, theory) -> None:
     except ValueError as err:
         raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
-        seconds = len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
-                                                    spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
+        startup = startup_seconds()  # before simulation_time, which imports torch
+        seconds = startup + len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
+                                                              spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
         check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "
                    "--sequences, --seq-len, --width)", seconds=seconds,
                    nbytes=work.simulation_bytes(spec.width, spec.seq_len, args.sequences, 4, d_ff=spec.d_ff,

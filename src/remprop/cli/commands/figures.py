@@ -58,8 +58,8 @@ def add_figures_parser(commands):
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     add_output_options(figures)
     figures.add_argument("--quick", action="store_true",
-                         help="small sizes (d, T of 64-128, two seeds): a few minutes on two cores "
-                              "instead of the paper's sizes")
+                         help="small sizes (d, T of 64-128, two seeds): about a quarter of an hour on two "
+                              "cores (estimated before it starts) instead of the paper's sizes")
     figures.add_argument("--only", default=None, metavar="IDS",
                          help=f"comma list of figures to draw (default: all supported: {','.join(supported)})")
     figures.add_argument("--workers", type=count(0), default=0, metavar="N",

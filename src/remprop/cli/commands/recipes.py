@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ..converters import count
 from ..limits import check_work
-from ..options import add_architecture_arguments, add_command, add_output_options, add_run_options, \
-    add_threads_option, add_work_limit_options, architecture_from_args, work_limits
+from ..options import add_architecture_arguments, add_command, add_output_options, add_progress_option, \
+    add_run_options, add_threads_option, add_work_limit_options, architecture_from_args, work_limits
 from ..output import describe, dumps, format_number, format_table, run_inputs, writable_directory
 
 __all__ = ["add_recipes_parser", "run_recipes"]
@@ -45,6 +45,7 @@ def add_recipes_parser(commands):
     add_output_options(recipes, name="recipes")
     recipes.add_argument("--figure", action=argparse.BooleanOptionalAction, default=True,
                          help="draw the PNG, or skip it: the table alone is quick (default: draw it)")
+    add_progress_option(recipes)
     add_threads_option(recipes)
     add_work_limit_options(recipes, memory=False)
     add_architecture_arguments(recipes, alpha_sa=True)

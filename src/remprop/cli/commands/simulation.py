@@ -226,12 +226,30 @@ def simulation_time(device, width, seq_len, batch, depth, *, d_ff=None, passes=1
                                    flops_per_second=simulation_flop_rate(resolved))
 
 
+#: One-time costs of a simulating command beside its simulations, measured on two cores from quiet to load 8:
+#: importing torch and the simulated stack 4-12 s (:func:`startup_seconds`), drawing and writing the figure
+#: 1.5-3.3 s. Small simulations (``validate --depth 4 --width 128``) spend most of their time there: their
+#: estimate had read 0.04 s for a run of 26 s.
+TORCH_IMPORT_SECONDS = 7.0
+FIGURE_SECONDS = 2.0
+
+
+def startup_seconds(figure=True) -> float:
+    """The one-time costs of a simulating command still to come: importing torch (unless this process has)
+    and, with ``figure``, its figure (:data:`TORCH_IMPORT_SECONDS`, :data:`FIGURE_SECONDS`)."""
+    import sys
+
+    return (0.0 if "torch" in sys.modules else TORCH_IMPORT_SECONDS) + (FIGURE_SECONDS if figure else 0.0)
+
+
 def _check_simulation_time(args, task, *, runs, parallel=1, d_ff=None):
     """Refuse simulations estimated above --max-seconds (one line with the estimate), and print the
     estimate: ``runs`` simulations of --sequences sequences through --depth blocks
-    (:func:`simulation_time`), ``parallel`` at a time."""
+    (:func:`simulation_time`), ``parallel`` at a time, and the command's one-time costs
+    (:func:`startup_seconds`)."""
+    startup = startup_seconds()  # before simulation_time, which imports torch
     seconds = simulation_time(args.device, args.width, simulated_seq_len(args), args.sequences, args.depth, d_ff=d_ff)
-    check_work(task, seconds=runs * seconds / parallel, **work_limits(args))
+    check_work(task, seconds=startup + runs * seconds / parallel, **work_limits(args))
 
 
 def _check_gram_memory(args, arch):
