@@ -11,10 +11,11 @@ from remprop.theory.causal import causal_gram_flops, compared_last_tokens
 from remprop.theory.checks import check_depth
 from remprop.theory.learning_rate import ceiling_seconds
 
-from .diagnosis import GRAM_DRAWS, MAX_COLLAPSE_DEPTH, _verdict_architectures, last_tokens_theory
+from .compared_theory import GRAM_DRAWS, last_tokens_theory, verdict_gram_layers
+from .diagnosis import MAX_COLLAPSE_DEPTH, _verdict_architectures
 from .residual_strength import search_seconds
 
-__all__ = ["diagnosis_seconds", "diagnosis_bytes"]
+__all__ = ["diagnosis_seconds", "diagnosis_bytes", "MAPS_ALPHA_RUNS"]
 
 
 def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
@@ -26,8 +27,11 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
     rotary positions the mean rotary correlation of the model's T and of each compared late
     token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
-    tokens' per-position maps, as many cells, and where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it the
-    causal Gram state (:func:`~remprop.theory.causal.causal_gram_flops` at
+    tokens' per-position maps, as many cells: through ``max_depth`` blocks (their collapse depth) and
+    :data:`MAPS_ALPHA_RUNS` times the depth (their ``alpha*``), and where
+    :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it the causal Gram state over the
+    verdict's layers (:func:`~remprop.diagrams.compared_theory.verdict_gram_layers`,
+    :func:`~remprop.theory.causal.causal_gram_flops` at
     :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); the learning-rate ceiling's walk
     (:func:`~remprop.theory.learning_rate.ceiling_seconds`).
     """
@@ -42,14 +46,20 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     if arch.positions.rotary:
         seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
     if last:
-        seconds += work_estimates.run_seconds(arch, last, depth)
-    if _uses_gram(spec, causal_theory, gram_draws):
-        seconds += work_estimates.flops_seconds(causal_gram_flops(arch, depth, spec.seq_len, gram_draws))
+        seconds += work_estimates.run_seconds(arch, last, max_depth + (MAPS_ALPHA_RUNS + 4) * depth)
+    if _uses_gram(spec, causal_theory, gram_draws, max_depth):
+        layers = verdict_gram_layers(depth, max_depth)
+        seconds += work_estimates.flops_seconds(causal_gram_flops(arch, layers, spec.seq_len, gram_draws))
     return seconds
 
 
-def _uses_gram(spec, causal_theory, gram_draws) -> bool:
-    chosen = last_tokens_theory(spec, causal_theory, gram_draws)
+#: Runs of the per-position maps that Brent's search of their ``alpha*`` takes at most (counted: about
+#: 40 at a tolerance of 1e-9 on [0, 1e3]).
+MAPS_ALPHA_RUNS = 60
+
+
+def _uses_gram(spec, causal_theory, gram_draws, max_depth) -> bool:
+    chosen = last_tokens_theory(spec, causal_theory, gram_draws, max_depth)
     return chosen is not None and chosen[0] == "gram"
 
 
@@ -61,7 +71,7 @@ def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
     model, the collapse-depth trajectory through ``max_depth`` blocks
     (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
     :meth:`~remprop.diagrams.diagnosis.Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each);
-    where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it, the causal Gram state
+    where :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it, the causal Gram state
     (:func:`~remprop.theory.work_estimates.causal_gram_bytes`: with RoPE, its chunks of rotating
     frequencies).
     """
@@ -71,6 +81,6 @@ def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
     depth = spec.depth
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
     gram = (work_estimates.causal_gram_bytes(spec.architecture, depth, spec.seq_len, gram_draws)
-            if _uses_gram(spec, causal_theory, gram_draws) else 0)
-    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
+            if _uses_gram(spec, causal_theory, gram_draws, max_depth) else 0)
+    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1 + last, max_depth + 1)
             + 300 * (depth + 1) + gram)
