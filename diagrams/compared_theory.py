@@ -122,14 +122,16 @@ class CausalVerdictTheory:
 
     def cosine(self, run, depth=None) -> np.ndarray:
         """The last tokens' cosine per layer, shape ``(depth + 1,)``, of ``run`` (a RunSettings of the
-        model, possibly changed) through ``depth`` blocks (default the run's)."""
+        model, possibly changed) through ``depth`` blocks (default the run's), each layer with the
+        model's sliding windows (:attr:`~remprop.theory.ModelSpec.attention_windows`)."""
         s = self.spec
         depth = run.depth if depth is None else depth
         last = compared_last_tokens(s.seq_len)
+        windows = s.attention_windows or None  # the model's sliding windows (per layer, repeated)
         if self.name == "maps":
-            return last_tokens_cosine(run.arch, run.beta, depth, s.seq_len, last, run.q0, run.rho0)
+            return last_tokens_cosine(run.arch, run.beta, depth, s.seq_len, last, run.q0, run.rho0, windows)
         return propagate_causal_gram(run.arch, run.beta, depth, s.seq_len, run.q0, run.rho0, last=last,
-                                     draws=self.draws, seed=0, norm_eps=s.layer_norm_eps).rho
+                                     draws=self.draws, seed=0, norm_eps=s.layer_norm_eps, window=windows).rho
 
     def trajectory(self, run, max_depth):
         """(the cosine through the run's depth, collapse depth or None, the depth searched).

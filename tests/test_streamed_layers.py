@@ -79,12 +79,6 @@ def test_a_block_drawn_otherwise_is_refused(monkeypatch, tamper, named):
         streamed_model(_tiny("llama-3.2-1b"), seed=0)
 
 
-def test_layers_that_differ_are_refused():
-    # Gemma 2 alternates sliding-window (4096) and global layers: at T = 8192 its layers differ
-    with pytest.raises(ValueError, match="sliding window"):
-        streamed_model(model_spec("gemma-2-2b", seq_len=8192))
-
-
 def test_streamed_measurement_agrees_with_the_full_model():
     # Two independent sets of 8 initialisations (the streamed stack draws other numbers from the same
     # distribution): per layer, the difference of the two means over its standard error is a Welch t

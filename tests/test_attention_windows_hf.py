@@ -1,0 +1,74 @@
+"""The sliding windows the theory reads from a config are the masks the ``transformers`` modules apply:
+the attention probabilities of the real modules (eager attention, at random init) are zero exactly
+outside each row's window, layer by layer, and a streamed Gemma 2 (one block redrawn per layer) keeps
+its alternating local and global layers at T beyond the window."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from remprop.theory import model_spec  # noqa: E402
+from remprop.theory.attention_masks import causal_window_mask, layer_window  # noqa: E402
+from remprop.theory.models import CONFIG_DIR  # noqa: E402
+from remprop.validation import probe  # noqa: E402
+from remprop.validation.hf_models import build_model, model_inputs, streamed_model  # noqa: E402
+
+from test_attention_windows import TINY_MISTRAL  # noqa: E402
+
+_SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+          "vocab_size": 100}
+
+
+def _shipped(name, **fields):
+    return {**json.loads((CONFIG_DIR / f"{name}.json").read_text()), **_SMALL, **fields}
+
+
+CASES = {
+    "mistral": TINY_MISTRAL,
+    "qwen2": dict(TINY_MISTRAL, model_type="qwen2", num_hidden_layers=3, use_sliding_window=True,
+                  max_window_layers=1),
+    "phi3": dict(TINY_MISTRAL, model_type="phi3", sliding_window=5, vocab_size=32064),  # its default pad id 32000
+    "gemma2": _shipped("gemma-2-2b", num_hidden_layers=4, head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
+                       max_position_embeddings=64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_modules_mask_is_the_theorys(name):
+    seq_len = 20
+    spec = model_spec(CASES[name], seq_len=seq_len)
+    assert spec.attention_windows  # every case has windowed layers shorter than T
+    model = build_model(spec, seed=0)
+    model.set_attn_implementation("eager")
+    ids = torch.randint(0, 100, (2, seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        attentions = model(input_ids=ids, output_attentions=True).attentions
+    assert len(attentions) == spec.depth
+    for layer, probs in enumerate(attentions):
+        seen = (probs > 0).numpy()
+        expected = causal_window_mask(seq_len, layer_window(spec.attention_windows, layer))
+        assert np.array_equal(seen, np.broadcast_to(expected, seen.shape)), (name, layer)
+
+
+def test_a_streamed_gemma2_keeps_its_local_and_global_layers():
+    # T = 32 with a window of 4 on the even layers: the streamed stack (one block redrawn per layer, the
+    # model's forward choosing each layer's mask from config.layer_types) is the full model with the
+    # redrawn weights, statistic by statistic (the same float32 operations: equal to rounding)
+    spec = model_spec(CASES["gemma2"], seq_len=32)
+    assert spec.attention_windows == (4, None, 4, None)
+    streamed = streamed_model(spec, seed=1)
+    inputs = model_inputs(spec, 2, seed=1)
+    trace = probe(streamed, inputs)
+    full = build_model(spec, seed=1)
+    full.embed_tokens.load_state_dict(streamed.embed_tokens.state_dict())
+    for layer in range(spec.depth):
+        streamed.streamed_block.redraw(layer, None)
+        full.layers[layer].load_state_dict(streamed.streamed_block.block.state_dict())
+    expected = probe(full, inputs)
+    for key in ("q", "rho", "y2"):
+        np.testing.assert_allclose(getattr(trace, key), getattr(expected, key), rtol=1e-6, atol=0)
