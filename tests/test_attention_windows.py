@@ -44,7 +44,8 @@ def test_the_mask_is_each_rows_last_keys(seq_len, window):
 def test_window_checks_name_the_field():
     assert check_windows(None) == () and check_windows(4) == (4,) and check_windows([4, None]) == (4, None)
     assert layer_window((4, None), 0) == 4 and layer_window((4, None), 3) is None and layer_window((), 5) is None
-    for bad in (0, -3, 2.5, True, "4", []):
+    assert check_windows([]) == () and check_windows(check_windows((4, None))) == (4, None)
+    for bad in (0, -3, 2.5, True, "4", [4, 0]):
         with pytest.raises(ParameterError, match="window") as err:
             check_windows(bad)
         assert err.value.parameter == "window"

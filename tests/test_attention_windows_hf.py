@@ -72,3 +72,32 @@ def test_a_streamed_gemma2_keeps_its_local_and_global_layers():
     expected = probe(full, inputs)
     for key in ("q", "rho", "y2"):
         np.testing.assert_allclose(getattr(trace, key), getattr(expected, key), rtol=1e-6, atol=0)
+
+
+def test_the_simulated_stack_masks_each_layer_by_its_window():
+    # The library's own torch stack (validation/simulator.py) with the pattern (3, None): the first
+    # block's attention probabilities are zero exactly outside each row's last 3 keys, the second's
+    # outside the causal mask; the fused path (no probabilities) gives the same outputs.
+    from remprop.theory import Architecture
+    from remprop.validation.settings import SimulationSettings
+    from remprop.validation.simulator import SimulatedStack
+
+    sim = SimulationSettings(width=32, seq_len=12, causal=True, window=(3, None), seeds=1, sequences=2,
+                             inputs="synthetic", dtype="float64")
+    stack = SimulatedStack(Architecture(norm="pre", heads=2), 0.7, 2, sim=sim, seed=0)
+    x = next(iter(sim.input_batches(0))).tokens
+    seen = []
+    stack.forward(x, observe=lambda layer, h, probs: seen.append(probs) if probs is not None else None)
+    assert len(seen) == 2
+    for layer, probs in enumerate(seen):
+        expected = causal_window_mask(12, layer_window(sim.window, layer))
+        assert np.array_equal((probs > 0).cpu().numpy(), np.broadcast_to(expected, probs.shape)), layer
+    x_in = stack.prepare_inputs(x)[0]
+    for layer in range(2):
+        full, _ = stack.block(x_in, stack.weights(layer), layer=layer)
+        fused, probs = stack.block(x_in, stack.weights(layer), need_probs=False, layer=layer)
+        assert probs is None
+        torch.testing.assert_close(fused, full, rtol=1e-10, atol=1e-12)
+    assert sim.to_dict()["window"] == [3, None] and "window" not in sim.replace(window=None).to_dict()
+    with pytest.raises(ValueError, match="window"):
+        SimulationSettings(width=32, seq_len=12, window=3)

@@ -25,25 +25,24 @@ def check_windows(window, name="window") -> tuple:
     Parameters
     ----------
     window : None, int or sequence of (int or None)
-        One window for every layer, or one entry per layer of the pattern.
+        One window for every layer, or one entry per layer of the pattern (an empty one: no window,
+        as None).
     name : str
         The parameter named in errors.
 
     Returns
     -------
     tuple
-        ``()`` (no window), or the pattern; every window an integer >= 1.
+        ``()`` (no window), or the pattern; every window an integer >= 1 (checked again: unchanged).
 
     Raises
     ------
     ParameterError
-        A window that is not an integer >= 1 (a row with no key), or an empty pattern.
+        A window that is not an integer >= 1 (a row with no key).
     """
     if window is None:
         return ()
     entries = tuple(window) if isinstance(window, (list, tuple)) else (window,)
-    if not entries:
-        raise ParameterError(name, f"{name} must be None, an integer >= 1 or a non-empty sequence of them, got []")
     for value in entries:
         if value is None:
             continue
