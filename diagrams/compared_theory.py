@@ -151,7 +151,7 @@ class CausalVerdictTheory:
         The maps: Brent's root of ``rho_L(alpha) - t`` on ``[0, ALPHA_MAX]`` to 1e-9 (error 0 reported;
         0 when alpha_SA = 0 stays below, inf when ALPHA_MAX does not). The Gram state:
         :data:`GRAM_ALPHA_RUNS` runs of a root search on ``log(1 - rho_L) - log(1 - t)`` (inverse quadratic
-        interpolation inside the bracket found, :func:`_next_root_guess`) from ``start`` (the maps'
+        interpolation inside the bracket found) from ``start`` (the maps'
         alpha*) and the model's own point ``(alpha_SA, model_final)``; the error is the last step's length
         (where the maps' alpha* is 0, one run at alpha_SA = 0 first: 0 when it stays below).
         """
