@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
+from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
 from remprop.theory.learning_rate import DEFAULT_STEPS

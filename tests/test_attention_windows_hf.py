@@ -15,10 +15,10 @@ pytest.importorskip("transformers")
 from remprop.theory import model_spec  # noqa: E402
 from remprop.theory.attention_masks import causal_window_mask, layer_window  # noqa: E402
 from remprop.theory.models import CONFIG_DIR  # noqa: E402
-from remprop.validation import probe  # noqa: E402
-from remprop.validation.hf_models import build_model, model_inputs, streamed_model  # noqa: E402
+from remprop.validation.hf_models import build_model  # noqa: E402
 
 from test_attention_windows import TINY_MISTRAL  # noqa: E402
+from test_streamed_layers import assert_streamed_is_the_full_model  # noqa: E402
 
 _SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
           "vocab_size": 100}
@@ -61,17 +61,7 @@ def test_a_streamed_gemma2_keeps_its_local_and_global_layers():
     # redrawn weights, statistic by statistic (the same float32 operations: equal to rounding)
     spec = model_spec(CASES["gemma2"], seq_len=32)
     assert spec.attention_windows == (4, None, 4, None)
-    streamed = streamed_model(spec, seed=1)
-    inputs = model_inputs(spec, 2, seed=1)
-    trace = probe(streamed, inputs)
-    full = build_model(spec, seed=1)
-    full.embed_tokens.load_state_dict(streamed.embed_tokens.state_dict())
-    for layer in range(spec.depth):
-        streamed.streamed_block.redraw(layer, None)
-        full.layers[layer].load_state_dict(streamed.streamed_block.block.state_dict())
-    expected = probe(full, inputs)
-    for key in ("q", "rho", "y2"):
-        np.testing.assert_allclose(getattr(trace, key), getattr(expected, key), rtol=1e-6, atol=0)
+    assert_streamed_is_the_full_model(spec, seed=1)
 
 
 def test_the_simulated_stack_masks_each_layer_by_its_window():
