@@ -15,7 +15,7 @@ from .compared_theory import GRAM_DRAWS, last_tokens_theory, verdict_gram_layers
 from .diagnosis import MAX_COLLAPSE_DEPTH, _verdict_architectures
 from .residual_strength import search_seconds
 
-__all__ = ["diagnosis_seconds", "diagnosis_bytes", "MAPS_ALPHA_RUNS"]
+__all__ = ["diagnosis_seconds", "diagnosis_bytes", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS"]
 
 
 def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
@@ -27,8 +27,9 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
     rotary positions the mean rotary correlation of the model's T and of each compared late
     token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
-    tokens' per-position maps, as many cells: through ``max_depth`` blocks (their collapse depth) and
-    :data:`MAPS_ALPHA_RUNS` times the depth (their ``alpha*``), and where
+    tokens' per-position maps, as many cells, and at :data:`MAPS_LAYER_SECONDS` a layer through
+    ``max_depth`` blocks (their collapse depth) and :data:`MAPS_ALPHA_RUNS` times the depth (their
+    ``alpha*``), and where
     :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it the causal Gram state over the
     verdict's layers (:func:`~remprop.diagrams.compared_theory.verdict_gram_layers`,
     :func:`~remprop.theory.causal.causal_gram_flops` at
@@ -45,8 +46,9 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
     if arch.positions.rotary:
         seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
-    if last:
-        seconds += work_estimates.run_seconds(arch, last, max_depth + (MAPS_ALPHA_RUNS + 4) * depth)
+    if last:  # the late tokens' per-position maps (NumPy, not the kernels): collapse search, alpha*, changes
+        seconds += work_estimates.run_seconds(arch, last, depth)
+        seconds += MAPS_LAYER_SECONDS * (max_depth + (MAPS_ALPHA_RUNS + 4) * depth)
     if _uses_gram(spec, causal_theory, gram_draws, max_depth):
         layers = verdict_gram_layers(depth, max_depth)
         seconds += work_estimates.flops_seconds(causal_gram_flops(arch, layers, spec.seq_len, gram_draws))
@@ -56,6 +58,9 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
 #: Runs of the per-position maps that Brent's search of their ``alpha*`` takes at most (counted: about
 #: 40 at a tolerance of 1e-9 on [0, 1e3]).
 MAPS_ALPHA_RUNS = 60
+#: Seconds per layer of the per-position maps of the compared late tokens (50 rows, one NumPy pass per
+#: layer): measured 1.4e-4 s (a RoPE SwiGLU decoder, 1000 layers in 0.14 s on two loaded cores), rounded up.
+MAPS_LAYER_SECONDS = 2e-4
 
 
 def _uses_gram(spec, causal_theory, gram_draws, max_depth) -> bool:
