@@ -9,8 +9,11 @@ and predicts, from the theory alone:
   ``alpha*(L)`` that keeps the depth-L stack out of rank collapse, and the phase;
 * the mean cosine of two tokens layer by layer (causal models: also the average over
   the last 50 positions, docs/theory.md section 8, by the best causal theory affordable at the
-  model's T: the causal Gram state, else the per-position maps, :func:`last_tokens_theory`),
-  and the depth at which rank collapse would set in if the stack were deeper;
+  model's T: the causal Gram state, else the per-position maps,
+  :func:`~remprop.diagrams.compared_theory.last_tokens_theory`), and the depth at which rank
+  collapse would set in if the stack were deeper; a causal model's phase, final cosine,
+  ``alpha*``, collapse depth and changes come from that theory, the layer maps' beside them
+  (:mod:`remprop.diagrams.compared_theory`);
 * the expected squared norm of the query gradient ``E|dS/dW_Q|^2`` of the first and of
   the last attention layer (Result 2: it vanishes as ``rho -> 1`` and for small beta);
 * concrete changes -- skip scaling, query/key std, LayerNorm placement, gain-controlled
@@ -25,22 +28,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm, last_tokens_cosine,
+from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradient_norm,
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
 from remprop.theory.learning_rate import DEFAULT_STEPS
-from remprop.theory.causal import (LAST_TOKENS, choose_causal_theory, compared_last_tokens,
-                                   propagate_causal_gram)
+from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 from remprop.theory.checks import check_count, check_depth
 from remprop.theory.work_estimates import spread_indices
 
+from .compared_theory import CAUSAL_THEORY_LABELS, GRAM_DRAWS, CausalVerdictTheory, last_tokens_theory
 from .learning_rate import lr_ceiling_summary, lr_line
 from .phases import PHASE_LABELS, classify_phases
 from . import residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
-           "last_tokens_theory", "CAUSAL_THEORY_LABELS", "GRAM_DRAWS",
-           "COMFORTABLE_MARGINS", "GRADES", "DIAGNOSIS_GRAM_FLOPS"]
+           "COMFORTABLE_MARGINS", "GRADES"]
 
 #: Deepest stack searched for the onset of rank collapse.
 MAX_COLLAPSE_DEPTH = 10_000
@@ -57,10 +59,6 @@ COMFORTABLE_MARGINS = {"alpha_ratio": 1.5, "beta_ratio": 0.5, "gradient_decay": 
 #: The graded verdicts of :attr:`Diagnosis.verdict` and their words.
 GRADES = {"comfortable": "trainable, comfortable margin", "marginal": "trainable, marginal",
           "rank-collapse": "rank collapse", "entropy-collapse": "entropy collapse"}
-#: Monte Carlo draws per attention layer of the causal Gram state of a diagnosis.
-GRAM_DRAWS = 8
-#: What each theory of the last tokens is called in the report, the JSON and the figure.
-CAUSAL_THEORY_LABELS = {"maps": "per-position maps", "gram": "causal Gram state"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +79,10 @@ class Change:
         ``"entropy-collapse"``).
     values : dict
         The numbers behind the action (e.g. ``alpha_sa``, ``query_key_std``).
+    theory : str
+        The theory of ``final_rho`` and ``phase``: the diagnosis' own (:attr:`Diagnosis.theory`), or
+        ``"layer maps"`` where a causal model's theory has no map of the change (gain-controlled
+        attention).
     """
 
     name: str
@@ -88,10 +90,11 @@ class Change:
     final_rho: float
     phase: str
     values: dict = field(default_factory=dict)
+    theory: str = "layer maps"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "action": self.action, "final_rho": self.final_rho, "phase": self.phase,
-                "values": dict(self.values)}
+                "values": dict(self.values), "theory": self.theory}
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ class Diagnosis:
     threshold : float
         Rank-collapse threshold on the final cosine.
     q, rho : ndarray, shape (depth + 1,)
-        Predicted order parameters per layer (0 = input of block 1).
+        Predicted order parameters per layer by the layer maps, the trainability diagram's theory
+        (0 = input of block 1).
     rho_last_tokens : ndarray or None
         Causal models: predicted mean cosine of the last :data:`~remprop.theory.causal.LAST_TOKENS`
         positions, by the theory ``last_tokens_theory`` names.
@@ -112,12 +116,15 @@ class Diagnosis:
         Critical beta deciding entropy collapse (first attention layer for post-LN,
         smallest over layers otherwise).
     alpha_star : float
-        Minimum ``alpha_sa`` that avoids rank collapse at this depth and beta.
+        Minimum ``alpha_sa`` that avoids rank collapse at this depth and beta, by :attr:`theory`.
     phase : str
+        By :attr:`theory`: its final cosine against ``threshold``, ``beta`` against ``beta_critical``.
     collapse_depth : int or None
-        First depth at which the final cosine exceeds ``threshold`` (None: not within
+        First depth at which :attr:`theory`'s cosine exceeds ``threshold`` (None: not within
         ``max_depth`` layers).
     max_depth : int
+        Deepest stack searched for the collapse depth (the causal Gram state:
+        :data:`~remprop.diagrams.compared_theory.COLLAPSE_SEARCH_RATIO` times the depth at most).
     y2_first : float
         Participation ratio of the first attention layer's rows (finite T).
     gradient_first, gradient_last : float
@@ -130,11 +137,21 @@ class Diagnosis:
         Causal models: the same cosine by the per-position maps (equal to ``rho_last_tokens``
         when they are the theory used; kept for comparison when the Gram state is).
     last_tokens_theory : {"gram", "maps"} or None
-        Causal models: the theory of ``rho_last_tokens`` (:func:`last_tokens_theory`).
+        Causal models: the theory of ``rho_last_tokens`` and of the verdict
+        (:func:`~remprop.diagrams.compared_theory.last_tokens_theory`).
     last_tokens_reason : str or None
         Why that theory: the work it takes, or why the Gram state cannot run.
     gram_draws : int or None
         Monte Carlo draws per attention layer of the Gram state (when it is used).
+    lr_ceiling : dict or None
+        The learning-rate ceiling (:func:`~remprop.diagrams.learning_rate.lr_ceiling_summary`).
+    layer_maps : dict or None
+        Causal models: the layer maps' verdict beside the compared theory's: ``final_rho``,
+        ``phase``, ``alpha_star``, ``collapse_depth``, ``max_depth``; None for an encoder, whose
+        theory they are.
+    alpha_star_error : float
+        The causal Gram state: the last step of its ``alpha*`` search
+        (:meth:`~remprop.diagrams.compared_theory.CausalVerdictTheory.alpha_star`); 0 otherwise.
     """
 
     spec: ModelSpec
@@ -158,6 +175,19 @@ class Diagnosis:
     last_tokens_reason: str | None = None
     gram_draws: int | None = None
     lr_ceiling: dict | None = None
+    layer_maps: dict | None = None
+    alpha_star_error: float = 0.0
+
+    @property
+    def theory(self) -> str:
+        """The theory of the verdict: ``"layer maps"``, or for a causal model the theory of its last
+        tokens (``"causal Gram state"`` or ``"per-position maps"``)."""
+        return CAUSAL_THEORY_LABELS[self.last_tokens_theory] if self.last_tokens_theory else "layer maps"
+
+    @property
+    def final_rho(self) -> float:
+        """The final cosine of the verdict: :attr:`compared_rho` after the last block."""
+        return float(self.compared_rho[-1])
 
     @property
     def alpha_sa(self) -> float:
@@ -229,14 +259,14 @@ class Diagnosis:
 
     def summary(self) -> dict:
         """The numbers that decide the verdict, for a before/after comparison (``check --alpha``):
-        ``alpha_sa``, ``alpha_star``, ``alpha_ratio``, ``beta``, ``beta_critical``, ``beta_ratio``,
-        ``final_rho``, ``final_rho_last_tokens`` (None for an encoder), ``collapse_depth``,
-        ``gradient_decay``, ``phase`` and ``verdict`` (its text)."""
+        ``theory`` (:attr:`theory`, whose are ``alpha_star``, ``final_rho``, ``collapse_depth`` and
+        ``phase``), ``alpha_sa``, ``alpha_star``, ``alpha_ratio``, ``beta``, ``beta_critical``,
+        ``beta_ratio``, ``final_rho``, ``final_rho_layer_maps`` (the layer maps' beside it),
+        ``collapse_depth``, ``gradient_decay``, ``phase`` and ``verdict`` (its text)."""
         m = self.margins
-        return {"alpha_sa": self.alpha_sa, "alpha_star": self.alpha_star, "alpha_ratio": m["alpha_ratio"],
-                "beta": float(self.spec.beta), "beta_critical": self.beta_critical, "beta_ratio": m["beta_ratio"],
-                "final_rho": float(self.rho[-1]),
-                "final_rho_last_tokens": None if self.rho_last_tokens is None else float(self.rho_last_tokens[-1]),
+        return {"theory": self.theory, "alpha_sa": self.alpha_sa, "alpha_star": self.alpha_star,
+                "alpha_ratio": m["alpha_ratio"], "beta": float(self.spec.beta), "beta_critical": self.beta_critical,
+                "beta_ratio": m["beta_ratio"], "final_rho": self.final_rho, "final_rho_layer_maps": float(self.rho[-1]),
                 "collapse_depth": self.collapse_depth, "gradient_decay": m["gradient_decay"],
                 "phase": self.phase, "verdict": self.verdict["text"]}
 
@@ -250,6 +280,9 @@ class Diagnosis:
             "last_tokens_theory": self.last_tokens_theory,
             "last_tokens_theory_label": CAUSAL_THEORY_LABELS.get(self.last_tokens_theory),
             "last_tokens_theory_reason": self.last_tokens_reason, "gram_draws": self.gram_draws,
+            "theory": self.theory, "final_rho": self.final_rho,
+            "layer_maps": None if self.layer_maps is None else dict(self.layer_maps),
+            "alpha_star_error": self.alpha_star_error,
             "beta": self.spec.beta, "beta_critical": self.beta_critical, "alpha_sa": self.alpha_sa,
             "alpha_star": self.alpha_star, "phase": self.phase, "collapse_depth": self.collapse_depth,
             "margins": self.margins, "verdict": self.verdict, "comfortable_margins": dict(COMFORTABLE_MARGINS),
@@ -268,13 +301,13 @@ class Diagnosis:
                  f"initialisation   {s.initialisation}",
                  f"query/key        beta = {s.beta:.4f}   beta_c = {self.beta_critical:.4f}   "
                  f"beta / beta_c = {s.beta / self.beta_critical:.3f}   Y2(layer 1) = {self.y2_first:.4f}",
-                 f"skip             alpha_SA = {self.alpha_sa:g}   alpha*(L = {s.depth}) = {_num(self.alpha_star)}   "
-                 f"alpha_SA / alpha* = {self.margins['alpha_ratio']:.3g}",
-                 f"phase            {self.phase} (final cosine {self.rho[-1]:.4f}, threshold {self.threshold:g})",
+                 f"skip             alpha_SA = {self.alpha_sa:g}   alpha*(L = {s.depth}) = {_num(self.alpha_star)}"
+                 + (f" (to {self.alpha_star_error:.2g})" if self.alpha_star_error > 0 else "")
+                 + f"   alpha_SA / alpha* = {self.margins['alpha_ratio']:.3g}" + self._beside("alpha_star"),
+                 f"phase            {self.phase} (final cosine {self.final_rho:.4f}, threshold {self.threshold:g})"
+                 + self._beside("phase"),
                  f"verdict          {self.verdict['text']}",
-                 "collapse depth   " + (f"rank collapse sets in at layer {self.collapse_depth}"
-                                        if self.collapse_depth is not None
-                                        else f"no rank collapse within {self.max_depth} layers"),
+                 "collapse depth   " + _collapse_text(self.collapse_depth, self.max_depth) + self._beside("collapse"),
                  f"query gradient   E|dS/dW_Q|^2 = {self.gradient_first:.4g} (layer 1), "
                  f"{self.gradient_last:.4g} (layer {s.depth})" + (
                      f"; falls {self.margins['gradient_decay']:.3g}x over the stack" if self.gradient_first > 0 else ""),
@@ -282,15 +315,32 @@ class Diagnosis:
                  f"{self.key_gradient_last:.4g} (layer {s.depth})"]
         if self.lr_ceiling is not None:
             lines.append("lr ceiling       " + lr_line(self.lr_ceiling))
+        if self.layer_maps is not None:
+            lines.append(f"theory           alpha*, phase, collapse depth and changes by the {self.theory} of the "
+                         "last tokens (the theory compared with measurements); the layer maps, the diagram's, "
+                         "beside them")
         lines.append("")
         lines += self._cosine_lines()
         lines += self._changes_lines()
         return "\n".join(lines)
 
+    def _beside(self, what) -> str:
+        """The layer maps' value beside the compared theory's, in a report line (causal models)."""
+        maps = self.layer_maps
+        if maps is None:
+            return ""
+        if what == "alpha_star":
+            return f"   (layer maps: {_num(maps['alpha_star'])})"
+        if what == "phase":
+            return f"   (layer maps: {maps['phase']}, {maps['final_rho']:.4f})"
+        return f"   (layer maps: {_collapse_text(maps['collapse_depth'], maps['max_depth'])})"
+
     def _cosine_lines(self) -> list:
         """The per-layer cosine of :meth:`report`; causal models with the last tokens' theory named."""
         s = self.spec
-        lines = ["predicted cosine per layer (rho = p / q; phase and alpha* from these layer maps, the diagram's)"]
+        lines = ["predicted cosine per layer (rho = p / q by the layer maps, the diagram's" + (
+            "; the verdict by the last tokens' theory)" if self.layer_maps is not None
+            else "; phase and alpha* from these layer maps)")]
         gram = self.last_tokens_theory == "gram"
         if self.rho_last_tokens is not None:
             last = compared_last_tokens(s.seq_len)
@@ -316,13 +366,19 @@ class Diagnosis:
         lines = ["", "changes and their predicted effect"]
         for change in self.changes:
             lines.append(f"  - {change.name}: {change.action}")
-            lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}")
+            lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}"
+                         + (f" ({change.theory})" if change.theory != self.theory else ""))
         lines += ["", "assumptions the model breaks"] + [f"  - {text}" for text in s.assumptions]
         return lines
 
 
 #: Most layers :meth:`Diagnosis.report` prints (evenly spread, both ends included).
 REPORT_LAYERS = 1001
+
+
+def _collapse_text(depth, searched) -> str:
+    return (f"rank collapse sets in at layer {depth}" if depth is not None
+            else f"no rank collapse within {searched} layers")
 
 
 def _num(value) -> str:
@@ -342,71 +398,29 @@ def _verdict(run: RunSettings, source, **changes):
         raise ValueError(f"{source} gives an unusable model: the layer maps leave the float64 range "
                          f"(sigma_w2 = {run.arch.sigma_w2:.3g}, beta = {run.beta:.3g})")
     beta_c = float(run.arch.beta_critical(traj.beta_critical))
-    code = int(classify_phases(run.beta, beta_c, traj.rho[-1], run.threshold))
-    return float(traj.rho[-1]), beta_c, PHASE_LABELS[code], traj
+    return float(traj.rho[-1]), beta_c, _phase(run.beta, beta_c, traj.rho[-1], run.threshold), traj
+
+
+def _phase(beta, beta_c, final_rho, threshold) -> str:
+    return PHASE_LABELS[int(classify_phases(beta, beta_c, final_rho, threshold))]
+
+
+def _judge(run: RunSettings, source, theory, **changes):
+    """(final rho, phase label, theory label) of the run with ``changes``: by ``theory`` (a
+    :class:`~remprop.diagrams.compared_theory.CausalVerdictTheory`, or None: the layer maps) where it
+    has a map of the changed architecture, else by the layer maps; beta_c from the layer maps."""
+    rho, beta_c, phase, _ = _verdict(run, source, **changes)
+    changed = run.replace(**changes)
+    if theory is None or not theory.runs(changed.arch):
+        return rho, phase, "layer maps"
+    final = float(theory.cosine(changed)[-1])
+    return final, _phase(changed.beta, beta_c, final, run.threshold), theory.label
 
 
 def _collapse_depth(run: RunSettings, max_depth):
     rho = propagate(run.arch, run.beta, max_depth, run.q0, run.rho0).rho  # another depth than the run's
     above = np.flatnonzero(~(rho[1:] <= run.threshold))
     return int(above[0]) + 1 if above.size else None
-
-
-#: Most floating-point work (:func:`~remprop.theory.causal.causal_gram_flops`) that
-#: :func:`diagnose` spends on the causal Gram state when its theory is ``"auto"``: about 40 s at
-#: :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND` (a LLaMA-style stack of 8 layers at
-#: T = 256 takes 3.7e11; GPT-2 at T = 1024, 9.5e11, gets the maps unless asked).
-DIAGNOSIS_GRAM_FLOPS = 4e11
-
-
-def last_tokens_theory(spec, choice="auto", draws=GRAM_DRAWS):
-    """Which theory gives a causal model's last-token cosine in :func:`diagnose`, and why.
-
-    The causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`: each late row
-    with its true keys, docs/theory.md section 8; docs/real_models.md section 5.4 measures it
-    against the real modules) where it can run the model and is affordable, else the
-    per-position maps: :func:`~remprop.theory.causal.choose_causal_theory` at the model's
-    architecture, depth and T (``"auto"``: the Gram state up to :data:`DIAGNOSIS_GRAM_FLOPS`
-    floating-point operations, tens of seconds, so that a default diagnosis stays interactive).
-
-    Parameters
-    ----------
-    spec : ModelSpec
-    choice : {"auto", "maps", "gram"}
-    draws : int
-        Monte Carlo draws per attention layer of the Gram state.
-
-    Returns
-    -------
-    (str, str) or None
-        ``("gram" | "maps", reason)``; None for an encoder (no last tokens). An explicit
-        ``"gram"`` that cannot run, or one asked of an encoder, is a ValueError naming
-        ``causal_theory``.
-    """
-    if not spec.causal:
-        if choice == "gram":
-            raise ValueError(f"causal_theory='gram': {spec.name} is not a causal model (its tokens follow the "
-                             "layer maps)")
-        return None
-    return choose_causal_theory(spec.architecture, spec.depth, spec.seq_len, draws=draws, choice=choice,
-                                budget=DIAGNOSIS_GRAM_FLOPS)
-
-
-def _last_tokens(spec, choice, draws):
-    """(best cosine, per-position maps' cosine, theory, reason) of a causal model's last tokens
-    (:func:`last_tokens_theory`), all None for an encoder. The Gram state is evaluated at the
-    model's beta, depth, T, input state and norm eps (seed 0), ``p / q`` of the last tokens."""
-    chosen = last_tokens_theory(spec, choice, draws)
-    if chosen is None:
-        return None, None, None, None
-    name, reason = chosen
-    last = compared_last_tokens(spec.seq_len)
-    maps = last_tokens_cosine(spec.architecture, spec.beta, spec.depth, spec.seq_len, last, spec.q0, spec.rho0)
-    if name == "maps":
-        return maps, maps, name, reason
-    gram = propagate_causal_gram(spec.architecture, spec.beta, spec.depth, spec.seq_len, spec.q0, spec.rho0,
-                                 last=last, draws=draws, seed=0, norm_eps=spec.layer_norm_eps).rho
-    return gram, maps, name, reason
 
 
 def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
@@ -423,7 +437,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     max_depth : int
         Deepest stack searched for the onset of rank collapse.
     causal_theory : {"auto", "maps", "gram"}
-        Causal models: the theory of the last tokens' cosine (:func:`last_tokens_theory`;
+        Causal models: the theory of the last tokens' cosine (:func:`~remprop.diagrams.compared_theory.last_tokens_theory`;
         ``"auto"``: the causal Gram state where affordable, else the per-position maps).
     gram_draws : int
         Monte Carlo draws per attention layer of the causal Gram state.
@@ -459,8 +473,23 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     arch, beta, depth, q0, rho0, threshold = run.arch, run.beta, run.depth, run.q0, run.rho0, run.threshold
     source = f"config.initializer_range = {spec.init_range:g}"
     final_rho, beta_c, phase, traj = _verdict(run, source)
-    alpha_star = float(residual_strength.alpha_star(run))
-    rho_last, rho_last_maps, last_theory, last_reason = _last_tokens(spec, causal_theory, gram_draws)
+    alpha_star, alpha_error = float(residual_strength.alpha_star(run)), 0.0
+    collapse_depth, searched = _collapse_depth(run, max_depth), max_depth
+    chosen = last_tokens_theory(spec, causal_theory, gram_draws, max_depth)
+    last_theory, last_reason = chosen if chosen is not None else (None, None)
+    theory = rho_last = rho_last_maps = layer_maps = None
+    if chosen is not None:  # a causal model: the verdict by its last tokens' theory, the layer maps beside
+        layer_maps = {"final_rho": final_rho, "phase": phase, "alpha_star": alpha_star,
+                      "collapse_depth": collapse_depth, "max_depth": max_depth}
+        theory = CausalVerdictTheory(last_theory, spec, gram_draws)
+        maps = CausalVerdictTheory("maps", spec)
+        rho_last, collapse_depth, searched = theory.trajectory(run, max_depth)
+        rho_last_maps = rho_last if theory.name == "maps" else maps.cosine(run)
+        final_rho = float(rho_last[-1])
+        phase = _phase(beta, beta_c, final_rho, threshold)
+        alpha_star, alpha_error = maps.alpha_star(run, float(rho_last_maps[-1]), math.nan)
+        if theory.name != "maps":
+            alpha_star, alpha_error = theory.alpha_star(run, final_rho, alpha_star)
 
     # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head
     # runs at the effective beta
@@ -474,7 +503,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     target = 0.5 * beta_c if math.isfinite(beta_c) else beta
     # a soft-capped model: no larger beta than the theory's cap check accepts (docs/theory.md section 19)
     target = min(target, float(softcap.logit_softcap_max_beta(arch, q0)))
-    rho_b, _, phase_b, traj_b = _verdict(run, source, beta=target)
+    traj_b = _verdict(run, source, beta=target)[3]
     # E|dS/dW_Q|^2 of layer 1 and layer L, and of layer 1 at the recommended scale: one call
     # (the first and the last give the decay over the stack: each layer costs a quadrature)
     inputs = np.array([attention_input(traj, 0), attention_input(traj, depth - 1), attention_input(traj_b, 0)])
@@ -486,62 +515,65 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
         head_beta, inputs[:2, 0], inputs[:2, 1], spec.width, spec.seq_len, **gradient_args))
 
     changes = []
+    verdict_theory = "layer maps" if theory is None else theory.label
     # 1. skip scaling
     if not math.isfinite(alpha_star):
         changes.append(Change("skip scaling", "no alpha_SA up to the search bound avoids rank collapse at this "
                               "depth: reduce the depth or change the block", final_rho, phase,
-                              {"alpha_star": alpha_star}))
+                              {"alpha_star": alpha_star}, verdict_theory))
     elif phase == "rank-collapse":
         alpha = ALPHA_MARGIN * alpha_star
-        rho_a, _, phase_a, _ = _verdict(run, source, arch=arch.replace(alpha_sa=alpha))
+        rho_a, phase_a, by = _judge(run, source, theory, arch=arch.replace(alpha_sa=alpha))
         changes.append(Change(
             "skip scaling", f"scale the attention skip path to alpha_SA = {alpha:.3f} ({ALPHA_MARGIN:g} alpha*): "
             f"x -> {alpha:.3f} x + SA(x), or equivalently the attention branch by 1/{alpha:.3f}",
-            rho_a, phase_a, {"alpha_sa": alpha, "alpha_star": alpha_star}))
+            rho_a, phase_a, {"alpha_sa": alpha, "alpha_star": alpha_star}, by))
     else:
         changes.append(Change(
             "skip scaling", (f"none needed: alpha_SA = {arch.alpha_sa:g} is {arch.alpha_sa / alpha_star:.3g}x the "
                              f"minimum alpha* = {alpha_star:.3f} (at alpha_SA = alpha* the final cosine reaches "
                              f"{threshold:g})" if alpha_star > 0 else "none needed: even alpha_SA = 0 avoids rank collapse"),
-            final_rho, phase, {"alpha_sa": float(arch.alpha_sa), "alpha_star": alpha_star}))
+            final_rho, phase, {"alpha_sa": float(arch.alpha_sa), "alpha_star": alpha_star}, verdict_theory))
     # 2. query/key std
     if not math.isfinite(beta_c):
         changes.append(Change("query/key std", "none helps: the tokens entering attention are identical "
                               "(beta_c = inf), so no query/key scale changes the attention", final_rho, phase,
-                              {"beta": beta}))
+                              {"beta": beta}, verdict_theory))
     else:
         # a layer-1 gradient that underflows to 0 (initializer_range ~ 1e-150): the factor is unbounded
         factor = gradient_b / gradient_first if gradient_first > 0 else math.inf
-        changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], rho_b, phase_b, factor))
+        changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], factor,
+                                         _judge(run, source, theory, beta=target)))
     # 3. LayerNorm placement
     other = arch.norm.other.value
     norm_name = arch.norm_type.title
     if arch.block_form.parallel:  # a parallel block is defined with pre-norm only
         changes.append(Change("LayerNorm placement", f"none: a parallel block reads one pre-{norm_name} "
-                              "(no other placement is defined for it)", final_rho, phase, {"norm": arch.norm}))
+                              "(no other placement is defined for it)", final_rho, phase, {"norm": arch.norm},
+                              verdict_theory))
     elif other not in arch.norm_type.kind.placements:
         changes.append(Change("LayerNorm placement", f"none: {norm_name} is not defined at {other}-norm "
                               f"(its map holds at {' and '.join(arch.norm_type.kind.placements)} only)", final_rho,
-                              phase, {"norm": arch.norm}))
+                              phase, {"norm": arch.norm}, verdict_theory))
     else:
-        rho_n, _, phase_n, _ = _verdict(run, source, arch=arch.replace(norm=other))
+        rho_n, phase_n, by = _judge(run, source, theory, arch=arch.replace(norm=other))
         changes.append(Change("LayerNorm placement",
                               f"move {norm_name} to {other}-{arch.norm_type.short}",
-                              rho_n, phase_n, {"norm": other}))
+                              rho_n, phase_n, {"norm": other}, by))
     # 4. gain-controlled attention
-    rho_g, _, phase_g, _ = _verdict(run, source, arch=arch.replace(attention="gain-controlled"))
+    rho_g, phase_g, by = _judge(run, source, theory, arch=arch.replace(attention="gain-controlled"))
     changes.append(Change("gain-controlled attention",
                           "subtract the sequence mean of the attention output (gain-controlled attention)",
-                          rho_g, phase_g, {"attention": "gain-controlled"}))
+                          rho_g, phase_g, {"attention": "gain-controlled"}, by))
 
     return Diagnosis(spec=spec, threshold=threshold, q=traj.q, rho=traj.rho, rho_last_tokens=rho_last,
-                     beta_critical=beta_c, alpha_star=alpha_star, phase=phase,
-                     collapse_depth=_collapse_depth(run, max_depth),
-                     max_depth=max_depth, y2_first=y2_first, gradient_first=gradient_first,
+                     beta_critical=beta_c, alpha_star=alpha_star, phase=phase, collapse_depth=collapse_depth,
+                     max_depth=searched, y2_first=y2_first, gradient_first=gradient_first,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes), rho_last_tokens_maps=rho_last_maps, last_tokens_theory=last_theory,
                      last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None,
-                     lr_ceiling=lr_ceiling_summary(spec, check_count("lr_steps", lr_steps), lr=lr, recipe=recipe))
+                     lr_ceiling=lr_ceiling_summary(spec, check_count("lr_steps", lr_steps), lr=lr, recipe=recipe),
+                     layer_maps=layer_maps, alpha_star_error=alpha_error)
 
 
 def _verdict_architectures(arch):
@@ -554,8 +586,10 @@ def _verdict_architectures(arch):
     return runs
 
 
-def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, phase, gradient_factor):
-    """The query/key std that puts the model at ``target = beta_c / 2``, and its effect."""
+def _query_key_change(spec, beta, target, beta_c, attention_input, gradient_factor, judged):
+    """The query/key std that puts the model at ``target = beta_c / 2``, and its effect ``judged``
+    (final rho, phase, theory: :func:`_judge`)."""
+    final_rho, phase, by = judged
     current_std = float(spec.query_key_std(beta))
     std = float(spec.query_key_std(target))
     std_max = float(spec.query_key_std(beta_c))
@@ -567,4 +601,4 @@ def _query_key_change(spec, beta, target, beta_c, attention_input, final_rho, ph
         f"{verb} the query/key weight std from {current_std:.4g} to {std:.4g} (beta = beta_c/2 = {target:.3f}; "
         f"entropy collapse above std {std_max:.4g}): layer-1 query gradient x{gradient_factor:.3g}, Y2 = {y2:.4f}",
         final_rho, phase, {"query_key_std": std, "beta": target, "query_key_std_max": std_max,
-                           "gradient_factor": gradient_factor})
+                           "gradient_factor": gradient_factor}, by)

@@ -11,10 +11,11 @@ from remprop.theory.causal import causal_gram_flops, compared_last_tokens
 from remprop.theory.checks import check_depth
 from remprop.theory.learning_rate import ceiling_seconds
 
-from .diagnosis import GRAM_DRAWS, MAX_COLLAPSE_DEPTH, _verdict_architectures, last_tokens_theory
+from .compared_theory import GRAM_DRAWS, last_tokens_theory, verdict_gram_layers
+from .diagnosis import MAX_COLLAPSE_DEPTH, _verdict_architectures
 from .residual_strength import search_seconds
 
-__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds"]
+__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS"]
 
 
 def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
@@ -26,8 +27,12 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     through ``max_depth`` blocks (:func:`~remprop.theory.work_estimates.run_seconds`); with
     rotary positions the mean rotary correlation of the model's T and of each compared late
     token (:func:`~remprop.theory.work_estimates.rope_seconds`); causal models their late
-    tokens' per-position maps, as many cells, and where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it the
-    causal Gram state (:func:`causal_gram_seconds`, timed on this machine); the learning-rate ceiling's walk
+    tokens' per-position maps, as many cells, and at :data:`MAPS_LAYER_SECONDS` a layer through
+    ``max_depth`` blocks (their collapse depth) and :data:`MAPS_ALPHA_RUNS` times the depth (their
+    ``alpha*``), and where
+    :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it the causal Gram state over the
+    verdict's layers (:func:`~remprop.diagrams.compared_theory.verdict_gram_layers`,
+    :func:`causal_gram_seconds`, timed on this machine); the learning-rate ceiling's walk
     (:func:`~remprop.theory.learning_rate.ceiling_seconds`).
     """
     if not isinstance(spec, ModelSpec):
@@ -40,10 +45,12 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
     if arch.positions.rotary:
         seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
-    if last:
+    if last:  # the late tokens' per-position maps (NumPy, not the kernels): collapse search, alpha*, changes
         seconds += work_estimates.run_seconds(arch, last, depth)
-    if _uses_gram(spec, causal_theory, gram_draws):
-        seconds += causal_gram_seconds(arch, depth, spec.seq_len, gram_draws)
+        seconds += MAPS_LAYER_SECONDS * (max_depth + (MAPS_ALPHA_RUNS + 4) * depth)
+    if _uses_gram(spec, causal_theory, gram_draws, max_depth):
+        layers = verdict_gram_layers(depth, max_depth)
+        seconds += causal_gram_seconds(arch, layers, spec.seq_len, gram_draws)
     return seconds
 
 
@@ -97,8 +104,16 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
     return seconds
 
 
-def _uses_gram(spec, causal_theory, gram_draws) -> bool:
-    chosen = last_tokens_theory(spec, causal_theory, gram_draws)
+#: Runs of the per-position maps that Brent's search of their ``alpha*`` takes at most (counted: about
+#: 40 at a tolerance of 1e-9 on [0, 1e3]).
+MAPS_ALPHA_RUNS = 60
+#: Seconds per layer of the per-position maps of the compared late tokens (50 rows, one NumPy pass per
+#: layer): measured 1.4e-4 s (a RoPE SwiGLU decoder, 1000 layers in 0.14 s on two loaded cores), rounded up.
+MAPS_LAYER_SECONDS = 2e-4
+
+
+def _uses_gram(spec, causal_theory, gram_draws, max_depth) -> bool:
+    chosen = last_tokens_theory(spec, causal_theory, gram_draws, max_depth)
     return chosen is not None and chosen[0] == "gram"
 
 
@@ -110,7 +125,7 @@ def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
     model, the collapse-depth trajectory through ``max_depth`` blocks
     (:func:`~remprop.theory.work_estimates.trajectory_bytes`), and the per-layer lists of
     :meth:`~remprop.diagrams.diagnosis.Diagnosis.to_dict` with their JSON text (three numbers a layer, about 100 bytes each);
-    where :func:`~remprop.diagrams.diagnosis.last_tokens_theory` takes it, the causal Gram state
+    where :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it, the causal Gram state
     (:func:`~remprop.theory.work_estimates.causal_gram_bytes`: with RoPE, its chunks of rotating
     frequencies).
     """
@@ -120,6 +135,6 @@ def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
     depth = spec.depth
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
     gram = (work_estimates.causal_gram_bytes(spec.architecture, depth, spec.seq_len, gram_draws)
-            if _uses_gram(spec, causal_theory, gram_draws) else 0)
-    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1, max_depth + 1)
+            if _uses_gram(spec, causal_theory, gram_draws, max_depth) else 0)
+    return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1 + last, max_depth + 1)
             + 300 * (depth + 1) + gram)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from remprop.diagrams import TrainabilityDiagram, diagnose, trainability_diagram
-from remprop.diagrams.diagnosis import COMFORTABLE_MARGINS, last_tokens_theory
+from remprop.diagrams.compared_theory import last_tokens_theory
+from remprop.diagrams.diagnosis import COMFORTABLE_MARGINS
 from remprop.theory import model_spec
 from remprop.theory.causal import last_tokens_cosine, propagate_causal_gram
 

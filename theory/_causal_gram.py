@@ -12,6 +12,7 @@ import numpy as np
 from . import gram_state as _gram
 from .activations import activation_spec, moments_array
 from .activations.pair_moments import PAIR_HALF_NODES, pair_moment
+from .attention_masks import causal_window_mask
 from .rem.qk_norm import gaussian_cosine_mean
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment"]
@@ -30,8 +31,9 @@ class _CausalGramWalker(_gram._GramWalker):
     QK-norm; with QK-norm (``comp.qk_norm_dim = n``) ``K = kappa_n(C)`` elementwise on the cosine
     matrix ``C`` of the attention input and ``c = beta g^2`` (docs/theory.md sections 8 and 16:
     normalised first, then rotated, as OLMo 2). With ``logit_softcap`` each drawn score becomes
-    ``cap tanh(s / cap)`` (exact inside the Monte Carlo). The entries above the diagonal are masked
-    and ``sigma_v^2 E[A G A^T] + sigma_b^2`` averaged over the draws (plain Monte Carlo: a causal Gram
+    ``cap tanh(s / cap)`` (exact inside the Monte Carlo). The keys a row does not see (the future, and
+    those before its sliding window ``window``, set per layer) are masked and
+    ``sigma_v^2 E[A G A^T] + sigma_b^2`` averaged over the draws (plain Monte Carlo: a causal Gram
     matrix is far from a simplex, docs/theory.md section 8). Parallel blocks (GPT-J form) add their
     branches' Gram matrices to ``alpha^2 G``.
     """
@@ -46,6 +48,8 @@ class _CausalGramWalker(_gram._GramWalker):
         self.frequencies = frequencies
         self.logit_softcap = None if logit_softcap is None else float(logit_softcap)
         self.norm_eps = float(norm_eps)
+        #: The sliding window of the layer walked (None: the full causal mask), set per layer.
+        self.window = None
 
     def parallel(self, comp, g):
         # x -> alpha x + sum_i F_i(x): independent branches, their Gram matrices add (section 19)
@@ -133,7 +137,7 @@ class _CausalGramWalker(_gram._GramWalker):
         # comp.beta * sqrt(log T): beta_eff sqrt(log T), or with QK-norm beta g^2 (beta_scale)
         c = float(comp.beta) * np.sqrt(np.log(t))
         root = _gram._symmetric_sqrt(self.score_kernel(comp, g))
-        mask = np.triu(np.ones((t, t), dtype=bool), 1)
+        mask = ~causal_window_mask(t, self.window)
         total = np.zeros_like(g)
         for _ in range(self.draws):
             scores = self._scores(root, c, t)

@@ -27,36 +27,32 @@ meant for late positions, and its error against position is measured in
 
 Position 1 has no REM (one key): positions must be >= 2.
 
-The late rows' keys are not in the late state. Token s has seen s keys, so after a block the early
-tokens carry large attention outputs that overlap strongly with each other (token 1 its own value,
-token 2 the mean of two, ...), and a late row averages the values of all its keys: the mean pair
-overlap of those keys exceeds the late tokens' own, which the per-position maps use. In a
-pre-RMSNorm SwiGLU decoder (LLaMA, Qwen) this error builds up over the layers (issue 13: the last
-tokens' cosine 0.210 against 0.319 measured after 8 reduced Qwen2.5 blocks at T = 1024).
+The late rows' keys are not in the late state: after a block the early tokens carry large,
+strongly overlapping attention outputs (token 1 its own value, token 2 the mean of two, ...), which
+a late row averages, so in a pre-RMSNorm SwiGLU decoder the maps' error builds up over the layers
+(the last tokens' cosine 0.210 against 0.319 measured after 8 reduced Qwen2.5 blocks at T = 1024).
 :func:`propagate_causal_gram` carries the whole causal Gram matrix instead (docs/theory.md
-sections 8 and 17) and follows those stacks; cost ``O(T^3)`` per layer
-(:func:`causal_gram_flops`). It draws rotary scores exactly, QK-normed scores from the kernel
-``kappa_n(C)`` of the attention input's cosines, caps the drawn scores with ``logit_softcap``,
-adds parallel branches, reads the norms' eps (``norm_eps``) and, where token norms differ, takes
-the MLP moments by the quadrature of :func:`pair_moment`. :func:`choose_causal_theory` is the rule
-of ``remprop check --simulate --causal-theory`` between the maps and the Gram state.
+sections 8 and 17; cost ``O(T^3)`` per layer, :func:`causal_gram_flops`): rotary scores drawn
+exactly, QK-normed scores from the kernel ``kappa_n(C)`` of the attention input's cosines, the
+drawn scores capped by ``logit_softcap``, parallel branches, the norms' eps (``norm_eps``), the MLP
+moments at unequal token norms by the quadrature of :func:`pair_moment`. :func:`choose_causal_theory`
+is the rule of ``remprop check --causal-theory`` between the maps and the Gram state.
+
+Sliding windows (``window``, :mod:`remprop.theory.attention_masks`): row t of a windowed layer sees
+its last ``min(t, w)`` keys; the maps read the REM of that many keys (cross-overlap ``1/min(t, w)``:
+rows much closer than w), the Gram state masks the scores.
 
 QK-norm (``arch.qk_norm``): each row's head beta is read at the state the attention sees,
 ``Architecture.effective_beta(beta, q=q, p=p)``, as the encoder's attention does (docs/theory.md
-sections 16 and 19), not at the reference state ``q = 1``: an un-normalised stream (OLMo 2,
-``q0 = 4e-4``) has its own reduced scale.
+sections 16 and 19): an un-normalised stream (OLMo 2, ``q0 = 4e-4``) has its own reduced scale.
 
-Rotary positions (``arch.positions == "rope"``, LLaMA family). Row t sees its t keys
-through the rotary correlation ``c(m - l)`` (stationary: the query position drops out), so
-its REM reads the overlap ``p cbar_t`` in place of ``p``, with the mean pair correlation of
-t keys (:func:`~remprop.theory.rem.causal.causal_rope_correlation`, the encoder's
-``Architecture.mean_rope_correlation`` at ``T = t``):
-
-.. math:: x_t = \beta \sqrt{q (q - p\, \bar c_t)} ,
-
-while the values (not rotated) keep ``p`` in the output map and the cross-overlap stays
-``1/t``. ``rope_base -> inf`` and ``d_H -> inf`` give ``cbar_t -> 1``, the theory without
-rotation; ``p = 0`` gives it exactly.
+Rotary positions (``arch.positions == "rope"``, LLaMA family). Row t sees its t keys through the
+rotary correlation ``c(m - l)`` (stationary: the query position drops out), so its REM reads the
+overlap ``p cbar_t`` in place of ``p``, with the mean pair correlation of t keys
+(:func:`~remprop.theory.rem.causal.causal_rope_correlation`, ``Architecture.mean_rope_correlation``
+at ``T = t``), ``x_t = beta sqrt(q (q - p cbar_t))``, while the values (not rotated) keep ``p`` in
+the output map and the cross-overlap stays ``1/t``. ``rope_base -> inf`` and ``d_H -> inf`` give
+``cbar_t -> 1``, the theory without rotation; ``p = 0`` gives it exactly.
 
 References
 ----------
@@ -70,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _causal_gram
+from .attention_masks import check_windows, layer_window, window_keys
 from . import components as C
 from . import gram_state as _gram
 from ._causal_gram import _CausalGramWalker
@@ -81,24 +78,10 @@ from .checks import as_float_array, check_count, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation
 
-__all__ = [
-    "row_rope_correlation",
-    "CausalTrajectory",
-    "propagate_causal",
-    "last_tokens_cosine",
-    "CausalGramTrajectory",
-    "propagate_causal_gram",
-    "causal_gram_support_problem",
-    "causal_gram_flops",
-    "pair_moment",
-    "PAIR_HALF_NODES",
-    "choose_causal_theory",
-    "AUTO_GRAM_FLOPS",
-    "CAUSAL_THEORIES",
-    "LAST_TOKENS",
-    "compared_last_tokens",
-    "MAX_GRAM_SEQ_LEN",
-]
+__all__ = ["row_rope_correlation", "CausalTrajectory", "propagate_causal", "last_tokens_cosine",
+           "CausalGramTrajectory", "propagate_causal_gram", "causal_gram_support_problem", "causal_gram_flops",
+           "pair_moment", "PAIR_HALF_NODES", "choose_causal_theory", "AUTO_GRAM_FLOPS", "CAUSAL_THEORIES",
+           "LAST_TOKENS", "compared_last_tokens", "MAX_GRAM_SEQ_LEN"]
 
 #: Late tokens of a causal model that follow the encoder maps: the reference experiment
 #: averages the last 50 positions of T = 512 (docs/theory.md section 8).
@@ -135,8 +118,10 @@ class _CausalAttention(C.Component):
             # QK-norm: the head's beta at the state the attention sees, as the encoder's component
             beta = np.asarray(self.qk_norm_arch.effective_beta(self.model_beta, q=q, p=p), dtype=np.float64)
         x = beta * np.sqrt(np.maximum(q * (q - p * self.rope_correlation), 0.0))
-        y2 = self.table(self.positions, x)
-        return softmax_attention_overlap_core(q, p, y2, 1.0 / self.positions, self.sigma_v2, self.sigma_b2)
+        one = self.positions == 1  # a window of one key: the row is its own value, no key shared with another
+        y2 = np.where(one, 1.0, self.table(np.maximum(self.positions, 2), x))
+        cross = np.where(one, 0.0, 1.0 / self.positions)
+        return softmax_attention_overlap_core(q, p, y2, cross, self.sigma_v2, self.sigma_b2)
 
 
 def _causal_block(arch, beta, positions, table, rope_correlation, model_beta=None):
@@ -179,7 +164,8 @@ class CausalTrajectory:
         return self.q.shape[-1] - 1
 
 
-def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0, rho0=0.0) -> CausalTrajectory:
+def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0, rho0=0.0,
+                     window=None) -> CausalTrajectory:
     r"""Late-token theory of a causal stack: the encoder maps with t keys per position.
 
     For each position t the block maps of ``arch`` are iterated with the causal
@@ -210,6 +196,9 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
         Positions t in [2, T] (1-based).
     q0, rho0 : float
         Input state of every position.
+    window : None, int or sequence, optional
+        Sliding windows (:func:`~remprop.theory.attention_masks.check_windows`: per layer, repeated):
+        row t of a windowed layer is the REM of its last ``min(t, w)`` keys.
 
     Returns
     -------
@@ -237,29 +226,31 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
         raise ValueError(f"beta must be a scalar for the causal theory, got shape {beta.shape}")
     q0 = as_float_array("q0", q0, positive=True)
     rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
-    table = causal_participation_table(seq_len, positions)
-    # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
-    block = _causal_block(arch, np.asarray(arch.effective_beta(beta), dtype=np.float64),
-                          positions.astype(np.float64), table, row_rope_correlation(arch, seq_len, positions),
-                          beta)
-    q = np.empty((positions.size, depth + 1))
-    p = np.empty((positions.size, depth + 1))
-    q[:, 0] = q0
-    p[:, 0] = q0 * rho0
+    pattern, blocks = check_windows(window), {}
+
+    def block_of(w):  # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
+        if w not in blocks:
+            keys = window_keys(positions, w)
+            blocks[w] = _causal_block(arch, np.asarray(arch.effective_beta(beta), dtype=np.float64),
+                                      keys.astype(np.float64), causal_participation_table(seq_len, np.maximum(keys, 2)),
+                                      row_rope_correlation(arch, seq_len, np.maximum(keys, 2)), beta)
+        return blocks[w]
+    q, p = np.empty((2, positions.size, depth + 1))
+    q[:, 0], p[:, 0] = q0, q0 * rho0
     cur_q, cur_p = q[:, 0].copy(), p[:, 0].copy()
     with np.errstate(divide="ignore", invalid="ignore"):
         for layer in range(depth):
-            cur_q, cur_p = block.apply(cur_q, cur_p)
+            cur_q, cur_p = block_of(layer_window(pattern, layer)).apply(cur_q, cur_p)
             q[:, layer + 1] = cur_q
             p[:, layer + 1] = cur_p
     return CausalTrajectory(positions, q, p)
 
 
-def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=None, q0=1.0, rho0=0.0):
+def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=None, q0=1.0, rho0=0.0, window=None):
     r"""Predicted average cosine of the last ``last`` tokens of a causal stack, per layer.
 
     ``(1/k) sum_{t = T-k+1}^{T} rho_t`` with ``rho_t`` from :func:`propagate_causal`; ``last``
-    defaults to :func:`compared_last_tokens` (``min(LAST_TOKENS, T - 1)``).
+    defaults to :func:`compared_last_tokens` (``min(LAST_TOKENS, T - 1)``); ``window`` as there.
 
     Returns
     -------
@@ -273,7 +264,7 @@ def last_tokens_cosine(arch: Architecture, beta, depth, seq_len, last=None, q0=1
     last = compared_last_tokens(seq_len) if last is None else last
     if isinstance(last, bool) or not isinstance(last, (int, np.integer)) or not 1 <= last <= seq_len - 1:
         raise ValueError(f"last must be an integer in [1, seq_len - 1], got {last!r}")
-    traj = propagate_causal(arch, beta, depth, seq_len, np.arange(seq_len - last + 1, seq_len + 1), q0, rho0)
+    traj = propagate_causal(arch, beta, depth, seq_len, np.arange(seq_len - last + 1, seq_len + 1), q0, rho0, window)
     return traj.rho.mean(axis=0)
 
 
@@ -478,7 +469,7 @@ def causal_gram_support_problem(arch: Architecture):
 
 
 def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=None,
-                          draws=4, seed=0, norm_eps=0.0) -> CausalGramTrajectory:
+                          draws=4, seed=0, norm_eps=0.0, window=None) -> CausalGramTrajectory:
     r"""Causal stack on the Gram matrix of the whole sequence: the late tokens with their true keys.
 
     The per-position maps of :func:`propagate_causal` give row t keys in the state of row t
@@ -535,6 +526,9 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         (each token's mean square concentrates at ``G_ii``). It matters where a normalised
         signal is as small as eps: OLMo 2's branch norms after its first attention, whose
         output has mean square ``~ sigma_v^2 sigma_o^2 q0 / t`` (``1e-6``-``1e-7`` at init).
+    window : None, int or sequence, optional
+        Sliding windows (:func:`~remprop.theory.attention_masks.check_windows`, per layer): row t of a
+        windowed layer sees keys ``t - w + 1 .. t`` (:func:`~remprop.theory.attention_masks.causal_window_mask`).
 
     Returns
     -------
@@ -573,6 +567,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     draws = check_count("draws", draws, 1)
     seed = check_count("seed", seed, 0)
     norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
+    pattern = check_windows(window)
     arch = arch.replace(seq_len=seq_len)
     frequencies = scale.head_frequencies(arch) if rope else None
     walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies, arch.logit_softcap,
@@ -590,7 +585,8 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         cosines.append((cos.sum() - np.trace(cos)) / (last * (last - 1)))
         if layer == depth:
             break
+        walker.window = layer_window(pattern, layer)
         g = walker.block_step(block, g, layer, "causal Gram state")
     settings = {"arch": arch.to_dict(), "beta": float(beta), "depth": depth, "seq_len": seq_len, "q0": q0,
-                "rho0": rho0, "last": last, "draws": draws, "seed": seed, "norm_eps": norm_eps}
+                "rho0": rho0, "last": last, "draws": draws, "seed": seed, "norm_eps": norm_eps, "window": pattern}
     return CausalGramTrajectory(np.array(qs), np.array(ps), np.array(cosines), g, settings)

@@ -140,7 +140,7 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, *, s
         As :func:`~remprop.validation.comparison.compare`, with ``seq_len >= 3``; the stack
         is causal whatever ``sim.causal`` says; ``batch_size`` None: at most 4 sequences at
         once. Default ``SimulationSettings(inputs="synthetic")`` (d = 720, T = 512, 2 seeds
-        x 2 Gaussian sequences).
+        x 2 Gaussian sequences). Its ``window`` (sliding windows) enters the stack and both theories.
     last : int
         Number of final tokens whose average cosine is compared (Fig. 12: 50).
     window : int
@@ -212,14 +212,16 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, *, s
     rho_in = float(np.concatenate(inputs_rho).mean())
     stack = stacks[0]
     positions = np.arange(2, seq_len + 1)
-    traj = propagate_causal(arch, stack.beta, stack.depth, seq_len, positions, q0=q_in, rho0=rho_in)
+    sliding = sim.window or None  # the stack's sliding windows (SimulationSettings.window), the theory's too
+    traj = propagate_causal(arch, stack.beta, stack.depth, seq_len, positions, q0=q_in, rho0=rho_in, window=sliding)
     rho_by_position = np.concatenate([traj.rho[:1], traj.rho], axis=0)   # position 1 -> the theory of position 2
     theory_last = rho_by_position[seq_len - last:].mean(axis=0)
     theory_windows = np.stack([rho_by_position[max(a, 1):b].mean(axis=0) for a, b in windows], axis=-1)
     encoder = propagate(arch.replace(seq_len=seq_len), stack.beta, stack.depth, q0=q_in, rho0=rho_in).rho
     theory_gram = None
     if gram:
-        causal_gram = propagate_causal_gram(arch, stack.beta, stack.depth, seq_len, q_in, rho_in, last=last)
+        causal_gram = propagate_causal_gram(arch, stack.beta, stack.depth, seq_len, q_in, rho_in, last=last,
+                                            window=sliding)
         theory_gram = causal_gram.rho if observable == "rho" else causal_gram.cosine
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "seeds": list(sim.seeds), "sequences": sim.sequences,

@@ -285,17 +285,17 @@ def streamed_model(spec, *, seed=0, dtype="float32", device=None):
     Raises
     ------
     ValueError
-        The layers differ (alternating sliding-window layers with a window shorter than T), or
-        the block is drawn otherwise or not found (:func:`~remprop.validation.streamed_layers.stream_blocks`).
+        The block is drawn otherwise or not found (:func:`~remprop.validation.streamed_layers.stream_blocks`).
+
+    Notes
+    -----
+    Layers of different attention types (Gemma 2's alternating sliding-window and global layers)
+    stream too: the model's forward picks each layer's mask from ``config.layer_types`` of the full
+    depth, which the stream keeps.
     """
     spec = _as_spec(spec)
-    config = model_config(spec)  # the full depth's per-layer attention types, read by some forwards
+    config = model_config(spec)  # the full depth's per-layer attention types, read by the forward
     layer_types = getattr(config, "layer_types", None)
-    window = getattr(config, "sliding_window", None)
-    if layer_types and len(set(layer_types)) > 1 and window is not None and window < spec.seq_len:
-        raise ValueError(f"cannot stream {spec.name} one block at a time: its layers alternate "
-                         f"{sorted(set(layer_types))} and the sliding window {window} is shorter than "
-                         f"T = {spec.seq_len}")
     seed = check_positive_int("seed", seed, 0)
     model = build_model(spec.with_depth(1), seed=seed, dtype=dtype, device=device)
     return streamed_layers.stream_blocks(model, spec.depth, init_range=spec.init_range, seed=seed,

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from remprop.theory.components import RMSNorm
+from remprop.theory.attention_masks import causal_window_mask
 from remprop.theory.rem import heads as multihead
 
 __all__ = [
@@ -312,14 +313,14 @@ def _queries_keys(x, weights: AttentionWeights, heads, rotate=None, qk_norm=None
 
 
 def _blocked_keys(mask, causal, seq, device):
-    """The (query, key) pairs that get no attention, broadcastable to ``(batch, H, T, T)``: padded keys
-    (``mask`` False) and, when ``causal``, future keys; None when none is blocked."""
+    """The (query, key) pairs that get no attention, ``(batch, H, T, T)`` broadcastable: padded keys and, when
+    ``causal``, those outside a row's window (the theory's :func:`~remprop.theory.attention_masks.causal_window_mask`)."""
     blocked = None
     if mask is not None and not bool(mask.all()):
         blocked = ~mask[:, None, None, :]
     if causal:
-        future = torch.ones(seq, seq, dtype=torch.bool, device=device).triu_(1)
-        blocked = future if blocked is None else (blocked | future)
+        unseen = ~torch.from_numpy(causal_window_mask(seq, None if causal is True else int(causal))).to(device)
+        blocked = unseen if blocked is None else (blocked | unseen)
     return blocked
 
 
@@ -377,9 +378,9 @@ def _fused_values(x, weights: AttentionWeights, heads, mask, causal, rotate, qk_
     scale and masks, heads concatenated ``(batch, T, d)`` (no value bias)."""
     q, k, scale = _queries_keys(x, weights, heads, rotate, qk_norm)
     v = _values(x, weights, heads)
-    padded = mask is not None and not bool(mask.all())
-    allowed = None if not padded else ~_blocked_keys(mask, causal, x.shape[1], x.device)
-    out = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, is_causal=causal and not padded,
+    plain = (mask is None or bool(mask.all())) and causal in (True, False)  # no padding, no sliding window
+    allowed = None if plain else ~_blocked_keys(mask, causal, x.shape[1], x.device)
+    out = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, is_causal=causal is True and plain,
                                          scale=scale)
     return _concatenate_heads(out)
 
@@ -417,8 +418,8 @@ def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causa
         Number of heads H (divides d).
     mask : Tensor of bool, shape (batch, T), optional
         True for real tokens; padded keys get zero attention.
-    causal : bool
-        Token i attends to keys j <= i only.
+    causal : bool or int
+        Token i attends to keys j <= i only; an integer w: to its last w keys, ``i - w < j <= i``.
     rotate : callable, optional
         Applied to the queries and the keys, shape ``(batch, H, T, d_H)``, before the
         scores (rotary positions, :func:`remprop.validation.rope.rotary`).

@@ -98,8 +98,8 @@ class BlockContext:
         Attention heads H.
     mask : Tensor of bool, shape (batch, T), optional
         True for real tokens.
-    causal : bool
-        Causal attention mask.
+    causal : bool or int
+        Causal attention mask (an integer: a sliding window of that many keys).
     layer_norm_eps : float
         The epsilon of the norm (LayerNorm or RMSNorm).
     probs : Tensor, shape (batch, H, T, T), or None
@@ -123,7 +123,7 @@ class BlockContext:
     weights: layers.BlockWeights | None = None
     heads: int = 1
     mask: torch.Tensor | None = None
-    causal: bool = False
+    causal: bool | int = False
     layer_norm_eps: float = 1e-12
     probs: torch.Tensor | None = None
     need_probs: bool = True

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from remprop.theory.checks import as_float_array, check_choice, check_seeds
+from remprop.theory.attention_masks import check_windows
+from remprop.theory.checks import ParameterError, as_float_array, check_choice, check_seeds
 from remprop.theory.rem.checks import check_seq_len
 
 from .backend import check_positive_int, check_scalar, resolve_device, resolve_dtype
@@ -42,6 +43,9 @@ class SimulationSettings:
         MLP hidden width (None: the width; :attr:`mlp_width`).
     causal : bool
         Causal attention mask (decoder).
+    window : None, int or sequence, optional
+        Sliding windows of a causal stack, per layer and repeated
+        (:func:`~remprop.theory.attention_masks.check_windows`; None: the full causal mask).
     dtype : {"float32", "float64"}
         Precision (stored as the torch dtype).
     device : str or torch.device, optional
@@ -96,6 +100,7 @@ class SimulationSettings:
     q0: float = 1.0
     rho0: float = 0.0
     layer_norm_eps: float = 1e-12
+    window: Any = None
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -105,6 +110,9 @@ class SimulationSettings:
         if not isinstance(self.causal, (bool, np.bool_)):
             raise ValueError(f"causal must be True or False, got {self.causal!r}")
         set_("causal", bool(self.causal))
+        set_("window", check_windows(self.window))
+        if self.window and not self.causal:
+            raise ParameterError("window", "window needs causal=True (a sliding window of a causal stack)")
         set_("dtype", resolve_dtype(self.dtype))
         set_("device", resolve_device(self.device))
         set_("seeds", check_seeds(self.seeds))
@@ -143,9 +151,12 @@ class SimulationSettings:
                              dtype=self.dtype, device=self.device)
 
     def to_dict(self) -> dict:
-        """JSON-ready fields (dtype and device as strings, seeds as a list)."""
+        """JSON-ready fields (dtype and device as strings, seeds as a list; ``window`` left out while
+        there is none, so that the records of unwindowed runs keep their fields)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out.update(dtype=self.dtype_name, device=str(self.device), seeds=list(self.seeds))
+        out.update(dtype=self.dtype_name, device=str(self.device), seeds=list(self.seeds), window=list(self.window))
+        if not self.window:
+            del out["window"]
         return out
 
     @classmethod

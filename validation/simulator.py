@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from remprop.theory import Architecture
+from remprop.theory.attention_masks import layer_window
 from remprop.theory.checks import check_depth
 
 from . import layers
@@ -212,13 +213,16 @@ class SimulatedStack:
         return draw_block_weights(self.theory_block, BlockContext(heads=self.heads, sizes=sizes))
 
     # -- forward ------------------------------------------------------------------------
-    def block(self, x, weights: layers.BlockWeights, mask=None, need_probs=True):
+    def block(self, x, weights: layers.BlockWeights, mask=None, need_probs=True, layer=0):
         """One block: :attr:`theory_block` run in torch; returns ``(x_out, attention_probabilities)``.
+
+        ``layer`` (0-based) picks the block's sliding window from the settings' ``window`` pattern.
 
         ``need_probs=False`` (a training step, which reads no probabilities) lets softmax attention
         run fused (:func:`~remprop.validation.layers.fused_attention`); its probabilities are then None.
         """
-        context = BlockContext(weights, heads=self.heads, mask=mask, causal=self.causal,
+        causal = (layer_window(self.sim.window, layer) or True) if self.causal else False
+        context = BlockContext(weights, heads=self.heads, mask=mask, causal=causal,
                                layer_norm_eps=self.layer_norm_eps, rotate=self.rotate, qk_norm=self.qk_norm,
                                logit_softcap=self.logit_softcap, need_probs=need_probs)
         x = simulate_component(self.theory_block, x, context)
@@ -262,7 +266,7 @@ class SimulatedStack:
                 observe(0, x, None)
             for layer in range(self.depth):
                 try:
-                    x, probs = self.block(x, self.weights(layer), mask)
+                    x, probs = self.block(x, self.weights(layer), mask, layer=layer)
                 except RuntimeError as err:  # e.g. a skip strength beyond the dtype's range
                     if "overflow" not in str(err):
                         raise

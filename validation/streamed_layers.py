@@ -20,8 +20,9 @@ model's seed and l), so two passes over the stack see the same weights.
 It is only correct where the library's initialisation is exactly that: before it returns,
 :func:`stream_blocks` checks the block the library drew (every linear weight of mean
 about 0 and standard deviation about r, every other tensor constant) and refuses a family
-whose block is drawn otherwise (``streamed_model`` also refuses layers that differ:
-alternating sliding-window layers at a sequence longer than the window).
+whose block is drawn otherwise. Layers of different attention types (Gemma 2's alternating
+sliding-window and global layers) keep their masks: the forward reads each layer's type from the
+full depth's ``config.layer_types``, which :func:`stream_blocks` sets.
 :func:`parameter_bytes` counts a model's parameters without allocating them (``meta``
 device) and :func:`available_memory` reads the memory free on a device, from which
 :func:`remprop.validation.hf_models.needs_streaming` decides whether the full model would fit

@@ -15,6 +15,7 @@ from .. import softcap
 from ..settings import RunSettings
 # the LLaMA reader and the field readers of the configuration reader this module extends
 from .hf_config import _from_config, _get, _kv_heads, _positive_int, _positive_real, standard_spec
+from .windows import window_note
 
 __all__ = []
 
@@ -44,6 +45,7 @@ def _phi3_spec(cfg, *, seq_len=None, pixel_std=1.0):
         spec = dataclasses.replace(spec, settings=spec.settings.replace(arch=arch))
         notes += (f"partial_rotary_factor = {partial:g}: rotary positions turn {rotary} of d_H = {arch.head_dim} "
                   f"coordinates (rotary_dim), cbar_T = {arch.mean_rope_correlation:.3f} (docs/theory.md section 15)",)
+    notes += tuple(note for note in [window_note(cfg, spec.seq_len)] if note)
     return dataclasses.replace(spec, family="phi3", config=cfg, assumptions=notes + spec.assumptions)
 
 
@@ -116,9 +118,6 @@ def _gemma2_spec(cfg, *, seq_len=None, pixel_std=1.0):
         "the attention output projection": (
             f"the attention output projection W_O (fan-in H d_H = {heads * head_dim}) is modelled: it scales the "
             f"attention branch by sigma_o2 = {r * r * heads * head_dim:.4g}, before the branch's RMSNorm"),
-        "sliding_window": (f"sliding_window = {cfg.get('sliding_window')} on every other layer: those layers' "
-                           f"tokens attend to the last {cfg.get('sliding_window')} keys only; the engine's "
-                           "attention sees all of them") if cfg.get("sliding_window") else None,
     })
     extra = []
     if cap is not None:
@@ -131,6 +130,7 @@ def _gemma2_spec(cfg, *, seq_len=None, pixel_std=1.0):
     if scalar != head_dim:
         extra.append(f"scores over sqrt(query_pre_attn_scalar = {scalar:g}) instead of sqrt(head_dim = {head_dim}): "
                      "in beta")
+    extra += [note for note in [window_note(cfg, settings.arch.seq_len)] if note]
     return dataclasses.replace(spec, family="gemma2", settings=settings, config=cfg,
                                assumptions=tuple(extra) + notes)
 
@@ -172,6 +172,6 @@ def _unsupported(feature):
 
 #: Gemma 3 (``model_type`` gemma3_text): refused, naming what the engine does not read.
 _gemma3_text_spec = _unsupported(
-    "its per-head QK-norm scores over sqrt(query_pre_attn_scalar) and its local/global layer pattern are not "
-    "read here (the block form, pre + branch norms, and QK-norm are: Architecture(norm='pre', branch_norm=True, "
-    "qk_norm=True), docs/theory.md section 19)")
+    "its per-head QK-norm scores over sqrt(query_pre_attn_scalar) are not read here (its local/global layer "
+    "pattern is, remprop.theory.models.windows; the block form, pre + branch norms, and QK-norm are: "
+    "Architecture(norm='pre', branch_norm=True, qk_norm=True), docs/theory.md section 19)")

@@ -61,6 +61,7 @@ from ..checks import did_you_mean
 from ..rem import ROPE_BASE, check_seq_len, query_key_variance
 from ..settings import RunSettings
 from .measured_weights import input_state, weight_parameters
+from .windows import config_windows, window_note
 
 __all__ = ["ModelSpec", "standard_spec", "load_hf_config", "shipped_configs", "BLOCK_ORDERS", "CONFIG_DIR"]
 
@@ -213,6 +214,8 @@ class ModelSpec:
     rho0 = property(lambda self: self.settings.rho0, doc="Input mean cosine of the first block.")
     seq_len = property(lambda self: self.settings.arch.seq_len, doc="Sequence length T.")
     heads = property(lambda self: self.settings.arch.heads, doc="Attention heads H.")
+    attention_windows = property(lambda self: config_windows(self.config),
+                                 doc="Per-layer sliding windows, () for none (:mod:`remprop.theory.models.windows`).")
 
     @property
     def initialisation(self) -> str:
@@ -564,10 +567,7 @@ def _llama_input_and_notes(cfg, r, eps, heads, seq_len):
         notes.append(f"num_key_value_heads = {kv_heads} < {heads} heads (grouped-query attention): the same mean "
                      "maps as ungrouped heads (docs/theory.md section 19); heads of one group share their keys and "
                      "values, so head-to-head fluctuations are larger")
-    window = cfg.get("sliding_window")
-    if window and cfg.get("use_sliding_window", True) and window < seq_len:
-        notes.append(f"sliding_window = {window} < T = {seq_len}: tokens attend to the last {window} keys only; "
-                     "the engine's attention sees all of them")
+    notes += [note for note in [window_note(cfg, seq_len)] if note]
     if cfg.get("model_type") == "qwen2":
         notes.append("query/key/value biases are zero at initialisation (sigma_b2 = 0)")
     return q0, rho0, notes

@@ -31,9 +31,9 @@ DEFAULT_SEQ_LEN = 2048
 
 def add_check_parser(commands):
     from remprop.diagrams import DEFAULT_THRESHOLD
-    from remprop.diagrams.diagnosis import GRAM_DRAWS
+    from remprop.diagrams.compared_theory import GRAM_DRAWS
     from remprop.theory import shipped_configs
-    from remprop.theory.causal import CAUSAL_THEORIES
+    from remprop.theory.causal import AUTO_GRAM_FLOPS, CAUSAL_THEORIES, MAX_GRAM_SEQ_LEN
     from remprop.theory.learning_rate import DEFAULT_STEPS
 
     check = add_command(commands, "check", run_check,
@@ -85,11 +85,13 @@ def add_check_parser(commands):
                        help="random input sequences per initialisation (default: %(default)s)")
     check.add_argument("--device", default=None, help="torch device of --simulate (default: cuda if available)")
     check.add_argument("--causal-theory", choices=CAUSAL_THEORIES, default=None,
-                       help="causal models: the theory of the last tokens' cosine, reported and compared with "
-                            "--simulate: 'maps' (per-position maps, fast) or 'gram' (the causal Gram state: each "
+                       help="causal models: the theory of the last tokens' cosine, which gives the verdict (phase, "
+                            "final cosine, alpha*, collapse depth, changes; the layer maps beside it) and is compared "
+                            "with --simulate: 'maps' (per-position maps, fast) or 'gram' (the causal Gram state: each "
                             "late row with its true keys, the accurate one, O(draws T^3) per layer); 'auto' "
-                            "(default) takes 'gram' when it runs the model at T <= 4096 within 1e12 "
-                            "floating-point operations, else 'maps', and the report says which and why")
+                            f"(default) takes 'gram' when it runs the model at T <= {MAX_GRAM_SEQ_LEN} and the "
+                            f"verdict's Gram state takes at most {AUTO_GRAM_FLOPS:.0e} floating-point operations, "
+                            "else 'maps', and the report says which and why")
     check.add_argument("--gram-draws", type=count(1), default=None, metavar="N",
                        help=f"Monte Carlo draws per attention layer of the causal Gram state (default: {GRAM_DRAWS})")
     add_output_options(check)
@@ -184,7 +186,7 @@ def run_check(args) -> int:
     T defaults to a length models train at, min(maximum context, 2048), and the report says so.
     A causal model's last tokens are predicted by the best theory affordable at T: the causal
     Gram state where it can run within the work bound, else the per-position maps
-    (--causal-theory, see :func:`remprop.diagrams.diagnosis.last_tokens_theory`); the report,
+    (--causal-theory, see :func:`remprop.diagrams.compared_theory.last_tokens_theory`); the report,
     the JSON (``last_tokens_theory``, ``last_tokens_theory_reason``; with --simulate
     ``simulation.causal_theory``, ``theory_label``, ``theory_reason``) and the figure name it.
     The time and memory of the diagnosis (the causal Gram state included) and the memory of one
@@ -402,7 +404,7 @@ def _length_line(length) -> str:
 
 def _theory_choice(args):
     """(choice, draws) of the causal theory: --causal-theory (default auto) and --gram-draws."""
-    from remprop.diagrams.diagnosis import GRAM_DRAWS
+    from remprop.diagrams.compared_theory import GRAM_DRAWS
 
     if args.causal_theory == "maps" and args.gram_draws is not None:
         raise CommandLineError("--gram-draws applies to the causal Gram state: --causal-theory maps draws nothing "
@@ -476,7 +478,7 @@ def _check_work(args, spec, theory) -> None:
     block of --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a
     model too large for memory is run one block at a time).
     """
-    from remprop.diagrams.diagnosis import last_tokens_theory
+    from remprop.diagrams.compared_theory import last_tokens_theory
     from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
     from remprop.theory import work_estimates as work
 
@@ -487,7 +489,7 @@ def _check_work(args, spec, theory) -> None:
     choice, draws = theory
     # the causal theory first: a choice that cannot run is the input's error, before any estimate
     try:
-        chosen = last_tokens_theory(spec, choice, draws)
+        chosen = last_tokens_theory(spec, choice, draws, args.max_depth)
     except ValueError as err:
         raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
@@ -516,11 +518,11 @@ def _check_work(args, spec, theory) -> None:
 def _compared_theory(diagnosis) -> dict:
     """The predicted cosine per layer that ``--simulate`` compares with -- the diagnosis' own
     (:attr:`~remprop.diagrams.Diagnosis.compared_rho`: for a causal model the last tokens by the
-    theory :func:`~remprop.diagrams.diagnosis.last_tokens_theory` chose) -- and which theory it is.
+    theory :func:`~remprop.diagrams.compared_theory.last_tokens_theory` chose) -- and which theory it is.
 
     Returns ``{"rho", "causal_theory", "theory_label", "theory_reason"[, "gram_draws"]}``.
     """
-    from remprop.diagrams.diagnosis import CAUSAL_THEORY_LABELS
+    from remprop.diagrams.compared_theory import CAUSAL_THEORY_LABELS
 
     name = diagnosis.last_tokens_theory
     out = {"rho": diagnosis.compared_rho, "causal_theory": name,
