@@ -368,7 +368,8 @@ def test_the_scale_design_is_the_fixed_one():
 
 def test_the_scale_sweeps_tables_in_the_docs_are_its_data():
     """docs/training.md, "The ceiling at scale", shows the tables rendered from the stored outcome table
-    (docs/data/lr-scale-sweep.json), and the band the library reports is the one measured there."""
+    (docs/data/lr-scale-sweep.json), and the band and the stack constant the library reports are the ones
+    measured and fitted there."""
     import json
 
     from remprop.theory.learning_rate import CEILING_BAND
@@ -385,3 +386,9 @@ def test_the_scale_sweeps_tables_in_the_docs_are_its_data():
     again = lr_scale.scale_summary(lr_sweep.load_outcomes(root / "docs" / "data" / "lr-scale-sweep.json"))
     assert again["band"] == pytest.approx(band, rel=1e-9)
     assert again["window"] == stored["summary"]["window"]
+    # the shipped stack constant is the fit on the fit part (rounded to a whole number), and the held-out
+    # families' agreement the docs state is the stored one
+    from remprop.theory.learning_rate import STACK_CONSTANT
+
+    assert STACK_CONSTANT == round(again["fit"]["stack"]) == round(stored["summary"]["fit"]["stack"])
+    assert again["within_2x_held_out"] == stored["summary"]["within_2x_held_out"]

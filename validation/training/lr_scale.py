@@ -271,8 +271,8 @@ def summary_tables(summary) -> dict:
     for e in sorted(summary["edges"], key=lambda e: (order.get(e["recipe"], 99), e["norm"], e["depth"], e["width"])):
         # strict JSON stores inf and nan as strings: read back as numbers
         e = dict(e, **{k: float(e[k]) for k in ("predicted", "trained_up_to", "failed_from", "low", "high")})
-        failed = "none" if not math.isfinite(e["failed_from"]) else f"{e['failed_from']:.0e}"
-        trained = "none" if not math.isfinite(e["trained_up_to"]) else f"{e['trained_up_to']:.0e}"
+        failed = "none" if not math.isfinite(e["failed_from"]) else f"{e['failed_from']:.2g}"
+        trained = "none" if not math.isfinite(e["trained_up_to"]) else f"{e['trained_up_to']:.2g}"
         high = "-" if not math.isfinite(e["high"]) else f"{e['high']:.2f}"
         low = "-" if not math.isfinite(e["low"]) else f"{e['low']:.2f}"
         rows.append(f"| {e['recipe']} | {e['norm']} | {e['depth']} | {e['width']} | {e['steps']} | {e['split']} | "

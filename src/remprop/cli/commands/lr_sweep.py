@@ -59,7 +59,7 @@ def run_lr_sweep_command(args) -> int:
     directory = writable_directory(args.out)
     table_path = writable_file(directory / "lr_sweep.json", "--out")
     with validation_extra():
-        from remprop.validation.backend import resolve_device
+        from remprop.validation.backend import resolve_device, torch_threads
         from remprop.validation.experiments import distributed
         from remprop.validation.training import lr_sweep
         from remprop.validation.training.work import training_bytes, training_seconds
@@ -75,7 +75,8 @@ def run_lr_sweep_command(args) -> int:
     try:
         if pending:
             device = resolve_device("auto")
-            seconds = sum(training_seconds(s.config, s.config.vocab_size, device) for s in pending) / parallel
+            with torch_threads(args.threads):  # the rate at the runs' own thread count
+                seconds = sum(training_seconds(s.config, s.config.vocab_size, device) for s in pending) / parallel
             nbytes = max(training_bytes(s.config, s.config.vocab_size) for s in pending) * parallel
             check_work(f"learning-rate sweep: training {len(pending)} of {total} run(s) of "
                        f"{training['steps']} steps", seconds=seconds, nbytes=nbytes, **work_limits(args))
@@ -105,7 +106,7 @@ def _run_scale(args, directory, table_path) -> int:
     its outcome table and summary (the measured ceiling of each family against the theory's) in
     OUT/lr_scale.json."""
     with validation_extra():
-        from remprop.validation.backend import resolve_device
+        from remprop.validation.backend import resolve_device, torch_threads
         from remprop.validation.training import lr_scale, lr_sweep
         from remprop.validation.training.work import training_bytes, training_seconds
 
@@ -113,7 +114,8 @@ def _run_scale(args, directory, table_path) -> int:
     try:
         if pending:
             device = resolve_device("auto")
-            seconds = sum(training_seconds(s.config, s.config.vocab_size, device) for s in pending)
+            with torch_threads(1):  # each run trains on one thread (run_scale_sweep)
+                seconds = sum(training_seconds(s.config, s.config.vocab_size, device) for s in pending)
             nbytes = max(training_bytes(s.config, s.config.vocab_size) for s in pending)
             check_work(f"learning-rate scale sweep: training {len(pending)} run(s)", seconds=seconds, nbytes=nbytes,
                        **work_limits(args))
