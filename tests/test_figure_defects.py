@@ -249,7 +249,7 @@ def test_recipe_stars_sit_on_a_cell_of_the_recipes_own_phase():
     from remprop.diagrams.phases import PHASE_LABELS
 
     codes = {label: code for code, label in PHASE_LABELS.items()}
-    predictions = recipe_predictions(Architecture(), 48, 0.5, names=("rezero", "t-fixup", "gpt2"))
+    predictions = recipe_predictions(Architecture(), 0.5, depth=48, names=("rezero", "t-fixup", "gpt2"))
     figure = recipes_figure(predictions, columns=3)  # the size the command draws
     for ax, prediction in zip(figure.axes, predictions):
         star = next(line for line in ax.get_lines() if line.get_marker() == "*")
