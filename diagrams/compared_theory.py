@@ -158,16 +158,20 @@ class CausalVerdictTheory:
         t = run.threshold
 
         def gap(alpha):
-            rho = float(self.cosine(run.replace(arch=run.arch.replace(alpha_sa=alpha)))[-1])
+            with np.errstate(over="ignore", invalid="ignore"):  # a stream past float64 is read below
+                rho = float(self.cosine(run.replace(arch=run.arch.replace(alpha_sa=alpha)))[-1])
             return math.log1p(-min(rho, 1.0 - 1e-15)) - math.log1p(-t) if math.isfinite(rho) else -math.inf
 
         if self.name == "maps":
-            low, high = gap(0.0), gap(ALPHA_MAX)
+            low = gap(0.0)
             if low >= 0:
                 return 0.0, 0.0
-            if not high >= 0:
+            top = ALPHA_MAX   # a stream that leaves float64 there (alpha^2L) reads -inf: the bracket's top comes down
+            while gap(top) == -math.inf and top > 1e-6:
+                top *= 0.5
+            if not gap(top) >= 0:
                 return math.inf, 0.0
-            return float(brentq(gap, 0.0, ALPHA_MAX, xtol=1e-9)), 0.0
+            return float(brentq(gap, 0.0, top, xtol=1e-9)), 0.0
         if not math.isfinite(start):
             return math.inf, math.nan  # no alpha_SA up to the search bound by the maps: not searched
         if start == 0 and gap(0.0) >= 0:

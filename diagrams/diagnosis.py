@@ -1,23 +1,21 @@
 """Diagnose a real model: its place on the trainability diagram and what would move it.
 
-:func:`diagnose` takes a :class:`~remprop.theory.ModelSpec` (a Hugging Face
-configuration at the library's default initialisation, :func:`remprop.theory.model_spec`)
-and predicts, from the theory alone:
+:func:`diagnose` takes a :class:`~remprop.theory.ModelSpec` (a Hugging Face configuration at the library's
+default initialisation, :func:`remprop.theory.model_spec`) and predicts, from the theory alone:
 
-* where the model sits: its query/key scale ``beta`` against the critical ``beta_c`` of
-  its attention inputs, its skip strength ``alpha_sa = 1`` against the minimum
-  ``alpha*(L)`` that keeps the depth-L stack out of rank collapse, and the phase;
-* the mean cosine of two tokens layer by layer (causal models: also the average over
-  the last 50 positions, docs/theory.md section 8, by the best causal theory affordable at the
-  model's T: the causal Gram state, else the per-position maps,
-  :func:`~remprop.diagrams.compared_theory.last_tokens_theory`), and the depth at which rank
-  collapse would set in if the stack were deeper; a causal model's phase, final cosine,
-  ``alpha*``, collapse depth and changes come from that theory, the layer maps' beside them
+* where the model sits: its query/key scale ``beta`` against the critical ``beta_c`` of its attention inputs,
+  its skip strength ``alpha_sa = 1`` against the minimum ``alpha*(L)`` that keeps the depth-L stack out of rank
+  collapse, and the phase;
+* the mean cosine of two tokens layer by layer (causal models: also the average over the last 50 positions,
+  docs/theory.md section 8, by the best causal theory affordable at the model's T: the causal Gram state, else
+  the per-position maps, :func:`~remprop.diagrams.compared_theory.last_tokens_theory`), and the depth at which
+  rank collapse would set in if the stack were deeper; a causal model's phase, final cosine, ``alpha*``,
+  collapse depth and changes come from that theory, the layer maps' beside them
   (:mod:`remprop.diagrams.compared_theory`);
-* the expected squared norm of the query gradient ``E|dS/dW_Q|^2`` of the first and of
-  the last attention layer (Result 2: it vanishes as ``rho -> 1`` and for small beta);
-* concrete changes -- skip scaling, query/key std, LayerNorm placement, gain-controlled
-  attention -- each with its predicted final cosine and phase.
+* the expected squared norm of the query gradient ``E|dS/dW_Q|^2`` of the first and of the last attention layer
+  (Result 2: it vanishes as ``rho -> 1`` and for small beta);
+* concrete changes -- skip scaling, query/key std, LayerNorm placement, gain-controlled attention -- each with
+  its predicted final cosine and phase.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 """
@@ -68,15 +66,13 @@ class Change:
     Attributes
     ----------
     name : str
-        ``"skip scaling"``, ``"query/key std"``, ``"LayerNorm placement"`` or
-        ``"gain-controlled attention"``.
+        ``"skip scaling"``, ``"query/key std"``, ``"LayerNorm placement"`` or ``"gain-controlled attention"``.
     action : str
         What to change, in words a practitioner can apply.
     final_rho : float
         Predicted mean cosine after the last block with the change.
     phase : str
-        Predicted phase with the change (``"trainable"``, ``"rank-collapse"``,
-        ``"entropy-collapse"``).
+        Predicted phase with the change (``"trainable"``, ``"rank-collapse"``, ``"entropy-collapse"``).
     values : dict
         The numbers behind the action (e.g. ``alpha_sa``, ``query_key_std``).
     theory : str

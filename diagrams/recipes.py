@@ -1,38 +1,36 @@
 r"""Published depth recipes on the trainability diagram: what the theory predicts for each.
 
-A *recipe* is a published rule that sets the skip strengths, the branch weights' variances,
-the LayerNorm placement or the query/key scale of an L-block transformer as a function of
-L (or of the width). Each recipe here is one pure function
+A *recipe* is a published rule that sets the skip strengths, the branch weights' variances, the LayerNorm
+placement or the query/key scale of an L-block transformer as a function of L (or of the width). Each recipe
+here is one pure function
 
 .. code-block:: python
 
     recipe(arch, beta, *, depth, width=DEFAULT_WIDTH) -> (Architecture, beta)
 
-that applies the published rule to a *base* architecture (its variances are those before
-the recipe: Xavier-like ``sigma^2 ~ 1`` weights, or the reference experiments') and a base
-query/key scale ``beta`` (``s_qk^2 = beta sqrt(log T) / d``, docs/theory.md section 2), and
-returns the architecture and the ``beta`` of the recipe in our conventions. :data:`RECIPES`
-maps each name to its :class:`Recipe`; :func:`recipe_predictions` propagates each through
-``depth`` blocks and reports its phase, final cosine, critical beta and ``alpha*(L)``;
+that applies the published rule to a *base* architecture (its variances are those before the recipe: Xavier-like
+``sigma^2 ~ 1`` weights, or the reference experiments') and a base query/key scale ``beta`` (``s_qk^2 = beta
+sqrt(log T) / d``, docs/theory.md section 2), and returns the architecture and the ``beta`` of the recipe in our
+conventions. :data:`RECIPES` maps each name to its :class:`Recipe`; :func:`recipe_predictions` propagates each
+through ``depth`` blocks and reports its phase, final cosine, critical beta and ``alpha*(L)``;
 :func:`recipes_figure` draws every recipe on its own trainability diagram.
 
 How a rule becomes our fields (docs/theory.md sections 2 and 4):
 
-* **gain g on a weight** (DeepNorm's ``beta``, T-Fixup's scale, GPT-2's ``1/sqrt(2L)``):
-  its variance times fan-in is multiplied by ``g^2`` (``sigma_v2``, ``sigma_o2`` -- no
-  output projection counts as ``sigma_o2 = 1`` --, ``sigma_w2``, ``sigma_w2_out``);
-* **branch gain gamma**, ``x -> x + gamma F(x)``: the branch's last linear layer carries it
-  (``sigma_o2``, ``sigma_w2_out`` times ``gamma^2``; exact, except that the MLP's output bias
-  shares ``sigma_b2`` with every bias and is not scaled); after a LayerNorm, where the
-  overall factor cancels exactly, it is our skip strength ``alpha = 1 / gamma``
-  (:func:`~remprop.diagrams.residual_scaling`, convention ``"branch"``), which puts the
-  recipe on the diagram's alpha axis. ``gamma = 0`` (ReZero, SkipInit) zeroes the branch
-  output including its bias: ``sigma_o2 = sigma_w2_out = sigma_b2 = 0`` is exact;
-* **attention scaled by 1/d_H** instead of ``1/sqrt(d_H)`` (muP): the scores shrink by
-  ``sqrt(d_H)``, their variance by ``d_H``, so ``beta -> beta / sqrt(d_H)``.
+* **gain g on a weight** (DeepNorm's ``beta``, T-Fixup's scale, GPT-2's ``1/sqrt(2L)``): its variance times
+  fan-in is multiplied by ``g^2`` (``sigma_v2``, ``sigma_o2`` -- no output projection counts as ``sigma_o2 = 1``
+  --, ``sigma_w2``, ``sigma_w2_out``);
+* **branch gain gamma**, ``x -> x + gamma F(x)``: the branch's last linear layer carries it (``sigma_o2``,
+  ``sigma_w2_out`` times ``gamma^2``; exact, except that the MLP's output bias shares ``sigma_b2`` with every
+  bias and is not scaled); after a LayerNorm, where the overall factor cancels exactly, it is our skip strength
+  ``alpha = 1 / gamma`` (:func:`~remprop.diagrams.residual_scaling`, convention ``"branch"``), which puts the
+  recipe on the diagram's alpha axis. ``gamma = 0`` (ReZero, SkipInit) zeroes the branch output including its
+  bias: ``sigma_o2 = sigma_w2_out = sigma_b2 = 0`` is exact;
+* **attention scaled by 1/d_H** instead of ``1/sqrt(d_H)`` (muP): the scores shrink by ``sqrt(d_H)``, their
+  variance by ``d_H``, so ``beta -> beta / sqrt(d_H)``.
 
-What the recipes change outside the blocks (T-Fixup's input-embedding scale, DeepNorm's
-encoder-decoder constants) is not a block field: the docstrings say how to pass it.
+What the recipes change outside the blocks (T-Fixup's input-embedding scale, DeepNorm's encoder-decoder
+constants) is not a block field: the docstrings say how to pass it.
 
 References
 ----------

@@ -105,8 +105,8 @@ def test_margins_and_graded_verdict():
 
 def test_a_marginal_verdict_names_its_margin_bound_and_threshold():
     """``check llama-3.2-1b --depth 64``: trainable, no rank collapse within the search depth, but its skip
-    is 1.33 alpha*(64), under the comfortable 1.5: the verdict names that margin, its ratio, the bound
-    and the skip it stands for, and no other margin."""
+    is 1.498 alpha*(64) by its last tokens, under the comfortable 1.5: the verdict names that margin, its
+    ratio, the bound and the skip it stands for, and no other margin."""
     from remprop.theory import model_spec
 
     d = diagnose(model_spec("llama-3.2-1b").with_depth(64))

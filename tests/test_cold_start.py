@@ -143,12 +143,12 @@ def test_work_estimates_time_nothing_and_write_nothing(tmp_path, monkeypatch):
 def test_every_instruction_of_the_built_in_architectures_has_a_calibrated_cost():
     """A kind without a constant would be costed at the dearest of its class: every instruction
     the built-in choices lower to is calibrated by the benchmark's set of architectures."""
-    from remprop.theory import ACTIVATIONS
+    from remprop.theory.activations import BUILTIN_ACTIVATIONS
     from remprop.theory.kernels import kernels_for
     from remprop.theory.propagation import kernel_tree
 
     archs = [Architecture(norm=norm, activation=activation, mlp=mlp) for norm in ("pre", "post", "none")
-             for activation in ACTIVATIONS for mlp in ("dense", "gated")]
+             for activation in BUILTIN_ACTIVATIONS for mlp in ("dense", "gated")]
     archs += [Architecture(seq_len=128, attention="gain-controlled"), Architecture(positions="rope", head_dim=64, seq_len=256),
               Architecture(qk_norm=True, qk_norm_dim=64, head_dim=64, seq_len=128)]
     kinds = {kind for arch in archs for kind in work_estimates.instruction_kinds(kernels_for(kernel_tree(arch)).program)}

@@ -2,27 +2,25 @@
 
 Conventions are those of the reference experiments (docs/theory.md section 2):
 
-* query/key weights ``W_Q, W_K ~ N(0, s_qk^2)`` with ``s_qk^2 = beta sqrt(log T) / d``,
-  scores divided by ``sqrt(d_H)``, no query/key biases. The variance is over ``d`` for
-  every number of heads ``H`` (``qk_scaling="model"``, the default): the score of head h
-  is a sum of ``d_H`` products each of variance ``(s_qk^2 d q)^2``, divided by ``d_H``, so
-  ``Var(s_ij) = beta^2 q^2 log T`` for all H. ``qk_scaling="head"`` divides by ``d_H``
-  instead: the score variance grows as ``H^2`` (each head behaves as a single head at
-  ``H beta``; :func:`remprop.theory.rem.heads.effective_beta`);
-* values ``W_V ~ N(0, s_v^2 / d)``, value bias ``N(0, s_b^2)``, no output projection in
-  the reference experiments; optionally (``Architecture.sigma_o2``) an output projection
-  ``W_O ~ N(0, s_o^2 / d)`` of the concatenated heads, without bias
-  (:func:`draw_output_projection`, :func:`output_projection`);
-* MLP ``W1 ~ N(0, s_w^2 / d)``, ``W2 ~ N(0, s_{w,out}^2 / d_ff)`` (``s_{w,out}^2 = s_w^2``
-  unless ``Architecture.sigma_w2_out`` is set), biases ``N(0, s_b^2)``;
+* query/key weights ``W_Q, W_K ~ N(0, s_qk^2)`` with ``s_qk^2 = beta sqrt(log T) / d``, scores divided by
+  ``sqrt(d_H)``, no query/key biases. The variance is over ``d`` for every number of heads ``H``
+  (``qk_scaling="model"``, the default): the score of head h is a sum of ``d_H`` products each of variance
+  ``(s_qk^2 d q)^2``, divided by ``d_H``, so ``Var(s_ij) = beta^2 q^2 log T`` for all H. ``qk_scaling="head"``
+  divides by ``d_H`` instead: the score variance grows as ``H^2`` (each head behaves as a single head at ``H
+  beta``; :func:`remprop.theory.rem.heads.effective_beta`);
+* values ``W_V ~ N(0, s_v^2 / d)``, value bias ``N(0, s_b^2)``, no output projection in the reference
+  experiments; optionally (``Architecture.sigma_o2``) an output projection ``W_O ~ N(0, s_o^2 / d)`` of the
+  concatenated heads, without bias (:func:`draw_output_projection`, :func:`output_projection`);
+* MLP ``W1 ~ N(0, s_w^2 / d)``, ``W2 ~ N(0, s_{w,out}^2 / d_ff)`` (``s_{w,out}^2 = s_w^2`` unless
+  ``Architecture.sigma_w2_out`` is set), biases ``N(0, s_b^2)``;
 * LayerNorm and RMSNorm without affine parameters;
-* gated MLP ``W_down (phi(W_gate x + b_gate) * (W_up x + b_up)) + b_down``: gate and up
-  ``N(0, s_w^2 / d)``, down ``N(0, s_{w,out}^2 / d_ff)``, biases ``N(0, s_b^2)``;
-* gain-controlled attention: the value-weighted output with its sequence mean removed,
-  then the value bias, ``(A - 1 abar^T) X W_V^T + b_V``;
-* grouped-query attention (``kv_heads`` K < H): ``W_K``, ``W_V`` of shape ``(K d_H, d)``, head
-  h reading key/value head ``h // (H / K)`` (the layout of LLaMA's ``repeat_kv``), the value
-  bias ``(K d_H,)`` shared alike;
+* gated MLP ``W_down (phi(W_gate x + b_gate) * (W_up x + b_up)) + b_down``: gate and up ``N(0, s_w^2 / d)``,
+  down ``N(0, s_{w,out}^2 / d_ff)``, biases ``N(0, s_b^2)``;
+* gain-controlled attention: the value-weighted output with its sequence mean removed, then the value bias, ``(A
+  - 1 abar^T) X W_V^T + b_V``;
+* grouped-query attention (``kv_heads`` K < H): ``W_K``, ``W_V`` of shape ``(K d_H, d)``, head h reading
+  key/value head ``h // (H / K)`` (the layout of LLaMA's ``repeat_kv``), the value bias ``(K d_H,)`` shared
+  alike;
 * QK-norm (:class:`QKNorm`): queries and keys RMS-normalised over groups of n coordinates
   (one head, ``n = d_H``: Gemma 3; all heads, ``n = H d_H``: OLMo 2) with a gain g, the
   scores ``beta (q_hat . k_hat) / sqrt(d_H)``: beta multiplies the normalised scores

@@ -181,12 +181,13 @@ def _theory_of(record):
 
 
 def record_ceiling(record) -> float:
-    """The theory's ceiling of a run (:func:`_theory_of`)."""
+    """The theory's ceiling of a run (:func:`remprop.theory.learning_rate_ceiling` at its settings)."""
     return float(_theory_of(record).ceiling)
 
 
 def record_floor(record) -> float:
-    """The theory's floor of a run (the lower edge of the window of rates; :func:`_theory_of`)."""
+    """The theory's floor of a run (the lower edge of the window of rates; :func:`remprop.theory.learning_rate_ceiling`
+    at its settings)."""
     return float(_theory_of(record).floor)
 
 
