@@ -27,7 +27,7 @@ import time
 from _common import print_table, remprop_executable, write_json
 
 #: (name, remprop arguments; "{tmp}" is a temporary folder): the README's and docs/getting_started.md's
-#: commands at sizes of seconds to a minute.
+#: commands at sizes of seconds to a minute. No name holds a comma: ``--only`` and ``--cold`` split on commas.
 COMMANDS = (
     ("diagram (getting started)", ["diagram", "--depth", "12", "--beta", "0.05:3:60", "--alpha", "0:3:60",
                                    "--out", "{tmp}/first"]),
@@ -41,7 +41,7 @@ COMMANDS = (
                                     "2", "--out", "{tmp}/first-sim"]),
     ("train depth 4", ["train", "--alpha", "0.1", "--depth", "4", "--width", "32", "--seq-len", "32", "--steps",
                        "100", "--lr", "3e-3", "--out", "{tmp}/run"]),
-    ("check bert-48 --simulate, depth 4", ["check", "bert-48", "--simulate", "--depth", "4", "--width", "128",
+    ("check bert-48 --simulate depth 4", ["check", "bert-48", "--simulate", "--depth", "4", "--width", "128",
                                            "--seq-len", "64", "--out", "{tmp}/check"]),
 )
 
