@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import difflib
 import numbers
+import os
+import stat
 
 import numpy as np
 
@@ -56,6 +58,35 @@ def as_float_array(name, value, *, positive=False, nonnegative=False, low=None, 
     if high is not None and (arr > high).any():
         raise ParameterError(name, f"{name} must be <= {high}, got {_worst(arr, arr > high)}")
     return arr
+
+
+#: What :func:`check_regular_file` calls a path that is not a regular file, by its ``stat`` mode test.
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def check_regular_file(name, path):
+    """Refuse ``path`` unless it is a regular file (symbolic links followed), before anything opens it.
+
+    Reading a named pipe blocks until another process writes to it, a device may never end: the
+    file's type is read with ``os.stat``, which opens nothing. Returns ``path`` unchanged.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``name`` and the path: it does not exist, cannot be stat-ed, or is a folder, a named
+        pipe, a socket or a device.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise ParameterError(name, f"{name}: cannot read {os.fspath(path)!r} "
+                                   f"({err.strerror or type(err).__name__})") from None
+    if not stat.S_ISREG(mode):
+        kind = next((kind for test, kind in _FILE_KINDS if test(mode)), "a special file")
+        raise ParameterError(name, f"{name}: {os.fspath(path)!r} is {kind}, not a regular file (nothing was read "
+                                   "from it)")
+    return path
 
 
 def check_open_unit(name, value):

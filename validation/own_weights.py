@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from remprop.theory import model_spec
+from remprop.theory.checks import check_regular_file
 from remprop.theory.models.hf_config import load_hf_config
 from remprop.theory.work_limits import MAX_BYTES, MAX_SECONDS, check_limit, check_work
 from remprop.theory.models.measured_weights import (MEASURED_FAMILIES, TORCH_WEIGHT_FILES, EmbeddingTable,
@@ -95,6 +96,8 @@ def named_tensors(source):
         yield from source.state_dict().items()
         return
     files = weight_files(source)
+    for path in files:  # before any is opened: a named pipe in a file's place would block the read
+        check_regular_file("weights", path)
     if files and files[0].suffix != ".safetensors":
         for path in files:
             yield from _torch_file_tensors(path)
@@ -133,6 +136,8 @@ def _readable(name, tensor, source):
     if tensor.device.type == "meta":
         raise ValueError(f"weights: {name} of {source} is on the meta device (shapes without values): "
                          "load or materialise the weights before checking them")
+    if tensor.numel() == 0:
+        raise ValueError(f"weights: {name} of {source} has shape {tuple(tensor.shape)}, no entries to measure")
     if not tensor.is_floating_point():
         raise ValueError(f"weights: {name} of {source} has dtype {str(tensor.dtype).replace('torch.', '')}; "
                          "the scales are measured on floating-point weights (dequantise a quantised model "
@@ -150,7 +155,7 @@ def _check_shape(name, role, tensor, spec, source, conv1d):
 
     if role in _MATRIX_ROLES or role == "qkv":
         if len(shape) != 2:
-            refuse("a 2-d matrix", "2-d")
+            refuse("it", "a 2-d matrix")
         out, fan_in = (shape[1], shape[0]) if conv1d else shape
         if role == "qkv" and (fan_in != d or out % 3):
             refuse("its shape", f"({d}, 3 x width)")
@@ -262,7 +267,7 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
         raise ValueError(f"weights: {source} holds {len(blocks)} blocks, its config.json says {spec.depth}")
     _check_complete(present, named, blocks, source)
     order = [t for t in ("word", "position", "token type") if t in tables]
-    return MeasuredWeights(
+    weights = MeasuredWeights(
         source=source,
         matrices={role: sums[role].scale() for role in _MATRIX_ROLES if role in sums},
         gains={role: sums[role].scale() for role in _GAIN_ROLES if role in sums},
@@ -270,6 +275,20 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
         mlp_bias=sums["mlp_bias"].scale() if "mlp_bias" in sums else None,
         other_biases={role: sums[role].scale() for role in sums
                       if role not in _MATRIX_ROLES + _GAIN_ROLES + ("mlp_bias",)})
+    # the matrices are required by MeasuredWeights itself; a missing gain would read as 1, a missing table as none
+    found = set(sums) | set(tables)
+    for role in _GAIN_ROLES + ("word", "position", "token type"):
+        if role in ROLE_PATTERNS[family] and role not in found:
+            what = role.replace("_", " ") + (" gain" if role in _GAIN_ROLES else " embedding table")
+            raise ValueError(f"weights: {source} holds no {_pattern_name(ROLE_PATTERNS[family][role])} (its {what}); "
+                             "a model with tensors missing cannot be measured")
+    return weights
+
+
+def _pattern_name(pattern) -> str:
+    """A tensor's name as a role pattern of :data:`ROLE_PATTERNS` spells it, block 0 for its layer index."""
+    name = re.sub(r"\(\?:([^|)]*)[^)]*\)", r"\1", pattern)  # (?:gate|up) -> gate
+    return name.replace(r"(\d+)", "0").replace("()", "").replace("\\.", ".")
 
 
 def _check_complete(present, named, blocks, source):

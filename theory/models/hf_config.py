@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from ..architecture import Architecture
-from ..checks import did_you_mean
+from ..checks import check_regular_file, did_you_mean
 from ..rem import ROPE_BASE, check_seq_len, query_key_variance
 from ..settings import RunSettings
 from .measured_weights import input_state, weight_parameters
@@ -126,10 +126,14 @@ def load_hf_config(config) -> dict:
                              "holding one, or a shipped name)")
         path = Path(text)
         if path.is_dir():
+            if os.path.exists(path / "config.json"):  # a named pipe or a folder there is refused, never opened
+                check_regular_file("config", path / "config.json")
             if not (path / "config.json").is_file():
                 raise ValueError(f"config: the folder {text!r} holds no config.json (expected a Hugging Face "
                                  "config.json, the folder holding one, or a shipped name)")
             path = path / "config.json"
+        elif os.path.exists(path):
+            check_regular_file("config", path)
         if not path.is_file():
             shipped = CONFIG_DIR / f"{ALIASES.get(text, text)}.json"
             if not (text and shipped.is_file() and shipped.parent == CONFIG_DIR):

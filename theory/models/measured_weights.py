@@ -430,14 +430,16 @@ TORCH_WEIGHT_FILES = ("pytorch_model*.bin", "model*.pt", "model*.pth")
 
 def weight_files(path) -> list:
     """The weight files of a folder, sorted: its ``*.safetensors`` or, without them, its
-    :data:`TORCH_WEIGHT_FILES` (an empty list: no weights, or no such folder)."""
+    :data:`TORCH_WEIGHT_FILES` (an empty list: no weights, or no such folder). Named pipes and other
+    special files are listed too, for the reader to refuse by name
+    (:func:`~remprop.theory.checks.check_regular_file`) rather than skip."""
     try:
         folder = Path(path)
         if not folder.is_dir():
             return []
         found = sorted(folder.glob("*.safetensors"))
         if not found:
-            found = sorted({f for pattern in TORCH_WEIGHT_FILES for f in folder.glob(pattern) if f.is_file()})
+            found = sorted({f for pattern in TORCH_WEIGHT_FILES for f in folder.glob(pattern) if not f.is_dir()})
         return found
     except (TypeError, OSError):
         return []
