@@ -103,8 +103,7 @@ def main(argv=None):
     from scipy.optimize import nnls
 
     from remprop.theory import work_estimates as work
-    from remprop.theory.kernels import kernels_for
-    from remprop.theory.kernels._engine import BATCH
+    from remprop.theory.kernels import BATCH, kernels_for
     from remprop.theory.propagation import kernel_tree, pack_parameters
 
     threads = numba.get_num_threads()

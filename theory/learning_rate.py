@@ -37,6 +37,7 @@ from .checks import (ParameterError, as_float_array, check_choice, check_count, 
                      check_simplex_cosine, scalar_or_array)
 from .components.residual import Parallel, Residual
 from .components.base import Serial
+from .models.pretraining import SCHEDULES
 from .rem import check_seq_len
 from .work_limits import MAX_SECONDS, check_work
 
@@ -525,7 +526,7 @@ class Recipe:
         if self.batch_tokens is not None:
             object.__setattr__(self, "batch_tokens", check_count("batch_tokens", self.batch_tokens, 1))
         object.__setattr__(self, "beta2", check_open_unit("beta2", self.beta2))
-        check_choice("schedule", self.schedule, ("linear", "cosine"))
+        check_choice("schedule", self.schedule, SCHEDULES)
 
     def outside(self) -> tuple:
         """Why the recipe is not the measured runs' (:data:`MEASURED_RECIPE`): one phrase per field."""

@@ -61,10 +61,11 @@ it) check the kernels against the tree iterated in NumPy for every structural ch
 tests/test_kernel_tree.py that one engine serves every architecture, with the same disk-cache
 keys in every process.
 """
+from ._engine import BATCH
 from ._sweeps import (COLUMNS, PARAMS, SCALE_EXPONENT, Kernels, bisection_steps, kernels_for, min_alpha_bisection,
                       packed_table, propagate_tree)
 
-__all__ = ["PARAMS", "COLUMNS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection",
+__all__ = ["BATCH", "PARAMS", "COLUMNS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection",
            "bisection_steps", "propagate_tree", "ENGINE_SWEEPS", "sweeps_to_compile", "sweeps_to_load",
            "needs_compiling"]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from remprop.theory import Architecture
 from remprop.theory.checks import check_choice, check_depth
+from remprop.theory.models.pretraining import SCHEDULES  # the decays after the warm-up (TrainConfig.schedule)
 from remprop.theory.rem.checks import check_seq_len
 
 from ..backend import check_positive_int, check_scalar, check_seed
@@ -22,8 +23,6 @@ __all__ = ["TrainConfig", "MODELS", "SEED_LIMIT", "COMPILE_MODES", "SCHEDULES"]
 
 #: Models :func:`~remprop.validation.training.train` can train.
 MODELS = ("remprop", "bert")
-#: The decays after the warm-up (``TrainConfig.schedule``).
-SCHEDULES = ("linear", "cosine")
 #: ``torch.compile`` modes ``TrainConfig.compile`` may name (True: "reduce-overhead" on CUDA, "default" elsewhere).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 #: Seeds are below this: torch's generators take 64-bit seeds.
