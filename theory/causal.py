@@ -38,9 +38,10 @@ drawn scores capped by ``logit_softcap``, parallel branches, the norms' eps (``n
 moments at unequal token norms by the quadrature of :func:`pair_moment`. :func:`choose_causal_theory`
 is the rule of ``remprop check --causal-theory`` between the maps and the Gram state.
 
-Sliding windows (``window``, :mod:`remprop.theory.attention_masks`): row t of a windowed layer sees
-its last ``min(t, w)`` keys; the maps read the REM of that many keys (cross-overlap ``1/min(t, w)``:
-rows much closer than w), the Gram state masks the scores.
+Attention masks (``window``, :mod:`remprop.theory.attention_masks`: sliding windows, chunks, a
+bidirectional prefix): row t of a windowed layer sees its last ``min(t, w)`` keys, of a chunked one
+``((t - 1) mod c) + 1``, a prefix row P; the maps read the REM of that many keys (cross-overlap one over
+it), the Gram state masks the scores.
 
 QK-norm (``arch.qk_norm``): each row's head beta is read at the state the attention sees,
 ``Architecture.effective_beta(beta, q=q, p=p)``, as the encoder's attention does (docs/theory.md
@@ -196,9 +197,11 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
         Positions t in [2, T] (1-based).
     q0, rho0 : float
         Input state of every position.
-    window : None, int or sequence, optional
-        Sliding windows (:func:`~remprop.theory.attention_masks.check_windows`: per layer, repeated):
-        row t of a windowed layer is the REM of its last ``min(t, w)`` keys.
+    window : None, int, AttentionMask or sequence, optional
+        Attention masks (:func:`~remprop.theory.attention_masks.check_windows`: per layer, repeated; sizes
+        at most ``seq_len``): row t of a masked layer is the REM of the keys it sees
+        (:func:`~remprop.theory.attention_masks.window_keys`: ``min(t, w)`` in a sliding window, the
+        ``((t - 1) mod c) + 1`` of its chunk, ``max(t, P)`` with a prefix).
 
     Returns
     -------
@@ -226,7 +229,7 @@ def propagate_causal(arch: Architecture, beta, depth, seq_len, positions, q0=1.0
         raise ValueError(f"beta must be a scalar for the causal theory, got shape {beta.shape}")
     q0 = as_float_array("q0", q0, positive=True)
     rho0 = as_float_array("rho0", rho0, low=-1.0, high=1.0)
-    pattern, blocks = check_windows(window), {}
+    pattern, blocks = check_windows(window, seq_len=seq_len), {}
 
     def block_of(w):  # each head is the single-head REM at the heads' effective beta (one rule: Architecture)
         if w not in blocks:
@@ -526,9 +529,11 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         (each token's mean square concentrates at ``G_ii``). It matters where a normalised
         signal is as small as eps: OLMo 2's branch norms after its first attention, whose
         output has mean square ``~ sigma_v^2 sigma_o^2 q0 / t`` (``1e-6``-``1e-7`` at init).
-    window : None, int or sequence, optional
-        Sliding windows (:func:`~remprop.theory.attention_masks.check_windows`, per layer): row t of a
-        windowed layer sees keys ``t - w + 1 .. t`` (:func:`~remprop.theory.attention_masks.causal_window_mask`).
+    window : None, int, AttentionMask or sequence, optional
+        Attention masks (:func:`~remprop.theory.attention_masks.check_windows`, per layer; sizes at most
+        ``seq_len``): row t of a sliding-window layer sees keys ``t - w + 1 .. t``, of a chunked one its
+        chunk's keys up to t, with a prefix the first P rows see each other
+        (:func:`~remprop.theory.attention_masks.causal_window_mask`).
 
     Returns
     -------
@@ -567,7 +572,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     draws = check_count("draws", draws, 1)
     seed = check_count("seed", seed, 0)
     norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
-    pattern = check_windows(window)
+    pattern = check_windows(window, seq_len=seq_len)
     arch = arch.replace(seq_len=seq_len)
     frequencies = scale.head_frequencies(arch) if rope else None
     walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies, arch.logit_softcap,

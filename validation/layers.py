@@ -312,12 +312,12 @@ def _queries_keys(x, weights: AttentionWeights, heads, rotate=None, qk_norm=None
 
 def _blocked_keys(mask, causal, seq, device):
     """The (query, key) pairs that get no attention, ``(batch, H, T, T)`` broadcastable: padded keys and, when
-    ``causal``, those outside a row's window (the theory's :func:`~remprop.theory.attention_masks.causal_window_mask`)."""
+    ``causal``, those outside a row's window, chunk or prefix (the theory's :func:`~remprop.theory.attention_masks.causal_window_mask`)."""
     blocked = None
     if mask is not None and not bool(mask.all()):
         blocked = ~mask[:, None, None, :]
     if causal:
-        unseen = ~torch.from_numpy(causal_window_mask(seq, None if causal is True else int(causal))).to(device)
+        unseen = ~torch.from_numpy(causal_window_mask(seq, None if causal is True else causal)).to(device)
         blocked = unseen if blocked is None else (blocked | unseen)
     return blocked
 
@@ -376,7 +376,8 @@ def _fused_values(x, weights: AttentionWeights, heads, mask, causal, rotate, qk_
     scale and masks, heads concatenated ``(batch, T, d)`` (no value bias)."""
     q, k, scale = _queries_keys(x, weights, heads, rotate, qk_norm)
     v = _values(x, weights, heads)
-    plain = (mask is None or bool(mask.all())) and causal in (True, False)  # no padding, no sliding window
+    # no padding, no window, chunk or prefix (by identity: a window of 1 key equals True)
+    plain = (mask is None or bool(mask.all())) and (causal is True or causal is False)
     allowed = None if plain else ~_blocked_keys(mask, causal, x.shape[1], x.device)
     out = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, is_causal=causal is True and plain,
                                          scale=scale)
@@ -416,8 +417,9 @@ def softmax_attention(x, weights: AttentionWeights, *, heads=1, mask=None, causa
         Number of heads H (divides d).
     mask : Tensor of bool, shape (batch, T), optional
         True for real tokens; padded keys get zero attention.
-    causal : bool or int
-        Token i attends to keys j <= i only; an integer w: to its last w keys, ``i - w < j <= i``.
+    causal : bool, int or AttentionMask
+        Token i attends to keys j <= i only; an integer w: to its last w keys, ``i - w < j <= i``; an
+        :class:`~remprop.theory.attention_masks.AttentionMask`: to the keys it gives row i (chunk, prefix).
     rotate : callable, optional
         Applied to the queries and the keys, shape ``(batch, H, T, d_H)``, before the
         scores (rotary positions, :func:`remprop.validation.rope.rotary`).

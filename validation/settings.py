@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from remprop.theory.attention_masks import check_windows
+from remprop.theory.attention_masks import check_windows, windows_json
 from remprop.theory.checks import ParameterError, as_float_array, check_choice, check_seeds
 from remprop.theory.rem.checks import check_seq_len
 
@@ -43,9 +43,10 @@ class SimulationSettings:
         MLP hidden width (None: the width; :attr:`mlp_width`).
     causal : bool
         Causal attention mask (decoder).
-    window : None, int or sequence, optional
-        Sliding windows of a causal stack, per layer and repeated
-        (:func:`~remprop.theory.attention_masks.check_windows`; None: the full causal mask).
+    window : None, int, AttentionMask or sequence, optional
+        Attention masks of a causal stack (sliding windows, chunks, a bidirectional prefix), per layer and
+        repeated (:func:`~remprop.theory.attention_masks.check_windows`, sizes at most ``seq_len``; None: the
+        full causal mask).
     dtype : {"float32", "float64"}
         Precision (stored as the torch dtype).
     device : str or torch.device, optional
@@ -110,9 +111,9 @@ class SimulationSettings:
         if not isinstance(self.causal, (bool, np.bool_)):
             raise ValueError(f"causal must be True or False, got {self.causal!r}")
         set_("causal", bool(self.causal))
-        set_("window", check_windows(self.window))
+        set_("window", check_windows(self.window, seq_len=self.seq_len))
         if self.window and not self.causal:
-            raise ParameterError("window", "window needs causal=True (a sliding window of a causal stack)")
+            raise ParameterError("window", "window needs causal=True (the attention masks of a causal stack)")
         set_("dtype", resolve_dtype(self.dtype))
         set_("device", resolve_device(self.device))
         set_("seeds", check_seeds(self.seeds))
@@ -154,7 +155,8 @@ class SimulationSettings:
         """JSON-ready fields (dtype and device as strings, seeds as a list; ``window`` left out while
         there is none, so that the records of unwindowed runs keep their fields)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out.update(dtype=self.dtype_name, device=str(self.device), seeds=list(self.seeds), window=list(self.window))
+        out.update(dtype=self.dtype_name, device=str(self.device), seeds=list(self.seeds),
+                   window=windows_json(self.window))
         if not self.window:
             del out["window"]
         return out

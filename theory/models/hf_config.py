@@ -218,8 +218,9 @@ class ModelSpec:
     rho0 = property(lambda self: self.settings.rho0, doc="Input mean cosine of the first block.")
     seq_len = property(lambda self: self.settings.arch.seq_len, doc="Sequence length T.")
     heads = property(lambda self: self.settings.arch.heads, doc="Attention heads H.")
-    attention_windows = property(lambda self: config_windows(self.config),
-                                 doc="Per-layer sliding windows, () for none (:mod:`remprop.theory.models.windows`).")
+    attention_windows = property(lambda self: config_windows(self.config, self.seq_len),
+                                 doc="Per-layer attention masks (sliding windows, chunks), () for none, sizes clipped "
+                                     "to T (:mod:`remprop.theory.models.windows`).")
 
     @property
     def initialisation(self) -> str:
