@@ -123,7 +123,8 @@ def test_llama4_chunked_layers_are_read_as_its_config_class_sets_them():
     assert config_windows(dict(base, layer_types=["full_attention", "chunked_attention"] * 4)) == (None, chunk) * 4
     assert config_windows({"model_type": "llama4_text", "num_hidden_layers": 4})[0] == AttentionMask(chunk=8192)
     assert config_windows(dict(base, attention_chunk_size=None)) == ()
-    assert config_windows(base, seq_len=8) == (AttentionMask(chunk=8),) * 3 + (None,) + (AttentionMask(chunk=8),) * 3 + (None,)
+    assert config_windows(base, seq_len=8) == (AttentionMask(chunk=8), AttentionMask(chunk=8), AttentionMask(chunk=8),
+                                               None) * 2
     assert config_windows(dict(base, model_type="llama")) == ()  # LLaMA's modules ignore the field
 
 

@@ -312,7 +312,7 @@ def _queries_keys(x, weights: AttentionWeights, heads, rotate=None, qk_norm=None
 
 def _blocked_keys(mask, causal, seq, device):
     """The (query, key) pairs that get no attention, ``(batch, H, T, T)`` broadcastable: padded keys and, when
-    ``causal``, those outside a row's window, chunk or prefix (the theory's :func:`~remprop.theory.attention_masks.causal_window_mask`)."""
+    ``causal``, those outside a row's mask (the theory's :func:`~remprop.theory.attention_masks.causal_window_mask`)."""
     blocked = None
     if mask is not None and not bool(mask.all()):
         blocked = ~mask[:, None, None, :]
@@ -376,8 +376,7 @@ def _fused_values(x, weights: AttentionWeights, heads, mask, causal, rotate, qk_
     scale and masks, heads concatenated ``(batch, T, d)`` (no value bias)."""
     q, k, scale = _queries_keys(x, weights, heads, rotate, qk_norm)
     v = _values(x, weights, heads)
-    # no padding, no window, chunk or prefix (by identity: a window of 1 key equals True)
-    plain = (mask is None or bool(mask.all())) and (causal is True or causal is False)
+    plain = (mask is None or bool(mask.all())) and (causal is True or causal is False)  # not a window of 1 key
     allowed = None if plain else ~_blocked_keys(mask, causal, x.shape[1], x.device)
     out = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, is_causal=causal is True and plain,
                                          scale=scale)
