@@ -13,6 +13,8 @@ masking_utils = pytest.importorskip("transformers.masking_utils")
 from remprop.theory.attention_masks import AttentionMask, causal_window_mask, layer_window  # noqa: E402
 from remprop.theory.models.windows import config_windows  # noqa: E402
 
+from test_attention_windows_hf import assert_the_simulated_stack_masks  # noqa: E402
+
 SEQ_LEN = 20
 
 
@@ -63,30 +65,12 @@ def test_the_llama4_modules_chunks_are_the_theorys():
 
 
 def test_the_simulated_stack_masks_chunks_and_prefixes():
-    # the library's torch stack with the pattern (chunk 4, prefix 5 with a window of 3): each block's
-    # probabilities are zero exactly outside its mask; the fused path gives the same outputs
-    from remprop.theory import Architecture
+    # the library's torch stack with the pattern (chunk 4, prefix 5 with a window of 3)
     from remprop.validation.settings import SimulationSettings
-    from remprop.validation.simulator import SimulatedStack
 
     pattern = (AttentionMask(chunk=4), AttentionMask(window=3, prefix=5))
-    sim = SimulationSettings(width=32, seq_len=12, causal=True, window=pattern, seeds=1, sequences=2,
-                             inputs="synthetic", dtype="float64")
+    sim = assert_the_simulated_stack_masks(pattern)
     assert sim.window == pattern and sim.to_dict()["window"] == [{"chunk": 4}, {"window": 3, "prefix": 5}]
-    stack = SimulatedStack(Architecture(norm="pre", heads=2), 0.7, 2, sim=sim, seed=0)
-    x = next(iter(sim.input_batches(0))).tokens
-    seen = []
-    stack.forward(x, observe=lambda layer, h, probs: seen.append(probs) if probs is not None else None)
-    assert len(seen) == 2
-    for layer, probs in enumerate(seen):
-        expected = causal_window_mask(12, layer_window(sim.window, layer))
-        assert np.array_equal((probs > 0).cpu().numpy(), np.broadcast_to(expected, probs.shape)), layer
-    x_in = stack.prepare_inputs(x)[0]
-    for layer in range(2):
-        full, _ = stack.block(x_in, stack.weights(layer), layer=layer)
-        fused, probs = stack.block(x_in, stack.weights(layer), need_probs=False, layer=layer)
-        assert probs is None
-        torch.testing.assert_close(fused, full, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="prefix"):
         SimulationSettings(width=32, seq_len=12, causal=True, window=AttentionMask(prefix=13))
 

@@ -64,15 +64,15 @@ def test_a_streamed_gemma2_keeps_its_local_and_global_layers():
     assert_streamed_is_the_full_model(spec, seed=1)
 
 
-def test_the_simulated_stack_masks_each_layer_by_its_window():
-    # The library's own torch stack (validation/simulator.py) with the pattern (3, None): the first
-    # block's attention probabilities are zero exactly outside each row's last 3 keys, the second's
-    # outside the causal mask; the fused path (no probabilities) gives the same outputs.
+def assert_the_simulated_stack_masks(pattern):
+    """The library's own torch stack (validation/simulator.py, T = 12, 2 blocks) with the mask ``pattern``:
+    each block's attention probabilities are zero exactly outside its mask; the fused path (no
+    probabilities) gives the same outputs. Returns the settings."""
     from remprop.theory import Architecture
     from remprop.validation.settings import SimulationSettings
     from remprop.validation.simulator import SimulatedStack
 
-    sim = SimulationSettings(width=32, seq_len=12, causal=True, window=(3, None), seeds=1, sequences=2,
+    sim = SimulationSettings(width=32, seq_len=12, causal=True, window=pattern, seeds=1, sequences=2,
                              inputs="synthetic", dtype="float64")
     stack = SimulatedStack(Architecture(norm="pre", heads=2), 0.7, 2, sim=sim, seed=0)
     x = next(iter(sim.input_batches(0))).tokens
@@ -88,6 +88,14 @@ def test_the_simulated_stack_masks_each_layer_by_its_window():
         fused, probs = stack.block(x_in, stack.weights(layer), need_probs=False, layer=layer)
         assert probs is None
         torch.testing.assert_close(fused, full, rtol=1e-10, atol=1e-12)
+    return sim
+
+
+def test_the_simulated_stack_masks_each_layer_by_its_window():
+    # the pattern (3, None): the first block sees each row's last 3 keys, the second the causal mask
+    from remprop.validation.settings import SimulationSettings
+
+    sim = assert_the_simulated_stack_masks((3, None))
     assert sim.to_dict()["window"] == [3, None] and "window" not in sim.replace(window=None).to_dict()
     with pytest.raises(ValueError, match="window"):
         SimulationSettings(width=32, seq_len=12, window=3)
