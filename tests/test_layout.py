@@ -159,3 +159,14 @@ def test_modules_stay_short():
     long = {str(path.relative_to(ROOT)): n for path in MODULES.values()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_docs_hold_no_control_characters():
+    """A Python string written without ``r`` turns ``\\b``/``\\f`` of LaTeX into control characters
+    (``\\big`` became backspace + ``ig``): none may sit in the docs or the notebooks' markdown."""
+    bad = []
+    for path in sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if any(ord(ch) < 32 and ch != "\t" for ch in line):
+                bad.append(f"{path.relative_to(ROOT)}:{number}")
+    assert not bad, f"control characters in: {', '.join(bad)}"
