@@ -301,3 +301,17 @@ def test_phi3_qkv_of_the_wrong_rows_names_the_tensor():
     model.layers[0].self_attn.qkv_proj.weight = torch.nn.Parameter(state["layers.0.self_attn.qkv_proj.weight"])
     with pytest.raises(ValueError, match=r"layers\.0\.self_attn\.qkv_proj\.weight .* should be \(128, 64\)"):
         own_weights_spec(model)
+
+
+def test_the_examples_of_docs_section_6_run():
+    """Every Python block of docs/real_models.md sections 6.1-6.3 runs as written."""
+    import re
+    from pathlib import Path
+
+    pytest.importorskip("accelerate")  # the Trainer's example
+    text = (Path(__file__).resolve().parents[1] / "docs" / "real_models.md").read_text()
+    section = text[text.index("### 6.1 Every family"):]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 4
+    for block in blocks:
+        exec(compile(block, "docs/real_models.md", "exec"), {})

@@ -14,8 +14,11 @@ at its default initialisation.
 
 The configuration still gives the block structure, the sizes, the activation and the
 sequence length; only the scales come from the weights. Read families: BERT, RoBERTa,
-GPT-2 and the LLaMA-style decoders (LLaMA, Mistral, Qwen2), with any prefix (``bert.``,
-``transformer.``, ``model.``: the ``...ForMaskedLM`` / ``...ForCausalLM`` wrappers too).
+GPT-2, the LLaMA-style decoders (LLaMA, Mistral, Qwen2), Phi-3, Gemma 2, OLMo 2 and ViT
+(their role patterns: :mod:`remprop.validation.weight_roles`), with any prefix (``bert.``,
+``transformer.``, ``model.``: the ``...ForMaskedLM`` / ``...ForCausalLM`` wrappers too); plain
+PyTorch (``nn.TransformerEncoder``, a user's own block) through
+:mod:`remprop.validation.module_weights`.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333; docs/real_models.md section 6.
 """
