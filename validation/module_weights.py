@@ -18,7 +18,6 @@ Reference: docs/real_models.md section 6.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -26,12 +25,12 @@ from torch import nn
 from torch.nn import functional
 
 from remprop.theory.checks import ParameterError
-from remprop.theory.models.block_weights import module_spec
-from remprop.theory.models.measured_weights import EmbeddingTable, measured_spec
+from remprop.theory.models.measured_weights import EmbeddingTable
+from remprop.theory.models.module_spec import module_spec
 
 from .weight_roles import module_layout
 
-__all__ = ["BlockDescription", "encoder_block", "module_weights_spec"]
+__all__ = ["BlockDescription", "encoder_block", "module_block_spec"]
 
 
 @dataclass(frozen=True)
@@ -168,8 +167,8 @@ def _sizes(model, layout, source):
     return width, d_ff, len(query)
 
 
-def module_weights_spec(model, *, block=None, seq_len=None, q0=1.0, rho0=0.0):
-    """The :class:`~remprop.theory.ModelSpec` of a plain module, measured on its weights.
+def module_block_spec(model, *, block=None, seq_len=None, q0=1.0, rho0=0.0):
+    """What the measured route needs of a plain module: its configuration, layout and input state.
 
     Parameters
     ----------
@@ -186,10 +185,11 @@ def module_weights_spec(model, *, block=None, seq_len=None, q0=1.0, rho0=0.0):
 
     Returns
     -------
-    ModelSpec
+    (ModelSpec, WeightLayout, tuple of EmbeddingTable, BlockDescription)
+        The configuration (:func:`~remprop.theory.models.module_spec.module_spec`, sizes read
+        off the weights), where the roles are, the given input as a table, and the description;
+        :func:`~remprop.validation.own_weights.own_weights_spec` measures the rest.
     """
-    from .own_weights import measure_weights, named_tensors
-
     if seq_len is None:
         raise ParameterError("seq_len", "seq_len: a module without a transformers config has no maximum length: "
                              "give the seq_len it runs at")
@@ -205,6 +205,4 @@ def module_weights_spec(model, *, block=None, seq_len=None, q0=1.0, rho0=0.0):
                        activation=block.activation, norm_type=block.norm_type, mlp=block.mlp, causal=block.causal,
                        q0=q0, rho0=rho0, eps=block.eps, final_norm=block.final_norm, branch_norm=block.branch_norm,
                        name=source)
-    given = EmbeddingTable("input", spec.q0, spec.rho0 * spec.q0)
-    measured = measured_spec(spec, measure_weights(spec, named_tensors(model), source, layout=layout, inputs=(given,)))
-    return dataclasses.replace(measured, assumptions=block.notes + measured.assumptions)
+    return spec, layout, (EmbeddingTable("input", spec.q0, spec.rho0 * spec.q0),), block

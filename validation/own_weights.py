@@ -327,7 +327,7 @@ def own_weights_spec(model, *, seq_len=None, block=None, q0=None, rho0=None):
         ``torch.nn.TransformerEncoder`` it holds, :func:`~remprop.validation.module_weights.encoder_block`).
     q0, rho0 : float, optional
         A plain module: the input state its first block reads (default 1 and 0, i.i.d.
-        unit-variance tokens; :func:`~remprop.validation.module_weights.module_weights_spec`).
+        unit-variance tokens; :func:`~remprop.validation.module_weights.module_block_spec`).
 
     Returns
     -------
@@ -353,10 +353,13 @@ def own_weights_spec(model, *, seq_len=None, block=None, q0=None, rho0=None):
     elif isinstance(model, nn.Module) and block is None and hasattr(getattr(model, "config", None), "to_dict"):
         config, source, weights = model.config, type(model).__name__, model
     elif isinstance(model, nn.Module):  # plain PyTorch: the block described, or read off its TransformerEncoder
-        from .module_weights import module_weights_spec
+        from .module_weights import module_block_spec
 
-        return module_weights_spec(model, block=block, seq_len=seq_len, q0=1.0 if q0 is None else q0,
-                                   rho0=0.0 if rho0 is None else rho0)
+        spec, layout, given, block = module_block_spec(model, block=block, seq_len=seq_len,
+                                                       q0=1.0 if q0 is None else q0, rho0=0.0 if rho0 is None else rho0)
+        source = type(model).__name__
+        spec = measured_spec(spec, measure_weights(spec, named_tensors(model), source, layout=layout, inputs=given))
+        return dataclasses.replace(spec, assumptions=block.notes + spec.assumptions)
     else:
         raise ValueError(f"model must be a transformers model (an nn.Module with a config), a torch.nn.Module "
                          f"or a folder with config.json and *.safetensors, got {type(model).__name__}")

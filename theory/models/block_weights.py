@@ -23,10 +23,8 @@ the default init:
   (pre-norm: Gemma 2), and where it does not (OLMo 2's MLP reads the raw stream) its input is
   ``1 / c_M`` of the model's: noted.
 
-:func:`module_spec` is the configuration of a block described by hand -- plain PyTorch's
-``nn.TransformerEncoder`` (:mod:`remprop.validation.module_weights`), or a user's own block --
-for the measured route (``family = "module"``): the sizes, block order, activation and the
-input state ``(q0, rho0)`` given; every scale is measured.
+A block described by hand (plain PyTorch, a user's own block) has the configuration
+:func:`~remprop.theory.models.module_spec.module_spec` (``family = "module"``).
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333; docs/theory.md sections 5 and 19;
 docs/real_models.md section 6; Touvron et al. 2021 (CaiT: LayerScale).
@@ -35,14 +33,11 @@ from __future__ import annotations
 
 import math
 
-from ..architecture import Architecture
-from ..checks import ParameterError, as_float_array, check_count, check_depth, check_overlap
-from ..rem import check_seq_len
-from ..settings import RunSettings
 
-__all__ = ["family_parameters", "module_spec", "MODULE_FAMILY", "BRANCH_GAIN_ROLES"]
+__all__ = ["family_parameters", "MODULE_FAMILY", "BRANCH_GAIN_ROLES"]
 
-#: The ``family`` of a :func:`module_spec` (a model without a Hugging Face configuration).
+#: The ``family`` of a :func:`~remprop.theory.models.module_spec.module_spec` (a model without a
+#: Hugging Face configuration).
 MODULE_FAMILY = "module"
 #: Gain roles on a branch's output: (norm after the branch, LayerScale) of the attention and of the MLP.
 BRANCH_GAIN_ROLES = {"attention": ("attention_branch", "attention_scale"), "mlp": ("mlp_branch", "mlp_scale")}
@@ -105,61 +100,3 @@ def family_parameters(spec, weights, params, beta, q0, rho0):
         notes.append(f"branch gains (LayerScale, mean squares: attention {ca:.4g}, MLP {cm:.4g}) scale the branches' "
                      f"outputs: sigma_o2 = {params['sigma_o2']:.4g}, sigma_w2_out = {params['sigma_w2_out']:.4g}")
     return params, beta, q0, rho0, tuple(notes)
-
-
-def module_spec(*, width, depth, heads, d_ff, seq_len, norm="pre", activation="relu", norm_type="layer",
-                mlp="dense", causal=False, q0=1.0, rho0=0.0, eps=1e-5, final_norm=False, branch_norm=False,
-                name="module", positions="absolute", rope_base=None):
-    """The :class:`~remprop.theory.ModelSpec` of a block described by hand, for the measured route.
-
-    Parameters
-    ----------
-    width, depth, heads, d_ff : int
-        Model width d, number of blocks L, attention heads H (dividing d), MLP width.
-    seq_len : int
-        Sequence length T >= 2 (the model's own; a plain module has no maximum).
-    norm : {"pre", "post", "none"}
-        Block order (``nn.TransformerEncoderLayer``: ``norm_first=True`` is ``"pre"``).
-    activation, norm_type, mlp, positions, rope_base, branch_norm
-        As :class:`~remprop.theory.Architecture` takes them.
-    causal : bool
-        A causal mask.
-    q0, rho0 : float
-        The input state the first block reads: the mean squared entry of a token (> 0) and the
-        mean cosine of two tokens (default 1 and 0: i.i.d. unit-variance tokens).
-    eps : float
-        The norms' epsilon (reported).
-    final_norm : bool
-        A norm after the last block.
-    name : str
-        The report's name.
-
-    Returns
-    -------
-    ModelSpec
-        ``family = "module"``, its scales placeholders until
-        :func:`~remprop.theory.models.measured_weights.measured_spec` measures them.
-    """
-    from .hf_config import ModelSpec
-
-    width, heads, d_ff = check_count("width", width, 2), check_count("heads", heads, 1), check_count("d_ff", d_ff, 1)
-    depth = check_depth(depth)
-    if width % heads:
-        raise ParameterError("heads", f"heads ({heads}) must divide the width ({width})")
-    seq_len = check_seq_len(seq_len, allow_none=False)
-    q0 = float(as_float_array("q0", q0, positive=True))
-    rho0 = float(as_float_array("rho0", rho0, low=-1.0, high=1.0))
-    check_overlap(q0, rho0 * q0, "q0", "rho0 q0")
-    eps = float(as_float_array("eps", eps, nonnegative=True))
-    rope = {} if positions == "absolute" else {"positions": positions, "head_dim": width // heads,
-                                               **({} if rope_base is None else {"rope_base": rope_base})}
-    arch = Architecture(norm=norm, norm_type=norm_type, mlp=mlp, attention="softmax", activation=activation,
-                        alpha_sa=1.0, alpha_mlp=1.0, seq_len=seq_len, heads=heads, qk_scaling="model",
-                        sigma_v2=1.0, sigma_o2=1.0, sigma_w2=1.0, sigma_w2_out=1.0, sigma_b2=0.0,
-                        branch_norm=bool(branch_norm), final_norm=bool(final_norm), **rope)
-    notes = (f"input: q0 = {q0:g}, rho0 = {rho0:g} as given (a module without embedding tables: the tokens the "
-             "first block reads)",)
-    return ModelSpec(name=str(name), family=MODULE_FAMILY, settings=RunSettings(arch, 1.0, depth, q0, rho0),
-                     width=width, d_ff=d_ff, causal=bool(causal), init_range=float("nan"), embedding_layer_norm=False,
-                     final_layer_norm=bool(final_norm), layer_norm_eps=eps, hidden_act=str(activation),
-                     assumptions=notes, pixel_std=1.0, config={"model_type": MODULE_FAMILY})
