@@ -3,7 +3,7 @@
 :class:`RempropCallback` runs :func:`remprop.check <remprop.validation.own_weights.check>` at
 ``on_train_begin`` on the model the ``Trainer`` is about to train, with the ``Trainer``'s own
 recipe (:func:`trainer_recipe`): its peak learning rate, warm-up, total steps, tokens per step
-and AdamW ``beta2``. It logs the report through :mod:`logging` (logger ``remprop``), appends the
+and AdamW ``beta2``. It logs the report through ``logging`` (logger ``remprop``), appends the
 verdict's numbers to the ``Trainer``'s ``state.log_history`` (saved in ``trainer_state.json``),
 writes the figure beside the checkpoints, and warns in one line when the rate lies above the
 predicted ceiling's band or the initialisation is collapsed. Without ``transformers``, use

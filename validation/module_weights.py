@@ -76,7 +76,7 @@ class BlockDescription:
     notes: tuple = field(default=())
 
     def layout(self):
-        """The :class:`~remprop.validation.weight_roles.WeightLayout` of :attr:`roles`."""
+        """The :class:`~remprop.validation.weight_roles.WeightLayout` of the ``roles``."""
         return module_layout(self.roles, conv1d=self.conv1d, gain_offset=self.gain_offset)
 
 
