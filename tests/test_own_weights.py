@@ -282,8 +282,8 @@ def test_saved_folder_matches_the_model(build, tmp_path, capsys):
 def test_bad_input_is_one_line(tmp_path, capsys):
     with pytest.raises(ValueError, match="model must be a transformers model"):
         remprop.check(object())
-    with pytest.raises(ValueError, match="model must be a transformers model"):
-        remprop.check(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="holds no torch.nn.TransformerEncoder"):
+        remprop.check(torch.nn.Linear(2, 2), seq_len=8)
     with pytest.raises(ValueError, match="holds no \\*.safetensors"):
         remprop.check(tmp_path)
     empty = tmp_path / "empty"
@@ -311,10 +311,10 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 
 
 def test_unread_family_is_refused():
-    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                    image_size=32, patch_size=16)
+    config = transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=64, max_position_embeddings=T)
     with pytest.raises(ValueError, match="model_type"):
-        remprop.check(transformers.ViTModel(config))
+        remprop.check(transformers.GPTNeoXModel(config))
 
 
 def test_import_remprop_stays_torch_free():

@@ -55,6 +55,8 @@ _EXPORTS = {
     "build_model": "hf_models", "model_inputs": "hf_models", "simulate_model": "hf_models",
     "ModelMeasurement": "hf_models",
     "own_weights_spec": "own_weights", "measure_weights": "own_weights",
+    "BlockDescription": "module_weights", "RempropCallback": "integrations", "RempropWarning": "integrations",
+    "trainer_recipe": "integrations",
     "branch_perturbation_gains": "update_sensitivity",
 }
 

@@ -14,8 +14,11 @@ at its default initialisation.
 
 The configuration still gives the block structure, the sizes, the activation and the
 sequence length; only the scales come from the weights. Read families: BERT, RoBERTa,
-GPT-2 and the LLaMA-style decoders (LLaMA, Mistral, Qwen2), with any prefix (``bert.``,
-``transformer.``, ``model.``: the ``...ForMaskedLM`` / ``...ForCausalLM`` wrappers too).
+GPT-2, the LLaMA-style decoders (LLaMA, Mistral, Qwen2), Phi-3, Gemma 2, OLMo 2 and ViT
+(their role patterns: :mod:`remprop.validation.weight_roles`), with any prefix (``bert.``,
+``transformer.``, ``model.``: the ``...ForMaskedLM`` / ``...ForCausalLM`` wrappers too); plain
+PyTorch (``nn.TransformerEncoder``, a user's own block) through
+:mod:`remprop.validation.module_weights`.
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333; docs/real_models.md section 6.
 """
@@ -31,60 +34,22 @@ import torch
 from torch import nn
 
 from remprop.theory import model_spec
-from remprop.theory.checks import check_regular_file
+from remprop.theory.checks import ParameterError, check_regular_file
 from remprop.theory.models.hf_config import load_hf_config
 from remprop.theory.work_limits import MAX_BYTES, MAX_SECONDS, check_limit, check_work
 from remprop.theory.models.measured_weights import (MEASURED_FAMILIES, TORCH_WEIGHT_FILES, EmbeddingTable,
                                                     MatrixScale, MeasuredWeights, holds_weights, measured_spec,
                                                     weight_files)
 
+from .weight_roles import (BRANCH_ROLES, FUSED_ROLES, GAIN_ROLES, LAYOUTS, MATRIX_ROLES, ROLE_PATTERNS, TABLE_ROLES,
+                           fused_rows, split_fused)
+
 __all__ = ["check", "own_weights_spec", "measure_weights", "named_tensors"]
 
-_BERT = {
-    "query": r"layer\.(\d+)\.attention\.self\.query\.weight", "key": r"layer\.(\d+)\.attention\.self\.key\.weight",
-    "value": r"layer\.(\d+)\.attention\.self\.value\.weight",
-    "output": r"layer\.(\d+)\.attention\.output\.dense\.weight",
-    "mlp_in": r"layer\.(\d+)\.intermediate\.dense\.weight", "mlp_out": r"layer\.(\d+)\.output\.dense\.weight",
-    # post-LN: the attention reads the stream the previous block's output norm left, the MLP the attention's norm
-    "attention_norm": r"layer\.(\d+)\.output\.LayerNorm\.weight",
-    "mlp_norm": r"layer\.(\d+)\.attention\.output\.LayerNorm\.weight",
-    "embedding_norm": r"()embeddings\.LayerNorm\.weight",
-    "mlp_bias": r"layer\.(\d+)\.intermediate\.dense\.bias",
-    "query bias": r"layer\.(\d+)\.attention\.self\.query\.bias", "key bias": r"layer\.(\d+)\.attention\.self\.key\.bias",
-    "value bias": r"layer\.(\d+)\.attention\.self\.value\.bias",
-    "output bias": r"layer\.(\d+)\.attention\.output\.dense\.bias",
-    "MLP output bias": r"layer\.(\d+)\.output\.dense\.bias",
-    "norm shift": r"(\d+)?\.?(?:output\.)?LayerNorm\.bias",
-    "word": r"()embeddings\.word_embeddings\.weight", "position": r"()embeddings\.position_embeddings\.weight",
-    "token type": r"()embeddings\.token_type_embeddings\.weight",
-}
-_GPT2 = {
-    "qkv": r"h\.(\d+)\.attn\.c_attn\.weight", "output": r"h\.(\d+)\.attn\.c_proj\.weight",
-    "mlp_in": r"h\.(\d+)\.mlp\.c_fc\.weight", "mlp_out": r"h\.(\d+)\.mlp\.c_proj\.weight",
-    "attention_norm": r"h\.(\d+)\.ln_1\.weight", "mlp_norm": r"h\.(\d+)\.ln_2\.weight",
-    "mlp_bias": r"h\.(\d+)\.mlp\.c_fc\.bias", "qkv bias": r"h\.(\d+)\.attn\.c_attn\.bias",
-    "output bias": r"h\.(\d+)\.attn\.c_proj\.bias", "MLP output bias": r"h\.(\d+)\.mlp\.c_proj\.bias",
-    "norm shift": r"h\.(\d+)\.ln_[12]\.bias",
-    "word": r"()wte\.weight", "position": r"()wpe\.weight",
-}
-_LLAMA = {
-    "query": r"layers\.(\d+)\.self_attn\.q_proj\.weight", "key": r"layers\.(\d+)\.self_attn\.k_proj\.weight",
-    "value": r"layers\.(\d+)\.self_attn\.v_proj\.weight", "output": r"layers\.(\d+)\.self_attn\.o_proj\.weight",
-    "mlp_in": r"layers\.(\d+)\.mlp\.(?:gate|up)_proj\.weight", "mlp_out": r"layers\.(\d+)\.mlp\.down_proj\.weight",
-    "attention_norm": r"layers\.(\d+)\.input_layernorm\.weight",
-    "mlp_norm": r"layers\.(\d+)\.post_attention_layernorm\.weight",
-    "query bias": r"layers\.(\d+)\.self_attn\.q_proj\.bias", "key bias": r"layers\.(\d+)\.self_attn\.k_proj\.bias",
-    "value bias": r"layers\.(\d+)\.self_attn\.v_proj\.bias", "output bias": r"layers\.(\d+)\.self_attn\.o_proj\.bias",
-    "word": r"()embed_tokens\.weight",
-}
-#: model_type -> {role: pattern}; a pattern matches the end of a tensor's name after any prefix
-#: and captures the layer index (empty for tensors outside the blocks).
-ROLE_PATTERNS = {"bert": _BERT, "roberta": _BERT, "gpt2": _GPT2, "llama": _LLAMA, "mistral": _LLAMA,
-                 "qwen2": _LLAMA}
-_MATRIX_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
-_GAIN_ROLES = ("attention_norm", "mlp_norm", "embedding_norm")
-#: Families whose matrices are ``Conv1D`` (``(in, out)``, fan-in the first dimension).
-_CONV1D = ("gpt2",)
+#: The role patterns of each family, and the matrix and gain roles (one home: :mod:`.weight_roles`).
+_MATRIX_ROLES, _GAIN_ROLES = MATRIX_ROLES, GAIN_ROLES + BRANCH_ROLES
+#: Roles whose tensor is a norm's weight (Gemma stores ``gain - 1``: :attr:`WeightLayout.gain_offset`).
+_NORM_ROLES = GAIN_ROLES + ("query_norm", "key_norm", "attention_branch", "mlp_branch")
 
 
 def named_tensors(source):
@@ -153,12 +118,13 @@ def _check_shape(name, role, tensor, spec, source, conv1d):
         raise ValueError(f"weights: {name} of {source} has shape {shape}, but its config gives d = {d}, "
                          f"d_ff = {d_ff}: {what} should be {expected} (the config and the weights disagree)")
 
-    if role in _MATRIX_ROLES or role == "qkv":
+    if role in _MATRIX_ROLES or role in FUSED_ROLES:
         if len(shape) != 2:
             refuse("it", "a 2-d matrix")
         out, fan_in = (shape[1], shape[0]) if conv1d else shape
-        if role == "qkv" and (fan_in != d or out % 3):
-            refuse("its shape", f"({d}, 3 x width)")
+        if role in FUSED_ROLES and (fan_in != d or out != fused_rows(role, spec)):
+            rows = fused_rows(role, spec)
+            refuse("its shape", f"({d}, {rows})" if conv1d else f"({rows}, {d})")
         needs = {"query": ("fan-in", fan_in, d), "key": ("fan-in", fan_in, d), "value": ("fan-in", fan_in, d),
                  "output": ("output width", out, d), "mlp_in": ("fan-in", fan_in, d),
                  "mlp_out": ("fan-in", fan_in, d_ff)}.get(role)
@@ -168,8 +134,13 @@ def _check_shape(name, role, tensor, spec, source, conv1d):
             refuse("its output width", d_ff)
         if role == "mlp_out" and out != d:
             refuse("its output width", d)
+    elif role in ("query_norm", "key_norm"):  # QK-norm over a head (d_H) or all heads (H d_H, H_kv d_H)
+        if len(shape) != 1:
+            refuse("a gain's shape", "1-d")
     elif role in _GAIN_ROLES and shape != (d,):
         refuse("a gain's shape", f"({d},)")
+    elif role == "patch" and (len(shape) != 4 or shape[0] != d):
+        refuse("a patch projection's shape", f"({d}, channels, patch, patch)")
     elif role in ("word", "position", "token type"):
         if len(shape) != 2 or shape[1] != d:
             refuse("an embedding table's row width", d)
@@ -206,7 +177,7 @@ class _Sums:
                            entries=int(count), layers=tuple(self.layers[k][0] / self.layers[k][2] for k in keys))
 
 
-def measure_weights(spec, tensors, source) -> MeasuredWeights:
+def measure_weights(spec, tensors, source, *, layout=None, inputs=()) -> MeasuredWeights:
     """The scales of a model's weights, by role (:class:`~remprop.theory.models.MeasuredWeights`).
 
     Parameters
@@ -217,6 +188,12 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
         Named weights (:func:`named_tensors`).
     source : str
         Where they come from, for messages.
+    layout : WeightLayout, optional
+        Where the model keeps each role (default: its family's,
+        :data:`~remprop.validation.weight_roles.LAYOUTS`; a user's own block:
+        :func:`~remprop.validation.weight_roles.module_layout`).
+    inputs : sequence of EmbeddingTable
+        Input states given rather than measured (a module without embedding tables).
 
     Returns
     -------
@@ -229,44 +206,51 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
         (``p = q``).
     """
     family = spec.family
-    if family not in ROLE_PATTERNS:
+    if layout is None and family not in LAYOUTS:
         raise ValueError(f"weights: measured weights are read for model_type {', '.join(MEASURED_FAMILIES)}; "
                          f"got {family!r}")
-    patterns = {role: re.compile(r"(?:^|\.)" + pattern + "$") for role, pattern in ROLE_PATTERNS[family].items()}
+    layout = LAYOUTS[family] if layout is None else layout
+    patterns = layout.compiled()
     sums = defaultdict(_Sums)
     tables = {}
     blocks = set()
     present = defaultdict(lambda: defaultdict(int))  # role -> layer -> tensors of that role read
     named = {}
-    conv1d = family in _CONV1D
+    conv1d = layout.conv1d
     for name, tensor in tensors:
         for role, pattern in patterns.items():
             match = pattern.search(name)
             if match is None:
                 continue
             _readable(name, tensor, source)
+            if role == "position" and tensor.dim() == 3 and tensor.shape[0] == 1:  # ViT's (1, T, d) parameter
+                tensor = tensor[0]
             _check_shape(name, role, tensor, spec, source, conv1d)
             layer = int(match.group(1)) if match.groups() and match.group(1) else None
             if layer is not None and role != "norm shift":
                 present[role][layer] += 1
                 start, end = match.span(1)
                 named.setdefault(role, (name[:start], name[end:]))  # its name in any block
-            if role in ("word", "position", "token type"):
+            if role in TABLE_ROLES:
                 tables[role] = _table(role, tensor, spec)
-            elif role == "qkv":  # GPT-2's fused Conv1D (d, 3d): query, key, value side by side
+            elif role in FUSED_ROLES:  # fused projections, split into their parts' roles
                 blocks.add(layer)
-                for part, chunk in zip(("query", "key", "value"), tensor.chunk(3, dim=1)):
-                    sums[part].add(layer, chunk, chunk.shape[0])
+                for part, chunk, fan_in in split_fused(role, tensor, spec, conv1d):
+                    sums[part].add(layer, chunk, fan_in)
             elif role in _MATRIX_ROLES:
                 blocks.add(layer)
                 sums[role].add(layer, tensor, tensor.shape[0] if conv1d else tensor.shape[1])
             else:
-                sums[role].add(layer, tensor)
+                sums[role].add(layer, tensor + layout.gain_offset if role in _NORM_ROLES else tensor)
             break
     if blocks and len(blocks) != spec.depth:
         raise ValueError(f"weights: {source} holds {len(blocks)} blocks, its config.json says {spec.depth}")
     _check_complete(present, named, blocks, source)
-    order = [t for t in ("word", "position", "token type") if t in tables]
+    if "patch" in tables and "patch bias" in sums:  # a bias every patch shares: q and p both gain its mean square
+        bias = sums.pop("patch bias").scale().mean_square
+        tables["patch"] = EmbeddingTable("patch", tables["patch"].q + bias, tables["patch"].p + bias)
+    order = [t for t in TABLE_ROLES if t in tables] + [t.name for t in inputs]
+    tables.update({t.name: t for t in inputs})
     weights = MeasuredWeights(
         source=source,
         matrices={role: sums[role].scale() for role in _MATRIX_ROLES if role in sums},
@@ -277,10 +261,10 @@ def measure_weights(spec, tensors, source) -> MeasuredWeights:
                       if role not in _MATRIX_ROLES + _GAIN_ROLES + ("mlp_bias",)})
     # the matrices are required by MeasuredWeights itself; a missing gain would read as 1, a missing table as none
     found = set(sums) | set(tables)
-    for role in _GAIN_ROLES + ("word", "position", "token type"):
-        if role in ROLE_PATTERNS[family] and role not in found:
+    for role in _GAIN_ROLES + TABLE_ROLES:
+        if role in layout.roles and role not in found and role not in layout.optional:
             what = role.replace("_", " ") + (" gain" if role in _GAIN_ROLES else " embedding table")
-            raise ValueError(f"weights: {source} holds no {_pattern_name(ROLE_PATTERNS[family][role])} (its {what}); "
+            raise ValueError(f"weights: {source} holds no {_pattern_name(layout.roles[role])} (its {what}); "
                              "a model with tensors missing cannot be measured")
     return weights
 
@@ -308,6 +292,8 @@ def _check_complete(present, named, blocks, source):
 def _table(role, tensor, spec) -> EmbeddingTable:
     """One embedding table as the tokens read it (see :func:`measure_weights`)."""
     x = tensor.detach().to(dtype=torch.float64)
+    if role == "patch":  # ViT: a (d, C, P, P) projection of i.i.d. pixels of std pixel_std: q = v C P^2 s^2, p = 0
+        return EmbeddingTable("patch", float((x * x).mean()) * (x[0].numel()) * spec.pixel_std ** 2, 0.0)
     width = x.shape[1]
     if role == "word":
         return EmbeddingTable("word", float((x * x).mean()), float((x.mean(dim=0) ** 2).sum()) / width)
@@ -322,7 +308,7 @@ def _table(role, tensor, spec) -> EmbeddingTable:
     return EmbeddingTable("position", float((rows * rows).mean()), p)
 
 
-def own_weights_spec(model, *, seq_len=None):
+def own_weights_spec(model, *, seq_len=None, block=None, q0=None, rho0=None):
     """The :class:`~remprop.theory.ModelSpec` of a model with its parameters measured on its weights.
 
     Parameters
@@ -333,7 +319,15 @@ def own_weights_spec(model, *, seq_len=None):
         ``*.safetensors`` weights (what ``save_pretrained`` writes; without them its
         ``pytorch_model.bin`` or ``model.pt`` state_dict, loaded with ``weights_only=True``).
     seq_len : int, optional
-        Sequence length T (default: the model's maximum, as :func:`~remprop.theory.model_spec`).
+        Sequence length T (default: the model's maximum, as :func:`~remprop.theory.model_spec`;
+        required for a plain module).
+    block : BlockDescription, optional
+        A plain module (no ``transformers`` config): the description of its block
+        (:class:`~remprop.validation.module_weights.BlockDescription`; default: read off the
+        ``torch.nn.TransformerEncoder`` it holds, :func:`~remprop.validation.module_weights.encoder_block`).
+    q0, rho0 : float, optional
+        A plain module: the input state its first block reads (default 1 and 0, i.i.d.
+        unit-variance tokens; :func:`~remprop.validation.module_weights.module_block_spec`).
 
     Returns
     -------
@@ -356,11 +350,23 @@ def own_weights_spec(model, *, seq_len=None):
             raise ValueError(f"model: the folder {str(model)!r} holds no *.safetensors weights (nor "
                              f"{', '.join(TORCH_WEIGHT_FILES)})")
         config, source, weights = load_hf_config(folder), str(folder), folder
-    elif isinstance(model, nn.Module) and hasattr(getattr(model, "config", None), "to_dict"):
+    elif isinstance(model, nn.Module) and block is None and hasattr(getattr(model, "config", None), "to_dict"):
         config, source, weights = model.config, type(model).__name__, model
+    elif isinstance(model, nn.Module):  # plain PyTorch: the block described, or read off its TransformerEncoder
+        from .module_weights import module_block_spec
+
+        spec, layout, given, block = module_block_spec(model, block=block, seq_len=seq_len,
+                                                       q0=1.0 if q0 is None else q0, rho0=0.0 if rho0 is None else rho0)
+        source = type(model).__name__
+        spec = measured_spec(spec, measure_weights(spec, named_tensors(model), source, layout=layout, inputs=given))
+        return dataclasses.replace(spec, assumptions=block.notes + spec.assumptions)
     else:
-        raise ValueError(f"model must be a transformers model (an nn.Module with a config) or a folder with "
-                         f"config.json and *.safetensors, got {type(model).__name__}")
+        raise ValueError(f"model must be a transformers model (an nn.Module with a config), a torch.nn.Module "
+                         f"or a folder with config.json and *.safetensors, got {type(model).__name__}")
+    for name, value in (("q0", q0), ("rho0", rho0)):
+        if value is not None:
+            raise ParameterError(name, f"{name}: a transformers model's input state is measured on its embedding "
+                                 "tables (give it for a plain module only)")
     spec = model_spec(config, seq_len=seq_len)
     if spec.family not in MEASURED_FAMILIES:
         raise ValueError(f"model: measured weights are read for model_type {', '.join(MEASURED_FAMILIES)}; "
@@ -371,7 +377,9 @@ def own_weights_spec(model, *, seq_len=None):
     return dataclasses.replace(spec, name=source) if named else spec
 
 
-def check(model, *, seq_len=None, threshold=None, max_depth=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES):
+def check(model, *, seq_len=None, threshold=None, max_depth=None, max_seconds=MAX_SECONDS, max_memory=MAX_BYTES,
+          lr=None, steps=None, warmup=None, batch_tokens=None, beta2=0.999, schedule="linear", block=None, q0=None,
+          rho0=None):
     """Diagnose a model as its weights are: ``print(remprop.check(model).report())``.
 
     Parameters
@@ -391,6 +399,15 @@ def check(model, *, seq_len=None, threshold=None, max_depth=None, max_seconds=MA
         (:func:`~remprop.diagrams.diagnosis_work.diagnosis_seconds`, ``diagnosis_bytes``) above which
         it is refused with a ``ValueError`` holding the estimate, as ``remprop check`` refuses it
         (defaults: the command's ``--max-seconds`` and ``--max-memory``; ``math.inf``: no limit).
+    lr : float, optional
+        Your AdamW peak rate: the report says whether it lies below, within or above the
+        learning-rate ceiling's band (``remprop check --lr``).
+    steps, warmup, batch_tokens, beta2, schedule
+        The training recipe of the ceiling (``--steps``, ``--warmup``, ``--batch-tokens``,
+        ``--beta2``, ``--schedule``; :class:`~remprop.theory.learning_rate.Recipe`; default steps
+        :data:`~remprop.theory.learning_rate.DEFAULT_STEPS`, warm-up 5 % of them).
+    block, q0, rho0
+        A plain module (no ``transformers`` config): see :func:`own_weights_spec`.
 
     Returns
     -------
@@ -402,12 +419,15 @@ def check(model, *, seq_len=None, threshold=None, max_depth=None, max_seconds=MA
     from remprop.diagrams.diagnosis import MAX_COLLAPSE_DEPTH
     from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
     from remprop.theory.checks import check_depth
+    from remprop.theory.learning_rate import DEFAULT_STEPS, Recipe
 
     max_depth = check_depth(MAX_COLLAPSE_DEPTH if max_depth is None else max_depth, name="max_depth")
     check_limit("max_seconds", max_seconds)
     check_limit("max_memory", max_memory)
-    spec = own_weights_spec(model, seq_len=seq_len)
+    recipe = Recipe(DEFAULT_STEPS if steps is None else steps, warmup, batch_tokens, beta2, schedule)
+    spec = own_weights_spec(model, seq_len=seq_len, block=block, q0=q0, rho0=rho0)
     check_work(f"the diagnosis of {spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len}) with "
                f"max_depth {max_depth}", seconds=diagnosis_seconds(spec, max_depth=max_depth),
                nbytes=diagnosis_bytes(spec, max_depth=max_depth), max_seconds=max_seconds, max_memory=max_memory)
-    return diagnose(spec, DEFAULT_THRESHOLD if threshold is None else threshold, max_depth=max_depth)
+    return diagnose(spec, DEFAULT_THRESHOLD if threshold is None else threshold, max_depth=max_depth,
+                    lr_steps=recipe.steps, lr=lr, recipe=recipe)

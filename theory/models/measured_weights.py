@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checks import as_float_array, scalar_or_array
+from .block_weights import MODULE_FAMILY, family_parameters
 
 __all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "weight_parameters", "input_state",
            "second_moment_error", "measured_spec", "holds_weights", "weight_files", "unread_weight_files",
@@ -64,8 +65,10 @@ __all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "weight_parameter
 #: Matrix roles a measurement fills, in the theory's terms (each one ``v_X`` with its fan-in).
 WEIGHT_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
 #: Norm-gain roles: the norm whose output the attention reads, the one the MLP reads, the
-#: norm after the embeddings (BERT-like models).
-GAIN_ROLES = ("attention_norm", "mlp_norm", "embedding_norm")
+#: norm after the embeddings (BERT-like models); then the QK-norm gains of queries and keys, and the
+#: gains on each branch's output (a norm after the branch, a LayerScale: :mod:`.block_weights`).
+GAIN_ROLES = ("attention_norm", "mlp_norm", "embedding_norm", "query_norm", "key_norm", "attention_branch",
+              "mlp_branch", "attention_scale", "mlp_scale")
 #: Standard deviations beyond which a measured number differs from another (or from 0).
 SIGNIFICANCE = 5.0
 
@@ -371,12 +374,13 @@ def measured_spec(spec, weights: MeasuredWeights):
     q0, rho0 = input_state([t.q for t in tables], [t.p for t in tables], norm_gain2=norm_gain2,
                            stream_gain2=ga if post else 1.0)
     beta = params.pop("beta")
+    params, beta, q0, rho0, family_notes = family_parameters(spec, weights, params, beta, q0, rho0)
     source = f"the measured weights of {weights.source}"
     try:
         settings = spec.settings.replace(arch=arch.replace(**params), beta=beta, q0=q0, rho0=rho0)
     except ValueError as err:
         raise ValueError(f"{source} give an unusable model: {err}") from None
-    notes = _notes(spec, weights, q0, rho0) + (
+    notes = _notes(spec, weights, q0, rho0) + family_notes + (
         f"the attention output projection W_O is modelled: it scales the attention branch by sigma_o2 = "
         f"{params['sigma_o2']:.4g}",)
     kept = tuple(note for note in spec.assumptions if not note.startswith(_DEFAULT_INIT_NOTES))
@@ -385,7 +389,8 @@ def measured_spec(spec, weights: MeasuredWeights):
 
 #: The families whose weights :mod:`remprop.validation.own_weights` reads (their block is the
 #: configuration reader's standard one, :func:`~remprop.theory.model_spec`).
-MEASURED_FAMILIES = ("bert", "roberta", "gpt2", "llama", "mistral", "qwen2")
+MEASURED_FAMILIES = ("bert", "roberta", "gpt2", "llama", "mistral", "qwen2", "phi3", "gemma2", "olmo2", "vit",
+                     MODULE_FAMILY)
 
 #: Starts of configuration notes that quote the library's default init (replaced when measured).
 _DEFAULT_INIT_NOTES = ("the attention output projection W_O is modelled", "LayerNorm eps", "RMSNorm eps",
@@ -398,7 +403,10 @@ def _notes(spec, weights, q0, rho0) -> tuple:
              "embedding table(s) as uniformly drawn ids read them (repeated words in real text raise rho0)"]
     labels = {"query": "W_Q", "key": "W_K", "value": "W_V", "output": "W_O", "mlp_in": "MLP first layer",
               "mlp_out": "MLP second layer", "attention_norm": "attention-input norm gain",
-              "mlp_norm": "MLP-input norm gain", "embedding_norm": "embedding norm gain"}
+              "mlp_norm": "MLP-input norm gain", "embedding_norm": "embedding norm gain",
+              "query_norm": "query-norm gain", "key_norm": "key-norm gain",
+              "attention_branch": "attention branch-norm gain", "mlp_branch": "MLP branch-norm gain",
+              "attention_scale": "attention LayerScale", "mlp_scale": "MLP LayerScale"}
     for role, scale in list(weights.matrices.items()) + list(weights.gains.items()):
         spread = scale.layer_spread()
         if spread is not None:
