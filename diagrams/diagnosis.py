@@ -291,7 +291,7 @@ class Diagnosis:
             "key_gradient_first": self.key_gradient_first, "key_gradient_last": self.key_gradient_last,
             "changes": [c.to_dict() for c in self.changes],
             "lr_ceiling": None if self.lr_ceiling is None else dict(self.lr_ceiling),
-            "init_deviations": None if self.init is None else self.init.to_dict()}
+            **({} if self.init is None else {"init_deviations": self.init.to_dict()})}
 
     def report(self) -> str:
         """A plain-text report: placement, per-layer cosine, gradients, recommended changes."""

@@ -231,3 +231,14 @@ def test_check_dir_flags_the_scaled_branch_and_simulates_own_weights(tmp_path, c
     # --width still redraws: refused on a folder of weights, one line
     code, _, err = run_cli(capsys, "check", folder, "--width", "32", "--no-figure", "--out", tmp_path / "out")
     assert_one_line_error(code, err, "--width")
+
+
+def test_docs_deviation_example_runs():
+    """docs/real_models.md section 6.1's example, run as written (its asserts are the test)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "real_models.md").read_text()
+    block = text[text.index("<!-- deviation-example -->"):text.index("<!-- /deviation-example -->")]
+    code = re.search(r"```python\n(.*?)```", block, re.DOTALL).group(1)
+    exec(compile(code, "docs/real_models.md", "exec"), {})
