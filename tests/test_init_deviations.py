@@ -28,32 +28,11 @@ from remprop.theory.models.default_init import default_scales, init_deviations  
 from remprop.theory.models.measured_weights import ZERO_BETA, second_moment_error  # noqa: E402
 
 from cli_checks import assert_one_line_error, run_cli  # noqa: E402
+from test_own_weights import T, WIDTH, _bert, _gpt2, _llama  # noqa: E402  (the same tiny models)
 
 TOL_SIGMAS = 5.0
-WIDTH, HEADS, VOCAB, T = 64, 4, 100, 64
+VOCAB = 100  # test_own_weights' tiny models
 MAX_DEPTH = 200  # the collapse search of these 2-4 layer models; keeps each check under a second
-
-
-def _bert(layers=2):
-    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=layers,
-                                     num_attention_heads=HEADS, intermediate_size=128, max_position_embeddings=T)
-    torch.manual_seed(0)
-    return transformers.BertModel(config).eval()
-
-
-def _gpt2(layers=4):
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=WIDTH, n_layer=layers, n_head=HEADS, n_positions=T,
-                                     n_inner=128)
-    torch.manual_seed(0)
-    return transformers.GPT2Model(config).eval()
-
-
-def _llama(layers=2):
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=layers,
-                                      num_attention_heads=HEADS, num_key_value_heads=2, intermediate_size=96,
-                                      max_position_embeddings=T)
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
 
 
 def _rows(diagnosis):
@@ -91,7 +70,7 @@ def test_scaled_residual_branch_is_flagged_with_its_effect():
     """Every c_proj x5 (the attention output and the MLP's second layer): both flagged at ratio 5 within
     the sampling error, nothing else flagged; the effects name the branch amplitude as alpha / 5, and
     the skip advice is no longer "none needed"."""
-    model = _gpt2()
+    model = _gpt2(layers=4)
     with torch.no_grad():
         for block in model.h:
             block.attn.c_proj.weight.mul_(5.0)
@@ -199,7 +178,7 @@ def test_bad_weights_stay_refused(bad):
 
 def test_table_rows_match_the_measurement():
     """The theory side alone: init_deviations of the measured weights, one row per measured role."""
-    diagnosis = remprop.check(_gpt2(), max_depth=MAX_DEPTH)
+    diagnosis = remprop.check(_gpt2(layers=4), max_depth=MAX_DEPTH)
     rows = init_deviations(diagnosis.spec, diagnosis.spec.weights)
     assert [r.role for r in rows] == [r.role for r in diagnosis.init.rows]
     query = next(r for r in rows if r.role == "query")
