@@ -30,6 +30,7 @@ from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradi
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
 from remprop.theory.learning_rate import DEFAULT_STEPS
+from remprop.theory.models.measured_weights import ZERO_BETA
 from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 from remprop.theory.checks import check_count, check_depth
 from remprop.theory.work_estimates import spread_indices
@@ -584,7 +585,7 @@ def _query_key_change(spec, beta, target, beta_c, attention_input, gradient_fact
     """The query/key std that puts the model at ``target = beta_c / 2``, and its effect ``judged``
     (final rho, phase, theory: :func:`_judge`)."""
     final_rho, phase, by = judged
-    current_std = float(spec.query_key_std(beta))
+    current_std = 0.0 if beta == ZERO_BETA else float(spec.query_key_std(beta))  # a zero query (muP): beta = 0
     std = float(spec.query_key_std(target))
     std_max = float(spec.query_key_std(beta_c))
     verb = "lower" if beta > target else "raise"

@@ -39,7 +39,8 @@ from remprop.theory.models.measured_weights import measured_spec
 from . import residual_strength
 from .phases import PHASE_LABELS, classify_phases
 
-__all__ = ["GroupEffect", "InitDeviations", "init_deviations", "BRANCHES", "MOVED_PARAMETERS", "ALL_FLAGGED", "effect_seconds"]
+__all__ = ["GroupEffect", "InitDeviations", "init_deviations", "BRANCHES", "MOVED_PARAMETERS", "ALL_FLAGGED",
+           "effect_seconds"]
 
 #: The effect of every flagged tensor at its default at once (the library's init), listed last.
 ALL_FLAGGED = "all flagged"
@@ -227,8 +228,9 @@ class InitDeviations:
                           f"({BRANCHES[e.group][1]} = {e.effective_alpha:.3g} against the default branch)"
                           for e in branches)
         m, d = effect.model, effect.default
-        action = (f"{words}: at the default std of {tensors} the skip margin alpha_SA / alpha* is {d['alpha_ratio']:.3g} "
-                  f"(now {m['alpha_ratio']:.3g}) and the final cosine {d['final_rho']:.4f} (now {m['final_rho']:.4f})"
+        action = (f"{words}: at the default std of {tensors} the skip margin alpha_SA / alpha* is "
+                  f"{d['alpha_ratio']:.3g} (now {m['alpha_ratio']:.3g}) and the final cosine {d['final_rho']:.4f} "
+                  f"(now {m['final_rho']:.4f})"
                   + (", or scale the skip paths by the same factors" if any(e.amplitude > 1 for e in branches) else ""))
         return {"action": action, "final_rho": d["final_rho"], "phase": d["phase"],
                 "values": {"amplitudes": self.branch_amplitudes(), "alpha_ratio_default": d["alpha_ratio"],

@@ -221,3 +221,18 @@ def test_docs_deviation_example_runs():
     block = text[text.index("<!-- deviation-example -->"):text.index("<!-- /deviation-example -->")]
     code = re.search(r"```python\n(.*?)```", block, re.DOTALL).group(1)
     exec(compile(code, "docs/real_models.md", "exec"), {})
+
+
+def test_norm_gain_is_flagged_exactly_and_moves_beta():
+    """GPT-2's attention-input LayerNorm gains at 2 (default exactly 1): flagged beyond rounding, and
+    beta -- which carries g_A^2 in a pre-LN block -- is 4x the default's: toward entropy collapse."""
+    model = _gpt2(layers=2)
+    with torch.no_grad():
+        for block in model.h:
+            block.ln_1.weight.fill_(2.0)
+    diagnosis = remprop.check(model, max_depth=MAX_DEPTH)
+    assert [row.role for row in diagnosis.init.flagged] == ["attention_norm"]
+    assert _rows(diagnosis)["attention_norm"].ratio == 2.0 and _rows(diagnosis)["attention_norm"].error == 0
+    (effect,) = diagnosis.init.effects
+    assert effect.parameters["beta"] == pytest.approx(4 * effect.default_parameters["beta"], rel=1e-12)
+    assert "entropy collapse" in effect.toward
