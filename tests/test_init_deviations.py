@@ -236,3 +236,22 @@ def test_norm_gain_is_flagged_exactly_and_moves_beta():
     (effect,) = diagnosis.init.effects
     assert effect.parameters["beta"] == pytest.approx(4 * effect.default_parameters["beta"], rel=1e-12)
     assert "entropy collapse" in effect.toward
+
+
+def test_simulate_refuses_a_folder_that_would_be_completed_at_random(tmp_path, capsys):
+    """A tensor the measurement does not read (the embedding norm's shift) missing from the folder:
+    transformers would draw it, so the run would not be the folder's weights -- one error naming it."""
+    from safetensors.torch import load_file, save_file
+
+    from remprop.validation.own_simulation import simulate_own_weights
+
+    folder = tmp_path / "bert"
+    _bert().save_pretrained(folder, safe_serialization=True)
+    capsys.readouterr()
+    path = next(folder.glob("*.safetensors"))
+    tensors = load_file(str(path))
+    name = next(k for k in tensors if k.endswith("embeddings.LayerNorm.bias"))
+    save_file({k: v for k, v in tensors.items() if k != name}, str(path), metadata={"format": "pt"})
+    spec = remprop.check(folder, max_depth=MAX_DEPTH).spec  # the measurement does not need it
+    with pytest.raises(ValueError, match="LayerNorm.bias"):
+        simulate_own_weights(folder, spec=spec, seeds=(0,), theory=np.zeros(spec.depth + 1))

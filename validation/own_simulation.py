@@ -35,19 +35,33 @@ __all__ = ["simulate_own_weights", "load_own_model"]
 def load_own_model(model, *, device=None):
     """The module to run: ``model`` itself (an ``nn.Module``), or the model of a folder
     (``transformers.AutoModel.from_pretrained``, float32, on ``device``: default CUDA where
-    available)."""
+    available). A folder that lacks a tensor of that model is refused (transformers would draw it
+    at random); unused tensors (a language-model head) are left out without a word."""
     if isinstance(model, nn.Module):
         return model
     if not isinstance(model, (str, os.PathLike)) or not Path(model).is_dir():
         raise ValueError(f"model must be a transformers model or a folder of its weights, got {model!r}")
     import transformers
+    from transformers.utils import logging as hf_logging
 
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # its load report: a head's weights unused by the base model are expected
+    hf_logging.disable_progress_bar()
     try:
-        loaded = transformers.AutoModel.from_pretrained(str(model), dtype=torch.float32)
+        loaded, info = transformers.AutoModel.from_pretrained(str(model), dtype=torch.float32,
+                                                              output_loading_info=True)
     except Exception as err:  # a folder the reader measured but transformers cannot load: one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ValueError(f"model: transformers cannot load {str(model)!r} to run it ({type(err).__name__}: "
                          f"{first[:200]})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:  # transformers would draw them afresh: the run would not be the folder's weights
+        raise ValueError(f"model: {str(model)!r} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} "
+                         "for transformers' model: loading would draw them at random, not run the folder's weights")
     return loaded.to(resolve_device(device))
 
 

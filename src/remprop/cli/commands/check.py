@@ -180,7 +180,8 @@ def run_check(args) -> int:
     gradient scale, and changes (skip scaling, query/key std, LayerNorm placement, gain-
     controlled attention) with their predicted effect. Writes OUT/NAME.png (the model on its
     trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
-    (no weights are downloaded; needs the validation extra) and overlays the measured cosines;
+    (no weights are downloaded; needs the validation extra) and overlays the measured cosines (a
+    folder of weights: those weights run, :mod:`remprop.validation.own_simulation`);
     each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes; the
     report ends with one verdict line (agree or disagree by
     :func:`remprop.validation.agreement.acceptance_error`, the worst layer).
