@@ -30,6 +30,7 @@ from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradi
                             model_spec, participation_moment, propagate, query_gradient_norm)
 from remprop.theory import softcap
 from remprop.theory.learning_rate import DEFAULT_STEPS
+from remprop.theory.models.measured_weights import ZERO_BETA
 from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
 from remprop.theory.checks import check_count, check_depth
 from remprop.theory.work_estimates import spread_indices
@@ -37,7 +38,7 @@ from remprop.theory.work_estimates import spread_indices
 from .compared_theory import CAUSAL_THEORY_LABELS, GRAM_DRAWS, CausalVerdictTheory, last_tokens_theory
 from .learning_rate import lr_ceiling_summary, lr_line
 from .phases import PHASE_LABELS, classify_phases
-from . import residual_strength
+from . import init_deviations, residual_strength
 
 __all__ = ["Change", "Diagnosis", "diagnose", "LAST_TOKENS", "MAX_COLLAPSE_DEPTH", "REPORT_LAYERS",
            "COMFORTABLE_MARGINS", "GRADES"]
@@ -148,6 +149,9 @@ class Diagnosis:
     alpha_star_error : float
         The causal Gram state: the last step of its ``alpha*`` search
         (:meth:`~remprop.diagrams.compared_theory.CausalVerdictTheory.alpha_star`); 0 otherwise.
+    init : remprop.diagrams.init_deviations.InitDeviations or None
+        A model measured on its own weights: each tensor group against the library's default init and what
+        the deviations do (:func:`~remprop.diagrams.init_deviations.init_deviations`); None otherwise.
     """
 
     spec: ModelSpec
@@ -173,6 +177,7 @@ class Diagnosis:
     lr_ceiling: dict | None = None
     layer_maps: dict | None = None
     alpha_star_error: float = 0.0
+    init: object = None
 
     @property
     def theory(self) -> str:
@@ -287,7 +292,7 @@ class Diagnosis:
             "key_gradient_first": self.key_gradient_first, "key_gradient_last": self.key_gradient_last,
             "changes": [c.to_dict() for c in self.changes],
             "lr_ceiling": None if self.lr_ceiling is None else dict(self.lr_ceiling),
-        }
+            **({} if self.init is None else {"init_deviations": self.init.to_dict()})}
 
     def report(self) -> str:
         """A plain-text report: placement, per-layer cosine, gradients, recommended changes."""
@@ -299,7 +304,8 @@ class Diagnosis:
                  f"beta / beta_c = {s.beta / self.beta_critical:.3f}   Y2(layer 1) = {self.y2_first:.4f}",
                  f"skip             alpha_SA = {self.alpha_sa:g}   alpha*(L = {s.depth}) = {_num(self.alpha_star)}"
                  + (f" (to {self.alpha_star_error:.2g})" if self.alpha_star_error > 0 else "")
-                 + f"   alpha_SA / alpha* = {self.margins['alpha_ratio']:.3g}" + self._beside("alpha_star"),
+                 + f"   alpha_SA / alpha* = {self.margins['alpha_ratio']:.3g}" + self._beside("alpha_star")
+                 + ("" if self.init is None else self.init.skip_line()),
                  f"phase            {self.phase} (final cosine {self.final_rho:.4f}, threshold {self.threshold:g})"
                  + self._beside("phase"),
                  f"verdict          {self.verdict['text']}",
@@ -364,7 +370,8 @@ class Diagnosis:
             lines.append(f"  - {change.name}: {change.action}")
             lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}"
                          + (f" ({change.theory})" if change.theory != self.theory else ""))
-        lines += ["", "assumptions the model breaks"] + [f"  - {text}" for text in s.assumptions]
+        lines += ([] if self.init is None else self.init.lines(s.depth)) + ["", "assumptions the model breaks"]
+        lines += [f"  - {text}" for text in s.assumptions]
         return lines
 
 
@@ -510,8 +517,8 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     key_first, key_last = (float(g) for g in key_gradient_norm(
         head_beta, inputs[:2, 0], inputs[:2, 1], spec.width, spec.seq_len, **gradient_args))
 
-    changes = []
-    verdict_theory = "layer maps" if theory is None else theory.label
+    changes, init = [], init_deviations.init_deviations(spec, run, max_depth)
+    verdict_theory, advice = "layer maps" if theory is None else theory.label, init and init.skip_advice()
     # 1. skip scaling
     if not math.isfinite(alpha_star):
         changes.append(Change("skip scaling", "no alpha_SA up to the search bound avoids rank collapse at this "
@@ -524,6 +531,8 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
             "skip scaling", f"scale the attention skip path to alpha_SA = {alpha:.3f} ({ALPHA_MARGIN:g} alpha*): "
             f"x -> {alpha:.3f} x + SA(x), or equivalently the attention branch by 1/{alpha:.3f}",
             rho_a, phase_a, {"alpha_sa": alpha, "alpha_star": alpha_star}, by))
+    elif advice:  # a residual branch away from its default: the skip margin is the branch's, not the skip's
+        changes.append(Change("skip scaling", advice["action"], advice["final_rho"], advice["phase"], advice["values"]))
     else:
         changes.append(Change(
             "skip scaling", (f"none needed: alpha_SA = {arch.alpha_sa:g} is {arch.alpha_sa / alpha_star:.3g}x the "
@@ -569,24 +578,14 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
                      changes=tuple(changes), rho_last_tokens_maps=rho_last_maps, last_tokens_theory=last_theory,
                      last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None,
                      lr_ceiling=lr_ceiling_summary(spec, check_count("lr_steps", lr_steps), lr=lr, recipe=recipe),
-                     layer_maps=layer_maps, alpha_star_error=alpha_error)
-
-
-def _verdict_architectures(arch):
-    """The architectures :func:`diagnose` propagates through the model's depth, with their passes:
-    the model itself (its verdict, the recommended beta, the skip change), the other norm
-    placement (not for a parallel block, nor where the norm is not defined) and gain-controlled attention."""
-    runs = [(arch, 3), (arch.replace(attention="gain-controlled"), 1)]
-    if not arch.block_form.parallel and arch.norm.other.value in arch.norm_type.kind.placements:
-        runs.append((arch.replace(norm=arch.norm.other.value), 1))
-    return runs
+                     layer_maps=layer_maps, alpha_star_error=alpha_error, init=init)
 
 
 def _query_key_change(spec, beta, target, beta_c, attention_input, gradient_factor, judged):
     """The query/key std that puts the model at ``target = beta_c / 2``, and its effect ``judged``
     (final rho, phase, theory: :func:`_judge`)."""
     final_rho, phase, by = judged
-    current_std = float(spec.query_key_std(beta))
+    current_std = 0.0 if beta == ZERO_BETA else float(spec.query_key_std(beta))  # a zero query (muP): beta = 0
     std = float(spec.query_key_std(target))
     std_max = float(spec.query_key_std(beta_c))
     verb = "lower" if beta > target else "raise"

@@ -12,7 +12,8 @@ from remprop.theory.checks import check_depth
 from remprop.theory.learning_rate import ceiling_seconds
 
 from .compared_theory import GRAM_DRAWS, last_tokens_theory, verdict_gram_layers
-from .diagnosis import MAX_COLLAPSE_DEPTH, _verdict_architectures
+from .diagnosis import MAX_COLLAPSE_DEPTH
+from .init_deviations import effect_seconds
 from .residual_strength import search_seconds
 
 __all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS"]
@@ -33,7 +34,8 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it the causal Gram state over the
     verdict's layers (:func:`~remprop.diagrams.compared_theory.verdict_gram_layers`,
     :func:`causal_gram_seconds`, timed on this machine); the learning-rate ceiling's walk
-    (:func:`~remprop.theory.learning_rate.ceiling_seconds`).
+    (:func:`~remprop.theory.learning_rate.ceiling_seconds`); a model measured on its own weights, the runs
+    of its deviations from the default init (:func:`~remprop.diagrams.init_deviations.effect_seconds`).
     """
     if not isinstance(spec, ModelSpec):
         spec = model_spec(spec)
@@ -42,6 +44,7 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     seconds = sum(work_estimates.run_seconds(a, 1, depth, passes) for a, passes in _verdict_architectures(arch))
     seconds += search_seconds(arch, depth, 1) + work_estimates.run_seconds(arch, 1, max_depth)
     seconds += ceiling_seconds(1, depth)          # the learning-rate ceiling's walk
+    seconds += effect_seconds(spec, max_depth)    # own weights: each deviating group beside its default
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
     if arch.positions.rotary:
         seconds += (1 + last) * work_estimates.rope_seconds(arch.head_dim)
@@ -138,3 +141,13 @@ def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
             if _uses_gram(spec, causal_theory, gram_draws, max_depth) else 0)
     return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1 + last, max_depth + 1)
             + 300 * (depth + 1) + gram)
+
+
+def _verdict_architectures(arch):
+    """The architectures :func:`diagnose` propagates through the model's depth, with their passes:
+    the model itself (its verdict, the recommended beta, the skip change), the other norm
+    placement (not for a parallel block, nor where the norm is not defined) and gain-controlled attention."""
+    runs = [(arch, 3), (arch.replace(attention="gain-controlled"), 1)]
+    if not arch.block_form.parallel and arch.norm.other.value in arch.norm_type.kind.placements:
+        runs.append((arch.replace(norm=arch.norm.other.value), 1))
+    return runs

@@ -310,8 +310,31 @@ def test_the_examples_of_docs_section_6_run():
 
     pytest.importorskip("accelerate")  # the Trainer's example
     text = (Path(__file__).resolve().parents[1] / "docs" / "real_models.md").read_text()
-    section = text[text.index("### 6.1 Every family"):]
+    section = text[text.index("### 6.1 Every family"):text.index("### 6.4 ")]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 4
     for block in blocks:
         exec(compile(block, "docs/real_models.md", "exec"), {})
+
+
+@pytest.mark.parametrize("family", ["phi3", "gemma2", "olmo2"])
+def test_default_init_of_the_new_families_is_not_flagged_and_a_scaled_branch_is(family):
+    """The deviation table (docs/real_models.md section 6.4) of Phi-3, Gemma 2 and OLMo 2: at the
+    library's default every group within SIGNIFICANCE sampling errors (gains exactly 1, QK-norm and
+    branch-norm gains included); every o_proj x5 flags W_O alone, at ratio 5 within 5 errors of its
+    mean square (sqrt(2/n), n = the entries of all layers' o_proj)."""
+    model = _build(family)
+    diagnosis = remprop.check(model, max_depth=200)
+    assert diagnosis.init is not None and not diagnosis.init.flagged
+    gains = {row.role for row in diagnosis.init.rows if row.group == "norm gains"}
+    # OLMo 2 normalises only the branches' outputs (and its queries/keys); the others their inputs
+    expected = {"olmo2": {"query_norm", "key_norm", "attention_branch", "mlp_branch"},
+                "gemma2": {"attention_norm", "mlp_norm", "attention_branch", "mlp_branch"}}
+    assert expected.get(family, {"attention_norm", "mlp_norm"}) <= gains
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith("o_proj"):
+                module.weight.mul_(5.0)
+    flagged = remprop.check(model, max_depth=200).init.flagged
+    assert [row.role for row in flagged] == ["output"]
+    _within(flagged[0].ratio ** 2, 25.0, LAYERS * WIDTH * WIDTH)

@@ -47,12 +47,11 @@ from . import streamed_layers
 
 __all__ = ["build_model", "model_config", "model_inputs", "simulate_model", "ModelMeasurement", "LAST_TOKENS",
            "reduced_spec", "first_layer_participation", "simulate_blocks", "streamed_model", "model_bytes",
-           "needs_streaming"]
+           "needs_streaming", "measure_inputs"]
 
 #: Configuration fields of (depth, width, MLP width, heads) per family (default: the BERT/LLaMA names).
 _SIZE_FIELDS = {"gpt2": ("n_layer", "n_embd", "n_inner", "n_head")}
 _DEFAULT_SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads")
-
 
 
 def _transformers():
@@ -491,7 +490,6 @@ def simulate_model(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", de
                             rho_last=stack.get("rho_last"), theory=theory, streamed=streamed)
 
 
-
 def simulate_blocks(spec, *, seeds=(0, 1, 2, 3), sequences=2, dtype="float32", device=None,
                     theory=None) -> ModelMeasurement:
     """The theory's own blocks at a model's sizes, measured like the model (:func:`simulate_model`).
@@ -576,13 +574,16 @@ def _theory_of(spec, theory):
 
 
 def _measure_seed(spec, seed, sequences, dtype, device, streamed=False, advance=None) -> dict:
-    """Per-layer statistics of one initialisation, as JSON-ready lists; ``advance(1)`` after each
-    block has run (a forward hook on the blocks the probe finds)."""
-    if streamed:
-        model = streamed_model(spec, seed=seed, dtype=dtype, device=device)
-    else:
-        model = build_model(spec, seed=seed, dtype=dtype, device=device)
+    """Per-layer statistics of one initialisation (:func:`measure_inputs` on the model drawn with ``seed``)."""
+    model = (streamed_model if streamed else build_model)(spec, seed=seed, dtype=dtype, device=device)
+    return measure_inputs(spec, model, seed, sequences, advance)
+
+
+def measure_inputs(spec, model, seed, sequences, advance=None) -> dict:
+    """Per-layer ``rho``, ``q``, ``p``, ``y2`` (causal: ``rho_last``) of ``model`` on the inputs :func:`model_inputs`
+    draws with ``seed`` (JSON-ready lists); ``advance(1)`` after each block (a hook on the probe's blocks)."""
     inputs = model_inputs(spec, sequences, seed=seed, device=next(model.parameters()).device)
+
     def block_done(*_):  # returns None: a forward hook's value would replace the block's output
         advance(1)            # (a tqdm bar's update returns a bool)
 

@@ -22,7 +22,8 @@ imports torch or matplotlib):
 
 ``remprop.check(model)`` diagnoses a ``transformers`` model (or a folder of its
 safetensors weights) as its weights are (:func:`remprop.validation.own_weights.check`;
-imports torch on first use).
+imports torch on first use); ``remprop.simulate_own_weights(model)`` runs those weights forward
+beside that theory (:func:`remprop.validation.own_simulation.simulate_own_weights`).
 
 Reference: A. Giorlandino & S. Goldt, "Two failure modes of deep transformers and how
 to avoid them: a unified theory of signal propagation at initialisation",
@@ -44,8 +45,8 @@ except _PackageNotFoundError:  # running from a source tree that is not installe
 _LAZY_SUBMODULES = ("theory", "diagrams", "validation", "cli")
 
 #: Functions reachable as attributes of ``remprop``, imported on first use (torch stays unloaded).
-_LAZY_EXPORTS = {"check": "validation.own_weights"}
+_LAZY_EXPORTS = {"check": "validation.own_weights", "simulate_own_weights": "validation.own_simulation"}
 
-__all__ = ["__version__", "check"]
+__all__ = ["__version__", "check", "simulate_own_weights"]
 
 __getattr__, __dir__ = _lazy_attributes(__name__, exports=_LAZY_EXPORTS, submodules=_LAZY_SUBMODULES)

@@ -60,7 +60,7 @@ from .block_weights import MODULE_FAMILY, family_parameters
 
 __all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "weight_parameters", "input_state",
            "second_moment_error", "measured_spec", "holds_weights", "weight_files", "unread_weight_files",
-           "TORCH_WEIGHT_FILES", "WEIGHT_ROLES", "GAIN_ROLES"]
+           "TORCH_WEIGHT_FILES", "WEIGHT_ROLES", "GAIN_ROLES", "ZERO_BETA"]
 
 #: Matrix roles a measurement fills, in the theory's terms (each one ``v_X`` with its fan-in).
 WEIGHT_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
@@ -71,6 +71,11 @@ GAIN_ROLES = ("attention_norm", "mlp_norm", "embedding_norm", "query_norm", "key
               "mlp_branch", "attention_scale", "mlp_scale")
 #: Standard deviations beyond which a measured number differs from another (or from 0).
 SIGNIFICANCE = 5.0
+#: The beta a measured ``beta = 0`` (a zero query or key matrix: uniform attention) is run at. The
+#: maps depend on beta through ``beta^2 q^2 log T``, whose relative effect at this beta (1e-300 in beta^2) is far
+#: below double precision: the engine's values here are its ``beta -> 0`` limit to the last bit
+#: (the tests hold them equal at 1e-12 and 1e-100, and the participation ratio at ``1/T``).
+ZERO_BETA = 1e-150
 
 
 def second_moment_error(entries):
@@ -122,7 +127,9 @@ def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, 
     ----------
     query, key, value, output, mlp_in, mlp_out : array_like
         Variance times fan-in of ``W_Q``, ``W_K``, ``W_V``, ``W_O``, the MLP's first layer
-        (gate and up of a gated MLP) and its second layer, each > 0.
+        (gate and up of a gated MLP) and its second layer, each >= 0 (a zero-initialised
+        query or key gives ``beta = 0``, a zero value, output or MLP layer a branch that adds
+        nothing).
     mlp_bias : array_like
         Mean square of the MLP's first-layer bias (``sigma_b2``), >= 0.
     seq_len : int
@@ -150,9 +157,10 @@ def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, 
 
     seq_len = check_seq_len(seq_len, allow_none=False)
     names = ("query", "key", "value", "output", "mlp_in", "mlp_out", "attention_gain2", "mlp_gain2")
-    vq, vk, vv, vo, v1, v2, ga, gm = (as_float_array(name, value, positive=True) for name, value in
-                                      zip(names, (query, key, value, output, mlp_in, mlp_out,
-                                                  attention_gain2, mlp_gain2)))
+    vq, vk, vv, vo, v1, v2, ga, gm = (as_float_array(name, value, positive=name.endswith("gain2"),
+                                                     nonnegative=not name.endswith("gain2"))
+                                      for name, value in zip(names, (query, key, value, output, mlp_in, mlp_out,
+                                                                     attention_gain2, mlp_gain2)))
     bias = as_float_array("mlp_bias", mlp_bias, nonnegative=True)
     post = bool(post_norm)
     out = {"beta": np.sqrt(vq) * np.sqrt(vk) * ga / math.sqrt(math.log(seq_len)),  # no underflow of vq vk
@@ -321,9 +329,13 @@ class MeasuredWeights:
                 raise ValueError(f"weights: the {table.name} embedding table of {self.source} has mean square "
                                  f"{table.q!r} and mean overlap {table.p!r} (need finite, the mean square > 0)")
         for role, scale in list(self.matrices.items()) + list(self.gains.items()):
-            if not (math.isfinite(scale.mean_square) and scale.mean_square > 0):
+            # a zero matrix is a legitimate init (muP's zero query, a zero-initialised residual branch);
+            # a zero gain would divide the folded post-LN branches by zero
+            zero_ok = role in self.matrices
+            if not (math.isfinite(scale.mean_square) and (scale.mean_square > 0 or
+                                                          (zero_ok and scale.mean_square == 0))):
                 raise ValueError(f"weights: the {role.replace('_', ' ')} weights of {self.source} have mean square "
-                                 f"{scale.mean_square!r} (need finite and > 0)")
+                                 f"{scale.mean_square!r} (need finite and {'>= 0' if zero_ok else '> 0'})")
 
     def gain2(self, role) -> float:
         """Mean squared gain of a norm role (1 where the model has none)."""
@@ -375,6 +387,8 @@ def measured_spec(spec, weights: MeasuredWeights):
                            stream_gain2=ga if post else 1.0)
     beta = params.pop("beta")
     params, beta, q0, rho0, family_notes = family_parameters(spec, weights, params, beta, q0, rho0)
+    if beta == 0:  # a zero query or key: uniform attention, run as the maps' beta -> 0 limit
+        beta = ZERO_BETA
     source = f"the measured weights of {weights.source}"
     try:
         settings = spec.settings.replace(arch=arch.replace(**params), beta=beta, q0=q0, rho0=rho0)
@@ -413,6 +427,7 @@ def _notes(spec, weights, q0, rho0) -> tuple:
             notes.append(f"{labels[role]}: layers differ in mean square by a factor {spread:.3g} "
                          f"({min(scale.layers):.3g} to {max(scale.layers):.3g}); the engine takes one value for "
                          f"all layers, their mean {scale.mean_square:.3g}")
+    notes += _zero_notes(weights, labels)
     for role, scale in weights.matrices.items():
         if abs(scale.mean) > SIGNIFICANCE * math.sqrt(scale.mean_square / scale.entries):
             notes.append(f"{labels[role]}: entries have mean {scale.mean:.3g} (rms {scale.std:.3g}); the engine "
@@ -428,6 +443,26 @@ def _notes(spec, weights, q0, rho0) -> tuple:
     if d_ff != spec.width:
         notes.append(f"d_ff = {d_ff} != d = {spec.width}: the MLP's second layer has fan-in d_ff")
     return tuple(notes)
+
+
+def _zero_notes(weights, labels) -> list:
+    """What a zero-initialised matrix means at init (muP's zero query, a zero residual branch)."""
+    m, notes = weights.matrices, []
+    zero_qk = [labels[r] for r in ("query", "key") if m[r].mean_square == 0]
+    if zero_qk:
+        notes.append(f"{' and '.join(zero_qk)} zero (muP's zero-initialised query): beta = 0, uniform attention "
+                     f"(every row 1/T), which averages the tokens and leaves only the skip against rank collapse; "
+                     f"run as the maps' beta -> 0 limit (at beta = {ZERO_BETA:g}, equal to it in double precision). "
+                     "The gradient lines take W_Q and W_K of one scale: "
+                     + ("both gradients are 0 with both zero" if len(zero_qk) == 2 else
+                        f"with {zero_qk[0]} = 0 the gradient of the other is 0 and its own is not"))
+    for branch, roles in (("attention", ("value", "output")), ("MLP", ("mlp_in", "mlp_out"))):
+        zero = [labels[r] for r in roles if m[r].mean_square == 0]
+        if zero:
+            notes.append(f"{' and '.join(zero)} zero (a zero-initialised residual branch, ReZero-like): the {branch} "
+                         "branch adds nothing at init and the stream carries what enters it (effective skip "
+                         "strength infinite); the branch's gradients reach its zero layer only")
+    return notes
 
 
 #: PyTorch weight files read where a folder holds no ``*.safetensors`` (``save_pretrained``'s

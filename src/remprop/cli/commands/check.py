@@ -81,7 +81,8 @@ def add_check_parser(commands):
                        help="your AdamW peak rate: the report says whether it lies below, within or above the "
                             "ceiling's measured band")
     check.add_argument("--simulate", action="store_true",
-                       help="instantiate the model at random init and overlay measurements (torch, transformers)")
+                       help="instantiate the model at random init and overlay measurements (torch, transformers); "
+                            "a folder of weights runs those weights, --seeds drawing its inputs")
     add_seeds_option(check, what="initialisation seeds of --simulate")
     check.add_argument("--sequences", type=count(1), default=2, metavar="N",
                        help="random input sequences per initialisation (default: %(default)s)")
@@ -179,7 +180,8 @@ def run_check(args) -> int:
     gradient scale, and changes (skip scaling, query/key std, LayerNorm placement, gain-
     controlled attention) with their predicted effect. Writes OUT/NAME.png (the model on its
     trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
-    (no weights are downloaded; needs the validation extra) and overlays the measured cosines;
+    (no weights are downloaded; needs the validation extra) and overlays the measured cosines (a
+    folder of weights: those weights run, :mod:`remprop.validation.own_simulation`);
     each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes; the
     report ends with one verdict line (agree or disagree by
     :func:`remprop.validation.agreement.acceptance_error`, the worst layer).
@@ -220,10 +222,17 @@ def run_check(args) -> int:
         progress = show_progress(args)  # the simulated layers, with their ETA (remprop.progress)
         with validation_extra(option="--simulate"):
             from remprop.validation import simulate_model
+            from remprop.validation.own_simulation import simulate_own_weights
 
-            measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
-                                         theory=compared["rho"], progress=progress, store=Path(f"{stem}.simulation"))
-        measured = measurement.summary()
+            if spec.weights is not None:  # a folder of weights: those weights run, the seeds draw the inputs
+                measurement = simulate_own_weights(args.model or args.hf_config, spec=spec, seeds=args.seeds,
+                                                   sequences=args.sequences, device=args.device,
+                                                   theory=compared["rho"], progress=progress is True)
+            else:
+                measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
+                                             theory=compared["rho"], progress=progress,
+                                             store=Path(f"{stem}.simulation"))
+        measured = {**measurement.summary(), "weights": "own" if spec.weights is not None else "random init"}
         measured.update({key: value for key, value in compared.items() if key != "rho"})
     result = diagnosis.to_dict()
     result["seq_len_choice"] = length
@@ -447,7 +456,8 @@ def _diagnose(spec, args, theory):
 def _print_simulation(measured) -> None:
     """The text report of a --simulate run: its comparison with the theory, layer by layer."""
     streamed = ", one block redrawn per layer (the model does not fit)" if measured.get("streamed") else ""
-    print(f"\nsimulated at random init ({len(measured['seeds'])} seeds x {measured['sequences']} "
+    what = ("on its own weights (input seeds: " if measured.get("weights") == "own" else "at random init (")
+    print(f"\nsimulated {what}{len(measured['seeds'])} seeds x {measured['sequences']} "
           f"sequences, {measured['compared']}{streamed}): |theory - measured| max {measured['max_error']:.4f}, "
           f"mean {measured['mean_error']:.4f}" + _z_text(measured["max_abs_z"]))
     print(f"theory compared: {measured['theory_label']}" + (
@@ -460,8 +470,7 @@ def _print_simulation(measured) -> None:
 def _own_weights_spec(args, folder, seq_len):
     """``remprop check DIR`` on a folder of safetensors weights: the model measured on them
     (:func:`remprop.validation.own_weights.own_weights_spec`); options that resize or redraw it are refused."""
-    for option, value in (("--width", args.width), ("--heads", args.heads), ("--depth", args.depth),
-                          ("--simulate", args.simulate or None)):
+    for option, value in (("--width", args.width), ("--heads", args.heads), ("--depth", args.depth)):
         if value is not None:
             raise CommandLineError(f"{option} does not apply to {folder}: its weights are measured as they are")
     with validation_extra(option="MODEL (a folder of weights)"):
