@@ -194,3 +194,17 @@ def test_regular_install_ships_the_model_configs(installed, tmp_path):
     assert data["model"]["width"] == 768 and data["model"]["heads"] == 12
     # beta = r^2 d / sqrt(log T) with r = 0.02, d = 768, T = 512
     assert data["beta"] == pytest.approx(0.02 ** 2 * 768 / math.sqrt(math.log(512)))
+
+
+def test_the_makefiles_pip_fallback_is_a_valid_ensurepip_call():
+    """The venv's pip comes from ``ensurepip`` where the interpreter's own pip cannot install into it (a
+    PATH whose ``python3.X`` is the new venv's, without pip): its options must be ensurepip's (``-q`` is not
+    one; ``make run`` stopped there). Checked with ``--version``, which installs nothing."""
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    calls = [line.split("-m ensurepip", 1)[1] for line in makefile.splitlines() if "-m ensurepip" in line]
+    assert calls, "the Makefile no longer falls back to ensurepip"
+    for call in calls:
+        options = [word for word in call.split(">")[0].split() if word not in ("||", "\\")]
+        done = subprocess.run([sys.executable, "-m", "ensurepip", *options, "--version"], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, (options, done.stderr)
