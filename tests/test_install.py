@@ -73,7 +73,7 @@ def distributions(tmp_path_factory):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     sdists, wheels = sorted(out.glob("remprop-*.tar.gz")), sorted(out.glob("remprop-*.whl"))
     assert len(sdists) == 1 and len(wheels) == 1, sorted(p.name for p in out.iterdir())
-    return {"sdist": sdists[0], "wheel": wheels[0]}
+    return {"sdist": sdists[0], "wheel": wheels[0], "log": result.stdout + result.stderr}
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +119,15 @@ def test_twine_accepts_the_sdist_and_the_wheel(distributions):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("PASSED") == 2, result.stdout
+
+
+def test_the_build_warns_of_nothing(distributions):
+    """setuptools' warnings filled the install's output (about 60 lines): ``project.license`` as a table,
+    ``Package 'remprop.theory.models.configs' is absent from the packages configuration`` (a data folder not
+    listed as a package). ``warning: ... byte-compiling is disabled`` is the build's own note, not a warning."""
+    warned = [line.strip() for line in distributions["log"].splitlines()
+              if "Warning:" in line or "is absent from" in line]
+    assert not warned, warned
 
 
 def test_the_wheel_holds_every_module_and_the_model_configs(distributions):
