@@ -45,7 +45,7 @@ $(VENV)/bin/python:
 	@test -n "$(PYTHON)" || { echo "no Python 3.10-3.13 found (python3.13 ... python3.10, python3): make PYTHON=/path/to/python"; exit 1; }
 	$(PYTHON) -m venv --without-pip $(VENV)
 	$(PYTHON) -m pip --python $(VENV)/bin/python install -q --no-compile pip >/dev/null 2>&1 || \
-	    $(VENV)/bin/python -m ensurepip -q
+	    $(VENV)/bin/python -m ensurepip >/dev/null
 
 # After installing, `remprop precompile` compiles the theory's engine (the three numba sweeps that
 # run every architecture, src/remprop/cli/commands/precompile.py) once, in a detached process

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -45,13 +46,20 @@ COMMANDS = (
                                            "--seq-len", "64", "--out", "{tmp}/check"]),
 )
 
-_ESTIMATE = re.compile(r"^\d\d:\d\d:\d\d estimate: .*?: about ([0-9.e+-]+) (s|min|h|days|years)\b", re.M)
+_ESTIMATE = re.compile(r"^\d\d:\d\d:\d\d estimate: .*?: about ([0-9.e+-]+) (s|min|h|days|years)\b"
+                       r"(?: \(machine load [^;]*; quiet: ([0-9.e+-]+) (s|min|h|days|years)\))?", re.M)
 _UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0, "days": 86400.0, "years": 365.25 * 86400}
 
 
-def estimated_seconds(stderr) -> float:
-    """The sum of the ``estimate: ... about X`` lines of a command's stderr (0 when none)."""
-    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _ESTIMATE.findall(stderr))
+def estimated_seconds(stderr, quiet=False) -> float:
+    """The sum of the ``estimate: ... about X`` lines of a command's stderr (0 when none): at the machine's
+    load, or with ``quiet`` the quiet machine's (``about X (machine load ...; quiet: Y)`` counts Y)."""
+    total = 0.0
+    for value, unit, quiet_value, quiet_unit in _ESTIMATE.findall(stderr):
+        if quiet and quiet_value:
+            value, unit = quiet_value, quiet_unit
+        total += float(value) * _UNIT_SECONDS[unit]
+    return total
 
 
 def fresh_caches(tmp) -> dict:
@@ -72,16 +80,26 @@ def import_floor(env=None) -> float:
 def measure(argv, env=None, floor=0.0, timeout=900) -> dict:
     """Run ``remprop argv --progress`` in a fresh process: wall time, estimate and their ratios.
 
-    Returns ``{"wall_s", "estimate_s", "ratio", "ratio_wall", "returncode", "estimates"}``, ``ratio`` =
-    ``(wall - floor) / estimate`` (inf without an estimate).
+    Returns ``{"wall_s", "estimate_s", "ratio", "ratio_wall", "returncode", "estimates", "load_average_1min",
+    "cpu_s", "quiet_estimate_s", "ratio_cpu"}``, ``ratio`` = ``(wall - floor) / estimate`` (inf without an
+    estimate); ``cpu_s`` is the process's CPU time (user and system), about its wall time on a quiet machine
+    for work on one thread (less for two), and ``ratio_cpu`` = ``cpu_s / quiet_estimate_s`` checks the quiet
+    machine's estimate on a busy one.
     """
     command = [sys.executable, "-m", "remprop", *argv, "--progress"]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     estimate = estimated_seconds(done.stderr)
+    quiet = estimated_seconds(done.stderr, quiet=True)
     lines = [line for line in done.stderr.splitlines() if " estimate: " in line]
     return {"wall_s": wall, "estimate_s": estimate, "returncode": done.returncode, "estimates": lines,
+            "load_average_1min": load, "cpu_s": cpu, "quiet_estimate_s": quiet,
+            "ratio_cpu": cpu / quiet if quiet > 0 else float("inf"),
             "ratio": (wall - floor) / estimate if estimate > 0 else float("inf"),
             "ratio_wall": wall / estimate if estimate > 0 else float("inf"),
             "stderr_tail": done.stderr.strip()[-400:] if done.returncode else ""}
@@ -113,8 +131,10 @@ def main():
                 if mode in entry:
                     run = entry[mode]
                     print(f"{name:38s} {mode}: {run['wall_s']:6.1f} s, estimated {run['estimate_s']:6.1f} s, "
-                          f"ratio {run['ratio']:.2f} (wall {run['ratio_wall']:.2f}), exit {run['returncode']}",
-                          flush=True)
+                          f"ratio {run['ratio']:.2f} (wall {run['ratio_wall']:.2f}), "
+                          f"load {run['load_average_1min']:.1f}"
+                          f"; cpu {run['cpu_s']:.1f} s, quiet estimate {run['quiet_estimate_s']:.1f} s, ratio "
+                          f"{run['ratio_cpu']:.2f}; exit {run['returncode']}", flush=True)
     rows = [(f"{name} {mode}", entry[mode]["ratio"], "x") for name, entry in results.items()
             for mode in ("warm", "cold") if mode in entry]
     print_table("measured / estimated (import floor subtracted)", rows)

@@ -5,6 +5,7 @@ these estimates (:func:`remprop.cli.limits.check_work`); docs/real_models.md.
 """
 from __future__ import annotations
 
+from remprop.machine import machine_load
 from remprop.theory import ModelSpec, model_spec
 from remprop.theory import work_estimates
 from remprop.theory.causal import causal_gram_flops, compared_last_tokens
@@ -74,6 +75,10 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
     ``_TIMED_PAIRS`` pairs; it runs wherever the tokens' norms differ, with pre-LN too: ``gpt2`` at
     T = 256 spent most of its time there, which the operation count at a matrix-product rate put at
     1.5 s). The first call compiles the quadrature if numba's cache lacks it; its time is left out.
+
+    Like every work estimate, the result is a quiet machine's seconds: the timings, made under the present
+    load, are divided by its factor (:meth:`remprop.machine.MachineLoad.factor` on every core), which the
+    command line multiplies back (its estimate line is the time at the load, :mod:`remprop.cli.limits`).
     """
     import time
 
@@ -104,7 +109,8 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
         pair_moment(arch.activation, var[:2], var[:2], 0.1 * var[:2])  # compile or load
         per_pair = best(lambda: pair_moment(arch.activation, var, var[::-1], 0.3 * var), 2) / _TIMED_PAIRS
         seconds += depth * per_pair * t * (t + 1) / 2
-    return seconds
+    load = machine_load()
+    return seconds / load.factor(load.cores)
 
 
 #: Runs of the per-position maps that Brent's search of their ``alpha*`` takes at most (counted: about

@@ -452,10 +452,9 @@ def recipes_seconds(arch: Architecture, beta, *, depth: int, names=None, width=D
     return seconds
 
 
-#: Seconds to draw and save one panel of :func:`recipes_figure` (phases, hatches, contours, labels kept
-#: clear, PNG at 130 dpi): 8 panels took 11 s at load 11 on two cores and about 3 s on a quiet machine; the
-#: kernels' part of the figure was all the estimate had counted (1.3 s of a 16 s run).
-PANEL_SECONDS = 0.8
+#: Seconds to draw and save one panel of :func:`recipes_figure` on a quiet machine (PNG at 130 dpi): 8 panels took
+#: about 3 s quiet, 11 s at load 11 on two cores (the command line multiplies the estimate by the machine's load).
+PANEL_SECONDS = 0.4
 
 
 # -- figure --------------------------------------------------------------------------------

@@ -91,3 +91,13 @@ def pytest_collection_modifyitems(config, items):
     # keeps the collection order otherwise, within a unit too (every worker sorts alike)
     order = sorted(units, key=lambda name: (name not in slow, -len(units[name])))
     items[:] = [item for name in order for item in units[name]]
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    """The commands run in a test's process read the machine as quiet (a load average of 0): whether a
+    command prints its estimate (at 5 s at the machine's load, :func:`remprop.cli.output.show_progress`)
+    must not depend on what the other workers run meanwhile. Tests of the load set their own
+    ``os.getloadavg``; commands started as processes read the real one."""
+    if hasattr(os, "getloadavg"):
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))

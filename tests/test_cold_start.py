@@ -174,3 +174,24 @@ def test_background_precompile_returns_at_once_and_logs_each_part(tmp_path):
     assert "remprop precompile: engine: done in" in text, text
     seconds = float(text.split("done in")[1].split()[0])
     assert returned < seconds, (returned, seconds)  # it did not wait for the part
+
+
+def test_precompile_says_its_estimate_before_it_compiles(capsys, monkeypatch):
+    """A foreground ``remprop precompile`` on a cold cache takes a minute on busy cores: its estimate line comes
+    first (the parts' command lines are not run here: their compiles are timed in the tests above)."""
+    ran = []
+    monkeypatch.setattr(precompile, "precompile_parts",
+                        lambda parts, jobs=None, threads=None: ran.append(parts) or {part: (0.0, 0) for part in parts})
+    monkeypatch.setattr("remprop.theory.kernels.sweeps_to_compile",
+                        lambda names=None: ["trajectories", "final_states", "min_alpha"])
+    code, out, err = run_cli(capsys, "precompile")
+    assert code == 0 and ran == [["engine"]]
+    from remprop.cli.output import COMPILE_SECONDS_PER_SWEEP
+
+    seconds = precompile.PART_SECONDS["engine"] + 3 * COMPILE_SECONDS_PER_SWEEP  # a quiet machine: tests/conftest.py
+    assert ("estimate: precompile engine (3 sweep(s) of the engine to compile: trajectories, final_states, "
+            f"min_alpha): about {seconds:.0f} s") in err, err
+    # with the engine on disk the part is a few seconds: no line
+    monkeypatch.setattr("remprop.theory.kernels.sweeps_to_compile", lambda names=None: [])
+    code, out, err = run_cli(capsys, "precompile")
+    assert code == 0 and "estimate" not in err

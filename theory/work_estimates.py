@@ -58,8 +58,12 @@ _SMALL_WORK = 1 << 16
 # The speed of the kernels: constants measured by benchmarks/bench_work_estimates.py on 2026-12-02 (its
 # results: docs/data/work-estimates.json), which times the engine on 35 architectures with one thread
 # (the least of 3 passes) and fits these costs to the programs' instructions (non-negative least squares
-# on relative errors): two shared cores at a load of about 9, so a quiet machine runs about 1.5-2x
-# faster. The estimates of the 70 timings: median 0.97 of the measured; 0.45-1.48 with a norm in the
+# on relative errors): two shared cores at a load of about 9, each timing the least of its passes, which
+# read about a quiet machine's speed: ``propagate --depth 3000000`` (one cell, 12 calls) is estimated at 2.2 s
+# and took 2.5 s of CPU time (its wall time on a quiet machine) at load 3 and at load 9. They are a quiet
+# machine's seconds, as every estimate here: the command line multiplies them by the machine's load
+# (:mod:`remprop.machine`); nothing here reads the machine. The estimates of the 70 timings: median 0.97 of
+# the measured; 0.45-1.48 with a norm in the
 # stream (50 timings), 0.014-1.3 without (20): there smooth activations cost 10-100x more deep in the
 # stack than near its input (the benchmark's docstring), which constants measured near the input miss.
 #: Seconds per cell of one instruction of each kind (:func:`instruction_kinds`), cells in batches (a

@@ -542,7 +542,8 @@ def add_work_limit_options(parser, *, seconds=True, memory=True):
     group = parser.add_argument_group("limits", "estimated before the run; larger work is refused")
     if seconds:
         group.add_argument("--max-seconds", type=positive_real, default=MAX_SECONDS, metavar="S",
-                           help="refuse a run estimated to take longer, in seconds (default: %(default)g)")
+                           help="refuse a run estimated to take longer on a quiet machine, in seconds (default: "
+                                "%(default)g; the estimate line also gives the time at the machine's load)")
     if memory:
         group.add_argument("--max-memory", type=positive_real, default=MAX_BYTES / 2 ** 30, metavar="GIB",
                            help="refuse a run estimated to need more memory, in GiB (default: %(default)g)")

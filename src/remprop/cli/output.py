@@ -20,7 +20,8 @@ JSON_NOTE = ('--json: strict JSON on stdout; numbers that are not finite are the
 __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table", "describe", "run_inputs",
            "show_progress", "estimate_announcer", "progress_bar", "LONG_WORK_SECONDS", "writable_directory", "writable_file",
            "name_stem", "compile_notices", "COMPILE_SECONDS_PER_SWEEP", "COMPILE_SECONDS_OTHER", "SWEEPS_OF",
-           "LOAD_SECONDS_PER_SWEEP", "load_seconds"]
+           "LOAD_SECONDS_PER_SWEEP", "load_seconds", "command_load", "work_threads", "loaded_seconds", "load_note",
+           "FIGURE_SECONDS"]
 
 
 def format_number(value, digits=6) -> str:
@@ -71,6 +72,11 @@ def run_inputs(args, arch, **extra) -> dict:
     return out
 
 
+#: Seconds to draw and write a command's figure on a quiet machine (matplotlib imported, a PNG at its dpi): a
+#: simulation's 1.5-3.3 s of wall time from quiet to load 8; a warm ``diagram`` (the 200 x 200 cells of
+#: ``make run``, its kernels milliseconds) 1.2 s of CPU time beside the 0.5 s of Python and the command line.
+FIGURE_SECONDS = 1.5
+
 #: Work estimated to take less than this many seconds shows no estimate and no progress unless
 #: --progress asks for them (a quick command prints its answer alone).
 LONG_WORK_SECONDS = 5.0
@@ -93,22 +99,32 @@ def estimate_announcer(args):
     the estimate line on stderr (``HH:MM:SS estimate: <task>: about 40 s, 300 MiB``) when
     progress is shown: always with --progress, never with --no-progress, by default when the
     estimated time is at least :data:`LONG_WORK_SECONDS`. The command's first estimate also counts
-    reading the engine's sweeps it still needs from disk (:func:`load_seconds`)."""
+    reading the engine's sweeps it still needs from disk (:func:`load_seconds`).
+
+    The estimates are a quiet machine's seconds; the line gives them at the machine's load
+    (:func:`loaded_seconds`: ``about 40 s (machine load 6.1 on 2 cores; quiet: 8 s)``), and so does
+    ``args.estimated_seconds``. The limits (``--max-seconds``) compare the quiet estimate.
+    """
     from remprop.progress import announce
 
     from .limits import format_bytes, format_seconds
 
     def announce_estimate(task, seconds, nbytes):
+        loading = 0.0
         if seconds is not None and not getattr(args, "loads_counted", False):
             args.loads_counted = True  # once a command: the first estimate carries the loads still to come
-            seconds = float(seconds) + load_seconds(args)
+            loading = load_seconds(args)
+        parts, load_text = [], ""
         if seconds is not None:
-            args.estimated_seconds = (getattr(args, "estimated_seconds", None) or 0.0) + float(seconds)
+            quiet = float(seconds) + loading
+            seconds = loaded_seconds(args, float(seconds), threads=work_threads(args)) + loaded_seconds(args, loading)
+            args.estimated_seconds = (getattr(args, "estimated_seconds", None) or 0.0) + seconds
+            load_text = load_note(args, seconds, quiet)
+            parts.append(f"about {format_seconds(seconds)}{load_text}")
         mode = getattr(args, "progress", None)
         if mode is False or (mode is None and (seconds is None or seconds < LONG_WORK_SECONDS)):
             return
-        parts = ([f"about {format_seconds(seconds)}"] if seconds is not None else []) + \
-            ([f"{format_bytes(nbytes)} of memory"] if nbytes is not None else [])
+        parts += [f"{format_bytes(nbytes)} of memory"] if nbytes is not None else []
         limit = getattr(args, "max_seconds", None)
         limit_text = f" (--max-seconds {limit:g})" if seconds is not None and limit is not None else ""
         announce(f"{task}: {', '.join(parts) or 'not estimated'}{limit_text}")
@@ -116,22 +132,59 @@ def estimate_announcer(args):
     return announce_estimate
 
 
-#: Seconds to compile one of the engine's sweeps (:data:`remprop.theory.kernels.ENGINE_SWEEPS`) on two shared
-#: cores: cold minus warm first calls of ``remprop propagate`` and ``min-alpha`` (two sweeps each) took 38-39 s
-#: at load 3-8; benchmarks/bench_estimates.py measured a cold ``diagram`` (two sweeps) at 49 s and 101 s, a
-#: cold ``check bert-base`` (three) at 64 s and 98 s, at loads of about 5 and 11. 30 s a sweep keeps those
-#: within 2x of the estimate at both loads (20 s read 2.4x short at load 11).
-COMPILE_SECONDS_PER_SWEEP = 30.0
+def command_load(args):
+    """The machine's load for this command (:func:`remprop.machine.machine_load`), read at the first
+    call and kept on ``args`` (``args.machine_load``): one load for all of a command's estimates."""
+    load = getattr(args, "machine_load", None)
+    if load is None:
+        from remprop.machine import machine_load
+
+        load = args.machine_load = machine_load()
+    return load
+
+
+def work_threads(args) -> int:
+    """The threads the command's work runs on: numba's (which ``--threads`` sets, and torch's with it)
+    where numba is imported, else ``--threads``, else one a core."""
+    if "numba" in sys.modules:
+        return sys.modules["numba"].get_num_threads()
+    return getattr(args, "threads", None) or command_load(args).cores
+
+
+def loaded_seconds(args, seconds, threads=1) -> float:
+    """A quiet machine's ``seconds`` of work on ``threads`` threads at the command's load
+    (:meth:`remprop.machine.MachineLoad.factor` of :func:`command_load`)."""
+    return float(seconds) * command_load(args).factor(threads) if seconds else 0.0
+
+
+def load_note(args, seconds, quiet) -> str:
+    """``" (machine load 6.1 on 2 cores; quiet: 8 s)"`` where the load makes ``seconds`` longer than the
+    ``quiet`` estimate, else ``""``."""
+    from .limits import format_seconds
+
+    if not seconds > quiet:
+        return ""
+    return f" ({command_load(args).describe()}; quiet: {format_seconds(quiet)})"
+
+
+#: Seconds to compile one of the engine's sweeps (:data:`remprop.theory.kernels.ENGINE_SWEEPS`) on a quiet machine
+#: (numba compiles on one thread; the machine's load multiplies it, :func:`compile_notices`): the CPU time of cold
+#: minus warm runs on empty caches (benchmarks/bench_estimates.py, ``cpu_s``; the CPU time of one-thread work is
+#: its wall time on a quiet machine): ``diagram`` (two sweeps) 17.0 - 1.7 s, ``check bert-base`` (three) 31.1 -
+#: 3.4 s, 7.7 and 9.2 s a sweep at loads of 3-4. The 30 s this was before folded in a load of 5-11 and read 2-4x
+#: long on a quiet machine.
+COMPILE_SECONDS_PER_SWEEP = 9.0
 #: The engine's sweeps a command runs (the kernel timing of an estimate runs ``final_states``); any other
 #: command may run all three, ``precompile`` compiles them itself.
 SWEEPS_OF = {"propagate": ("trajectories", "final_states"), "min-alpha": ("final_states", "min_alpha"),
              "diagram": ("final_states", "min_alpha"), "precompile": ()}
 
 
-#: Seconds to read one of the engine's compiled sweeps from numba's disk cache on two shared cores (3.5 s for
-#: two in a profile of ``validate`` at load 10, 1.5-2 s each quiet): a warm ``check bert-base`` spends most
-#: of its 4.6 s there and in imports.
-LOAD_SECONDS_PER_SWEEP = 1.5
+#: Seconds to read one of the engine's compiled sweeps from numba's disk cache on a quiet machine: warm ``propagate``
+#: and ``min-alpha`` (two sweeps, the work itself milliseconds) took 1.1 s of CPU time against 0.5 s for starting
+#: Python and importing the command line (benchmarks/bench_estimates.py at load 3.5). The 1.5 s this was before
+#: had been read in a profile at load 10.
+LOAD_SECONDS_PER_SWEEP = 0.3
 
 
 def load_seconds(args) -> float:
@@ -145,17 +198,19 @@ def load_seconds(args) -> float:
     return LOAD_SECONDS_PER_SWEEP * len(sweeps_to_load(ENGINE_SWEEPS if sweeps is None else sweeps))
 
 
-#: Seconds assumed for the first compile of a numba function outside the engine (the causal Gram state's
-#: pair quadrature, an activation's moments over arrays, the finite-T table): they take a few to a dozen
-#: seconds each on two shared cores.
-COMPILE_SECONDS_OTHER = 10.0
+#: Seconds assumed on a quiet machine for the first compile of a numba function outside the engine (the causal
+#: Gram state's pair quadrature, an activation's moments over arrays, the finite-T table): a ``check bert-base``
+#: that compiled ``_moments_serial`` and a ``validate`` that compiled ``many`` took no longer than the same runs
+#: without (6.6 and 6.8 s, 9.3 and 11.3 s, at loads 3-11), the larger ones a few seconds.
+COMPILE_SECONDS_OTHER = 3.0
 
 
 @contextlib.contextmanager
 def compile_notices(args):
     """Within: the first time numba starts compiling, print its estimate (unless --no-progress) and add it
     to ``args.estimated_seconds``: ``HH:MM:SS estimate: compiling the theory's engine (2 sweep(s):
-    final_states, min_alpha; once per install, `remprop precompile` does it ahead): about 1 min``.
+    final_states, min_alpha; once per install, `remprop precompile` does it ahead): about 18 s``
+    (at the machine's load, :func:`loaded_seconds`: numba compiles on one thread).
 
     The sweeps counted are those the command runs (:data:`SWEEPS_OF`) that
     :func:`remprop.theory.kernels.sweeps_to_compile` finds neither compiled nor on disk, at
@@ -187,16 +242,17 @@ def compile_notices(args):
 
             cold = sweeps_to_compile(ENGINE_SWEEPS if sweeps is None else sweeps)
             if cold:
-                seconds = COMPILE_SECONDS_PER_SWEEP * len(cold)
+                quiet = COMPILE_SECONDS_PER_SWEEP * len(cold)
                 what = (f"the theory's engine ({len(cold)} sweep(s): {', '.join(cold)}; once per install, "
                         "`remprop precompile` does it ahead)")
             else:
-                seconds = COMPILE_SECONDS_OTHER
+                quiet = COMPILE_SECONDS_OTHER
                 name = getattr(getattr(dispatcher, "py_func", None), "__name__", "a kernel")
                 what = f"{name.split('__')[0]} (once per install)"
+            seconds = loaded_seconds(args, quiet)  # numba compiles on one thread
             args.estimated_seconds = (getattr(args, "estimated_seconds", None) or 0.0) + seconds
             if getattr(args, "progress", None) is not False:
-                announce(f"compiling {what}: about {format_seconds(seconds)}")
+                announce(f"compiling {what}: about {format_seconds(seconds)}{load_note(args, seconds, quiet)}")
 
         def on_end(self, data):
             pass

@@ -19,7 +19,8 @@ from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
                        add_progress_option, add_seeds_option, add_threads_option, add_work_limit_options,
                        architecture_overrides, point_at_option, work_limits)
-from ..output import dumps, format_number, format_table, name_stem, show_progress, writable_directory
+from ..output import (FIGURE_SECONDS, dumps, format_number, format_table, name_stem, show_progress,
+                      writable_directory)
 
 __all__ = ["add_check_parser", "run_check", "output_stem", "ANSWER_OPTIONS", "DEFAULT_SEQ_LEN"]
 
@@ -487,7 +488,8 @@ def _check_work(args, spec, theory) -> None:
     causal Gram state: :func:`~remprop.theory.causal.causal_gram_flops` at
     :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); with --simulate the tensors of one
     block of --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a
-    model too large for memory is run one block at a time).
+    model too large for memory is run one block at a time); the figure unless --no-figure
+    (:data:`~remprop.cli.output.FIGURE_SECONDS`).
     """
     from remprop.diagrams.compared_theory import last_tokens_theory
     from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
@@ -504,7 +506,7 @@ def _check_work(args, spec, theory) -> None:
     except ValueError as err:
         raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
-        startup = startup_seconds()  # before simulation_time, which imports torch
+        startup = startup_seconds(figure=args.figure)  # before simulation_time, which imports torch
         seconds = startup + len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
                                                               spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
         check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "
@@ -513,7 +515,8 @@ def _check_work(args, spec, theory) -> None:
                                                 heads=spec.heads), **limits)
     gram = f" and the causal Gram state with {draws} draws (--gram-draws)" if chosen and chosen[0] == "gram" else ""
     check_work(f"the diagnosis of {model} with --max-depth {args.max_depth}{gram}",
-               seconds=diagnosis_seconds(spec, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws),
+               seconds=diagnosis_seconds(spec, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws)
+               + (FIGURE_SECONDS if args.figure and not args.simulate else 0.0),  # --simulate's: in its startup
                nbytes=diagnosis_bytes(spec, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws),
                **limits)
     if args.diagram:

@@ -33,7 +33,7 @@ import time
 from ..converters import count
 from ..errors import CommandLineError
 
-__all__ = ["DEFAULT_PARTS", "PARTS", "add_precompile_parser", "run_precompile", "precompile_parts", "write_bytecode"]
+__all__ = ["DEFAULT_PARTS", "PARTS", "PART_SECONDS", "add_precompile_parser", "run_precompile", "precompile_parts", "write_bytecode"]
 
 #: Part -> the ``remprop`` command lines it runs ("{out}" is a temporary folder).
 PARTS = {
@@ -44,6 +44,12 @@ PARTS = {
 }
 #: The parts compiled when none is named: the engine.
 DEFAULT_PARTS = ("engine",)
+#: Seconds of a part on a quiet machine beside compiling the engine's sweeps
+#: (:data:`~remprop.cli.output.COMPILE_SECONDS_PER_SWEEP` each, those numba's cache lacks): its command lines'
+#: start-up -- the engine's three tiny commands, about 1 s of CPU time each; ``check bert-base`` (3.5 s of CPU
+#: time warm) and ``check gpt2`` (6 s), and the functions beside the engine they compile
+#: (:data:`~remprop.cli.output.COMPILE_SECONDS_OTHER` each).
+PART_SECONDS = {"engine": 3.0, "check": 15.0}
 
 
 def part_name(text: str) -> str:
@@ -162,5 +168,20 @@ def run_precompile(args) -> int:
             subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True)
         print(f"remprop precompile: compiling {', '.join(parts)} in the background (log: {log})")
         return 0
+    _announce(args, parts)
     results = precompile_parts(parts, args.jobs, threads=args.threads)
     return 0 if all(status == 0 for _, status in results.values()) else 1
+
+
+def _announce(args, parts) -> None:
+    """The estimate line of a precompile in this process (:func:`remprop.cli.output.estimate_announcer`): the
+    engine's sweeps numba's cache lacks and :data:`PART_SECONDS`, the parts side by side ``--jobs`` at a time."""
+    from remprop.theory.kernels import sweeps_to_compile
+
+    from ..output import COMPILE_SECONDS_PER_SWEEP, estimate_announcer
+
+    cold = sweeps_to_compile()
+    jobs = max(1, min(len(parts), int(args.jobs or os.cpu_count() or 1)))
+    seconds = [PART_SECONDS[part] + COMPILE_SECONDS_PER_SWEEP * len(cold) for part in parts]
+    what = f"{len(cold)} sweep(s) of the engine to compile: {', '.join(cold)}" if cold else "the engine on disk"
+    estimate_announcer(args)(f"precompile {' '.join(parts)} ({what})", max(max(seconds), sum(seconds) / jobs), None)

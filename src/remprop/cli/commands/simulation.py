@@ -226,18 +226,20 @@ def simulation_time(device, width, seq_len, batch, depth, *, d_ff=None, passes=1
                                    flops_per_second=simulation_flop_rate(resolved))
 
 
-#: One-time costs of a simulating command beside its simulations, measured on two cores from quiet to load 8:
-#: importing torch and the simulated stack 4-12 s (:func:`startup_seconds`), drawing and writing the figure
-#: 1.5-3.3 s. Small simulations (``validate --depth 4 --width 128``) spend most of their time there: their
-#: estimate had read 0.04 s for a run of 26 s.
-TORCH_IMPORT_SECONDS = 7.0
-FIGURE_SECONDS = 2.0
+#: One-time cost of a simulating command beside its simulations on a quiet machine (the machine's load multiplies
+#: it): importing torch and the simulated stack, 2.0 s of CPU time beside 0.5 s for Python and the command line
+#: (:func:`startup_seconds`; 4-12 s of wall time from quiet to load 8), then its figure
+#: (:data:`~remprop.cli.output.FIGURE_SECONDS`). Small simulations (``validate --depth 4 --width 128``) spend most
+#: of their time there: their estimate had read 0.04 s for a run of 26 s.
+TORCH_IMPORT_SECONDS = 2.0
 
 
 def startup_seconds(figure=True) -> float:
     """The one-time costs of a simulating command still to come: importing torch (unless this process has)
-    and, with ``figure``, its figure (:data:`TORCH_IMPORT_SECONDS`, :data:`FIGURE_SECONDS`)."""
+    and, with ``figure``, its figure (:data:`TORCH_IMPORT_SECONDS`, :data:`~remprop.cli.output.FIGURE_SECONDS`)."""
     import sys
+
+    from ..output import FIGURE_SECONDS
 
     return (0.0 if "torch" in sys.modules else TORCH_IMPORT_SECONDS) + (FIGURE_SECONDS if figure else 0.0)
 

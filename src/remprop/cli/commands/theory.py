@@ -15,8 +15,8 @@ from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_grid_options,
                        add_output_options, add_progress_option, add_run_options, add_threads_option, add_work_limit_options,
                        architecture_from_args, work_limits)
-from ..output import (describe, dumps, format_number, format_table, progress_bar, run_inputs, show_progress,
-                      writable_directory)
+from ..output import (FIGURE_SECONDS, describe, dumps, format_number, format_table, progress_bar, run_inputs,
+                      show_progress, writable_directory)
 
 __all__ = ["add_diagram_parser", "add_min_alpha_parser", "add_propagate_parser",
            "run_diagram", "run_min_alpha", "run_propagate", "check_rope_work"]
@@ -96,7 +96,8 @@ def run_diagram(args) -> int:
                seconds=(work.run_seconds(arch, betas.size * alphas.size, args.depth)
                         + search_seconds(arch, args.depth, betas.size)
                # --lr walks the grid once more (the ceiling of every cell)
-               + (ceiling_seconds(betas.size * alphas.size, args.depth) if args.lr is not None else 0.0)),
+               + (ceiling_seconds(betas.size * alphas.size, args.depth) if args.lr is not None else 0.0)
+               + FIGURE_SECONDS),
                nbytes=work.diagram_bytes(betas.size, alphas.size), **work_limits(args))
     result = trainability_diagram(arch, betas, alphas, args.depth, args.threshold,
                                   q0=args.q0, rho0=args.rho0, progress=show_progress(args))
