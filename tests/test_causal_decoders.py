@@ -345,7 +345,8 @@ def test_choose_causal_theory_rule():
     ratio = causal_gram_flops(arch.replace(seq_len=128), 2, 128, method="exact") / causal_gram_flops(
         arch.replace(seq_len=64), 2, 64, method="exact")
     assert 8 <= ratio < 9
-    ratio = causal_gram_flops(arch.replace(seq_len=4096), 2, 4096) / causal_gram_flops(arch.replace(seq_len=2048), 2, 2048)
+    ratio = causal_gram_flops(arch.replace(seq_len=4096), 2, 4096) / causal_gram_flops(arch.replace(seq_len=2048), 2,
+                                                                                      2048)
     assert 4 < ratio < 8
     with pytest.raises(ValueError, match="causal_theory"):
         choose_causal_theory(arch.replace(seq_len=8192), 2, 8192, choice="gram")

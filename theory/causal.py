@@ -447,9 +447,9 @@ def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice=
         return "gram", "asked for"
     flops = causal_gram_flops(arch, depth, seq_len, draws)
     if flops > budget:
-        return "maps", (f"the causal Gram state would take {flops:.2g} floating-point operations "
+        return "maps", (f"the causal Gram state (fast method) would take {flops:.2g} floating-point operations "
                         f"(auto takes it up to {budget:.0e}; causal_theory='gram' runs it)")
-    return "gram", f"{flops:.2g} floating-point operations (auto takes it up to {budget:.0e})"
+    return "gram", f"fast method, {flops:.2g} floating-point operations (auto takes it up to {budget:.0e})"
 
 
 def causal_gram_support_problem(arch: Architecture):

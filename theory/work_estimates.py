@@ -29,6 +29,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ._fast_gram_attention import ROW_CHUNK, VALUE_WIDTH, nystrom_blocks, score_width
+from .activations import activation_spec
+from .activations.pair_moments import CHEBYSHEV_CORRELATIONS, CORRELATION_NODES
 from .checks import check_count
 from .components.attention_scale import head_frequencies
 from .kernels import kernels_for
@@ -40,7 +42,8 @@ __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS", "MAX_D
            "cell_block_seconds", "INSTRUCTION_SECONDS", "BLOCK_SECONDS", "DISPATCH_SECONDS", "CALL_SECONDS",
            "ROPE_FREQUENCY_SECONDS", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes",
            "diagram_bytes", "simulation_bytes", "simulation_flops", "simulation_seconds", "SIMULATION_BLOCK_SECONDS",
-           "gram_theory_bytes", "causal_gram_bytes", "causal_score_width", "GRAM_ROW_CHUNK", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds",
+           "gram_theory_bytes", "causal_gram_bytes", "causal_score_width", "GRAM_ROW_CHUNK", "rope_seconds",
+           "FLOPS_PER_SECOND", "flops_seconds",
            "spread_indices"]
 
 #: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
@@ -394,10 +397,11 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     fast attention's: the score kernel's Cholesky factor and its float32 copy (with QK-norm the kernel and
     the values' factor too: ``24 T^2`` more), the key mask (``T^2`` booleans) and the draws' values
     ``4 T draws (r + n)`` (``r`` Nystrom blocks, ``n`` value columns), with one chunk of scores
-    (``GRAM_ROW_CHUNK x T`` float32, three copies):
+    (``GRAM_ROW_CHUNK x T`` float32, three copies), and for an activation that is not positively
+    homogeneous the resampling of the MLP's pair-moment table (three ``N_r x R`` arrays, 6.2 MB):
 
     .. math:: b = 160\, T^2 + (12 + 24 [\text{QK-norm}] + 1)\, T^2 + 4 T\, n_{\rm draws} (r + n)
-              + 12\, C\, T
+              + 12\, C\, T + 24\, N_r R
 
     Measured (tracemalloc peak, benchmarks/bench_causal_gram.py): within the estimate at T = 512 - 2048.
     """
@@ -406,7 +410,9 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     draws = check_count("draws", draws, 1)
     square = seq_len ** 2
     factors = (12 + (24 if arch.qk_norm else 0) + 1) * square
-    return 160 * square + factors + 4 * seq_len * draws * (nystrom_blocks(seq_len) + VALUE_WIDTH) + 12 * ROW_CHUNK * seq_len
+    values = 4 * seq_len * draws * (nystrom_blocks(seq_len) + VALUE_WIDTH)
+    table = 0 if activation_spec(arch.activation).homogeneous else 24 * CORRELATION_NODES * CHEBYSHEV_CORRELATIONS
+    return 160 * square + factors + values + 12 * ROW_CHUNK * seq_len + table
 
 
 def causal_score_width(arch) -> int:
