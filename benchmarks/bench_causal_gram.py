@@ -83,9 +83,10 @@ def fast_part(args):
         entry = {"seq_len": t, "layers": args.compare_layers, "draws": 4, "replicas": args.replicas}
         for method in ("exact", "fast"):
             traj, seconds = run(t, args.compare_layers, 4, method, args.replicas)
-            entry[method] = {"cosine": traj.cosine, "cosine_se": traj.cosine_se, "seconds": seconds}
-        gap = np.abs(entry["fast"]["cosine"] - entry["exact"]["cosine"])[1:]
-        z = gap / np.hypot(entry["fast"]["cosine_se"], entry["exact"]["cosine_se"])[1:]
+            entry[method] = {"cosine": traj.cosine.tolist(), "cosine_se": traj.cosine_se.tolist(), "seconds": seconds}
+        fast, exact = entry["fast"], entry["exact"]
+        gap = np.abs(np.subtract(fast["cosine"], exact["cosine"]))[1:]
+        z = gap / np.hypot(fast["cosine_se"], exact["cosine_se"])[1:]
         entry["max_difference"], entry["max_z"] = float(gap.max()), float(z.max())
         entry["speedup"] = entry["exact"]["seconds"] / entry["fast"]["seconds"]
         exact_rate = causal_gram_flops(spec.architecture.replace(seq_len=t), args.compare_layers, t, 4,

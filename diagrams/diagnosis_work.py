@@ -55,11 +55,6 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     return seconds
 
 
-#: Pairs of the timed call of the pair quadrature (:func:`causal_gram_seconds`): 4.3e6 nodes, 0.02-0.2 s;
-#: fewer pairs read the start-up of its threads as work.
-_TIMED_PAIRS = 1024
-
-
 def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
     """Estimated seconds of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`, its
     default fast method) on this machine, from short timed calls made now (so under the machine's present load).
@@ -68,18 +63,13 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
     product of one chunk of query rows with every key (the shape of the draws' products), plus per layer
     and draw the exponentials of the causal half of the scores (``T^2 / 2``, timed on a chunk) and per
     layer the pair maps of the block (:data:`GRAM_PAIR_PASSES` passes over the ``T x T`` matrix, timed on a
-    chunk). Where the token norms differ by more than the fast MLP's near-equal spread and the activation is
-    not positively homogeneous (``norm="none"``), the pair quadrature of the MLP
-    (:func:`~remprop.theory.causal.pair_moment` over the ``T (T + 1) / 2`` pairs, timed on
-    ``_TIMED_PAIRS`` pairs). The first call compiles the quadrature if numba's cache lacks it; its time is
-    left out.
+    chunk; they include the MLP's pair moments at unequal token norms, interpolated from a table of
+    :func:`~remprop.theory.causal.pair_moment` in ``O(T^2)``).
     """
     import time
 
     import numpy as np
 
-    from remprop.theory.activations import activation_spec
-    from remprop.theory.causal import pair_moment
     from remprop.theory.work_estimates import GRAM_ROW_CHUNK, causal_score_width
 
     def best(run, repeats=3):
@@ -101,16 +91,9 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
     per_entry = best(lambda: np.exp(scores)) / scores.size
     chunk = rng.standard_normal((rows, t))
     per_pass = best(lambda: chunk * chunk) / chunk.size
-    no_quadrature = arch.replace(activation="relu") if not activation_spec(arch.activation).homogeneous else arch
     square = float(t) * t
-    seconds = (causal_gram_flops(no_quadrature, depth, t, draws) / rate
-               + depth * square * (draws * per_entry / 2 + GRAM_PAIR_PASSES * per_pass))
-    if not arch.norm.has_norm and not activation_spec(arch.activation).homogeneous:
-        var = np.linspace(0.5, 2.0, _TIMED_PAIRS)
-        pair_moment(arch.activation, var[:2], var[:2], 0.1 * var[:2])  # compile or load
-        per_pair = best(lambda: pair_moment(arch.activation, var, var[::-1], 0.3 * var), 2) / _TIMED_PAIRS
-        seconds += depth * per_pair * t * (t + 1) / 2
-    return seconds
+    return (causal_gram_flops(arch, depth, t, draws) / rate
+            + depth * square * (draws * per_entry / 2 + GRAM_PAIR_PASSES * per_pass))
 
 
 #: The time of one block's pair maps (norms, dense layers, the MLP's pair-moment table, skips, the fast

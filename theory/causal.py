@@ -339,8 +339,8 @@ MAX_GRAM_SEQ_LEN = 4096
 
 
 #: Most work (:func:`causal_gram_flops`, fast method) for which ``choose_causal_theory(..., "auto")`` takes
-#: the Gram state: minutes on two busy CPU cores (1.2e10 operations a second measured at T = 2048).
-AUTO_GRAM_FLOPS = 5e12
+#: the Gram state: tens of seconds on two busy CPU cores (a stack of 2.9e11 took 31-98 s at loads 7-11).
+AUTO_GRAM_FLOPS = 1e11
 
 #: The causal theories a measurement can be compared with.
 CAUSAL_THEORIES = ("auto", "maps", "gram")
