@@ -1,15 +1,23 @@
-"""Causal Gram state with rotary positions (docs/theory.md section 8): the cost of RoPE's draws.
+"""Causal Gram state (docs/theory.md sections 8, 8.1): the fast method against the exact one, and RoPE's price.
 
-``propagate_causal_gram`` of one block of an OLMo-2-like decoder (pre-RMSNorm, SwiGLU, head
-dimension 128, rope base 5e5: 42 of its 64 frequencies turn by more than 0.05 over T = 256)
-against the same block with absolute positions (one score draw per layer and draw), in the same
-run: the ratio is the price of the rotary draws, free of the machine's speed. Before the rotary
-scores were drawn as real products (stop 33) each rotating frequency cost a complex ``L Z_f L``;
-run this script at an earlier commit for the "before" ratio.
+``--part fast`` (default): Llama 3.2 1B at full size (``model_spec("llama-3.2-1b")``: 16 layers, d_H 64,
+rope base 5e5, its q0 and norm eps) in one run:
+
+* where the exact state is affordable (T 256 and 512, ``--compare-layers`` layers, 4 draws), both methods
+  as ``--replicas`` independent chains each: the last tokens' cosine per layer, its standard error, the
+  difference in combined standard errors, the seconds;
+* the fast state through the whole stack at check's default draws (8) at T 256-4096 (one chain): seconds,
+  tracemalloc peak against ``causal_gram_bytes``, and the counted work of both methods
+  (``causal_gram_flops``); the exact seconds there are the counted work at the exact method's rate
+  measured at T 512 (extrapolated, not run). T 8192 is counted only (its ~10 GiB of pair maps exceed the
+  default memory limit).
+
+``--part rope``: the earlier comparison (one block of an OLMo-2-like decoder, RoPE against absolute
+positions, exact method): the price of the rotary draws, free of the machine's speed.
 
 One BLAS thread (``OMP_NUM_THREADS=1`` etc. before numpy loads). Writes
-``benchmarks/results/bench_causal_gram.json``; other processes may share the cores: the load
-average is recorded with the results.
+``benchmarks/results/bench_causal_gram.json``; other processes may share the cores: the load average
+is recorded with the results.
 """
 from __future__ import annotations
 
@@ -22,13 +30,7 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 from _common import best_of, machine, print_table, write_json  # noqa: E402
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--draws", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args(argv)
-
+def rope_part(args):
     from remprop.theory import Architecture
     from remprop.theory.causal import causal_gram_flops, propagate_causal_gram
 
@@ -38,27 +40,107 @@ def main(argv=None):
     plain = rope.replace(positions="absolute")
 
     def run(arch):
-        return propagate_causal_gram(arch, 1.0, 1, args.seq_len, 1.0, 0.0, draws=args.draws, seed=0)
+        return propagate_causal_gram(arch, 1.0, 1, args.seq_len, 1.0, 0.0, draws=args.draws, seed=0, method="exact")
 
     run(rope), run(plain)  # compile / load the kernels
     rope_best, rope_all = best_of(lambda: run(rope), args.repeat)
     plain_best, plain_all = best_of(lambda: run(plain), args.repeat)
-    ratio = rope_best / plain_best
-    flops = {name: causal_gram_flops(arch, 1, args.seq_len, args.draws) for name, arch in
+    flops = {name: causal_gram_flops(arch, 1, args.seq_len, args.draws, method="exact") for name, arch in
              (("rope", rope), ("absolute", plain))}
-    rows = [
+    print_table("Causal Gram state (exact): the price of rotary positions", [
         ("T, draws", f"{args.seq_len}, {args.draws}", ""),
         (f"one block, absolute positions, best of {args.repeat}", plain_best, "s"),
         (f"one block, RoPE (head dim 128, base 5e5), best of {args.repeat}", rope_best, "s"),
-        ("RoPE / absolute", ratio, "x"),
-        ("counted work RoPE / absolute (causal_gram_flops)", flops["rope"] / flops["absolute"], "x"),
-        ("load average (1 min)", f"{machine()['load_average_1min']:.2f}", ""),
-    ]
-    print_table("Causal Gram state: the price of rotary positions", rows)
-    write_json("bench_causal_gram", {"seq_len": args.seq_len, "draws": args.draws,
-                                     "absolute_seconds_best": plain_best, "absolute_seconds_all": plain_all,
-                                     "rope_seconds_best": rope_best, "rope_seconds_all": rope_all,
-                                     "ratio": ratio, "counted_work_ratio": flops["rope"] / flops["absolute"]})
+        ("RoPE / absolute", rope_best / plain_best, "x"),
+        ("counted work RoPE / absolute", flops["rope"] / flops["absolute"], "x")])
+    return {"seq_len": args.seq_len, "draws": args.draws, "absolute_seconds_best": plain_best,
+            "absolute_seconds_all": plain_all, "rope_seconds_best": rope_best, "rope_seconds_all": rope_all,
+            "ratio": rope_best / plain_best, "counted_work_ratio": flops["rope"] / flops["absolute"]}
+
+
+def fast_part(args):
+    import time
+    import tracemalloc
+
+    import numpy as np
+
+    from remprop.theory.causal import causal_gram_flops, propagate_causal_gram
+    from remprop.theory.models import model_spec
+    from remprop.theory.work_estimates import causal_gram_bytes
+
+    spec = model_spec("llama-3.2-1b")
+
+    def run(t, depth, draws, method, replicas=1):
+        arch = spec.architecture.replace(seq_len=t)
+        start = time.perf_counter()
+        traj = propagate_causal_gram(arch, spec.beta, depth, t, spec.q0, spec.rho0, draws=draws, seed=0,
+                                     norm_eps=spec.layer_norm_eps, method=method, replicas=replicas)
+        return traj, time.perf_counter() - start
+
+    run(64, 1, 1, "fast"), run(64, 1, 1, "exact")  # compile / load
+    compared, rows, exact_rate = [], [], None
+    for t in args.compare_lengths:
+        entry = {"seq_len": t, "layers": args.compare_layers, "draws": 4, "replicas": args.replicas}
+        for method in ("exact", "fast"):
+            traj, seconds = run(t, args.compare_layers, 4, method, args.replicas)
+            entry[method] = {"cosine": traj.cosine.tolist(), "cosine_se": traj.cosine_se.tolist(), "seconds": seconds}
+        fast, exact = entry["fast"], entry["exact"]
+        gap = np.abs(np.subtract(fast["cosine"], exact["cosine"]))[1:]
+        z = gap / np.hypot(fast["cosine_se"], exact["cosine_se"])[1:]
+        entry["max_difference"], entry["max_z"] = float(gap.max()), float(z.max())
+        entry["speedup"] = entry["exact"]["seconds"] / entry["fast"]["seconds"]
+        exact_rate = causal_gram_flops(spec.architecture.replace(seq_len=t), args.compare_layers, t, 4,
+                                       method="exact") * args.replicas / entry["exact"]["seconds"]
+        compared.append(entry)
+        rows += [(f"T {t}: max |fast - exact| over {args.compare_layers} layers", entry["max_difference"], ""),
+                 (f"T {t}: max |z| (combined standard errors)", entry["max_z"], ""),
+                 (f"T {t}: exact / fast seconds", entry["speedup"], "x")]
+    stacks = []
+    for t in args.stack_lengths:
+        arch = spec.architecture.replace(seq_len=t)
+        fast_flops = causal_gram_flops(arch, spec.depth, t, 8)
+        exact_flops = causal_gram_flops(arch, spec.depth, t, 8, method="exact")
+        entry = {"seq_len": t, "layers": spec.depth, "draws": 8, "fast_flops": fast_flops,
+                 "exact_flops": exact_flops, "counted_ratio": exact_flops / fast_flops,
+                 "estimated_bytes": causal_gram_bytes(arch, spec.depth, t, 8),
+                 "exact_seconds_extrapolated": exact_flops / exact_rate}
+        if t <= args.run_up_to:
+            layers = spec.depth if t <= 2048 else args.long_layers
+            tracemalloc.start()
+            traj, seconds = run(t, layers, 8, "fast")
+            entry["peak_bytes"] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            entry.update(layers_run=layers, seconds=seconds, seconds_per_layer=seconds / layers,
+                         stack_seconds=seconds * spec.depth / layers, final_cosine=float(traj.cosine[-1]))
+            rows.append((f"T {t}: fast, 16 layers, 8 draws" + ("" if layers == spec.depth else
+                                                              f" (from {layers} run)"), entry["stack_seconds"], "s"))
+            rows.append((f"T {t}: peak / estimated memory", entry["peak_bytes"] / entry["estimated_bytes"], ""))
+        rows.append((f"T {t}: exact, 16 layers (extrapolated)", entry["exact_seconds_extrapolated"], "s"))
+        rows.append((f"T {t}: counted work exact / fast", entry["counted_ratio"], "x"))
+        stacks.append(entry)
+    rows.append(("load average (1 min)", f"{machine()['load_average_1min']:.2f}", ""))
+    print_table("Causal Gram state of Llama 3.2 1B: fast against exact", rows)
+    return {"model": "llama-3.2-1b", "exact_rate_flops_per_second": exact_rate, "compared": compared,
+            "stacks": stacks}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("fast", "rope"), default="fast")
+    parser.add_argument("--seq-len", type=int, default=256, help="rope part: T")
+    parser.add_argument("--draws", type=int, default=8, help="rope part: draws")
+    parser.add_argument("--repeat", type=int, default=3, help="rope part: timings")
+    parser.add_argument("--compare-lengths", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--compare-layers", type=int, default=2)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--stack-lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
+    parser.add_argument("--run-up-to", type=int, default=4096, help="longest T the fast stack is run at")
+    parser.add_argument("--long-layers", type=int, default=2, help="layers run above T 2048 (scaled to 16)")
+    args = parser.parse_args(argv)
+    if args.part == "rope":
+        write_json("bench_causal_gram", rope_part(args))
+    else:
+        write_json("bench_causal_gram", {"part": "fast", **fast_part(args)})
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from .diagnosis import MAX_COLLAPSE_DEPTH
 from .init_deviations import effect_seconds
 from .residual_strength import search_seconds
 
-__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS"]
+__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS",
+           "GRAM_PAIR_PASSES"]
 
 
 def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:
@@ -58,23 +59,16 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     return seconds
 
 
-#: Pairs of the timed call of the pair quadrature (:func:`causal_gram_seconds`): 4.3e6 nodes, 0.02-0.2 s;
-#: fewer pairs read the start-up of its threads as work.
-_TIMED_PAIRS = 1024
-
-
 def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
-    """Estimated seconds of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`) on this
-    machine, from short timed calls made now (so under the machine's present load).
+    """Estimated seconds of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`, its
+    default fast method) on this machine, from short timed calls made now (so under the machine's present load).
 
-    Its counted operations (:func:`~remprop.theory.causal.causal_gram_flops`) without the quadrature, at the
-    rate of a timed ``T x T`` matrix product, plus per layer a timed eigendecomposition of a ``T x T`` matrix
-    (the score kernel's square root; LAPACK's ``eigh`` runs far below the product's rate), and, for an
-    activation that is not positively homogeneous, the pair quadrature of the MLP
-    (:func:`~remprop.theory.causal.pair_moment` over the ``T (T + 1) / 2`` pairs, timed on
-    ``_TIMED_PAIRS`` pairs; it runs wherever the tokens' norms differ, with pre-LN too: ``gpt2`` at
-    T = 256 spent most of its time there, which the operation count at a matrix-product rate put at
-    1.5 s). The first call compiles the quadrature if numba's cache lacks it; its time is left out.
+    Its counted operations (:func:`~remprop.theory.causal.causal_gram_flops`) at the rate of a timed float32
+    product of one chunk of query rows with every key (the shape of the draws' products), plus per layer
+    and draw the exponentials of the causal half of the scores (``T^2 / 2``, timed on a chunk) and per
+    layer the pair maps of the block (:data:`GRAM_PAIR_PASSES` passes over the ``T x T`` matrix, timed on a
+    chunk; they include the MLP's pair moments at unequal token norms, interpolated from a table of
+    :func:`~remprop.theory.causal.pair_moment` in ``O(T^2)``).
 
     Like every work estimate, the result is a quiet machine's seconds: the timings, made under the present
     load, are divided by its factor (:meth:`remprop.machine.MachineLoad.factor` on every core), which the
@@ -84,8 +78,7 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
 
     import numpy as np
 
-    from remprop.theory.activations import activation_spec
-    from remprop.theory.causal import pair_moment
+    from remprop.theory.work_estimates import GRAM_ROW_CHUNK, causal_score_width
 
     def best(run, repeats=3):
         times = []
@@ -97,20 +90,26 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
 
     t = int(seq_len)
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((t, t))
-    g = a @ a.T / t + np.eye(t)
-    product = best(lambda: g @ g)
-    rate = 2.0 * t ** 3 / max(product, 1e-9)
-    eigh = best(lambda: np.linalg.eigh(g), 2)
-    no_quadrature = arch.replace(activation="relu") if not activation_spec(arch.activation).homogeneous else arch
-    seconds = causal_gram_flops(no_quadrature, depth, t, draws) / rate + depth * eigh
-    if not activation_spec(arch.activation).homogeneous:
-        var = np.linspace(0.5, 2.0, _TIMED_PAIRS)
-        pair_moment(arch.activation, var[:2], var[:2], 0.1 * var[:2])  # compile or load
-        per_pair = best(lambda: pair_moment(arch.activation, var, var[::-1], 0.3 * var), 2) / _TIMED_PAIRS
-        seconds += depth * per_pair * t * (t + 1) / 2
+    rows = min(GRAM_ROW_CHUNK, t)
+    m = causal_score_width(arch)
+    u = rng.standard_normal((rows, m), dtype=np.float32)
+    v = rng.standard_normal((t, m), dtype=np.float32)
+    rate = 2.0 * rows * t * m / max(best(lambda: u @ v.T), 1e-9)
+    scores = u @ v.T
+    per_entry = best(lambda: np.exp(scores)) / scores.size
+    chunk = rng.standard_normal((rows, t))
+    per_pass = best(lambda: chunk * chunk) / chunk.size
+    square = float(t) * t
+    seconds = (causal_gram_flops(arch, depth, t, draws) / rate
+               + depth * square * (draws * per_entry / 2 + GRAM_PAIR_PASSES * per_pass))
     load = machine_load()
     return seconds / load.factor(load.cores)
+
+
+#: The time of one block's pair maps (norms, dense layers, the MLP's pair-moment table, skips, the fast
+#: attention's float32 copies) in passes over the ``T x T`` Gram matrix: measured 1.0 s a layer of Llama 3.2 1B
+#: at T = 1024 beside 0.7 ms a pass (a product, best of 5) on two busy cores, about 1500; rounded down.
+GRAM_PAIR_PASSES = 1000
 
 
 #: Runs of the per-position maps that Brent's search of their ``alpha*`` takes at most (counted: about

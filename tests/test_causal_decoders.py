@@ -331,17 +331,23 @@ def test_causal_gram_unequal_norms_at_the_mlp():
 
 
 def test_choose_causal_theory_rule():
-    # auto: the Gram state where it runs within AUTO_GRAM_FLOPS, the maps beyond the work bound or
-    # T = 4096; an explicit "gram" that cannot run names causal_theory; the count grows as T^3
+    # auto: the Gram state where it runs within AUTO_GRAM_FLOPS (the fast method's count), the maps beyond
+    # the work bound or T = 4096; an explicit "gram" that cannot run names causal_theory; the exact
+    # method's count grows as T^3, the fast one's between T^2 (the draws) and T^3 / 3 (one factor a layer)
     arch = _decoder(256, 64)
     assert choose_causal_theory(arch.replace(seq_len=256), 8, 256)[0] == "gram"
+    assert choose_causal_theory(arch.replace(seq_len=1024), 8, 1024)[0] == "gram"
     assert choose_causal_theory(arch.replace(seq_len=2048), 32, 2048)[0] == "maps"
     assert causal_gram_flops(arch.replace(seq_len=2048), 32, 2048, 4) > AUTO_GRAM_FLOPS
     assert choose_causal_theory(arch.replace(seq_len=2048), 32, 2048, choice="gram")[0] == "gram"
     assert choose_causal_theory(arch.replace(seq_len=8192), 2, 8192)[0] == "maps"
     assert choose_causal_theory(arch.replace(seq_len=64), 2, 64, choice="maps") == ("maps", "asked for")
-    ratio = causal_gram_flops(arch.replace(seq_len=128), 2, 128) / causal_gram_flops(arch.replace(seq_len=64), 2, 64)
+    ratio = causal_gram_flops(arch.replace(seq_len=128), 2, 128, method="exact") / causal_gram_flops(
+        arch.replace(seq_len=64), 2, 64, method="exact")
     assert 8 <= ratio < 9
+    ratio = causal_gram_flops(arch.replace(seq_len=4096), 2, 4096) / causal_gram_flops(arch.replace(seq_len=2048), 2,
+                                                                                      2048)
+    assert 4 < ratio < 8
     with pytest.raises(ValueError, match="causal_theory"):
         choose_causal_theory(arch.replace(seq_len=8192), 2, 8192, choice="gram")
     with pytest.raises(ValueError, match="causal_theory"):

@@ -74,6 +74,9 @@ def test_the_maps_where_the_gram_state_is_not_affordable(configs):
     """Past the Gram state's T (4096) or its work bound the maps are used, with the reason stated."""
     name, reason = last_tokens_theory(model_spec(configs["llama"], seq_len=8192))
     assert name == "maps" and "4096" in reason
+    # the fast Gram state runs the 2-layer model at T 1024 within the bound (its verdict: 18 layers, 7.4e10
+    # operations); at T 4096 (1.5e12) it passes the bound
+    assert last_tokens_theory(model_spec(configs["llama"], seq_len=1024))[0] == "gram"
     name, reason = last_tokens_theory(model_spec(configs["llama"], seq_len=4096))
     assert name == "maps" and "floating-point operations" in reason
     assert last_tokens_theory(model_spec(configs["bert"])) is None  # an encoder has no last tokens

@@ -53,7 +53,7 @@ SIZES = {
     "check gpt2 --simulate": ("--depth", "2", "--width", "64", "--seq-len", "32"),
     "min-alpha --depth 12 --beta 0.5": (),
     "diagram --depth 12 --beta 0.05:3:60 --alpha 0:3:60 --out first": (),
-    "check gpt2 --json": (),  # T = 1024: the per-position maps (a shorter --depth would take the Gram state)
+    "check gpt2 --json": (),  # T = 1024: the causal Gram state (its fast method, 108 layers for the verdict)
     "validate --depth 4 --width 128 --sim-seq-len 64 --seeds 2 --out first-sim": ("--width", "64"),
 }
 #: Commands that need torch (the ``validation`` extra).

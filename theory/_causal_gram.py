@@ -11,8 +11,9 @@ import numpy as np
 
 from . import gram_state as _gram
 from .activations import activation_spec, moments_array
-from .activations.pair_moments import PAIR_HALF_NODES, pair_moment
-from .attention_masks import causal_window_mask
+from .activations.pair_moments import PAIR_HALF_NODES, TABLE_SPREAD, pair_moment, pair_moments_table
+from .attention_masks import causal_window_mask, layer_window
+from ._fast_gram_attention import fast_attention_gram
 from .rem.qk_norm import gaussian_cosine_mean
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment"]
@@ -43,8 +44,10 @@ class _CausalGramWalker(_gram._GramWalker):
     #: Relative spread of the token norms below which an MLP's input counts as equal-norm (rounding).
     EQUAL_NORMS = 1e-12
 
-    def __init__(self, draws, rng, activation, frequencies=None, logit_softcap=None, norm_eps=0.0):
+    def __init__(self, draws, rng, activation, frequencies=None, logit_softcap=None, norm_eps=0.0, fast=False):
         super().__init__(draws, rng, activation)
+        #: True: the fast attention (``_fast_gram_attention``: factor-drawn scores, projected values).
+        self.fast = bool(fast)
         self.frequencies = frequencies
         self.logit_softcap = None if logit_softcap is None else float(logit_softcap)
         self.norm_eps = float(norm_eps)
@@ -64,7 +67,7 @@ class _CausalGramWalker(_gram._GramWalker):
             g = g.copy()
             np.fill_diagonal(g, diag.mean())
             diag = np.diag(g)
-        if np.ptp(diag) == 0 or self.homogeneous:
+        if self.homogeneous or (np.ptp(diag) == 0 and not self.fast):
             return super().mlp(comp, g)
         # unequal norms, any activation: E[phi(u_i) phi(u_j)] at Var u_i = q1_i, Var u_j = q1_j by
         # a two-dimensional quadrature per pair (norm="none" with branch-norm eps)
@@ -73,6 +76,9 @@ class _CausalGramWalker(_gram._GramWalker):
 
         def moments(q1, p1):
             m2 = np.broadcast_to(moments_array(spec.code, np.diag(q1), np.diag(q1))[0][:, None], q1.shape)
+            if self.fast and np.ptp(np.log(np.diag(q1))) <= TABLE_SPREAD:
+                # the quadrature on a grid of variances and correlations, interpolated: O(T^2)
+                return m2, pair_moments_table(comp.activation, np.diag(q1), p1)
             upper = np.triu_indices(q1.shape[0])
             m11 = np.empty(q1.shape)
             m11[upper] = pair_moment(comp.activation, q1[upper], q1.T[upper], p1[upper])
@@ -136,8 +142,14 @@ class _CausalGramWalker(_gram._GramWalker):
         t = g.shape[0]
         # comp.beta * sqrt(log T): beta_eff sqrt(log T), or with QK-norm beta g^2 (beta_scale)
         c = float(comp.beta) * np.sqrt(np.log(t))
+        seen = causal_window_mask(t, self.window)
+        self.deviations = None
+        if self.fast:
+            total = fast_attention_gram(g, self.score_kernel(comp, g), c, seen, self.rng, self.draws,
+                                        self.frequencies, self.logit_softcap)
+            return float(comp.sigma_v2) * total + float(comp.sigma_b2)
         root = _gram._symmetric_sqrt(self.score_kernel(comp, g))
-        mask = ~causal_window_mask(t, self.window)
+        mask = ~seen
         total = np.zeros_like(g)
         for _ in range(self.draws):
             scores = self._scores(root, c, t)
@@ -147,5 +159,30 @@ class _CausalGramWalker(_gram._GramWalker):
             attn = _gram._softmax_rows(scores)
             total += (attn @ g) @ attn.T
         total /= self.draws
-        self.deviations = None
         return float(comp.sigma_v2) * 0.5 * (total + total.T) + float(comp.sigma_b2)
+
+
+def _last_tokens(g, last):
+    """(q, p, mean pair cosine) of the last ``last`` tokens of ``g``."""
+    sub = g[-last:, -last:]
+    diag = np.trace(sub)
+    cos = sub / np.sqrt(np.outer(np.diag(sub), np.diag(sub)))
+    pairs = last * (last - 1)
+    return diag / last, (sub.sum() - diag) / pairs, (cos.sum() - np.trace(cos)) / pairs
+
+
+def walk_chains(walkers, block, g0, depth, pattern, last):
+    """Each walker's chain from ``g0`` through ``depth`` blocks (block ``l`` with the window
+    ``layer_window(pattern, l)``): the last tokens' ``(q, p, cosine)``, shape (3, chains, depth + 1),
+    and the chains' mean Gram matrix after the last block."""
+    stats, total = np.empty((3, len(walkers), depth + 1)), 0.0
+    for chain, walker in enumerate(walkers):
+        g = g0
+        for layer in range(depth + 1):
+            stats[:, chain, layer] = _last_tokens(g, last)
+            if layer == depth:
+                break
+            walker.window = layer_window(pattern, layer)
+            g = walker.block_step(block, g, layer, "causal Gram state")
+        total = total + g
+    return stats, total / len(walkers)

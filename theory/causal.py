@@ -27,33 +27,26 @@ meant for late positions, and its error against position is measured in
 
 Position 1 has no REM (one key): positions must be >= 2.
 
-The late rows' keys are not in the late state: after a block the early tokens carry large,
-strongly overlapping attention outputs (token 1 its own value, token 2 the mean of two, ...), which
-a late row averages, so in a pre-RMSNorm SwiGLU decoder the maps' error builds up over the layers
-(the last tokens' cosine 0.210 against 0.319 measured after 8 reduced Qwen2.5 blocks at T = 1024).
-:func:`propagate_causal_gram` carries the whole causal Gram matrix instead (docs/theory.md
-sections 8 and 17; cost ``O(T^3)`` per layer, :func:`causal_gram_flops`): rotary scores drawn
-exactly, QK-normed scores from the kernel ``kappa_n(C)`` of the attention input's cosines, the
-drawn scores capped by ``logit_softcap``, parallel branches, the norms' eps (``norm_eps``), the MLP
-moments at unequal token norms by the quadrature of :func:`pair_moment`. :func:`choose_causal_theory`
-is the rule of ``remprop check --causal-theory`` between the maps and the Gram state.
+The late rows' keys are not in the late state: the early tokens carry large, strongly overlapping
+attention outputs, which a late row averages (the maps' last-token cosine 0.210 against 0.319
+measured after 8 reduced Qwen2.5 blocks at T = 1024). :func:`propagate_causal_gram` carries the
+whole causal Gram matrix instead (docs/theory.md sections 8, 8.1 and 17; by default the fast method,
+``O(T^2)`` per draw, :func:`causal_gram_flops`): rotary scores, QK-normed scores from the kernel
+``kappa_n(C)``, capped scores, parallel branches, the norms' eps, the MLP moments at unequal token
+norms (:func:`pair_moment`). :func:`choose_causal_theory` is the rule of ``remprop check
+--causal-theory`` between the maps and the Gram state.
 
 Attention masks (``window``, :mod:`remprop.theory.attention_masks`: sliding windows, chunks, a
 bidirectional prefix): row t of a windowed layer sees its last ``min(t, w)`` keys, of a chunked one
 ``((t - 1) mod c) + 1``, a prefix row P; the maps read the REM of that many keys (cross-overlap one over
 it), the Gram state masks the scores.
-
 QK-norm (``arch.qk_norm``): each row's head beta is read at the state the attention sees,
-``Architecture.effective_beta(beta, q=q, p=p)``, as the encoder's attention does (docs/theory.md
-sections 16 and 19): an un-normalised stream (OLMo 2, ``q0 = 4e-4``) has its own reduced scale.
+``Architecture.effective_beta(beta, q=q, p=p)`` (docs/theory.md sections 16, 19).
 
-Rotary positions (``arch.positions == "rope"``, LLaMA family). Row t sees its t keys through the
-rotary correlation ``c(m - l)`` (stationary: the query position drops out), so its REM reads the
-overlap ``p cbar_t`` in place of ``p``, with the mean pair correlation of t keys
-(:func:`~remprop.theory.rem.causal.causal_rope_correlation`, ``Architecture.mean_rope_correlation``
-at ``T = t``), ``x_t = beta sqrt(q (q - p cbar_t))``, while the values (not rotated) keep ``p`` in
-the output map and the cross-overlap stays ``1/t``. ``rope_base -> inf`` and ``d_H -> inf`` give
-``cbar_t -> 1``, the theory without rotation; ``p = 0`` gives it exactly.
+Rotary positions (``arch.positions == "rope"``): row t sees its t keys through the rotary
+correlation ``c(m - l)``, so its REM reads ``p cbar_t`` in place of ``p`` (the mean pair correlation of
+t keys, :func:`~remprop.theory.rem.causal.causal_rope_correlation`), ``x_t = beta sqrt(q (q - p cbar_t))``,
+while the values (not rotated) keep ``p`` and the cross-overlap stays ``1/t``.
 
 References
 ----------
@@ -67,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _causal_gram
+from . import _fast_gram_attention as _fast
 from .attention_masks import check_windows, layer_window, window_keys
 from . import components as C
 from . import gram_state as _gram
@@ -75,14 +69,14 @@ from .activations import activation_spec
 from .architecture import Architecture
 from .components import attention_scale as scale
 from .components.attention import softmax_attention_overlap_core
-from .checks import as_float_array, check_count, check_depth
+from .checks import ParameterError, as_float_array, check_count, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation
 
 __all__ = ["row_rope_correlation", "CausalTrajectory", "propagate_causal", "last_tokens_cosine",
            "CausalGramTrajectory", "propagate_causal_gram", "causal_gram_support_problem", "causal_gram_flops",
            "pair_moment", "PAIR_HALF_NODES", "choose_causal_theory", "AUTO_GRAM_FLOPS", "CAUSAL_THEORIES",
-           "LAST_TOKENS", "compared_last_tokens", "MAX_GRAM_SEQ_LEN"]
+           "LAST_TOKENS", "compared_last_tokens", "MAX_GRAM_SEQ_LEN", "CAUSAL_GRAM_METHODS"]
 
 #: Late tokens of a causal model that follow the encoder maps: the reference experiment
 #: averages the last 50 positions of T = 512 (docs/theory.md section 8).
@@ -283,8 +277,11 @@ class CausalGramTrajectory:
     cosine : ndarray, shape (depth + 1,)
         Mean pair cosine ``G_ij / sqrt(G_ii G_jj)`` of the same tokens.
     gram : ndarray, shape (T, T)
-        The Gram matrix of the sequence after the last block.
+        The Gram matrix of the sequence after the last block (the replicas' mean).
     settings : dict
+    cosine_se : ndarray, shape (depth + 1,), or None
+        The Monte Carlo standard error of ``cosine``: the spread of ``replicas`` independent chains over
+        ``sqrt(replicas)`` (None for one chain).
     """
 
     q: np.ndarray
@@ -292,6 +289,7 @@ class CausalGramTrajectory:
     cosine: np.ndarray
     gram: np.ndarray
     settings: dict
+    cosine_se: np.ndarray = None
 
     @property
     def rho(self):
@@ -340,39 +338,46 @@ def pair_moment(activation, var_a, var_b, cov):
     return _causal_gram.pair_moment(activation, var_a, var_b, cov)
 
 
-#: Largest sequence length of :func:`propagate_causal_gram` (cost O(draws T^3) per layer).
+#: Largest T of :func:`propagate_causal_gram` (its ``160 T^2`` bytes: 2.5 GiB at T = 4096, 10 GiB at 8192).
 MAX_GRAM_SEQ_LEN = 4096
 
 
-#: Most floating-point work (:func:`causal_gram_flops`) for which ``choose_causal_theory(...,
-#: "auto")`` takes the causal Gram state: about a minute on one CPU core (10-20 GFLOP/s
-#: measured on the matrix products of the walker at T = 128-256).
-AUTO_GRAM_FLOPS = 1e12
+#: Most work (:func:`causal_gram_flops`, fast method) for which ``choose_causal_theory(..., "auto")`` takes
+#: the Gram state: tens of seconds on two busy CPU cores (a stack of 2.9e11 took 31-98 s at loads 7-11).
+AUTO_GRAM_FLOPS = 1e11
 
 #: The causal theories a measurement can be compared with.
 CAUSAL_THEORIES = ("auto", "maps", "gram")
 
+#: The methods of :func:`propagate_causal_gram`: the fast one (the default) and the exact reference.
+CAUSAL_GRAM_METHODS = ("fast", "exact")
 
-def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
+
+def _check_method(method):
+    if method not in CAUSAL_GRAM_METHODS:
+        raise ParameterError("method", f"method must be one of {', '.join(CAUSAL_GRAM_METHODS)}, got {method!r}")
+
+
+def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast") -> float:
     r"""Floating-point operations of :func:`propagate_causal_gram`, counted before it runs.
 
-    Per layer: the square root of the score kernel (an eigendecomposition, about ``10 T^3``),
-    per draw the scores (``4 T^3``: ``L Z L``; with RoPE ``8 T^3`` for each rotating frequency,
-    the two real draws ``L X_f L`` and ``L Y_f L``, plus ``4 T^3`` for the slow ones together) and ``E[A G A^T]``
-    (``4 T^3``), and with ``norm="none"`` and an activation that is not positively homogeneous
-    the quadrature of :func:`pair_moment` over the ``T (T + 1) / 2`` pairs (``N`` nodes per axis,
-    about 30 operations a node for two activations):
-
-    .. math:: W = L \big(10 T^3 + n_{\rm draws} T^3 (4 + 4 + 8 F_{\rm rot})
-              + 15\,T (T + 1)\,N^2\big)
-
-    with ``F_rot`` the rotary frequencies with ``theta_f (T - 1) >= 0.05`` (0 without RoPE).
-    The other pair-by-pair maps (norms, dense layers) are ``O(T^2)`` and left out.
+    ``"fast"`` (docs/theory.md section 8.1), per layer: the Cholesky factor of the score kernel
+    ``T^3 / 3`` (twice with QK-norm: the values' ``G`` too), per draw the factor draws
+    ``T^2 (2 m + n)``, the causal half of the scores ``T^2 m`` and of ``A [W, X]`` ``T^2 (r + n)``, and
+    the output ``T^2 (r + n)`` (``m`` score columns, ``n`` value columns, ``r`` Nystrom blocks).
+    ``"exact"``: the eigendecomposition ``10 T^3``, per draw the scores ``4 T^3`` (``L Z L``; with RoPE
+    ``8 T^3`` per rotating frequency, ``theta_f (T - 1) >= 0.05``, plus ``4 T^3`` for the slow ones)
+    and ``E[A G A^T]`` ``4 T^3``. With ``norm="none"`` and an activation that is not positively
+    homogeneous the MLP's pair moments: ``"exact"`` the quadrature of :func:`pair_moment` over the
+    ``T (T + 1) / 2`` pairs (``N`` nodes per axis, about 30 operations a node), ``15 T (T + 1) N^2``;
+    ``"fast"`` its table (:func:`~remprop.theory.activations.pair_moments.pair_moments_table`:
+    ``30 K^2 R N^2 + 6 K^2 T^2`` at ``K = 6``). The other ``O(T^2)`` pair maps are left out.
 
     Parameters
     ----------
     arch : Architecture
     depth, seq_len, draws : int
+    method : {"fast", "exact"}
 
     Returns
     -------
@@ -387,14 +392,16 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4) -> float:
     depth = check_depth(depth)
     seq_len = check_seq_len(seq_len, allow_none=False)
     draws = check_count("draws", draws, 1)
-    rotating = 0
-    if arch.positions.rotary:
-        frequencies = scale.head_frequencies(arch)
-        rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
-    cube = float(seq_len) ** 3
+    _check_method(method)
+    frequencies = scale.head_frequencies(arch) if arch.positions.rotary else None
     quadrature = 0.0
     if not arch.norm.has_norm and not activation_spec(arch.activation).homogeneous:
         quadrature = 15.0 * seq_len * (seq_len + 1.0) * (2 * PAIR_HALF_NODES + 1) ** 2
+    if method == "fast":
+        return depth * (_fast.draw_work(seq_len, draws, frequencies, bool(arch.qk_norm))
+                        + (_fast.table_work(seq_len, PAIR_HALF_NODES) if quadrature else 0.0))
+    cube, slow = float(seq_len) ** 3, _CausalGramWalker.SLOW
+    rotating = 0 if frequencies is None else int(np.count_nonzero(frequencies * (seq_len - 1) >= slow))
     return depth * (10.0 * cube + draws * cube * (8.0 + 8.0 * rotating) + quadrature)
 
 
@@ -444,9 +451,9 @@ def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice=
         return "gram", "asked for"
     flops = causal_gram_flops(arch, depth, seq_len, draws)
     if flops > budget:
-        return "maps", (f"the causal Gram state would take {flops:.2g} floating-point operations "
+        return "maps", (f"the causal Gram state (fast method) would take {flops:.2g} floating-point operations "
                         f"(auto takes it up to {budget:.0e}; causal_theory='gram' runs it)")
-    return "gram", f"{flops:.2g} floating-point operations (auto takes it up to {budget:.0e})"
+    return "gram", f"fast method, {flops:.2g} floating-point operations (auto takes it up to {budget:.0e})"
 
 
 def causal_gram_support_problem(arch: Architecture):
@@ -472,7 +479,8 @@ def causal_gram_support_problem(arch: Architecture):
 
 
 def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=None,
-                          draws=4, seed=0, norm_eps=0.0, window=None) -> CausalGramTrajectory:
+                          draws=4, seed=0, norm_eps=0.0, window=None, method="fast",
+                          replicas=1) -> CausalGramTrajectory:
     r"""Causal stack on the Gram matrix of the whole sequence: the late tokens with their true keys.
 
     The per-position maps of :func:`propagate_causal` give row t keys in the state of row t
@@ -534,6 +542,14 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         ``seq_len``): row t of a sliding-window layer sees keys ``t - w + 1 .. t``, of a chunked one its
         chunk's keys up to t, with a prefix the first P rows see each other
         (:func:`~remprop.theory.attention_masks.causal_window_mask`).
+    method : {"fast", "exact"}
+        ``"fast"`` (default): the scores as products of factor draws and the values projected onto
+        the part of ``G`` off its Nystrom part (docs/theory.md section 8.1; ``O(T^2)`` per draw, one
+        Cholesky factor ``T^3 / 3`` per layer). ``"exact"``: the Gaussian scores ``c L Z L`` and
+        ``E[A G A^T]`` by matrix products (the reference; ``O(T^3)`` per draw).
+    replicas : int
+        Independent chains (seeds spawned from ``seed``), averaged; with 2 or more the result holds
+        the standard error ``cosine_se`` (default 1: one chain of the seed ``seed``).
 
     Returns
     -------
@@ -541,8 +557,8 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
 
     Notes
     -----
-    Cost ``O(draws T^3)`` per layer, times the number of rotary frequencies that turn by more
-    than 0.05 over the sequence with RoPE (up to ``d_H / 2``).
+    Work :func:`causal_gram_flops`. ``"exact"``: ``O(draws T^3)`` per layer, times the number of
+    rotary frequencies that turn by more than 0.05 over the sequence with RoPE (up to ``d_H / 2``).
 
     References
     ----------
@@ -553,7 +569,6 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     problem = causal_gram_support_problem(arch)
     if problem is not None:
         raise ValueError(problem)
-    rope = arch.positions.rotary
     depth = check_depth(depth)
     seq_len = check_seq_len(seq_len, allow_none=False)
     if not 3 <= seq_len <= MAX_GRAM_SEQ_LEN:
@@ -573,25 +588,19 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     seed = check_count("seed", seed, 0)
     norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
     pattern = check_windows(window, seq_len=seq_len)
+    _check_method(method)
+    replicas = check_count("replicas", replicas, 1)
     arch = arch.replace(seq_len=seq_len)
-    frequencies = scale.head_frequencies(arch) if rope else None
-    walker = _CausalGramWalker(draws, np.random.default_rng(seed), arch.activation, frequencies, arch.logit_softcap,
-                               norm_eps)
+    frequencies = scale.head_frequencies(arch) if arch.positions.rotary else None
     # the cap is applied to the drawn scores (exact), so the uncapped maps' tolerance check does not apply
     block = arch.replace(logit_softcap=None).block(float(beta))
-    g = q0 * ((1.0 - rho0) * np.eye(seq_len) + rho0)
-    qs, ps, cosines = [], [], []
-    for layer in range(depth + 1):
-        sub = g[-last:, -last:]
-        diag = np.trace(sub)
-        qs.append(diag / last)
-        ps.append((sub.sum() - diag) / (last * (last - 1)))
-        cos = sub / np.sqrt(np.outer(np.diag(sub), np.diag(sub)))
-        cosines.append((cos.sum() - np.trace(cos)) / (last * (last - 1)))
-        if layer == depth:
-            break
-        walker.window = layer_window(pattern, layer)
-        g = walker.block_step(block, g, layer, "causal Gram state")
+    g0 = q0 * ((1.0 - rho0) * np.eye(seq_len) + rho0)
+    walkers = [_CausalGramWalker(draws, np.random.default_rng(child), arch.activation, frequencies, arch.logit_softcap,
+                                 norm_eps, fast=method == "fast")
+               for child in (np.random.SeedSequence(seed).spawn(replicas) if replicas > 1 else [seed])]
+    (qs, ps, cosines), g = _causal_gram.walk_chains(walkers, block, g0, depth, pattern, last)
     settings = {"arch": arch.to_dict(), "beta": float(beta), "depth": depth, "seq_len": seq_len, "q0": q0,
-                "rho0": rho0, "last": last, "draws": draws, "seed": seed, "norm_eps": norm_eps, "window": pattern}
-    return CausalGramTrajectory(np.array(qs), np.array(ps), np.array(cosines), g, settings)
+                "rho0": rho0, "last": last, "draws": draws, "seed": seed, "norm_eps": norm_eps, "window": pattern,
+                "method": method, "replicas": replicas}
+    se = cosines.std(axis=0, ddof=1) / np.sqrt(replicas) if replicas > 1 else None
+    return CausalGramTrajectory(qs.mean(axis=0), ps.mean(axis=0), cosines.mean(axis=0), g, settings, se)

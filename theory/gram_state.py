@@ -33,6 +33,7 @@ from .architecture import Architecture
 from .checks import check_count, check_depth, check_real_scalar
 from ._gram_matrix import (_cosine_matrix, _mean_cosine, _shift_variance, _simplex_distance, _simplex_pair,
                            _softmax_rows, _symmetric_sqrt, _gram_factor)
+from ._fast_gram_attention import fast_attention_gram
 from .components import Component
 from .components.residual import skip_core
 
@@ -370,6 +371,19 @@ class _GramWalker:
         return controlled
 
 
+class _FastGramWalker(_GramWalker):
+    """:class:`_GramWalker` with the fast attention (``method="fast"``, docs/theory.md section 8.1): every
+    row sees every key; no control variate (the Monte Carlo error is the spread of replicas)."""
+
+    def attention(self, comp, g):
+        _check_attention(comp)
+        t = g.shape[0]
+        total = fast_attention_gram(g, g, float(comp.beta) * math.sqrt(math.log(t)), np.ones((t, t), dtype=bool),
+                                    self.rng, self.draws)
+        self.deviations = None
+        return float(comp.sigma_v2) * total + float(comp.sigma_b2)
+
+
 class _SampledGramWalker(_GramWalker):
     """One sampled chain: ``G_A = (sigma_v^2/H) sum_h A_h G A_h^T + sigma_b^2``, ``A_h = softmax(c L Z_h L^T)``
     with one ``Z_h`` per head and ``L L^T = G`` (the Cholesky factor; docs/theory.md section 17.1); other
@@ -435,7 +449,7 @@ def gram_support_problem(arch: Architecture):
 
 
 def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, keep_layers=None,
-                   sampled=False) -> GramTrajectory:
+                   sampled=False, method="exact") -> GramTrajectory:
     r"""Propagate the Gram matrix of one sequence through ``depth`` blocks.
 
     Every block is :meth:`Architecture.block <remprop.theory.Architecture.block>` walked
@@ -479,6 +493,10 @@ def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, ke
         chains of one initialisation each, one score field per head and attention layer; their
         average ``mean_cosine``, ``q``, ``rho``, its standard error, the first chain's ``grams``
         (docs/theory.md section 17.1).
+    method : {"exact", "fast"}
+        ``"exact"`` (default): the control variate above. ``"fast"``: the attention of the fast causal
+        Gram state without a mask (docs/theory.md section 8.1; ``mean_cosine_se`` then 0: the spread
+        of independent seeds is its error).
 
     Returns
     -------
@@ -514,12 +532,17 @@ def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, ke
                                                                     for k in keep_layers}
     if not isinstance(sampled, (bool, np.bool_)):
         raise ValueError(f"sampled must be True or False, got {sampled!r}")
+    if method not in ("exact", "fast"):
+        raise ValueError(f"method must be 'exact' or 'fast', got {method!r}")
+    if method == "fast" and sampled:
+        raise ValueError("method='fast' has no sampled chains (sampled=True draws its own fields)")
     block = arch.block(beta)
     settings = {"arch": arch.to_dict(), "beta": beta, "depth": depth, "seq_len": t, "draws": draws, "seed": seed,
                 "simplex_distance": _simplex_distance(g), "plain_monte_carlo_layers": 0, "sampled": bool(sampled)}
     if sampled:
         return _sampled_chains(arch, block, g, depth, draws, seed, kept, settings)
-    walker = _GramWalker(draws, np.random.default_rng(seed), arch.activation)
+    walker = (_FastGramWalker if method == "fast" else _GramWalker)(draws, np.random.default_rng(seed),
+                                                                    arch.activation)
     cos, var, qs, rhos, grams = [_mean_cosine(g)], [0.0], [], [], {}
     for layer in range(depth + 1):
         q, p = _simplex_pair(g)

@@ -28,7 +28,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._fast_gram_attention import ROW_CHUNK, VALUE_WIDTH, nystrom_blocks, score_width
+from .activations import activation_spec
+from .activations.pair_moments import CHEBYSHEV_CORRELATIONS, CORRELATION_NODES
 from .checks import check_count
+from .components.attention_scale import head_frequencies
 from .kernels import kernels_for
 from .kernels._engine import BATCH
 from .propagation import CHUNK_ROWS, kernel_tree
@@ -38,7 +42,8 @@ __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS", "MAX_D
            "cell_block_seconds", "INSTRUCTION_SECONDS", "BLOCK_SECONDS", "DISPATCH_SECONDS", "CALL_SECONDS",
            "ROPE_FREQUENCY_SECONDS", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes",
            "diagram_bytes", "simulation_bytes", "simulation_flops", "simulation_seconds", "SIMULATION_BLOCK_SECONDS",
-           "gram_theory_bytes", "causal_gram_bytes", "rope_seconds", "FLOPS_PER_SECOND", "flops_seconds",
+           "gram_theory_bytes", "causal_gram_bytes", "causal_score_width", "GRAM_ROW_CHUNK", "rope_seconds",
+           "FLOPS_PER_SECOND", "flops_seconds",
            "spread_indices"]
 
 #: Target duration of one kernel call of a segmented run: the delay before Ctrl-C is
@@ -389,34 +394,39 @@ def gram_theory_bytes(seq_len, depth, draws, *, sampled=False) -> int:
 
 
 def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
-    r"""Bytes of one run of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`).
+    r"""Bytes of one run of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`,
+    its default fast method).
 
-    The draws are summed as they come (no per-draw array is kept), so the block's ``T x T``
-    temporaries, about twenty (``160 T^2``, as :func:`gram_theory_bytes`), and with RoPE the
-    stacked draws of one chunk of rotating frequencies: ``2 k T^2`` doubles (``k`` frequencies at
-    once, at most ``CHUNK_DOUBLES / (2 T^2)``), held four times at once (the normals, the two
-    matrix products and the products' temporaries):
+    The block's ``T x T`` temporaries, about twenty (``160 T^2``, as :func:`gram_theory_bytes`), and the
+    fast attention's: the score kernel's Cholesky factor and its float32 copy (with QK-norm the kernel and
+    the values' factor too: ``24 T^2`` more), the key mask (``T^2`` booleans) and the draws' values
+    ``4 T draws (r + n)`` (``r`` Nystrom blocks, ``n`` value columns), with one chunk of scores
+    (``GRAM_ROW_CHUNK x T`` float32, three copies), and for an activation that is not positively
+    homogeneous the resampling of the MLP's pair-moment table (three ``N_r x R`` arrays, 6.2 MB):
 
-    .. math:: b = 160\, T^2 + 4 \cdot 8 \cdot 2 k T^2, \qquad
-              k = \min(F_{\rm rot}, \max(1, \lfloor C / (2 T^2) \rfloor))
+    .. math:: b = 160\, T^2 + (12 + 24 [\text{QK-norm}] + 1)\, T^2 + 4 T\, n_{\rm draws} (r + n)
+              + 12\, C\, T + 24\, N_r R
 
-    Measured (SmolLM2's rotary heads, draws 8, tracemalloc peak): T = 256, 77 MiB (estimate
-    107 MiB); T = 512, 246 MiB (300 MiB). Without the chunk term the estimate was 11 and
-    44 MiB: the rotary draws are most of the memory (issue 46).
+    Measured (tracemalloc peak, benchmarks/bench_causal_gram.py): within the estimate at T = 512 - 2048.
     """
-    from ._causal_gram import _CausalGramWalker
-    from .rem.rope import rope_frequencies
-
     seq_len = check_count("seq_len", seq_len, 1)
     check_count("depth", depth, 1)
-    check_count("draws", draws, 1)
+    draws = check_count("draws", draws, 1)
     square = seq_len ** 2
-    chunk = 0
-    if arch.positions.rotary:
-        frequencies = np.asarray(rope_frequencies(arch.head_dim, arch.rope_base), dtype=np.float64)
-        rotating = int(np.count_nonzero(frequencies * (seq_len - 1) >= _CausalGramWalker.SLOW))
-        chunk = min(rotating, max(1, _CausalGramWalker.CHUNK_DOUBLES // (2 * square)))
-    return 160 * square + 4 * 8 * 2 * chunk * square
+    factors = (12 + (24 if arch.qk_norm else 0) + 1) * square
+    values = 4 * seq_len * draws * (nystrom_blocks(seq_len) + VALUE_WIDTH)
+    table = 0 if activation_spec(arch.activation).homogeneous else 24 * CORRELATION_NODES * CHEBYSHEV_CORRELATIONS
+    return 160 * square + factors + values + 12 * ROW_CHUNK * seq_len + table
+
+
+def causal_score_width(arch) -> int:
+    """Score columns ``m`` of the fast causal Gram state for ``arch`` (docs/theory.md section 8.1): at least
+    64, a multiple of ``head_dim`` with RoPE (every rotary frequency the same number of column pairs)."""
+    return score_width(head_frequencies(arch) if arch.positions.rotary else None)
+
+
+#: Query rows the fast causal Gram state draws at once (the shape of its score products).
+GRAM_ROW_CHUNK = ROW_CHUNK
 
 
 def rope_seconds(head_dim) -> float:

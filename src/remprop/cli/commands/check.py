@@ -92,7 +92,8 @@ def add_check_parser(commands):
                        help="causal models: the theory of the last tokens' cosine, which gives the verdict (phase, "
                             "final cosine, alpha*, collapse depth, changes; the layer maps beside it) and is compared "
                             "with --simulate: 'maps' (per-position maps, fast) or 'gram' (the causal Gram state: each "
-                            "late row with its true keys, the accurate one, O(draws T^3) per layer); 'auto' "
+                            "late row with its true keys, the accurate one: by its fast method, O(draws T^2) per layer "
+                            "and one T^3 / 3 factor); 'auto' "
                             f"(default) takes 'gram' when it runs the model at T <= {MAX_GRAM_SEQ_LEN} and the "
                             f"verdict's Gram state takes at most {AUTO_GRAM_FLOPS:.0e} floating-point operations, "
                             "else 'maps', and the report says which and why")

@@ -1,0 +1,196 @@
+r"""The fast attention map of the Gram states (private): factor-drawn scores, projected values.
+
+Its public side is ``method="fast"`` of :func:`remprop.theory.causal.propagate_causal_gram` and
+:func:`remprop.theory.gram_state.propagate_gram` (docs/theory.md section 8.1); the exact walkers
+(``method="exact"``) stay the reference. One attention layer maps a Gram matrix ``G`` (T x T) to
+``sigma_v^2 E[A G A^T] + sigma_b^2`` with the same physics as the exact walkers, at ``O(T^2)`` work
+per draw in place of ``O(T^3)``:
+
+* **Scores as a product of factor draws.** ``u, v`` (T x m) with i.i.d. columns ``N(0, K)``
+  (``u = L Z``, ``L`` the Cholesky factor of the score kernel ``K``) and ``S = c u v^T / sqrt(m)``
+  have ``Cov(S_ij, S_kl) = c^2 K_ik K_jl`` for every ``m``, the covariance of the exact walkers;
+  the law is Gaussian only as ``m -> inf`` (a real head is ``m = d_H``: these are its queries and
+  keys at infinite width). With RoPE the ``m / 2`` column pairs are spread evenly over the head's
+  ``d_H / 2`` frequencies and each pair of row i is turned by ``theta_f i``: ``O(T m)`` work, and the
+  covariance becomes ``c^2 K_ik K_jl mean_f cos(theta_f ((j - i) - (l - k)))``, exactly section 15's.
+* **Values projected, the smooth part exact.** ``G = W W^T + R`` with ``W = G B (B^T G B)^{-1/2}``
+  (the Nystrom part of ``G`` on block indicators ``B`` of contiguous positions) and ``R`` its PSD
+  remainder; ``E[A G A^T] = E[(A W)(A W)^T] + E[(A X)(A X)^T] / n`` with ``X = L_G (Z - V V^T Z)``,
+  ``n`` columns of covariance exactly ``R``. Unbiased given ``A``; its noise is that of ``R`` alone
+  (the tokens' own parts), not of the shared ones.
+* **Rows in chunks.** Each chunk of query rows draws its scores only over the span of keys its rows
+  see (:func:`~remprop.theory.attention_masks.causal_window_mask` read once), so the causal half
+  of ``T x T`` is never drawn and no ``T x T`` score matrix is held.
+
+The draws run in float32 (the Monte Carlo error, 1e-3, is far above float32's rounding).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import blas, lapack
+
+from ._gram_matrix import _softmax_rows
+from .activations.pair_moments import CHEBYSHEV_CORRELATIONS
+
+#: Query rows drawn at once (the scores of one chunk: ``ROW_CHUNK x`` its keys' span).
+ROW_CHUNK = 256
+#: Score width ``m``: at least this many columns (rounded up to a multiple of ``d_H`` with RoPE, so
+#: that every frequency carries the same number of column pairs).
+SCORE_WIDTH = 64
+#: Value columns ``n`` of the projected remainder per draw.
+VALUE_WIDTH = 64
+#: Blocks of contiguous positions of the Nystrom part (fewer for short sequences: at most T / 4).
+NYSTROM_BLOCKS = 32
+#: Relative jitter steps of the Cholesky factor of a (nearly) singular kernel, before the eigh root.
+JITTER = (0.0, 1e-12, 1e-10, 1e-8)
+
+
+def score_width(frequencies):
+    """``m``: :data:`SCORE_WIDTH` rounded up to a multiple of ``2 F`` (``F`` rotary frequencies)."""
+    if frequencies is None:
+        return SCORE_WIDTH
+    pair = 2 * len(frequencies)
+    return pair * -(-SCORE_WIDTH // pair)
+
+
+def draw_work(t, draws, frequencies=None, two_factors=False):
+    """Floating-point operations of one layer of :func:`fast_attention_gram` (``t`` tokens, all keys
+    causal): the Cholesky factor(s) ``T^3 / 3``, per draw the factor draws ``T^2 (2 m + n)`` (a
+    triangular product), the causal half of the scores ``T^2 m`` and of ``A [W, X]`` ``T^2 (r + n)``,
+    and the output ``T^2 draws (r + n)`` (a symmetric rank-k update)."""
+    m, r = score_width(frequencies), nystrom_blocks(t)
+    square = float(t) ** 2
+    per_draw = square * (2 * m + VALUE_WIDTH) + square * m + square * (r + VALUE_WIDTH) + square * (r + VALUE_WIDTH)
+    return (2 if two_factors else 1) * float(t) ** 3 / 3 + draws * per_draw
+
+
+def table_work(t, half_nodes, variance_nodes=6):
+    """Operations of the fast MLP's pair-moment table (``pair_moments_table``) at ``t`` tokens: ``K^2 R``
+    quadratures of ``(2 half_nodes + 1)^2`` nodes (30 operations a node) and ``6 K^2`` a pair, counted at
+    ``K = 6`` log-variance nodes (a spread of 1; OLMo 2's widest, after its first block, is 0.4: K = 5)."""
+    k2 = variance_nodes ** 2
+    return 30.0 * k2 * CHEBYSHEV_CORRELATIONS * (2 * half_nodes + 1) ** 2 + 6.0 * k2 * float(t) ** 2
+
+
+def nystrom_blocks(t):
+    """Blocks of the Nystrom part at ``t`` tokens: :data:`NYSTROM_BLOCKS`, at most ``t // 4`` (>= 1)."""
+    return max(1, min(NYSTROM_BLOCKS, t // 4))
+
+
+def lower_factor(k):
+    """A lower-triangular ``L`` (float64) with ``L L^T = K``: the Cholesky factor (to the jitter of
+    :data:`JITTER`, relative to the mean diagonal), else from the eigendecomposition's root ``S``
+    (an exactly singular ``K``): ``S^T = Q R`` gives ``L = R^T``."""
+    scale = float(np.mean(np.diag(k)))
+    for jitter in JITTER:
+        a = k + (jitter * scale) * np.eye(k.shape[0]) if jitter else k
+        factor, info = lapack.dpotrf(a, lower=1, clean=1, overwrite_a=0)
+        if info == 0:
+            return factor
+    lam, u = np.linalg.eigh(k)
+    root = (u * np.sqrt(np.maximum(lam, 0.0))) @ u.T
+    return np.linalg.qr(root.T, mode="r").T
+
+
+def _block_indicators(t):
+    """Row index of every position's block: ``r`` contiguous blocks, growing geometrically (the early
+    tokens, which differ most, alone)."""
+    r = nystrom_blocks(t)
+    edges = np.unique(np.round(np.geomspace(1, t, r + 1)).astype(int) - 1)
+    edges[0], edges[-1] = 0, t
+    return np.searchsorted(edges, np.arange(t), side="right") - 1, len(edges) - 1
+
+
+def nystrom_part(g):
+    """``(W, P)``: the Nystrom factor ``W = G B (B^T G B)^{-1/2}`` of ``g`` on the block indicators and the
+    map ``P = (B^T G B)^{-1/2} B^T`` with ``X - W (P X)`` the projection of samples ``X ~ N(0, G)`` onto
+    the remainder ``R = G - W W^T`` (eigenvalues of ``B^T G B`` below 1e-12 of the largest dropped)."""
+    t = g.shape[0]
+    index, r = _block_indicators(t)
+    b = np.zeros((t, r))
+    b[np.arange(t), index] = 1.0
+    gb = g @ b
+    lam, u = np.linalg.eigh(b.T @ gb)
+    keep = lam > 1e-12 * lam[-1]
+    inv_root = u[:, keep] / np.sqrt(lam[keep])
+    return gb @ inv_root, inv_root.T @ b.T
+
+
+def _rotate(x, angles):
+    """Turn the column pairs ``(2a, 2a + 1)`` of ``x`` (T x m) at row i by ``angles[i, a]``."""
+    cos, sin = np.cos(angles), np.sin(angles)
+    even, odd = x[:, 0::2], x[:, 1::2]
+    out = np.empty_like(x)
+    out[:, 0::2] = even * cos - odd * sin
+    out[:, 1::2] = even * sin + odd * cos
+    return out
+
+
+def _key_spans(seen):
+    """``[(rows, lo, hi)]``: chunks of :data:`ROW_CHUNK` query rows and the span of keys they see."""
+    t = seen.shape[0]
+    spans = []
+    for start in range(0, t, ROW_CHUNK):
+        rows = slice(start, min(start + ROW_CHUNK, t))
+        cols = np.flatnonzero(seen[rows].any(axis=0))
+        spans.append((rows, int(cols[0]), int(cols[-1]) + 1))
+    return spans
+
+
+def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_softcap=None):
+    r"""``E[A G A^T]`` (T x T, float64, symmetric) by factor-drawn scores and projected values.
+
+    Parameters
+    ----------
+    g : ndarray (T, T)
+        The Gram matrix of the attention input (values).
+    kernel : ndarray (T, T)
+        The score kernel ``K`` (``g`` itself, or ``kappa_n(C)`` with QK-norm).
+    c : float
+        The score scale: ``Cov(S_ij, S_kl) = c^2 K_ik K_jl`` (times the rotary correlation).
+    seen : ndarray (T, T) of bool
+        True where query i sees key j (every row at least one key).
+    rng : numpy.random.Generator
+    draws : int
+        Score draws.
+    frequencies : ndarray, optional
+        The head's ``theta_f`` (RoPE); None: no rotation.
+    logit_softcap : float, optional
+        Each drawn score becomes ``cap tanh(s / cap)``.
+    """
+    t = g.shape[0]
+    m = score_width(frequencies)
+    lk = lower_factor(kernel)
+    lg = lk if kernel is g else lower_factor(g)
+    w, proj = nystrom_part(g)
+    r = w.shape[1]
+    f32 = np.float32
+    lk32, lg32 = lk.astype(f32), (lk if lg is lk else lg).astype(f32)
+    angles = None
+    if frequencies is not None:
+        per_pair = np.tile(np.asarray(frequencies, dtype=np.float64), m // (2 * len(frequencies)))
+        angles = (np.arange(t)[:, None] * per_pair[None, :]).astype(f32)
+    spans = _key_spans(seen)
+    cols = r + VALUE_WIDTH
+    out = np.empty((t, draws * cols), dtype=f32)
+    scale = f32(c / np.sqrt(m))
+    for d in range(draws):
+        normals = rng.standard_normal((t, 2 * m + VALUE_WIDTH), dtype=f32)
+        both = blas.strmm(1.0, lk32, normals[:, :2 * m], lower=1)
+        x = blas.strmm(1.0, lg32, normals[:, 2 * m:], lower=1)
+        u, v = both[:, :m], both[:, m:]
+        if angles is not None:
+            u, v = _rotate(u, angles), _rotate(v, angles)
+        u *= scale
+        # the remainder's samples: X - W (P X), covariance R = G - W W^T; values [W, X / sqrt(n)]
+        x = x - (w @ (proj @ x)).astype(f32)
+        values = np.concatenate([w.astype(f32), x / f32(np.sqrt(VALUE_WIDTH))], axis=1)
+        block = out[:, d * cols:(d + 1) * cols]
+        for rows, lo, hi in spans:
+            s = u[rows] @ v[lo:hi].T
+            if logit_softcap is not None:
+                s = f32(logit_softcap) * np.tanh(s / f32(logit_softcap))
+            s[~seen[rows, lo:hi]] = -np.inf
+            block[rows] = _softmax_rows(s) @ values[lo:hi]
+    out *= np.float32(1.0 / np.sqrt(draws))
+    return (out @ out.T).astype(np.float64)
