@@ -140,7 +140,7 @@ def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, 
         Mean square of the MLP's first-layer bias (``sigma_b2``), >= 0.
     seq_len : int
         Sequence length T >= 2.
-    gains : NormGains
+    gains : remprop.theory.models.NormGains
         The mean squared gains of the norms the attention and the MLP read and whether the block is
         post-LN (default: no gains, pre-LN).
 
