@@ -73,7 +73,7 @@ def write_json(name, payload):
     return path
 
 
-def remprop_executable():
-    """The ``remprop`` console script next to this interpreter, or None."""
-    candidate = Path(sys.executable).parent / "remprop"
+def remprop_executable(python=None):
+    """The ``remprop`` console script next to ``python`` (default: this interpreter), or None."""
+    candidate = Path(python or sys.executable).parent / "remprop"
     return candidate if candidate.exists() else None

@@ -14,7 +14,9 @@ Targets (issue 27): the first ``remprop diagram`` <= 5 s, the first ``remprop ch
 <= 10 s; issue 43: after ``remprop precompile`` (the engine, once per install), the first call of
 any command on any architecture <= 3 s.
 
-Writes ``benchmarks/results/bench_cold_start.json``. Other processes may share the cores: the
+``--reference PYTHON`` times another checkout's ``remprop`` (e.g. the tree before a change, with its own
+environment; ``--part NAME=PART`` where its precompile parts are named otherwise) into
+``bench_cold_start_reference.json``. Writes ``benchmarks/results/bench_cold_start.json``. Other processes may share the cores: the
 load average is recorded with the numbers.
 """
 from __future__ import annotations
@@ -55,18 +57,25 @@ def fresh_caches(tmp):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=None, help="comma-separated command names (default: all)")
+    parser.add_argument("--reference", default=None, metavar="PYTHON",
+                        help="time the remprop of another checkout (the console script beside PYTHON) instead")
+    parser.add_argument("--part", action="append", default=[], metavar="NAME=PART",
+                        help="the precompile part of command NAME there (a checkout whose parts are named otherwise)")
     args = parser.parse_args()
-    exe = remprop_executable()
+    python = args.reference or sys.executable
+    exe = remprop_executable(python)
     if exe is None:
-        sys.exit("bench_cold_start: the remprop executable is not installed in this environment")
+        sys.exit(f"bench_cold_start: no remprop executable beside {python}")
     wanted = None if args.only is None else set(args.only.split(","))
+    parts = dict(item.split("=", 1) for item in args.part)
     results, rows = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        importing, _, _ = timed([sys.executable, "-c", "import remprop.theory"], os.environ.copy())
+        importing, _, _ = timed([python, "-c", "import remprop.theory"], os.environ.copy())
         rows.append(("import remprop.theory (warm files)", importing, "s"))
         for name, argv, target, part in COMMANDS:
             if wanted is not None and name not in wanted:
                 continue
+            part = parts.get(name, part)
             env = fresh_caches(tmp)
             command = [str(exe)] + [a.format(tmp=tmp) for a in argv]
             cold, code, err = timed(command, env)
@@ -87,7 +96,8 @@ def main():
             if code != 0 or code_after != 0:
                 rows.append((f"{name}: exit status", f"{code}, {code_after}", ""))
     print_table("Cold starts (fresh process, empty numba cache) against the same call warm", rows)
-    write_json("bench_cold_start", {"import_s": importing, "commands": results})
+    write_json("bench_cold_start" + ("_reference" if args.reference else ""),
+               {"import_s": importing, "commands": results, "python": python})
 
 
 if __name__ == "__main__":

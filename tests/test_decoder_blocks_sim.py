@@ -65,7 +65,7 @@ def _assert_follows_theory(arch, beta):
 def _attention_weights(seed, kv_heads=None, width=D, heads=HEADS):
     gen = torch.Generator().manual_seed(seed)
     return layers.draw_attention_weights(gen, width, 0.8, T, 1.0, 0.01, dtype=torch.float64, device="cpu",
-                                         heads=heads, kv_heads=kv_heads)
+                                         layout=layers.HeadLayout(heads, kv_heads=kv_heads))
 
 
 def _tokens(seed, width=D):

@@ -51,8 +51,8 @@ def rounding_bound(d_head, seq_len, score_max, terms=1):
 
 def _attention_weights(width, heads, kv_heads=None, seed=1):
     gen = torch.Generator().manual_seed(seed)
-    w = layers.draw_attention_weights(gen, width, 1.5, 16, 1.0, 0.1, dtype=torch.float32, device="cpu", heads=heads,
-                                      kv_heads=kv_heads)
+    w = layers.draw_attention_weights(gen, width, 1.5, 16, 1.0, 0.1, dtype=torch.float32, device="cpu",
+                                      layout=layers.HeadLayout(heads, kv_heads=kv_heads))
     return layers.AttentionWeights(*(t.clone().requires_grad_() for t in (w.query, w.key, w.value, w.value_bias)))
 
 

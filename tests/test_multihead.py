@@ -104,7 +104,7 @@ def test_simulated_score_variance_per_head():
             x = torch.randn(T, d, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
             x = x / x.norm(dim=1, keepdim=True) * math.sqrt(d)                       # q = 1 exactly
             w = layers.draw_attention_weights(generator(seed, 0, 0), d, beta, T, 1.0, 0.0, dtype=torch.float64,
-                                              device="cpu", heads=heads, qk_scaling=scaling)
+                                              device="cpu", layout=layers.HeadLayout(heads, scaling))
             dh = d // heads
             qh = (x @ w.query.T)[:, :dh]
             kh = (x @ w.key.T)[:, :dh]

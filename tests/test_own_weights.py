@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import remprop  # noqa: E402
-from remprop.theory.models.measured_weights import (input_state, second_moment_error,  # noqa: E402
+from remprop.theory.models.measured_weights import (NormGains, input_state, second_moment_error,  # noqa: E402
                                                     weight_parameters)
 
 from cli_checks import assert_one_line_error, run_cli  # noqa: E402
@@ -172,7 +172,7 @@ def test_deepnorm_scheme_is_measured():
     assert known["value"] == pytest.approx(down2 * 2 * 32 / 64)
     assert known["mlp_out"] == pytest.approx(down2 * 2 * 64 / 96)
     expected = weight_parameters(*(known[r] for r in ("query", "key", "value", "output", "mlp_in", "mlp_out")),
-                                 seq_len=T, post_norm=True)
+                                 seq_len=T, gains=NormGains(post_norm=True))
     entries = 32 * 32 * layers
     _within(spec.beta, expected["beta"], entries / 2)
     for field in ("sigma_v2", "sigma_o2", "sigma_w2", "sigma_w2_out"):
@@ -371,3 +371,18 @@ def test_a_long_context_folder_is_measured_once_at_the_default_length(tmp_path, 
     assert calls == [{"seq_len": check_command.DEFAULT_SEQ_LEN}]
     assert result["seq_len_choice"] == {"seq_len": 2048, "max_seq_len": 4096, "source": "default"}
     assert result["beta"] == pytest.approx(measure(folder, seq_len=2048).beta, rel=1e-12)
+
+
+def test_norm_gains_fold_as_the_module_says():
+    """NormGains: pre-LN gains multiply the branch's first layers (beta and sigma_v2 by g_A^2, sigma_w2 by
+    g_M^2); post-LN they also divide the branch outputs (sigma_o2, sigma_w2_out); anything else is refused."""
+    plain = weight_parameters(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, seq_len=100)
+    pre = weight_parameters(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, seq_len=100, gains=NormGains(4.0, 2.0))
+    post = weight_parameters(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, seq_len=100, gains=NormGains(4.0, 2.0, post_norm=True))
+    assert pre["beta"] == pytest.approx(4.0 * plain["beta"]) and pre["sigma_v2"] == pytest.approx(4.0)
+    assert pre["sigma_w2"] == pytest.approx(2.0) and pre["sigma_o2"] == pre["sigma_w2_out"] == pytest.approx(1.0)
+    assert post["sigma_o2"] == pytest.approx(0.25) and post["sigma_w2_out"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="gains must be a NormGains"):
+        weight_parameters(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, seq_len=100, gains=(4.0, 2.0))
+    with pytest.raises(ValueError, match="attention2"):
+        weight_parameters(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, seq_len=100, gains=NormGains(-1.0))

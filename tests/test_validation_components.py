@@ -248,7 +248,7 @@ def test_new_fields_leave_the_existing_random_streams_unchanged():
     assert plain.output is None
     gen = generator(3, STREAM_WEIGHTS, 1, "cpu")
     f64 = dict(dtype=torch.float64, device="cpu")
-    attn = layers.draw_attention_weights(gen, 24, 0.8, 16, 0.2, 4e-4, heads=2, **f64)
+    attn = layers.draw_attention_weights(gen, 24, 0.8, 16, 0.2, 4e-4, layout=layers.HeadLayout(2), **f64)
     mlp = layers.draw_mlp_weights(gen, 24, 40, 0.2, 4e-4, **f64)
     for name in ("query", "key", "value", "value_bias"):
         assert torch.equal(getattr(plain.attention, name), getattr(attn, name))

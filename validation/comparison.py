@@ -524,8 +524,8 @@ def attention_sweep(betas, input_cosines=(0.0,), *, arch: Architecture | None = 
                 for b_index, beta in enumerate(betas):
                     gen = generator(seed, STREAM_WEIGHTS, 0, device)
                     weights = layers.draw_attention_weights(gen, width, float(beta), seq_len, sigma_v2, sigma_b2,
-                                                            dtype=dtype, device=device, heads=heads,
-                                                            qk_scaling=qk_scaling)
+                                                            dtype=dtype, device=device,
+                                                            layout=layers.HeadLayout(heads, qk_scaling))
                     out, probs = entry.torch_function(x, weights, heads=heads)
                     stats = {**token_statistics(out), **attention_statistics(probs)}
                     for k in names:

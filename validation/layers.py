@@ -47,7 +47,7 @@ from remprop.theory.rem import heads as multihead
 
 __all__ = [
     "ACTIVATION_FUNCTIONS", "AttentionWeights", "QKNorm", "MLPWeights", "GatedMLPWeights", "DenseWeights", "BlockWeights",
-    "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_gated_mlp_weights",
+    "HeadLayout", "query_key_variance", "draw_attention_weights", "draw_mlp_weights", "draw_gated_mlp_weights",
     "draw_dense_weights", "draw_output_projection", "softmax_attention", "gain_controlled_attention",
     "fused_attention", "output_projection", "layer_norm", "rms_norm", "mlp", "gated_mlp", "dense", "skip", "parallel",
 ]
@@ -183,36 +183,37 @@ def _normal(gen, shape, variance, dtype, device):
     return out.mul_(math.sqrt(variance))
 
 
-def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dtype, device, heads=1,
-                           qk_scaling="model", kv_heads=None):
-    """Draw ``W_Q, W_K ~ N(0, s_qk^2)``, ``W_V ~ N(0, sigma_v2/d)``, ``b_V ~ N(0, sigma_b2)``.
+@dataclass(frozen=True)
+class HeadLayout:
+    """The heads of an attention draw: ``count`` query heads, their ``qk_scaling`` (:func:`query_key_variance`)
+    and ``kv_heads`` key/value heads (a divisor of ``count``; None: ``count``)."""
 
-    Drawn in this order from ``gen``; ``s_qk^2`` from :func:`query_key_variance` (``heads``
-    and ``qk_scaling`` matter only for ``qk_scaling="head"``). ``kv_heads`` (dividing
-    ``heads``; None: ``heads``) key/value heads give ``W_K``, ``W_V`` of shape
-    ``(kv_heads d_H, d)`` and ``b_V`` of ``(kv_heads d_H,)``: the same stream and the same
-    weights as before for ``kv_heads`` None or ``heads``.
+    count: int = 1
+    qk_scaling: str = "model"
+    kv_heads: int | None = None
 
-    Eleven parameters, on purpose: this is the lowest-level draw, called from the simulator,
-    the measurements and the tests with raw sizes and variances (the arguments of
-    :func:`query_key_variance` plus the tensors' generator, dtype and device); the simulations
-    reach it through a :class:`~remprop.validation.SimulationSettings`.
-    """
-    s_qk2 = query_key_variance(beta, width, seq_len, heads, qk_scaling)
-    kv_width = width if kv_heads is None else _kv_width(width, heads, kv_heads)
+    def kv_width(self, width):
+        """``kv_heads d_H`` (``width`` for all heads), ``kv_heads`` checked: a positive divisor of ``count``."""
+        kv = self.kv_heads
+        if kv is not None and (type(kv) is bool or not isinstance(kv, (int, np.integer)) or kv < 1 or self.count % kv):
+            raise ValueError(f"kv_heads must be a positive divisor of heads ({self.count}), got {kv!r}")
+        return width if kv is None else kv * (width // self.count)
+
+
+def draw_attention_weights(gen, width, beta, seq_len, sigma_v2, sigma_b2, *, dtype, device, layout=HeadLayout()):
+    """Draw ``W_Q, W_K ~ N(0, s_qk^2)``, ``W_V ~ N(0, sigma_v2/d)``, ``b_V ~ N(0, sigma_b2)``, in turn from ``gen``.
+
+    ``s_qk^2``: :func:`query_key_variance` at the ``layout``'s heads and ``qk_scaling``; its ``kv_heads`` give
+    ``W_K``, ``W_V`` of shape ``(kv_heads d_H, d)``, ``b_V`` of ``(kv_heads d_H,)`` (the stream of all heads). The
+    lowest-level draw; the simulations reach it through a :class:`~remprop.validation.SimulationSettings`."""
+    s_qk2 = query_key_variance(beta, width, seq_len, layout.count, layout.qk_scaling)
+    kv_width = layout.kv_width(width)
     return AttentionWeights(
         query=_normal(gen, (width, width), s_qk2, dtype, device),
         key=_normal(gen, (kv_width, width), s_qk2, dtype, device),
         value=_normal(gen, (kv_width, width), sigma_v2 / width, dtype, device),
         value_bias=_normal(gen, (kv_width,), sigma_b2, dtype, device),
     )
-
-
-def _kv_width(width, heads, kv_heads):
-    """``kv_heads d_H``, with ``kv_heads`` checked (a divisor of ``heads``)."""
-    if isinstance(kv_heads, bool) or not isinstance(kv_heads, (int, np.integer)) or kv_heads < 1 or heads % kv_heads:
-        raise ValueError(f"kv_heads must be a positive divisor of heads ({heads}), got {kv_heads!r}")
-    return kv_heads * (width // heads)
 
 
 def draw_mlp_weights(gen, width, d_ff, sigma_w2, sigma_b2, *, dtype, device, sigma_w2_out=None):

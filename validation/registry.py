@@ -158,8 +158,8 @@ class BlockContext:
         """Attention weights at the model's query/key scale (``sizes.beta``, the heads' convention)."""
         z = self.sizes
         return self.ops.draw_attention_weights(z.generator, z.width, z.beta, z.seq_len, sigma_v2, sigma_b2,
-                                               dtype=z.dtype, device=z.device, heads=self.heads,
-                                               qk_scaling=z.qk_scaling, kv_heads=z.kv_heads)
+                                               dtype=z.dtype, device=z.device,
+                                               layout=layers.HeadLayout(self.heads, z.qk_scaling, z.kv_heads))
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,8 @@ def _attention_pair(name, theory_map, torch_function):
 
     def simulate(x, gen, mask, beta, sigma_v2, sigma_b2, heads, causal, qk_scaling):
         weights = layers.draw_attention_weights(gen, x.shape[-1], beta, x.shape[-2], sigma_v2, sigma_b2,
-                                                dtype=x.dtype, device=x.device, heads=heads, qk_scaling=qk_scaling)
+                                                dtype=x.dtype, device=x.device,
+                                                layout=layers.HeadLayout(heads, qk_scaling))
         return torch_function(x, weights, heads=heads, mask=mask, causal=causal)[0]
 
     return ComponentPair(name, theory_map, torch_function,

@@ -126,11 +126,13 @@ def _make_engine(user_moments, cache, tag):
                 m2[j], m11[j] = math.nan, math.nan
 
     @register_jitable
-    def run_program(ops, mode, values, q, p, s, beta_c, stack_q, stack_p, args, t, count, table):
+    def run_program(ops, mode, table, work, count):
         """Advance the ``count`` cells of a batch through one block: the instructions of ``ops`` in
-        turn, each a loop over the cells. ``values`` (slots x cells) holds each cell's columns then the
-        program's constants, ``s`` the carried scale, ``beta_c`` receives the block's smallest critical
-        beta; ``args`` (operands x cells) and ``t`` (4 x cells) are scratch."""
+        turn, each a loop over the cells. ``work`` is the batch's buffers (:func:`buffers`): ``values``
+        (slots x cells) holds each cell's columns then the program's constants, ``s`` the carried scale,
+        ``beta_c`` receives the block's smallest critical beta; ``args`` (operands x cells) and ``t``
+        (4 x cells) are scratch."""
+        values, q, p, _, s, beta_c, stack_q, stack_p, args, t = work
         for j in range(count):
             beta_c[j] = np.inf
         top = 0
@@ -164,10 +166,15 @@ def _make_engine(user_moments, cache, tag):
                 # one loop per kind of attention (the flags chosen outside the cells' loop, which LLVM
                 # then vectorises): 4x faster than one loop that tests the flags per cell
                 if (flags & ATTENTION_FINITE) != 0:
-                    for j in range(count):
-                        q[j], p[j], t[0, j] = finite_attention_step_core(
-                            q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], args[4, j], gain_controlled,
-                            rope, qk, table)
+                    if gain_controlled or rope or qk:
+                        for j in range(count):
+                            q[j], p[j], t[0, j] = finite_attention_step_core(
+                                q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], args[4, j],
+                                gain_controlled, rope, qk, table)
+                    else:  # plain softmax, the flags constants (cbar and qk_dim unread): 1.1x faster
+                        for j in range(count):
+                            q[j], p[j], t[0, j] = finite_attention_step_core(
+                                q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, 1.0, False, False, False, table)
                 elif rope:
                     for j in range(count):
                         q[j], p[j], t[0, j] = asymptotic_attention_step_core(
@@ -235,21 +242,25 @@ def _make_engine(user_moments, cache, tag):
 
     @register_jitable
     def buffers(constants, stack):
+        """A batch's work buffers: ``(values, q, p, e, s, beta_c, stack_q, stack_p, args, t)``, the
+        state ``(q, p) 2**e`` with ``s = 2**-e`` (:func:`run_program` reads them)."""
         return (np.empty((N_COLUMNS + constants.size, BATCH)), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH),
                 np.empty(BATCH), np.empty(BATCH), np.empty((stack, BATCH)), np.empty((stack, BATCH)),
                 np.empty((MAX_OPERANDS, BATCH)), np.empty((4, BATCH)))
 
     @register_jitable
-    def advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low, count,
-                first_layer, depth, table):
-        """Advance ``count`` cells by ``depth`` blocks in place (state ``(q, p) 2**e``, ``s = 2**-e``),
-        keeping the first layer's and the smallest critical beta."""
+    def advance(program, table, work, first, low, count, first_layer, depth):
+        """Advance ``count`` cells of a batch (``work``, :func:`buffers`) by ``depth`` blocks of
+        ``program`` (the sweeps' first argument) in place, keeping the first layer's critical beta (in
+        ``first``, where ``first_layer``) and the smallest (``low``)."""
+        ops, _, mode, rescale_beta_c, _ = program
+        values, q, p, e, s, bc = work[0], work[1], work[2], work[3], work[4], work[5]
         every = 3  # renormalise after blocks 4k - 1 (and the last), or after every block (fast growth)
         for j in range(count):
             if values[ALPHA_SA, j] > _FAST_GROWTH or values[ALPHA_MLP, j] > _FAST_GROWTH:
                 every = 0
         for layer in range(depth):
-            run_program(ops, mode, values, q, p, s, bc, stack_q, stack_p, args, t, count, table)
+            run_program(ops, mode, table, work, count)
             for j in range(count):
                 b = bc[j]
                 if rescale_beta_c and b < np.inf:  # inf (collapsed tokens) stays inf
@@ -270,11 +281,14 @@ def _make_engine(user_moments, cache, tag):
         return njit(cache=cache, parallel=True, **JIT_OPTIONS)(specialised(sweep, tag))
 
     @jit
-    def trajectories(ops, constants, mode, rescale_beta_c, stack, params, depth, table, q_out, p_out, e_out,
-                     beta_c_out):
-        """Whole trajectories: q, p, their log2 scale (n, depth + 1) and beta_c (n, depth)."""
+    def trajectories(program, params, depth, table, out):
+        """Whole trajectories into ``out = (q, p, log2 scale, beta_c)``: (n, depth + 1) three times and
+        (n, depth). ``program``: ``(ops, constants, mode, rescale_beta_c, stack)`` of a ``_tape.Program``."""
+        _, constants, _, _, stack = program
+        q_out, p_out, e_out, beta_c_out = out
         for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-            values, q, p, e, s, bc, stack_q, stack_p, args, t = buffers(constants, stack)
+            work = buffers(constants, stack)
+            values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
             first, low = np.empty(BATCH), np.empty(BATCH)
             start = b * BATCH
             count = min(params.shape[0], start + BATCH) - start
@@ -286,8 +300,7 @@ def _make_engine(user_moments, cache, tag):
             for layer in range(depth):
                 for j in range(count):
                     low[j] = np.inf
-                advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low,
-                        count, False, 1, table)
+                advance(program, table, work, first, low, count, False, 1)
                 for j in range(count):
                     q_out[start + j, layer + 1] = q[j]
                     p_out[start + j, layer + 1] = p[j]
@@ -295,10 +308,12 @@ def _make_engine(user_moments, cache, tag):
                     beta_c_out[start + j, layer] = low[j]
 
     @jit
-    def final_states(ops, constants, mode, rescale_beta_c, stack, params, depth, table, out):
+    def final_states(program, params, depth, table, out):
         """Final q, p, the first/smallest beta_c and the log2 scale of every row, into ``out`` (n, 5)."""
+        _, constants, _, _, stack = program
         for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-            values, q, p, e, s, bc, stack_q, stack_p, args, t = buffers(constants, stack)
+            work = buffers(constants, stack)
+            values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
             first, low = np.empty(BATCH), np.empty(BATCH)
             start = b * BATCH
             count = min(params.shape[0], start + BATCH) - start
@@ -306,8 +321,7 @@ def _make_engine(user_moments, cache, tag):
             for j in range(count):
                 first[j] = np.inf
                 low[j] = np.inf
-            advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low,
-                    count, True, depth, table)
+            advance(program, table, work, first, low, count, True, depth)
             for j in range(count):
                 out[start + j, 0] = q[j]
                 out[start + j, 1] = p[j]
@@ -316,15 +330,18 @@ def _make_engine(user_moments, cache, tag):
                 out[start + j, 4] = e[j]
 
     @jit
-    def min_alpha(ops, constants, mode, rescale_beta_c, stack, params, depth, threshold, alpha_max, iterations,
-                  table, out):
+    def min_alpha(program, params, depth, search, table, out):
         """Smallest alpha_sa with final rho <= threshold per row, by bisection (``out``, n).
 
         Assumes the final cosine does not increase with alpha_sa. 0 when alpha_sa = 0 already
         satisfies the threshold, +inf when alpha_max does not. The cells of a batch bisect in
-        lock-step for ``iterations`` halvings (bracket width ``alpha_max / 2**iterations``)."""
+        lock-step for ``iterations`` halvings (bracket width ``alpha_max / 2**iterations``); ``search`` is
+        ``(threshold, alpha_max, iterations)``."""
+        _, constants, _, _, stack = program
+        threshold, alpha_max, iterations = search
         for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-            values, q, p, e, s, bc, stack_q, stack_p, args, t = buffers(constants, stack)
+            work = buffers(constants, stack)
+            values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
             first, low_bc = np.empty(BATCH), np.empty(BATCH)
             low, high, trial, at_zero = np.empty(BATCH), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH)
             start = b * BATCH
@@ -345,8 +362,7 @@ def _make_engine(user_moments, cache, tag):
                     values[ALPHA_SA, j] = trial[j]
                     first[j] = np.inf
                     low_bc[j] = np.inf
-                advance(ops, mode, rescale_beta_c, values, q, p, e, s, bc, stack_q, stack_p, args, t, first, low_bc,
-                        count, True, depth, table)
+                advance(program, table, work, first, low_bc, count, True, depth)
                 for j in range(count):
                     below = p[j] / q[j] <= threshold
                     if stage == 0:

@@ -137,7 +137,7 @@ def kernels_for(tree) -> Kernels:
 def _kernels(program):
     trajectories, final_states, min_alpha = engine_for(program)
     finite, columns = program.finite, program.columns
-    head = (program.ops, program.constants, program.mode, program.rescale_beta_c, program.stack)
+    head = (program.ops, program.constants, program.mode, program.rescale_beta_c, program.stack)  # one argument
 
     def checked(params, table):
         if params.ndim != 2 or params.shape[1] != len(PARAMS):
@@ -158,21 +158,21 @@ def _kernels(program):
         n = params.shape[0]
         q, p, e, beta_c = np.empty((n, depth + 1)), np.empty((n, depth + 1)), np.empty((n, depth + 1)), \
             np.empty((n, depth))
-        trajectories(*head, params, depth, table, q, p, e, beta_c)
+        trajectories(head, params, depth, table, (q, p, e, beta_c))
         return q, p, e, beta_c
 
     def run_final_states(params, depth, table=None):
         params = _contiguous(params)
         table, depth = checked(params, table), int(depth)
         out = np.empty((params.shape[0], 5))
-        final_states(*head, params, depth, table, out)
+        final_states(head, params, depth, table, out)
         return out
 
     def run_min_alpha_bisection(params, depth, threshold, alpha_max, iterations, table=None):
         params = _contiguous(params)
         table, depth = checked(params, table), int(depth)
         out = np.empty(params.shape[0])
-        min_alpha(*head, params, depth, float(threshold), float(alpha_max), int(iterations), table, out)
+        min_alpha(head, params, depth, (float(threshold), float(alpha_max), int(iterations)), table, out)
         return out
 
     run_trajectories.__doc__, run_final_states.__doc__, run_min_alpha_bisection.__doc__ = (

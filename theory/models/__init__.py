@@ -9,10 +9,10 @@ onto the same parameters (:func:`measured_spec`). :func:`published_recipes` read
 published pre-training recipes (``published_recipes.json``).
 """
 from .hf_config import CONFIG_DIR, ModelSpec, load_hf_config, shipped_configs
-from .measured_weights import MeasuredWeights, input_state, measured_spec, weight_parameters
+from .measured_weights import MeasuredWeights, NormGains, input_state, measured_spec, weight_parameters
 from .readers import FAMILIES, READERS, model_spec
 from .pretraining import PublishedRecipe, published_recipes
 
 __all__ = ["ModelSpec", "model_spec", "load_hf_config", "shipped_configs", "FAMILIES", "READERS", "CONFIG_DIR",
-           "MeasuredWeights", "measured_spec", "weight_parameters", "input_state", "PublishedRecipe",
+           "MeasuredWeights", "NormGains", "measured_spec", "weight_parameters", "input_state", "PublishedRecipe",
            "published_recipes"]

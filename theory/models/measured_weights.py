@@ -58,7 +58,7 @@ import numpy as np
 from ..checks import as_float_array, scalar_or_array
 from .block_weights import MODULE_FAMILY, family_parameters
 
-__all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "weight_parameters", "input_state",
+__all__ = ["MatrixScale", "EmbeddingTable", "MeasuredWeights", "NormGains", "weight_parameters", "input_state",
            "second_moment_error", "measured_spec", "holds_weights", "weight_files", "unread_weight_files",
            "TORCH_WEIGHT_FILES", "WEIGHT_ROLES", "GAIN_ROLES", "ZERO_BETA"]
 
@@ -105,8 +105,24 @@ def second_moment_error(entries):
     return scalar_or_array(np.sqrt(2.0 / n))
 
 
-def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, *, seq_len,
-                      attention_gain2=1.0, mlp_gain2=1.0, post_norm=False):
+@dataclass(frozen=True)
+class NormGains:
+    """The norms in front of a block's weights, as :func:`weight_parameters` folds them.
+
+    Attributes
+    ----------
+    attention2, mlp2 : array_like
+        Mean squared gains of the norms the attention and the MLP read, > 0 (1: no gain).
+    post_norm : bool
+        Post-LN block (the gained norm's output is also the skip).
+    """
+
+    attention2: object = 1.0
+    mlp2: object = 1.0
+    post_norm: bool = False
+
+
+def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, *, seq_len, gains=NormGains()):
     r"""The engine's attention and MLP parameters of weights of given scales.
 
     Each of ``query`` ... ``mlp_out`` is a weight's variance times its fan-in, ``v n``
@@ -134,10 +150,9 @@ def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, 
         Mean square of the MLP's first-layer bias (``sigma_b2``), >= 0.
     seq_len : int
         Sequence length T >= 2.
-    attention_gain2, mlp_gain2 : array_like
-        Mean squared gains of the norms the attention and the MLP read, > 0 (1: no gain).
-    post_norm : bool
-        Post-LN block (the gained norm's output is also the skip).
+    gains : remprop.theory.models.NormGains
+        The mean squared gains of the norms the attention and the MLP read and whether the block is
+        post-LN (default: no gains, pre-LN).
 
     Returns
     -------
@@ -156,13 +171,15 @@ def weight_parameters(query, key, value, output, mlp_in, mlp_out, mlp_bias=0.0, 
     from ..rem import check_seq_len
 
     seq_len = check_seq_len(seq_len, allow_none=False)
-    names = ("query", "key", "value", "output", "mlp_in", "mlp_out", "attention_gain2", "mlp_gain2")
-    vq, vk, vv, vo, v1, v2, ga, gm = (as_float_array(name, value, positive=name.endswith("gain2"),
-                                                     nonnegative=not name.endswith("gain2"))
+    if not isinstance(gains, NormGains):
+        raise ValueError(f"gains must be a NormGains, got {type(gains).__name__}")
+    names = ("query", "key", "value", "output", "mlp_in", "mlp_out", "gains.attention2", "gains.mlp2")
+    vq, vk, vv, vo, v1, v2, ga, gm = (as_float_array(name, value, positive=name.startswith("gains."),
+                                                     nonnegative=not name.startswith("gains."))
                                       for name, value in zip(names, (query, key, value, output, mlp_in, mlp_out,
-                                                                     attention_gain2, mlp_gain2)))
+                                                                     gains.attention2, gains.mlp2)))
     bias = as_float_array("mlp_bias", mlp_bias, nonnegative=True)
-    post = bool(post_norm)
+    post = bool(gains.post_norm)
     out = {"beta": np.sqrt(vq) * np.sqrt(vk) * ga / math.sqrt(math.log(seq_len)),  # no underflow of vq vk
            "sigma_v2": vv * ga, "sigma_o2": vo / ga if post else vo,
            "sigma_w2": v1 * gm, "sigma_w2_out": v2 / gm if post else v2, "sigma_b2": bias}
@@ -380,7 +397,7 @@ def measured_spec(spec, weights: MeasuredWeights):
     params = weight_parameters(m["query"].scale, m["key"].scale, m["value"].scale, m["output"].scale,
                                m["mlp_in"].scale, m["mlp_out"].scale,
                                0.0 if weights.mlp_bias is None else weights.mlp_bias.mean_square,
-                               seq_len=spec.seq_len, attention_gain2=ga, mlp_gain2=gm, post_norm=post)
+                               seq_len=spec.seq_len, gains=NormGains(ga, gm, post))
     tables = weights.embeddings
     norm_gain2 = weights.gain2("embedding_norm") if spec.embedding_layer_norm else None
     q0, rho0 = input_state([t.q for t in tables], [t.p for t in tables], norm_gain2=norm_gain2,
