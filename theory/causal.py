@@ -27,9 +27,7 @@ meant for late positions, and its error against position is measured in
 
 Position 1 has no REM (one key): positions must be >= 2.
 
-The late rows' keys are not in the late state: the early tokens carry large, strongly overlapping
-attention outputs, which a late row averages (the maps' last-token cosine 0.210 against 0.319
-measured after 8 reduced Qwen2.5 blocks at T = 1024). :func:`propagate_causal_gram` carries the
+The late rows' keys are not in the late state (docs/theory.md section 8). :func:`propagate_causal_gram` carries the
 whole causal Gram matrix instead (docs/theory.md sections 8, 8.1 and 17; by default the fast method,
 ``O(T^2)`` per draw, :func:`causal_gram_flops`): rotary scores, QK-normed scores from the kernel
 ``kappa_n(C)``, capped scores, parallel branches, the norms' eps, the MLP moments at unequal token
@@ -40,8 +38,7 @@ Attention masks (``window``, :mod:`remprop.theory.attention_masks`: sliding wind
 bidirectional prefix): row t of a windowed layer sees its last ``min(t, w)`` keys, of a chunked one
 ``((t - 1) mod c) + 1``, a prefix row P; the maps read the REM of that many keys (cross-overlap one over
 it), the Gram state masks the scores.
-QK-norm (``arch.qk_norm``): each row's head beta is read at the state the attention sees,
-``Architecture.effective_beta(beta, q=q, p=p)`` (docs/theory.md sections 16, 19).
+QK-norm: each row's beta at the state it sees, ``Architecture.effective_beta(beta, q=q, p=p)``.
 
 Rotary positions (``arch.positions == "rope"``): row t sees its t keys through the rotary
 correlation ``c(m - l)``, so its REM reads ``p cbar_t`` in place of ``p`` (the mean pair correlation of
@@ -78,8 +75,7 @@ __all__ = ["row_rope_correlation", "CausalTrajectory", "propagate_causal", "last
            "pair_moment", "PAIR_HALF_NODES", "choose_causal_theory", "AUTO_GRAM_FLOPS", "CAUSAL_THEORIES",
            "LAST_TOKENS", "compared_last_tokens", "MAX_GRAM_SEQ_LEN", "CAUSAL_GRAM_METHODS"]
 
-#: Late tokens of a causal model that follow the encoder maps: the reference experiment
-#: averages the last 50 positions of T = 512 (docs/theory.md section 8).
+#: Late tokens that follow the encoder maps: the last 50 of T = 512 (docs/theory.md section 8).
 LAST_TOKENS = 50
 
 
@@ -101,8 +97,7 @@ class _CausalAttention(C.Component):
     table: CausalParticipationTable
     #: ``cbar_t`` of each position (RoPE), exactly 1 without rotation.
     rope_correlation: np.ndarray
-    #: With QK-norm: the architecture and the model's beta, whose head beta depends on the
-    #: attention input's state (``Architecture.effective_beta(beta, q=q, p=p)``); else None.
+    #: With QK-norm: the architecture and the model's beta (head beta at the input's state); else None.
     qk_norm_arch: Architecture = None
     model_beta: np.ndarray = None
     name = "causal_softmax_attention"
@@ -301,8 +296,7 @@ class CausalGramTrajectory:
         return self.q.size - 1
 
 
-#: Trapezoid nodes per side of :func:`pair_moment` (65 nodes on [-8, 8] per axis, step 1/4: the error
-#: bound exp(-2 pi d / (s h)) of :mod:`remprop.theory.quadrature` is 3e-9 for SiLU (strip d = pi) at variance 16).
+#: Trapezoid nodes per side of :func:`pair_moment` (65 on [-8, 8], step 1/4; error 3e-9 for SiLU at variance 16).
 PAIR_HALF_NODES = _causal_gram.PAIR_HALF_NODES
 
 

@@ -56,8 +56,7 @@ def _identity(u):
     return u
 
 
-#: torch activations of the MLP, by the names of :data:`remprop.theory.ACTIVATIONS`
-#: (GELU is the exact ``x Phi(x)``, not the tanh approximation).
+#: torch activations of the MLP, by the names of :data:`remprop.theory.ACTIVATIONS` (GELU exact, not tanh).
 ACTIVATION_FUNCTIONS = {"relu": torch.relu, "linear": _identity, "tanh": torch.tanh, "erf": torch.erf,
                         "gelu": F.gelu, "silu": F.silu}
 #: The activations torch applies in place (on a fresh hidden buffer of :func:`mlp`).
