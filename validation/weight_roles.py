@@ -23,17 +23,18 @@ import re
 from dataclasses import dataclass, field
 
 from remprop.theory.checks import ParameterError
+from remprop.theory.models.measured_weights import GAIN_ROLES as MEASURED_GAIN_ROLES, WEIGHT_ROLES
 
 __all__ = ["WeightLayout", "ROLE_PATTERNS", "LAYOUTS", "MATRIX_ROLES", "GAIN_ROLES", "BRANCH_ROLES", "TABLE_ROLES",
            "module_layout", "split_fused"]
 
-#: Matrix roles: each one ``v_X`` with its fan-in.
-MATRIX_ROLES = ("query", "key", "value", "output", "mlp_in", "mlp_out")
+#: Matrix roles: each one ``v_X`` with its fan-in (the measurement's own, ``WEIGHT_ROLES``).
+MATRIX_ROLES = WEIGHT_ROLES
 #: Gains of the norms the branches read (and the norm after the embeddings).
 GAIN_ROLES = ("attention_norm", "mlp_norm", "embedding_norm")
 #: Gains after the norms of queries and keys (QK-norm), and on each branch's output (a norm after
 #: the branch, or LayerScale): their mean squares enter beta and the branches' strengths.
-BRANCH_ROLES = ("query_norm", "key_norm", "attention_branch", "mlp_branch", "attention_scale", "mlp_scale")
+BRANCH_ROLES = tuple(role for role in MEASURED_GAIN_ROLES if role not in GAIN_ROLES)
 #: Tables the tokens read at the input.
 TABLE_ROLES = ("word", "position", "token type", "patch")
 #: Fused matrices, split into the roles of their parts (:func:`split_fused`).
