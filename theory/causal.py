@@ -66,7 +66,7 @@ from .activations import activation_spec
 from .architecture import Architecture
 from .components import attention_scale as scale
 from .components.attention import softmax_attention_overlap_core
-from .checks import ParameterError, as_float_array, check_count, check_depth
+from .checks import as_float_array, check_count, check_depth
 from .rem import CausalParticipationTable, causal_participation_table, check_positions, check_seq_len
 from .rem.causal import causal_rope_correlation
 
@@ -344,12 +344,7 @@ AUTO_GRAM_FLOPS = 1e11
 CAUSAL_THEORIES = ("auto", "maps", "gram")
 
 #: The methods of :func:`propagate_causal_gram`: the fast one (the default) and the exact reference.
-CAUSAL_GRAM_METHODS = ("fast", "exact")
-
-
-def _check_method(method):
-    if method not in CAUSAL_GRAM_METHODS:
-        raise ParameterError("method", f"method must be one of {', '.join(CAUSAL_GRAM_METHODS)}, got {method!r}")
+CAUSAL_GRAM_METHODS = _gram.GRAM_METHODS
 
 
 def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast") -> float:
@@ -386,7 +381,7 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast"
     depth = check_depth(depth)
     seq_len = check_seq_len(seq_len, allow_none=False)
     draws = check_count("draws", draws, 1)
-    _check_method(method)
+    _gram.check_gram_method(method)
     frequencies = scale.head_frequencies(arch) if arch.positions.rotary else None
     quadrature = 0.0
     if not arch.norm.has_norm and not activation_spec(arch.activation).homogeneous:
@@ -582,7 +577,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     seed = check_count("seed", seed, 0)
     norm_eps = float(as_float_array("norm_eps", norm_eps, nonnegative=True))
     pattern = check_windows(window, seq_len=seq_len)
-    _check_method(method)
+    _gram.check_gram_method(method)
     replicas = check_count("replicas", replicas, 1)
     arch = arch.replace(seq_len=seq_len)
     frequencies = scale.head_frequencies(arch) if arch.positions.rotary else None

@@ -30,7 +30,7 @@ import numpy as np
 
 from .activations import activation_spec, moments_array
 from .architecture import Architecture
-from .checks import check_count, check_depth, check_real_scalar
+from .checks import ParameterError, check_count, check_depth, check_real_scalar
 from ._gram_matrix import (_cosine_matrix, _mean_cosine, _shift_variance, _simplex_distance, _simplex_pair,
                            _softmax_rows, _symmetric_sqrt, _gram_factor)
 from ._fast_gram_attention import fast_attention_gram
@@ -38,7 +38,17 @@ from .components import Component
 from .components.residual import skip_core
 
 __all__ = ["GramTrajectory", "propagate_gram", "simplex_distance", "check_gram", "mean_pair_cosine",
-           "gram_support_problem", "pair_cosines", "structured_attention_gram"]
+           "gram_support_problem", "pair_cosines", "structured_attention_gram", "GRAM_METHODS", "check_gram_method"]
+
+#: The methods of the Gram states (:func:`propagate_gram`, the causal one): the fast one and the exact reference.
+GRAM_METHODS = ("fast", "exact")
+
+
+def check_gram_method(method) -> str:
+    """``method`` if it is one of :data:`GRAM_METHODS`, else a ParameterError naming ``method``."""
+    if method not in GRAM_METHODS:
+        raise ParameterError("method", f"method must be one of {', '.join(GRAM_METHODS)}, got {method!r}")
+    return method
 
 #: Relative tolerance of the symmetry and positive-semidefiniteness checks of a Gram matrix
 #: (a float32 simulation's x x^T / d carries relative rounding of about 1e-7 per entry).
@@ -532,8 +542,7 @@ def propagate_gram(arch: Architecture, beta, gram, depth, *, draws=8, seed=0, ke
                                                                     for k in keep_layers}
     if not isinstance(sampled, (bool, np.bool_)):
         raise ValueError(f"sampled must be True or False, got {sampled!r}")
-    if method not in ("exact", "fast"):
-        raise ValueError(f"method must be 'exact' or 'fast', got {method!r}")
+    check_gram_method(method)
     if method == "fast" and sampled:
         raise ValueError("method='fast' has no sampled chains (sampled=True draws its own fields)")
     block = arch.block(beta)
