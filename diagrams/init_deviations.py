@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from remprop.theory import propagate
-from remprop.theory.models.default_init import DEFAULT_INITS, GROUPS, TENSOR_LABELS, reset_roles
+from remprop.theory.models.default_init import GROUPS, TENSOR_LABELS, family_init, reset_roles
 from remprop.theory.models.default_init import init_deviations as tensor_deviations
 from remprop.theory.models.measured_weights import measured_spec
 
@@ -179,10 +179,13 @@ class InitDeviations:
         Every measured role against the default (:func:`remprop.theory.models.default_init.init_deviations`).
     effects : tuple of GroupEffect
         One per group with a flagged tensor, in the order of the table.
+    source : str
+        The default init in words (``FamilyInit.source``, :mod:`remprop.theory.models.default_init`).
     """
 
     rows: tuple
     effects: tuple
+    source: str = "transformers' _init_weights of the config"
 
     @property
     def flagged(self) -> tuple:
@@ -195,7 +198,7 @@ class InitDeviations:
 
     def lines(self, depth) -> list:
         """The report's section: the table, then what each flagged group does."""
-        lines = ["", "initialisation against the library's default (transformers' _init_weights of the config; "
+        lines = ["", f"initialisation against the library's default ({self.source}; "
                  "flagged beyond 5 sampling errors, exact defaults beyond rounding)",
                  f"  {'group':<13} {'tensor':<26} {'measured std':>12} {'default std':>12} {'ratio':>7}  flag"]
         for row in self.rows:
@@ -237,7 +240,8 @@ class InitDeviations:
                            "alpha_ratio": m["alpha_ratio"]}}
 
     def to_dict(self) -> dict:
-        return {"rows": [row.to_dict() for row in self.rows], "effects": [e.to_dict() for e in self.effects]}
+        return {"source": self.source, "rows": [row.to_dict() for row in self.rows],
+                "effects": [e.to_dict() for e in self.effects]}
 
 
 def effect_seconds(spec, max_depth) -> float:
@@ -245,7 +249,7 @@ def effect_seconds(spec, max_depth) -> float:
     ``alpha*`` searches: the model's and one per flagged group), before it runs; 0 for a spec not measured."""
     from remprop.theory import work_estimates
 
-    if spec.weights is None or spec.family not in DEFAULT_INITS:
+    if spec.weights is None or family_init(spec) is None:
         return 0.0
     groups = {row.group for row in tensor_deviations(spec, spec.weights) if row.flagged}
     runs = 1 + len(groups) + (len(groups) > 1)
@@ -272,7 +276,7 @@ def init_deviations(spec, run, max_depth) -> InitDeviations | None:
         None where the spec is not measured, or its family's default init is not known.
     """
     weights = spec.weights
-    if weights is None or spec.family not in DEFAULT_INITS:
+    if weights is None or family_init(spec) is None:
         return None
     rows = tensor_deviations(spec, weights)
     model = _numbers(run, max_depth)
@@ -293,4 +297,4 @@ def init_deviations(spec, run, max_depth) -> InitDeviations | None:
             skip = float(getattr(run.arch, BRANCHES[group][1]))
         effects.append(GroupEffect(group, flagged, params, _parameters(reset), amplitude, model, default,
                                    int(reached[0]) if reached.size else None, max(max_depth, spec.depth), skip))
-    return InitDeviations(tuple(rows), tuple(effects))
+    return InitDeviations(tuple(rows), tuple(effects), family_init(spec).source)

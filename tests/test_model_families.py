@@ -317,9 +317,9 @@ def test_the_examples_of_docs_section_6_run():
         exec(compile(block, "docs/real_models.md", "exec"), {})
 
 
-@pytest.mark.parametrize("family", ["phi3", "gemma2", "olmo2"])
+@pytest.mark.parametrize("family", ["phi3", "gemma2", "olmo2", "vit"])
 def test_default_init_of_the_new_families_is_not_flagged_and_a_scaled_branch_is(family):
-    """The deviation table (docs/real_models.md section 6.4) of Phi-3, Gemma 2 and OLMo 2: at the
+    """The deviation table (docs/real_models.md section 6.4) of Phi-3, Gemma 2, OLMo 2 and ViT: at the
     library's default every group within SIGNIFICANCE sampling errors (gains exactly 1, QK-norm and
     branch-norm gains included); every o_proj x5 flags W_O alone, at ratio 5 within 5 errors of its
     mean square (sqrt(2/n), n = the entries of all layers' o_proj)."""
@@ -331,6 +331,12 @@ def test_default_init_of_the_new_families_is_not_flagged_and_a_scaled_branch_is(
     expected = {"olmo2": {"query_norm", "key_norm", "attention_branch", "mlp_branch"},
                 "gemma2": {"attention_norm", "mlp_norm", "attention_branch", "mlp_branch"}}
     assert expected.get(family, {"attention_norm", "mlp_norm"}) <= gains
+    for row in diagnosis.init.rows:  # each drawn tensor within 5 errors of its default's mean square
+        assert row.error == 0 or abs(row.ratio ** 2 - 1) < TOL_SIGMAS * row.error, row
+    if family == "vit":  # its patch projection (N(0, r^2) over C P^2 = 192 inputs) and positions are in the table
+        rows = {row.role: row for row in diagnosis.init.rows}
+        assert rows["patch"].default_std == pytest.approx(0.02 * math.sqrt(3 * 8 * 8))
+        assert rows["position"].default_std == pytest.approx(0.02)  # truncated at +-2 = 100 r: untouched
     with torch.no_grad():
         for name, module in model.named_modules():
             if name.endswith("o_proj"):
@@ -338,3 +344,60 @@ def test_default_init_of_the_new_families_is_not_flagged_and_a_scaled_branch_is(
     flagged = remprop.check(model, max_depth=200).init.flagged
     assert [row.role for row in flagged] == ["output"]
     _within(flagged[0].ratio ** 2, 25.0, LAYERS * WIDTH * WIDTH)
+
+
+def _torch_rows(diagnosis):
+    return {row.role: row for row in diagnosis.init.rows}
+
+
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre", "post"])
+def test_transformer_encoder_deviation_table(norm_first):
+    """nn.TransformerEncoder against PyTorch's own init: at its default nothing is flagged and every
+    drawn tensor is within 5 errors of the default's mean square (one layer's entries -- the layers are
+    deep copies -- of a uniform draw, sqrt(4 / (5 n))); out_proj x5 flags W_O alone, at ratio 5."""
+    model = _encoder(norm_first)
+    diagnosis = remprop.check(model, seq_len=T, max_depth=200)
+    assert diagnosis.init is not None and not diagnosis.init.flagged
+    assert "PyTorch's own init of nn.TransformerEncoder" in diagnosis.report()
+    rows = _torch_rows(diagnosis)
+    defaults = {"query": 1 / (2 * WIDTH), "value": 1 / (2 * WIDTH), "output": 1 / (3 * WIDTH),
+                "mlp_in": 1 / (3 * WIDTH), "mlp_out": 1 / (3 * 96), "mlp_bias": 1 / (3 * WIDTH)}
+    for role, variance in defaults.items():
+        assert rows[role].default_std == pytest.approx(math.sqrt(variance))
+    assert rows["value"].error == pytest.approx(float(second_moment_error(WIDTH * WIDTH, 9 / 5)))
+    for row in rows.values():
+        assert row.error == 0 or abs(row.ratio ** 2 - 1) < TOL_SIGMAS * row.error, row
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.self_attn.out_proj.weight.mul_(5.0)
+    flagged = remprop.check(model, seq_len=T, max_depth=200).init.flagged
+    assert [row.role for row in flagged] == ["output"]
+    assert flagged[0].ratio == pytest.approx(5.0 * rows["output"].ratio, rel=1e-6)  # the same draw, scaled
+
+
+def test_transformer_encoder_mup_is_flagged_at_its_ratios():
+    """muP on an nn.TransformerEncoder (every matrix N(0, 1/fan_in), the query / sqrt(d_H)): all six
+    matrices flagged, each at the scheme's variance over PyTorch's (query 2 / d_H, key and value 2, W_O and
+    the MLP 3), within 5 errors of a Gaussian draw over all layers' entries (the redraw is per layer)."""
+    model = _encoder(True)
+    torch.manual_seed(3)
+    head_dim = WIDTH // HEADS
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.self_attn.in_proj_weight.normal_(0.0, 1.0 / math.sqrt(WIDTH))
+            layer.self_attn.in_proj_weight[:WIDTH] /= math.sqrt(head_dim)
+            for linear in (layer.self_attn.out_proj, layer.linear1, layer.linear2):
+                linear.weight.normal_(0.0, 1.0 / math.sqrt(linear.in_features))
+    rows = _torch_rows(remprop.check(model, seq_len=T, max_depth=200))
+    known = {"query": 2 / head_dim, "key": 2.0, "value": 2.0, "output": 3.0, "mlp_in": 3.0, "mlp_out": 3.0}
+    for role, ratio2 in known.items():
+        assert rows[role].flagged, rows[role]
+        entries = LAYERS * WIDTH * (96 if role.startswith("mlp") else WIDTH)  # linear1 (96, 64), linear2 (64, 96)
+        _within(rows[role].ratio ** 2, ratio2, entries)
+    assert not rows["mlp_bias"].flagged and not rows["attention_norm"].flagged
+
+
+def test_user_block_has_no_deviation_table():
+    """A user's own block names no default init: no table (never a guess), the check still runs."""
+    diagnosis = remprop.check(_Net(), block=USER_BLOCK, seq_len=T, max_depth=200)
+    assert diagnosis.init is None and "initialisation against the library's default" not in diagnosis.report()

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional
 
 from remprop.theory.checks import ParameterError
+from remprop.theory.models.default_init import TORCH_ENCODER
 from remprop.theory.models.measured_weights import EmbeddingTable
 from remprop.theory.models.module_spec import module_spec
 
@@ -59,6 +60,14 @@ class BlockDescription:
         Matrices stored ``(in, out)`` (GPT-2's ``Conv1D``).
     gain_offset : float
         Norm weights stored as ``gain - offset`` (Gemma: 1).
+    eps : float
+        The norms' epsilon.
+    notes : tuple of str
+        Notes for the report's assumptions.
+    default_init : str, optional
+        Its default initialisation's key in
+        :data:`~remprop.theory.models.default_init.DEFAULT_INITS` (:func:`encoder_block`:
+        ``"torch.nn.TransformerEncoder"``); None (a user's own block): no deviation table.
     """
 
     roles: dict
@@ -74,6 +83,7 @@ class BlockDescription:
     gain_offset: float = 0.0
     eps: float = 1e-5
     notes: tuple = field(default=())
+    default_init: str | None = None
 
     def layout(self):
         """The :class:`~remprop.validation.weight_roles.WeightLayout` of the ``roles``."""
@@ -137,7 +147,8 @@ def encoder_block(model) -> BlockDescription:
     notes = ("nn.TransformerEncoder: its default init draws every layer the same (deepcopy of one layer); "
              "the engine's maps are the same for equal or independent layers",)
     return BlockDescription(roles=roles, heads=heads, norm="pre" if norm_first else "post", activation=activation,
-                            final_norm=encoder.norm is not None, eps=float(layer0.norm1.eps), notes=notes)
+                            final_norm=encoder.norm is not None, eps=float(layer0.norm1.eps), notes=notes,
+                            default_init=TORCH_ENCODER)
 
 
 def _sizes(model, layout, source):
@@ -204,5 +215,5 @@ def module_block_spec(model, *, block=None, seq_len=None, q0=1.0, rho0=0.0):
     spec = module_spec(width=width, depth=depth, heads=block.heads, d_ff=d_ff, seq_len=seq_len, norm=block.norm,
                        activation=block.activation, norm_type=block.norm_type, mlp=block.mlp, causal=block.causal,
                        q0=q0, rho0=rho0, eps=block.eps, final_norm=block.final_norm, branch_norm=block.branch_norm,
-                       name=source)
+                       name=source, default_init=block.default_init)
     return spec, layout, (EmbeddingTable("input", spec.q0, spec.rho0 * spec.q0),), block

@@ -63,7 +63,8 @@ from ..settings import RunSettings
 from .measured_weights import input_state, weight_parameters
 from .windows import config_windows, window_note
 
-__all__ = ["ModelSpec", "standard_spec", "load_hf_config", "shipped_configs", "BLOCK_ORDERS", "CONFIG_DIR"]
+__all__ = ["ModelSpec", "standard_spec", "load_hf_config", "shipped_configs", "BLOCK_ORDERS", "CONFIG_DIR",
+           "vit_patch_inputs"]
 
 #: Folder of the configurations shipped with remprop (sizes and init ranges: facts).
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -311,6 +312,11 @@ def _positive_int(cfg, *names, default=None):
     return int(value)
 
 
+def vit_patch_inputs(cfg) -> int:
+    """Inputs of a ViT's patch projection, ``C P^2`` (``num_channels``, default 3; ``patch_size``, 16)."""
+    return _positive_int(cfg, "num_channels", default=3) * _positive_int(cfg, "patch_size", default=16) ** 2
+
+
 def _positive_real(cfg, *names, default=None, allow_zero=False):
     value = _get(cfg, *names, default=default)
     try:
@@ -389,7 +395,6 @@ def standard_spec(cfg, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
     # sequence length and input state
     if family == "vit":
         image, patch = _positive_int(cfg, "image_size", default=224), _positive_int(cfg, "patch_size", default=16)
-        channels = _positive_int(cfg, "num_channels", default=3)
         max_len, length_field = (image // patch) ** 2 + 1, "image_size"
     elif llama:
         max_len, length_field = _positive_int(cfg, "max_position_embeddings", default=2048), "max_position_embeddings"
@@ -438,7 +443,7 @@ def standard_spec(cfg, *, seq_len=None, pixel_std=1.0) -> ModelSpec:
         q0, rho0, notes = _llama_input_and_notes(cfg, r, eps, heads, seq_len)
         assumptions.extend(notes)
     else:
-        patch_dim = channels * patch * patch
+        patch_dim = vit_patch_inputs(cfg)
         q0, rho0 = r * r * (patch_dim * pixel_std ** 2 + 1.0), 0.0
         assumptions.append(
             f"input: i.i.d. pixels of std {pixel_std:g} give rho0 = 0; natural images share a mean "

@@ -78,19 +78,23 @@ SIGNIFICANCE = 5.0
 ZERO_BETA = 1e-150
 
 
-def second_moment_error(entries):
-    r"""Relative standard deviation of the sample second moment of ``n`` i.i.d. Gaussian entries.
+def second_moment_error(entries, kurtosis=3.0):
+    r"""Relative standard deviation of the sample second moment of ``n`` i.i.d. zero-mean entries.
 
-    .. math:: \frac{\operatorname{sd}(\hat m_2)}{m_2} = \sqrt{\frac{2}{n}},\qquad
-              \hat m_2 = \frac1n \sum_i w_i^2,\ w_i \sim N(0, s^2)
+    .. math:: \frac{\operatorname{sd}(\hat m_2)}{m_2} = \sqrt{\frac{\kappa - 1}{n}},\qquad
+              \hat m_2 = \frac1n \sum_i w_i^2,\ \kappa = \frac{E w^4}{(E w^2)^2}
 
-    (``n s^2 \hat m_2 / s^2`` is chi-squared with ``n`` degrees of freedom). A measured scale
-    within a few of these of a scheme's value is that scheme's draw.
+    (``Var(w^2) = E w^4 - (E w^2)^2``). Gaussian entries have ``kappa = 3``: ``sqrt(2 / n)``
+    (``n \hat m_2 / s^2`` is chi-squared with ``n`` degrees of freedom); uniform ones
+    (PyTorch's ``kaiming_uniform_``, ``xavier_uniform_``) ``kappa = 9/5``: ``sqrt(4 / (5 n))``.
+    A measured scale within a few of these of a scheme's value is that scheme's draw.
 
     Parameters
     ----------
     entries : array_like
         Number of entries n, >= 1.
+    kurtosis : float
+        ``E w^4 / (E w^2)^2`` of the entries' distribution (>= 1; default 3, Gaussian).
 
     Returns
     -------
@@ -100,9 +104,12 @@ def second_moment_error(entries):
     --------
     >>> round(float(second_moment_error(64 * 64)), 4)
     0.0221
+    >>> round(float(second_moment_error(64 * 64, kurtosis=9 / 5)), 4)
+    0.014
     """
     n = as_float_array("entries", entries, positive=True)
-    return scalar_or_array(np.sqrt(2.0 / n))
+    kurtosis = float(as_float_array("kurtosis", kurtosis, low=1.0))  # E w^4 >= (E w^2)^2
+    return scalar_or_array(np.sqrt((kurtosis - 1.0) / n))
 
 
 @dataclass(frozen=True)

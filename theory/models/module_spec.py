@@ -22,7 +22,7 @@ __all__ = ["module_spec"]
 
 def module_spec(*, width, depth, heads, d_ff, seq_len, norm="pre", activation="relu", norm_type="layer",
                 mlp="dense", causal=False, q0=1.0, rho0=0.0, eps=1e-5, final_norm=False, branch_norm=False,
-                name="module", positions="absolute", rope_base=None):
+                name="module", positions="absolute", rope_base=None, default_init=None):
     """The :class:`~remprop.theory.ModelSpec` of a block described by hand, for the measured route.
 
     Parameters
@@ -46,6 +46,10 @@ def module_spec(*, width, depth, heads, d_ff, seq_len, norm="pre", activation="r
         A norm after the last block.
     name : str
         The report's name.
+    default_init : str, optional
+        The key of :data:`~remprop.theory.models.default_init.DEFAULT_INITS` of the block's
+        default initialisation (``"torch.nn.TransformerEncoder"``); None: not known (a user's own
+        block), no deviation table.
 
     Returns
     -------
@@ -73,4 +77,5 @@ def module_spec(*, width, depth, heads, d_ff, seq_len, norm="pre", activation="r
     return ModelSpec(name=str(name), family=MODULE_FAMILY, settings=RunSettings(arch, 1.0, depth, q0, rho0),
                      width=width, d_ff=d_ff, causal=bool(causal), init_range=float("nan"), embedding_layer_norm=False,
                      final_layer_norm=bool(final_norm), layer_norm_eps=eps, hidden_act=str(activation),
-                     assumptions=notes, pixel_std=1.0, config={"model_type": MODULE_FAMILY})
+                     assumptions=notes, pixel_std=1.0, config={"model_type": MODULE_FAMILY,
+                                                                        "default_init": default_init})
