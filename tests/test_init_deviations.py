@@ -13,6 +13,7 @@ hundreds of errors away even for a 64 x 64 matrix (error 0.022).
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -255,3 +256,90 @@ def test_simulate_refuses_a_folder_that_would_be_completed_at_random(tmp_path, c
     spec = remprop.check(folder, max_depth=MAX_DEPTH).spec  # the measurement does not need it
     with pytest.raises(ValueError, match="LayerNorm.bias"):
         simulate_own_weights(folder, spec=spec, seeds=(0,), theory=np.zeros(spec.depth + 1))
+
+
+def test_own_weights_verdict_names_input_draws(tmp_path, capsys):
+    """``check DIR --simulate``: one set of weights, the seeds draw its inputs -- the verdict line and the
+    JSON's agreement say "input draws", never "initialisations"; ``check NAME`` keeps "initialisations"."""
+    from remprop.validation.agreement import agreement_rule
+
+    folder = tmp_path / "bert"
+    _bert().save_pretrained(folder, safe_serialization=True)
+    capsys.readouterr()
+    args = ("--no-figure", "--simulate", "--seeds", "2", "--max-depth", MAX_DEPTH, "--out", tmp_path / "out")
+    code, out, err = run_cli(capsys, "check", folder, "--json", *args)
+    assert code == 0, err
+    simulation = json.loads(out)["simulation"]
+    assert simulation["seed_draws"] == simulation["agreement"]["seed_draws"] == "input draws"
+    code, out, err = run_cli(capsys, "check", folder, *args)
+    assert code == 0, err
+    verdict = out.strip().splitlines()[-1]
+    assert verdict.startswith("verdict:") and "over the 2 input draws" in verdict and "initialisation" not in verdict
+    rule = {"tolerance": 0.02, "standard_errors": 2.0, "seeds": 1}
+    assert "(one initialisation: no standard error)" in agreement_rule(rule)
+    assert "(one input draw: no standard error)" in agreement_rule({**rule, "seed_draws": "input draws"})
+
+
+def test_own_weights_simulation_resumes_and_never_mixes_weights(tmp_path, monkeypatch):
+    """The store of simulate_own_weights: a rerun on the same weights measures nothing (the kept seeds
+    are read back bit for bit), a new seed is the only one measured; weights changed by one entry get
+    their own subfolder and are measured afresh; a damaged record is measured again, with a warning."""
+    from remprop.validation import own_simulation
+    from remprop.validation.experiments.cell_store import DamagedRecordWarning
+
+    calls = []
+    measure = own_simulation.measure_inputs
+
+    def counted(spec, module, seed, sequences, advance=None):
+        calls.append(seed)
+        return measure(spec, module, seed, sequences, advance=advance)
+
+    monkeypatch.setattr(own_simulation, "measure_inputs", counted)
+    model = _bert()
+    spec = remprop.check(model, max_depth=MAX_DEPTH).spec
+    theory = np.zeros(spec.depth + 1)
+
+    def run(weights, seeds):
+        return own_simulation.simulate_own_weights(weights, spec=spec, seeds=seeds, sequences=2, theory=theory,
+                                                   store=tmp_path / "store")
+
+    first = run(model, (0, 1))
+    assert calls == [0, 1]
+    again = run(model, (0, 1, 2))
+    assert calls == [0, 1, 2]  # only the new seed
+    np.testing.assert_array_equal(again.rho[:2], first.rho)
+    assert again.summary()["agreement"]["seed_draws"] == "input draws"
+    folders = sorted(p.name for p in (tmp_path / "store").iterdir())
+    assert folders == [f"weights-{own_simulation.weights_digest(model)[:16]}"]
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.encoder.layer[0].attention.self.query.weight[0, 0] += 1e-3
+    run(other, (0,))
+    assert calls == [0, 1, 2, 0]  # other weights: not the kept seed 0
+    assert len(list((tmp_path / "store").iterdir())) == 2
+    record = next((tmp_path / "store" / folders[0]).rglob("seed-1.json"))
+    record.write_text(record.read_text().replace("0.", "0.5", 1))  # an edited number: its checksum fails
+    with pytest.warns(DamagedRecordWarning):
+        run(model, (0, 1))
+    assert calls[4:] == [1]
+
+
+def test_weights_digest_of_a_folder_follows_its_files(tmp_path, capsys):
+    """A folder's digest changes with its weights, and a named pipe among them is refused by name unopened."""
+    import os
+
+    from remprop.validation.own_simulation import weights_digest
+
+    folder = tmp_path / "bert"
+    _bert().save_pretrained(folder, safe_serialization=True)
+    capsys.readouterr()
+    before = weights_digest(folder)
+    assert weights_digest(folder) == before
+    path = next(folder.glob("*.safetensors"))
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    assert weights_digest(folder) != before
+    os.mkfifo(folder / "extra.safetensors")
+    with pytest.raises(ValueError, match="extra.safetensors"):
+        weights_digest(folder)

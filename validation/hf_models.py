@@ -11,16 +11,14 @@ Inputs are what the theory's input state assumes: token ids drawn uniformly from
 vocabulary (BERT, RoBERTa, GPT-2, the LLaMA-style decoders; one token type), or i.i.d.
 Gaussian pixels of the spec's ``pixel_std`` (ViT).
 
-The LLaMA-style decoders (``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``,
-``Gemma2Model``, ``Olmo2Model``: RMSNorm, gated MLPs, rotary positions, grouped keys and
-values, branch norms, QK-norm) are built the same way; :func:`reduced_spec` shrinks any model (depth, width, MLP width, heads, key/value
-heads) by editing its configuration and reading it again with
-:func:`remprop.theory.model_spec`, so the reduced theory and the reduced module come from
-one configuration. :func:`first_layer_participation` is the REM's participation ratio of
-the first attention layer as the probe measures it (the check of the translation
-``beta = r^2 d / sqrt(log T)``), and :func:`simulate_blocks` measures the theory's own blocks
-in torch at a model's sizes, which separates a translation error from an error of the maps
-(docs/real_models.md section 5).
+The LLaMA-style decoders (``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``, ``Gemma2Model``,
+``Olmo2Model``: RMSNorm, gated MLPs, rotary positions, grouped keys and values, branch norms, QK-norm) are
+built the same way; :func:`reduced_spec` shrinks any model (depth, width, MLP width, heads, key/value heads)
+by editing its configuration and reading it again with :func:`remprop.theory.model_spec`, so the reduced
+theory and the reduced module come from one configuration. :func:`first_layer_participation` is the REM's
+participation ratio of the first attention layer as the probe measures it (the check of the translation
+``beta = r^2 d / sqrt(log T)``), and :func:`simulate_blocks` measures the theory's own blocks in torch at a
+model's sizes, which separates a translation error from an error of the maps (docs/real_models.md section 5).
 
 Reference: A. Giorlandino & S. Goldt, arXiv 2505.24333.
 """
@@ -33,6 +31,7 @@ import torch
 
 from remprop.theory import ModelSpec, model_spec
 from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
+from remprop.theory.checks import check_depth
 
 from remprop._json import to_jsonable
 from remprop.progress import progress_bar
@@ -143,8 +142,6 @@ def reduced_spec(spec, *, depth=None, width=None, d_ff=None, heads=None, kv_head
         d_ff = spec.d_ff if new_width == old_width else max(1, round(spec.d_ff * new_width / old_width))
     cfg.update({width_field: new_width, heads_field: heads, ff_field: check_positive_int("d_ff", d_ff)})
     if depth is not None:
-        from remprop.theory.checks import check_depth
-
         cfg[depth_field] = check_depth(depth)
     if grouped:
         if (new_width, heads) != (old_width, old_heads):  # the heads split the new width (Gemma's need not)
@@ -229,11 +226,10 @@ def build_model(spec, *, seed=0, dtype="float32", device=None):
     Returns
     -------
     torch.nn.Module
-        ``AutoModel.from_config(config)`` (``BertModel``, ``RobertaModel``, ``GPT2Model``,
-        ``ViTModel``, ``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``,
-        ``Gemma2Model``, ``Olmo2Model``: the blocks without a language-model head) in eval mode, dropout off. The weights are
-        drawn on ``device`` (on CUDA the same seed gives other numbers than on the CPU,
-        from the same distribution).
+        ``AutoModel.from_config(config)`` (``BertModel``, ``RobertaModel``, ``GPT2Model``, ``ViTModel``,
+        ``LlamaModel``, ``MistralModel``, ``Qwen2Model``, ``Phi3Model``, ``Gemma2Model``, ``Olmo2Model``:
+        the blocks without a language-model head) in eval mode, dropout off. The weights are drawn on
+        ``device`` (on CUDA the same seed gives other numbers than on the CPU, from the same distribution).
     """
     spec = _as_spec(spec)
     transformers = _transformers()
@@ -336,7 +332,7 @@ def model_inputs(spec, count, *, seed=0, device=None, pixel_std=None):
 
 @dataclass(frozen=True)
 class ModelMeasurement:
-    """Per-layer statistics of a model over several initialisations.
+    """Per-layer statistics of a model over several seeds (initialisations, or input draws of its own weights).
 
     Attributes
     ----------
@@ -350,8 +346,9 @@ class ModelMeasurement:
     theory : ndarray, shape (depth + 1,)
         The predicted mean cosine compared against (causal: of the last tokens).
     streamed : bool
-        Measured one block at a time, the block redrawn per layer
-        (:func:`streamed_model`).
+        Measured one block at a time, the block redrawn per layer (:func:`streamed_model`).
+    seed_draws : {"initialisations", "input draws"}
+        What a seed draws (:data:`~remprop.validation.agreement.SEED_DRAWS`).
     """
 
     spec: ModelSpec
@@ -363,6 +360,7 @@ class ModelMeasurement:
     rho_last: np.ndarray | None
     theory: np.ndarray = field(repr=False)
     streamed: bool = False
+    seed_draws: str = "initialisations"
 
     @property
     def compared(self) -> np.ndarray:
@@ -376,7 +374,7 @@ class ModelMeasurement:
 
     @property
     def rho_std(self) -> np.ndarray:
-        """Spread over initialisations: std over seeds of the per-seed means, per layer."""
+        """Spread over seeds (:attr:`seed_draws`): std over seeds of the per-seed means, per layer."""
         per_seed = self.compared.mean(axis=1)
         return per_seed.std(axis=0, ddof=1) if len(self.seeds) > 1 else np.zeros(per_seed.shape[1])
 
@@ -401,12 +399,14 @@ class ModelMeasurement:
         y2_first = self.y2[:, :, 0].mean(axis=1)
         return {"model": self.spec.name, "depth": self.spec.depth, "width": self.spec.width,
                 "heads": self.spec.heads, "seq_len": self.spec.seq_len,
-                "seeds": list(self.seeds), "sequences": int(self.rho.shape[1]), "streamed": self.streamed,
+                "seeds": list(self.seeds), "seed_draws": self.seed_draws, "sequences": int(self.rho.shape[1]),
+                "streamed": self.streamed,
                 "compared": ("all tokens" if self.rho_last is None
                              else f"last {compared_last_tokens(self.spec.seq_len)} tokens"),
                 "max_error": float(self.error.max()), "mean_error": float(self.error.mean()),
                 "max_abs_z": float(np.nanmax(z)) if np.isfinite(z).any() else None, "agreement": agreement(
-                    self.theory, self.compared.reshape(-1, self.theory.size), sequences_per_seed=self.rho.shape[1]),
+                    self.theory, self.compared.reshape(-1, self.theory.size), sequences_per_seed=self.rho.shape[1],
+                    seed_draws=self.seed_draws),
                 "y2_first": float(y2_first.mean()),
                 "y2_first_std": float(y2_first.std(ddof=1)) if len(self.seeds) > 1 else 0.0,
                 "y2_first_theory": first_layer_participation(self.spec),

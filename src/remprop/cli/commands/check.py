@@ -184,7 +184,8 @@ def run_check(args) -> int:
     trainability diagram) and OUT/NAME.json. --simulate instantiates the model at random init
     (no weights are downloaded; needs the validation extra) and overlays the measured cosines (a
     folder of weights: those weights run, :mod:`remprop.validation.own_simulation`);
-    each finished initialisation is kept in OUT/NAME.simulation/, so an interrupted run resumes; the
+    each finished seed is kept in OUT/NAME.simulation/ (a folder of weights: in its subfolder
+    weights-<digest of those weights>/), so an interrupted run resumes; the
     report ends with one verdict line (agree or disagree by
     :func:`remprop.validation.agreement.acceptance_error`, the worst layer).
     A model whose parameters would take more than half the available memory is measured one block
@@ -229,7 +230,8 @@ def run_check(args) -> int:
             if spec.weights is not None:  # a folder of weights: those weights run, the seeds draw the inputs
                 measurement = simulate_own_weights(args.model or args.hf_config, spec=spec, seeds=args.seeds,
                                                    sequences=args.sequences, device=args.device,
-                                                   theory=compared["rho"], progress=progress is True)
+                                                   theory=compared["rho"], progress=progress is True,
+                                                   store=Path(f"{stem}.simulation"))
             else:
                 measurement = simulate_model(spec, seeds=args.seeds, sequences=args.sequences, device=args.device,
                                              theory=compared["rho"], progress=progress,
