@@ -374,7 +374,7 @@ class ModelMeasurement:
 
     @property
     def rho_std(self) -> np.ndarray:
-        """Spread over seeds (:attr:`seed_draws`): std over seeds of the per-seed means, per layer."""
+        """Spread over seeds (``seed_draws``): std over seeds of the per-seed means, per layer."""
         per_seed = self.compared.mean(axis=1)
         return per_seed.std(axis=0, ddof=1) if len(self.seeds) > 1 else np.zeros(per_seed.shape[1])
 
