@@ -158,7 +158,8 @@ def default_scales(spec) -> dict:
     Examples
     --------
     >>> from remprop.theory import model_spec
-    >>> s = default_scales(model_spec({"model_type": "gpt2", "n_layer": 24, "n_embd": 256, "n_head": 4}))
+    >>> s = default_scales(model_spec({"model_type": "gpt2", "n_layer": 24, "n_embd": 256, "n_head": 4,
+    ...                                "vocab_size": 100}))
     >>> round(math.sqrt(s["output"]), 6), round(math.sqrt(s["query"]), 6)
     (0.002887, 0.02)
     """
