@@ -275,6 +275,8 @@ def test_own_weights_verdict_names_input_draws(tmp_path, capsys):
     assert code == 0, err
     verdict = out.strip().splitlines()[-1]
     assert verdict.startswith("verdict:") and "over the 2 input draws" in verdict and "initialisation" not in verdict
+    kept = sorted((tmp_path / "out").glob("*.simulation/weights-*"))  # the second run read the first's seeds there
+    assert len(kept) == 1 and sorted(p.name for p in kept[0].rglob("seed-*.json")) == ["seed-0.json", "seed-1.json"]
     rule = {"tolerance": 0.02, "standard_errors": 2.0, "seeds": 1}
     assert "(one initialisation: no standard error)" in agreement_rule(rule)
     assert "(one input draw: no standard error)" in agreement_rule({**rule, "seed_draws": "input draws"})
@@ -324,6 +326,7 @@ def test_own_weights_simulation_resumes_and_never_mixes_weights(tmp_path, monkey
     assert calls[4:] == [1]
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes need os.mkfifo (POSIX)")
 def test_weights_digest_of_a_folder_follows_its_files(tmp_path, capsys):
     """A folder's digest changes with its weights, and a named pipe among them is refused by name unopened."""
     import os
