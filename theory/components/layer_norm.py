@@ -60,8 +60,11 @@ class LayerNorm(Component):
         Gram state of a model's ``eps``) gets ``G_ij / sqrt((G_ii + eps)(G_jj + eps))``, the token's
         mean square concentrating at ``G_ii`` at large width."""
         if walker.norm_eps > 0:
-            shifted = np.diag(g) + walker.norm_eps
-            return g / np.sqrt(np.outer(shifted, shifted))
+            # G_ij s_i s_j with s_i = (G_ii + eps)^(-1/2): one T x T array (no outer product, no root of it)
+            inverse = 1.0 / np.sqrt(np.diag(g) + walker.norm_eps)
+            out = g * inverse[:, None]
+            out *= inverse
+            return out
         diag = np.diag(g)
         q_out, g_out = self.core(np.sqrt(np.outer(diag, diag)), g)
         np.fill_diagonal(g_out, np.diag(q_out))
