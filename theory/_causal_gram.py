@@ -55,6 +55,7 @@ class _CausalGramWalker(_gram._GramWalker):
         self.norm_eps = float(norm_eps)
         #: The sliding window of the layer walked (None: the full causal mask), set per layer.
         self.window = None
+        self._masks = {}
 
     def parallel(self, comp, g):
         # x -> alpha x + sum_i F_i(x): independent branches, their Gram matrices add (section 19)
@@ -208,18 +209,24 @@ class _CausalGramWalker(_gram._GramWalker):
         np.fill_diagonal(cosine, 1.0)
         return np.asarray(gaussian_cosine_mean(cosine, int(comp.qk_norm_dim)), dtype=np.float64)
 
+    def _mask(self, t):
+        """``causal_window_mask(t, self.window)``, kept for the layers that share the window (one per walk)."""
+        key = (t, self.window)
+        if self._masks.get("key") != key:
+            self._masks = {"key": key, "seen": causal_window_mask(t, self.window)}
+        return self._masks["seen"]
+
     def attention(self, comp, g):
         if comp.gain_controlled:
             raise ValueError("attention='gain-controlled' has no causal Gram map (softmax only)")
         t = g.shape[0]
         # comp.beta * sqrt(log T): beta_eff sqrt(log T), or with QK-norm beta g^2 (beta_scale)
         c = float(comp.beta) * np.sqrt(np.log(t))
-        seen = causal_window_mask(t, self.window)
+        seen = self._mask(t)
         self.deviations = None
         if self.fast:
             total = fast_attention_gram(g, self.score_kernel(comp, g), c, seen, self.rng, self.draws,
                                         self.frequencies, self.logit_softcap)
-            del seen
             _in_place.dense_in_place(total, float(comp.sigma_v2), float(comp.sigma_b2))
             return total
         root = _gram._symmetric_sqrt(self.score_kernel(comp, g))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import blas, lapack
 
-from ._gram_matrix import _softmax_rows
+from ._gram_in_place import masked_softmax
 from .activations.pair_moments import CHEBYSHEV_CORRELATIONS
 
 #: Query rows drawn at once (the scores of one chunk: ``ROW_CHUNK x`` its keys' span).
@@ -192,6 +192,7 @@ def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_
     cols = r + VALUE_WIDTH
     out = np.empty((t, draws * cols), dtype=f32)
     scale = f32(c / np.sqrt(m))
+    cap = f32(0.0 if logit_softcap is None else logit_softcap)
     for d in range(draws):
         normals = rng.standard_normal((t, 2 * m + VALUE_WIDTH), dtype=f32)
         both = blas.strmm(1.0, lk32, normals[:, :2 * m], lower=1)
@@ -206,10 +207,8 @@ def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_
         block = out[:, d * cols:(d + 1) * cols]
         for rows, lo, hi in spans:
             s = u[rows] @ v[lo:hi].T
-            if logit_softcap is not None:
-                s = f32(logit_softcap) * np.tanh(s / f32(logit_softcap))
-            s[~seen[rows, lo:hi]] = -np.inf
-            block[rows] = _softmax_rows(s) @ values[lo:hi]
+            masked_softmax(s, seen[rows, lo:hi], cap)
+            block[rows] = s @ values[lo:hi]
     del lk32, lg32, normals, both, x, u, v, values
     out *= np.float32(1.0 / np.sqrt(draws))
     return _outer_product(out)
