@@ -1,8 +1,8 @@
 """The fast causal Gram state's in-place pair maps (theory/_gram_in_place.py) against the numpy maps.
 
 They evaluate the same cores entry by entry, so they must agree to rounding (1e-12 relative: a few
-float64 operations per entry in another order); the masked softmax runs in float32 (its sum in
-float64), so it agrees to float32 rounding (1e-6 relative, about 16 ulp).
+float64 operations per entry in another order); the masked softmax runs in float32, so it agrees to
+float32 rounding (1e-6 relative, about 16 ulp).
 """
 import numpy as np
 import pytest

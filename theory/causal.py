@@ -332,8 +332,8 @@ def pair_moment(activation, var_a, var_b, cov):
     return _causal_gram.pair_moment(activation, var_a, var_b, cov)
 
 
-#: Largest T of :func:`propagate_causal_gram` (its fast method's ``25 T^2`` bytes,
-#: :func:`~remprop.theory.work_estimates.causal_gram_bytes`: 1.6 GiB at T = 8192).
+#: Largest T of :func:`propagate_causal_gram` (its fast method's ``27 T^2`` bytes,
+#: :func:`~remprop.theory.work_estimates.causal_gram_bytes`: 1.7 GiB at T = 8192).
 MAX_GRAM_SEQ_LEN = 8192
 
 

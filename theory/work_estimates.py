@@ -397,9 +397,10 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     r"""Bytes of one run of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`,
     its default fast method).
 
-    The fast walk holds the block's input, its branch's input (the norm's output) and one result, three
-    float64 ``T x T`` arrays, with the attention's key mask (``T^2`` booleans) and its float32 Cholesky
-    factor while the draws run (``25 T^2``; the dense layers, skips, the MLP and the symmetrisation run
+    The fast walk holds at most three float64 ``T x T`` arrays at once (the block's input, its branch's
+    input -- the norm's output -- and one result; while the attention draws, its float32 Cholesky factor
+    in place of the result) and the layers' key mask (``T^2`` booleans), ``25 T^2``, counted as ``27 T^2``
+    (the dense layers, skips, the MLP and the symmetrisation run
     in place, remprop.theory._gram_in_place). With QK-norm the kernel ``kappa_n(C)``, its cosine
     matrix's temporaries and the values' own factor add ``32 T^2``; an MLP that takes the numpy pair maps
     (a positively homogeneous activation at unequal token norms, or variances spread wider than the
@@ -408,7 +409,7 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     (``GRAM_ROW_CHUNK x T`` float32, four copies) and for an activation that is not positively homogeneous
     the pair-moment table's resampling (three ``N_r x R`` float64 arrays, 6.2 MB):
 
-    .. math:: b = (25 + 32 [\text{QK-norm}] + 56 [\text{numpy MLP}])\, T^2 + 4 T\, n_{\rm draws} (r + n)
+    .. math:: b = (27 + 32 [\text{QK-norm}] + 56 [\text{numpy MLP}])\, T^2 + 4 T\, n_{\rm draws} (r + n)
               + 16\, C\, T + 24\, N_r R
 
     Measured (tracemalloc peak, benchmarks/bench_causal_gram.py, Llama 3.2 1B): 25.3 T^2 at T = 2048 and
@@ -420,7 +421,7 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     square = seq_len ** 2
     homogeneous = activation_spec(arch.activation).homogeneous
     numpy_mlp = homogeneous or not (arch.norm.has_norm or arch.branch_norm)
-    per_square = 25 + (32 if arch.qk_norm else 0) + (56 if numpy_mlp else 0)
+    per_square = 27 + (32 if arch.qk_norm else 0) + (56 if numpy_mlp else 0)
     values = 4 * seq_len * draws * (nystrom_blocks(seq_len) + VALUE_WIDTH)
     table = 0 if homogeneous else 24 * CORRELATION_NODES * CHEBYSHEV_CORRELATIONS
     return per_square * square + values + 16 * ROW_CHUNK * seq_len + table
