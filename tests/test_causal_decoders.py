@@ -349,7 +349,7 @@ def test_choose_causal_theory_rule():
                                                                                       2048)
     assert 4 < ratio < 8
     with pytest.raises(ValueError, match="causal_theory"):
-        choose_causal_theory(arch.replace(seq_len=8192), 2, 8192, choice="gram")
+        choose_causal_theory(arch.replace(seq_len=16384), 2, 16384, choice="gram")
     with pytest.raises(ValueError, match="causal_theory"):
         choose_causal_theory(arch.replace(seq_len=64), 2, 64, choice="exact")
     for kwargs, name in [({"arch": "llama"}, "arch"), ({"depth": 0}, "depth"), ({"seq_len": 1}, "seq_len"),

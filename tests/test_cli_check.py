@@ -155,15 +155,15 @@ def test_check_simulate_compares_a_decoder_with_the_causal_gram_state(capsys, tm
 
 @pytest.mark.parametrize("argv, names", [
     (["bert-base", "--depth", "2", "--causal-theory", "gram"], ["--causal-theory", "not a causal"]),
-    (["smollm2-135m", "--depth", "2", "--seq-len", "8192", "--causal-theory", "gram"], ["--causal-theory", "seq_len"]),
+    (["llama-3.2-1b", "--depth", "2", "--seq-len", "16384", "--causal-theory", "gram"], ["--causal-theory", "seq_len"]),
     (["bert-base", "--depth", "2", "--simulate", "--causal-theory", "gram"], ["--causal-theory", "not a causal"]),
-    (["smollm2-135m", "--depth", "2", "--seq-len", "8192", "--simulate", "--causal-theory", "gram"],
+    (["llama-3.2-1b", "--depth", "2", "--seq-len", "16384", "--simulate", "--causal-theory", "gram"],
      ["--causal-theory", "seq_len"]),
     (["smollm2-135m", "--depth", "2", "--simulate", "--causal-theory", "exact"], ["--causal-theory"]),
     (["smollm2-135m", "--depth", "2", "--simulate", "--gram-draws", "0"], ["--gram-draws"]),
 ])
 def test_check_causal_theory_bad_combinations_are_one_line(capsys, tmp_path, argv, names):
-    # refused before any diagnosis or simulation starts (T = 8192 is above the Gram state's 4096)
+    # refused before any diagnosis or simulation starts (T = 16384 is above the Gram state's 8192)
     code, _, err = run_cli(capsys, "check", *argv, "--out", tmp_path, "--no-figure")
     one_line_error(code, err, *names)
     assert not list(tmp_path.glob("*.simulation"))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _gram_in_place as _in_place
 from . import gram_state as _gram
-from .activations import activation_spec, moments_array
-from .activations.pair_moments import PAIR_HALF_NODES, TABLE_SPREAD, pair_moment, pair_moments_table
+from .activations import activation_spec, dense_core, moments_array
+from .activations.pair_moments import PAIR_HALF_NODES, TABLE_SPREAD, pair_grid, pair_moment, pair_moments_table
+from .components import MLP, Dense, Serial
 from .attention_masks import causal_window_mask, layer_window
 from ._fast_gram_attention import fast_attention_gram
 from .rem.qk_norm import gaussian_cosine_mean
@@ -53,6 +55,7 @@ class _CausalGramWalker(_gram._GramWalker):
         self.norm_eps = float(norm_eps)
         #: The sliding window of the layer walked (None: the full causal mask), set per layer.
         self.window = None
+        self._masks = {}
 
     def parallel(self, comp, g):
         # x -> alpha x + sum_i F_i(x): independent branches, their Gram matrices add (section 19)
@@ -60,7 +63,57 @@ class _CausalGramWalker(_gram._GramWalker):
         self.deviations = None
         return _gram._skip(comp, total, g)
 
-    def mlp(self, comp, g):
+    # -- the fast method's walk: the pair maps in place (_gram_in_place), one T x T array a step ----------
+    def block_step(self, block, g, layer, what="Gram state"):
+        if not self.fast:
+            return super().block_step(block, g, layer, what)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = self.apply(block, g)
+        if np.may_share_memory(out, g):
+            out = out.copy()
+        if not _in_place.symmetrise(out):
+            raise ValueError(f"the {what} is not finite after block {layer + 1} (beta or the variances "
+                             "too large for float64)")
+        return out
+
+    def serial(self, comp, g):
+        """The layers in turn (nested serials flattened: no frame keeps an intermediate alive); a dense
+        layer or an MLP whose input is an intermediate of this walk overwrites it."""
+        if not self.fast:
+            return super().serial(comp, g)
+        current = g
+        for layer in _flat_layers(comp):
+            owned = current is not g and not np.may_share_memory(current, g)
+            if type(layer).gram is Dense.gram:
+                current = self.dense(layer, current, overwrite=owned)
+            elif isinstance(layer, MLP) and type(layer).gram is MLP.gram:
+                current = self.mlp(layer, current, overwrite=owned)
+            else:
+                current = self.apply(layer, current)
+        return current
+
+    def residual(self, comp, g):
+        if not self.fast:
+            return super().residual(comp, g)
+        self.deviations = None
+        branch = self.apply(comp.branch, g)
+        if np.may_share_memory(branch, g):
+            branch = branch.copy()
+        _in_place.skip_in_place(branch, g, float(comp.alpha))
+        return branch
+
+    def dense(self, comp, g, overwrite=False):
+        if not self.fast:
+            return super().dense(comp, g)
+        out = g if overwrite else g.copy()
+        _in_place.dense_in_place(out, float(comp.sigma_w2), float(comp.sigma_b2))
+        return out
+
+    def mlp(self, comp, g, overwrite=False):
+        if self.fast and not self.homogeneous:
+            out = self._fast_mlp(comp, g, overwrite)
+            if out is not None:
+                return out
         diag = np.diag(g)
         if 0 < np.ptp(diag) <= self.EQUAL_NORMS * diag.max():
             # equal norms up to rounding (norm="none" with branch norms: every token q0 + k)
@@ -89,6 +142,26 @@ class _CausalGramWalker(_gram._GramWalker):
         g_out = np.array(g_out)
         np.fill_diagonal(g_out, np.diag(q_out))
         return g_out
+
+    def _fast_mlp(self, comp, g, overwrite):
+        """The MLP on ``g`` by the pair-moment table (``_gram_in_place.mlp_pairs``), the diagonal by the
+        component's own maps per token; None where the token variances spread wider than the table's
+        ``TABLE_SPREAD`` (then :meth:`mlp` takes the per-pair quadrature)."""
+        diag = np.diag(g).copy()
+        if 0 < np.ptp(diag) <= self.EQUAL_NORMS * diag.max():
+            diag[:] = diag.mean()   # equal norms up to rounding (norm="none" with branch norms)
+        sigma_w2, sigma_b2 = float(comp.sigma_w2), float(comp.sigma_b2)
+        q1 = dense_core(diag, diag, sigma_w2, sigma_b2)[0]
+        if np.ptp(np.log(q1)) > TABLE_SPREAD:
+            return None
+        spec = activation_spec(comp.activation)
+        m2 = moments_array(spec.code, q1, q1)[0]
+        out = g if overwrite else np.empty_like(g)
+        _in_place.mlp_pairs(comp, g, q1, m2, pair_grid(comp.activation, q1), out)
+        h2 = comp.hidden_core(q1, q1, m2, m2)[0]
+        sigma_out = sigma_w2 if comp.sigma_w2_out is None else float(comp.sigma_w2_out)
+        np.fill_diagonal(out, dense_core(h2, h2, sigma_out, sigma_b2)[0])
+        return out
 
     #: Most doubles of the stacked draws ``L X_f L`` held at once (chunks of rotating frequencies).
     CHUNK_DOUBLES = 2 ** 23
@@ -136,18 +209,26 @@ class _CausalGramWalker(_gram._GramWalker):
         np.fill_diagonal(cosine, 1.0)
         return np.asarray(gaussian_cosine_mean(cosine, int(comp.qk_norm_dim)), dtype=np.float64)
 
+    def _mask(self, t):
+        """``causal_window_mask(t, self.window)``, kept for the layers that share the window (one per walk)."""
+        key = (t, self.window)
+        if self._masks.get("key") != key:
+            self._masks = {"key": key, "seen": causal_window_mask(t, self.window)}
+        return self._masks["seen"]
+
     def attention(self, comp, g):
         if comp.gain_controlled:
             raise ValueError("attention='gain-controlled' has no causal Gram map (softmax only)")
         t = g.shape[0]
         # comp.beta * sqrt(log T): beta_eff sqrt(log T), or with QK-norm beta g^2 (beta_scale)
         c = float(comp.beta) * np.sqrt(np.log(t))
-        seen = causal_window_mask(t, self.window)
+        seen = self._mask(t)
         self.deviations = None
         if self.fast:
             total = fast_attention_gram(g, self.score_kernel(comp, g), c, seen, self.rng, self.draws,
                                         self.frequencies, self.logit_softcap)
-            return float(comp.sigma_v2) * total + float(comp.sigma_b2)
+            _in_place.dense_in_place(total, float(comp.sigma_v2), float(comp.sigma_b2))
+            return total
         root = _gram._symmetric_sqrt(self.score_kernel(comp, g))
         mask = ~seen
         total = np.zeros_like(g)
@@ -171,18 +252,30 @@ def _last_tokens(g, last):
     return diag / last, (sub.sum() - diag) / pairs, (cos.sum() - np.trace(cos)) / pairs
 
 
-def walk_chains(walkers, block, g0, depth, pattern, last):
-    """Each walker's chain from ``g0`` through ``depth`` blocks (block ``l`` with the window
-    ``layer_window(pattern, l)``): the last tokens' ``(q, p, cosine)``, shape (3, chains, depth + 1),
-    and the chains' mean Gram matrix after the last block."""
-    stats, total = np.empty((3, len(walkers), depth + 1)), 0.0
+def _flat_layers(comp):
+    """The leaf layers of a serial component, nested serials expanded in order."""
+    for layer in comp.layers:
+        if type(layer).gram is Serial.gram:
+            yield from _flat_layers(layer)
+        else:
+            yield layer
+
+
+def walk_chains(walkers, block, initial, depth, pattern, last):
+    """Each walker's chain from ``initial()`` (a new input Gram matrix per chain: none is kept alive
+    beside the walk) through ``depth`` blocks (block ``l`` with the window ``layer_window(pattern, l)``):
+    the last tokens' ``(q, p, cosine)``, shape (3, chains, depth + 1), and the chains' mean Gram matrix
+    after the last block."""
+    stats, total = np.empty((3, len(walkers), depth + 1)), None
     for chain, walker in enumerate(walkers):
-        g = g0
+        g = initial()
         for layer in range(depth + 1):
             stats[:, chain, layer] = _last_tokens(g, last)
             if layer == depth:
                 break
             walker.window = layer_window(pattern, layer)
             g = walker.block_step(block, g, layer, "causal Gram state")
-        total = total + g
-    return stats, total / len(walkers)
+        total = g if total is None else total + g
+        del g
+    total /= len(walkers)
+    return stats, total

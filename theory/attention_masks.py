@@ -184,7 +184,8 @@ def causal_window_mask(seq_len, window=None) -> np.ndarray:
     the causal Gram state and of the simulated stacks."""
     if isinstance(window, AttentionMask):
         return window.matrix(seq_len)
-    index = np.arange(int(seq_len))
-    offset = index[:, None] - index[None, :]
-    seen = offset >= 0
-    return seen if window is None else seen & (offset < window)
+    seq_len = int(seq_len)
+    seen = np.tri(seq_len, dtype=bool)   # j <= i, built as booleans (no T x T offsets)
+    if window is not None:
+        seen &= ~np.tri(seq_len, k=-int(window), dtype=bool)   # and j > i - window
+    return seen

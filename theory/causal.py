@@ -332,8 +332,9 @@ def pair_moment(activation, var_a, var_b, cov):
     return _causal_gram.pair_moment(activation, var_a, var_b, cov)
 
 
-#: Largest T of :func:`propagate_causal_gram` (its ``160 T^2`` bytes: 2.5 GiB at T = 4096, 10 GiB at 8192).
-MAX_GRAM_SEQ_LEN = 4096
+#: Largest T of :func:`propagate_causal_gram` (its fast method's ``27 T^2`` bytes,
+#: :func:`~remprop.theory.work_estimates.causal_gram_bytes`: 1.7 GiB at T = 8192).
+MAX_GRAM_SEQ_LEN = 8192
 
 
 #: Most work (:func:`causal_gram_flops`, fast method) for which ``choose_causal_theory(..., "auto")`` takes
@@ -583,11 +584,15 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     frequencies = scale.head_frequencies(arch) if arch.positions.rotary else None
     # the cap is applied to the drawn scores (exact), so the uncapped maps' tolerance check does not apply
     block = arch.replace(logit_softcap=None).block(float(beta))
-    g0 = q0 * ((1.0 - rho0) * np.eye(seq_len) + rho0)
+
+    def initial():   # G = q0 ((1 - rho0) I + rho0 1 1^T), one T x T array
+        g0 = np.full((seq_len, seq_len), q0 * rho0)
+        np.fill_diagonal(g0, q0)
+        return g0
     walkers = [_CausalGramWalker(draws, np.random.default_rng(child), arch.activation, frequencies, arch.logit_softcap,
                                  norm_eps, fast=method == "fast")
                for child in (np.random.SeedSequence(seed).spawn(replicas) if replicas > 1 else [seed])]
-    (qs, ps, cosines), g = _causal_gram.walk_chains(walkers, block, g0, depth, pattern, last)
+    (qs, ps, cosines), g = _causal_gram.walk_chains(walkers, block, initial, depth, pattern, last)
     settings = {"arch": arch.to_dict(), "beta": float(beta), "depth": depth, "seq_len": seq_len, "q0": q0,
                 "rho0": rho0, "last": last, "draws": draws, "seed": seed, "norm_eps": norm_eps, "window": pattern,
                 "method": method, "replicas": replicas}

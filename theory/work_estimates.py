@@ -397,26 +397,34 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     r"""Bytes of one run of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`,
     its default fast method).
 
-    The block's ``T x T`` temporaries, about twenty (``160 T^2``, as :func:`gram_theory_bytes`), and the
-    fast attention's: the score kernel's Cholesky factor and its float32 copy (with QK-norm the kernel and
-    the values' factor too: ``24 T^2`` more), the key mask (``T^2`` booleans) and the draws' values
-    ``4 T draws (r + n)`` (``r`` Nystrom blocks, ``n`` value columns), with one chunk of scores
-    (``GRAM_ROW_CHUNK x T`` float32, three copies), and for an activation that is not positively
-    homogeneous the resampling of the MLP's pair-moment table (three ``N_r x R`` arrays, 6.2 MB):
+    The fast walk holds at most three float64 ``T x T`` arrays at once (the block's input, its branch's
+    input -- the norm's output -- and one result; while the attention draws, its float32 Cholesky factor
+    in place of the result) and the layers' key mask (``T^2`` booleans), ``25 T^2``, counted as ``27 T^2``
+    (the dense layers, skips, the MLP and the symmetrisation run
+    in place, remprop.theory._gram_in_place). With QK-norm the kernel ``kappa_n(C)``, its cosine
+    matrix's temporaries and the values' own factor add ``32 T^2``; an MLP that takes the numpy pair maps
+    (a positively homogeneous activation at unequal token norms, or variances spread wider than the
+    table's: only without any norm) about seven ``T x T`` temporaries, ``56 T^2``. Beside them the draws'
+    values ``4 T draws (r + n)`` (``r`` Nystrom blocks, ``n`` value columns), the score chunks
+    (``GRAM_ROW_CHUNK x T`` float32, four copies) and for an activation that is not positively homogeneous
+    the pair-moment table's resampling (three ``N_r x R`` float64 arrays, 6.2 MB):
 
-    .. math:: b = 160\, T^2 + (12 + 24 [\text{QK-norm}] + 1)\, T^2 + 4 T\, n_{\rm draws} (r + n)
-              + 12\, C\, T + 24\, N_r R
+    .. math:: b = (27 + 32 [\text{QK-norm}] + 56 [\text{numpy MLP}])\, T^2 + 4 T\, n_{\rm draws} (r + n)
+              + 16\, C\, T + 24\, N_r R
 
-    Measured (tracemalloc peak, benchmarks/bench_causal_gram.py): within the estimate at T = 512 - 2048.
+    Measured (tracemalloc peak, benchmarks/bench_causal_gram.py, Llama 3.2 1B): 31.4, 28.2, 26.6 and
+    25.8 T^2 at T = 1024, 2048, 4096 and 8192, 0.79-0.92 of the estimate (80 T^2 before the in-place walk).
     """
     seq_len = check_count("seq_len", seq_len, 1)
     check_count("depth", depth, 1)
     draws = check_count("draws", draws, 1)
     square = seq_len ** 2
-    factors = (12 + (24 if arch.qk_norm else 0) + 1) * square
+    homogeneous = activation_spec(arch.activation).homogeneous
+    numpy_mlp = homogeneous or not (arch.norm.has_norm or arch.branch_norm)
+    per_square = 27 + (32 if arch.qk_norm else 0) + (56 if numpy_mlp else 0)
     values = 4 * seq_len * draws * (nystrom_blocks(seq_len) + VALUE_WIDTH)
-    table = 0 if activation_spec(arch.activation).homogeneous else 24 * CORRELATION_NODES * CHEBYSHEV_CORRELATIONS
-    return 160 * square + factors + values + 12 * ROW_CHUNK * seq_len + table
+    table = 0 if homogeneous else 24 * CORRELATION_NODES * CHEBYSHEV_CORRELATIONS
+    return per_square * square + values + 16 * ROW_CHUNK * seq_len + table
 
 
 def causal_score_width(arch) -> int:

@@ -8,9 +8,9 @@ importing the walkers.
 from __future__ import annotations
 
 import functools
-import math
 
 import numba
+import numba.extending
 import numpy as np
 
 from .._jit import JIT_OPTIONS, specialised
@@ -19,7 +19,7 @@ from ..quadrature import gaussian_trapezoid
 from .registry import activation_spec
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment", "pair_moments_table", "variance_nodes", "CORRELATION_NODES",
-           "CHEBYSHEV_CORRELATIONS", "TABLE_SPREAD"]
+           "CHEBYSHEV_CORRELATIONS", "TABLE_SPREAD", "pair_grid", "interpolated_moment"]
 
 
 #: Trapezoid nodes per side of :func:`pair_moment` (``remprop.theory.causal.PAIR_HALF_NODES``).
@@ -104,17 +104,11 @@ def variance_nodes(spread):
     return 3 if spread <= 0.05 else 3 + int(np.ceil(3.0 * spread))
 
 
-def pair_moments_table(activation, variances, cov):
-    r"""``E[phi(u_i) phi(u_j)]`` of every pair of tokens, ``Var u_i = variances[i]`` (shape (T,)),
-    ``Cov(u_i, u_j) = cov[i, j]`` (T, T): :func:`pair_moment` interpolated, in ``O(T^2)``.
-
-    The quadrature runs on a grid: :func:`variance_nodes` Chebyshev nodes in each log-variance over
-    the tokens' range (at most :data:`TABLE_SPREAD`) and :data:`CHEBYSHEV_CORRELATIONS` in the
-    correlation; the correlation is resampled to :data:`CORRELATION_NODES` uniform nodes (linear
-    interpolation per pair) and the log-variances are interpolated by Lagrange (barycentric) weights.
-    ``K^2 R`` quadratures in place of ``T (T + 1) / 2``; tested against :func:`pair_moment` to 1e-6 of
-    ``E[phi^2]``. For the fast causal Gram state's MLP at unequal token norms (docs/theory.md section 8.1).
-    """
+def pair_grid(activation, variances):
+    """``(fine, token_weights, roots)`` of :func:`pair_moments_table` at the token variances ``variances``
+    (shape (T,)): the quadrature on its grid resampled to :data:`CORRELATION_NODES` correlations
+    (``K x K x N_r``), each token's barycentric weights on the ``K`` log-variance nodes (``T x K``) and
+    ``sqrt(variances)``; :func:`interpolated_moment` reads one pair from them."""
     spec = activation_spec(activation)
     logs = np.log(np.asarray(variances, dtype=np.float64))
     lo, hi = float(logs.min()), float(logs.max())
@@ -127,27 +121,49 @@ def pair_moments_table(activation, variances, cov):
     coarse = pair_moment(spec.name, a, b, r * np.sqrt(a * b))                   # (K, K, R)
     fine = coarse @ _barycentric(r_nodes, r_weights, np.linspace(-1.0, 1.0, CORRELATION_NODES)).T
     token_weights = np.ones((logs.size, 1)) if count == 1 else _barycentric(nodes, node_weights, logs)
-    out = np.empty((logs.size, logs.size))
-    _interpolate_pairs(logs, np.ascontiguousarray(cov, dtype=np.float64), np.ascontiguousarray(fine),
-                       np.ascontiguousarray(token_weights), out)
+    return np.ascontiguousarray(fine), np.ascontiguousarray(token_weights), np.exp(0.5 * logs)
+
+
+def pair_moments_table(activation, variances, cov):
+    r"""``E[phi(u_i) phi(u_j)]`` of every pair of tokens, ``Var u_i = variances[i]`` (shape (T,)),
+    ``Cov(u_i, u_j) = cov[i, j]`` (T, T): :func:`pair_moment` interpolated, in ``O(T^2)``.
+
+    The quadrature runs on a grid (:func:`pair_grid`): :func:`variance_nodes` Chebyshev nodes in each
+    log-variance over the tokens' range (at most :data:`TABLE_SPREAD`) and :data:`CHEBYSHEV_CORRELATIONS`
+    in the correlation; the correlation is resampled to :data:`CORRELATION_NODES` uniform nodes (linear
+    interpolation per pair) and the log-variances are interpolated by Lagrange (barycentric) weights
+    (:func:`interpolated_moment`). ``K^2 R`` quadratures in place of ``T (T + 1) / 2``; tested against
+    :func:`pair_moment` to 1e-6 of ``E[phi^2]``. For the fast causal Gram state's MLP at unequal token
+    norms (docs/theory.md section 8.1).
+    """
+    fine, token_weights, roots = pair_grid(activation, variances)
+    out = np.empty((roots.size, roots.size))
+    _interpolate_pairs(roots, np.ascontiguousarray(cov, dtype=np.float64), fine, token_weights, out)
     return out
 
 
-@numba.njit(cache=True, **JIT_OPTIONS)
-def _interpolate_pairs(logs, cov, fine, token_weights, out):
-    """``out[i, j] = sum_kl w_ik w_jl F_kl(r_ij)``, ``F_kl`` linear on the fine correlation grid."""
-    count, width = token_weights.shape[1], fine.shape[2]
+@numba.extending.register_jitable
+def interpolated_moment(cov, root_i, root_j, fine, weights_i, weights_j):
+    """One pair of :func:`pair_moments_table`: ``sum_kl w_ik w_jl F_kl(r)`` at ``r = cov / (root_i root_j)``
+    (clipped to [-1, 1]), ``F_kl`` linear on the fine correlation grid."""
+    count, width = weights_i.size, fine.shape[2]
     half = 0.5 * (width - 1)
-    for i in range(logs.size):   # every pair twice: row-major writes (the transposed ones miss the cache)
-        for j in range(logs.size):
-            r = min(max(cov[i, j] / math.exp(0.5 * (logs[i] + logs[j])), -1.0), 1.0)
-            position = (r + 1.0) * half
-            k = min(int(position), width - 2)
-            fraction = position - k
-            total = 0.0
-            for a in range(count):
-                inner = 0.0
-                for b in range(count):
-                    inner += token_weights[j, b] * (fine[a, b, k] + fraction * (fine[a, b, k + 1] - fine[a, b, k]))
-                total += token_weights[i, a] * inner
-            out[i, j] = total
+    r = min(max(cov / (root_i * root_j), -1.0), 1.0)
+    position = (r + 1.0) * half
+    k = min(int(position), width - 2)
+    fraction = position - k
+    total = 0.0
+    for a in range(count):
+        inner = 0.0
+        for b in range(count):
+            inner += weights_j[b] * (fine[a, b, k] + fraction * (fine[a, b, k + 1] - fine[a, b, k]))
+        total += weights_i[a] * inner
+    return total
+
+
+@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
+def _interpolate_pairs(roots, cov, fine, token_weights, out):
+    """``out[i, j]``: :func:`interpolated_moment` of every pair (rows on all threads)."""
+    for i in numba.prange(roots.size):   # every pair twice: row-major writes (the transposed ones miss the cache)
+        for j in range(roots.size):
+            out[i, j] = interpolated_moment(cov[i, j], roots[i], roots[j], fine, token_weights[i], token_weights[j])

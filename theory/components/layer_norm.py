@@ -1,9 +1,11 @@
 """LayerNorm without affine parameters on the token simplex."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba.extending import register_jitable
 
+from .._jit import CACHE, JIT_OPTIONS
 from ..checks import check_overlap, output_pair
 
 from .base import Component
@@ -15,6 +17,17 @@ __all__ = ["layernorm_map", "LayerNorm", "layer_norm"]
 def layernorm_core(q, p):
     """(1, p / q)."""
     return 1.0 + 0.0 * q, p / q
+
+
+@numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)
+def _rescaled_pairs(g, inverse):
+    """``G_ij s_i s_j`` (``s = inverse``): one pass over ``g`` into a new array, rows on all threads."""
+    t = g.shape[0]
+    out = np.empty_like(g)
+    for i in numba.prange(t):
+        for j in range(t):
+            out[i, j] = g[i, j] * inverse[i] * inverse[j]
+    return out
 
 
 def layernorm_map(q, p):
@@ -60,8 +73,8 @@ class LayerNorm(Component):
         Gram state of a model's ``eps``) gets ``G_ij / sqrt((G_ii + eps)(G_jj + eps))``, the token's
         mean square concentrating at ``G_ii`` at large width."""
         if walker.norm_eps > 0:
-            shifted = np.diag(g) + walker.norm_eps
-            return g / np.sqrt(np.outer(shifted, shifted))
+            # G_ij s_i s_j with s_i = (G_ii + eps)^(-1/2): one T x T array (no outer product, no root of it)
+            return _rescaled_pairs(np.ascontiguousarray(g), 1.0 / np.sqrt(np.diag(g) + walker.norm_eps))
         diag = np.diag(g)
         q_out, g_out = self.core(np.sqrt(np.outer(diag, diag)), g)
         np.fill_diagonal(g_out, np.diag(q_out))
