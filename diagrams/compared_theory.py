@@ -131,7 +131,8 @@ class CausalVerdictTheory:
         if self.name == "maps":
             return last_tokens_cosine(run.arch, run.beta, depth, s.seq_len, last, run.q0, run.rho0, windows)
         return propagate_causal_gram(run.arch, run.beta, depth, s.seq_len, run.q0, run.rho0, last=last,
-                                     draws=self.draws, seed=0, norm_eps=s.layer_norm_eps, window=windows).rho
+                                     draws=self.draws, seed=0, norm_eps=s.layer_norm_eps, window=windows,
+                                     width=s.width).rho
 
     def trajectory(self, run, max_depth):
         """(the cosine through the run's depth, collapse depth or None, the depth searched).

@@ -16,6 +16,7 @@ from .activations.pair_moments import PAIR_HALF_NODES, TABLE_SPREAD, pair_grid, 
 from .components import MLP, Dense, Serial
 from .attention_masks import causal_window_mask, layer_window
 from ._fast_gram_attention import fast_attention_gram
+from .checks import check_count
 from .rem.qk_norm import gaussian_cosine_mean
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment"]
@@ -46,8 +47,11 @@ class _CausalGramWalker(_gram._GramWalker):
     #: Relative spread of the token norms below which an MLP's input counts as equal-norm (rounding).
     EQUAL_NORMS = 1e-12
 
-    def __init__(self, draws, rng, activation, frequencies=None, logit_softcap=None, norm_eps=0.0, fast=False):
+    def __init__(self, draws, rng, activation, frequencies=None, logit_softcap=None, norm_eps=0.0, fast=False,
+                 width=None):
         super().__init__(draws, rng, activation)
+        #: ``(d, d_H)`` of :func:`finite_width`, or None (infinite width).
+        self.width = width
         #: True: the fast attention (``_fast_gram_attention``: factor-drawn scores, projected values).
         self.fast = bool(fast)
         self.frequencies = frequencies
@@ -225,8 +229,9 @@ class _CausalGramWalker(_gram._GramWalker):
         seen = self._mask(t)
         self.deviations = None
         if self.fast:
+            width, head_dim = self.width or (None, None)
             total = fast_attention_gram(g, self.score_kernel(comp, g), c, seen, self.rng, self.draws,
-                                        self.frequencies, self.logit_softcap)
+                                        self.frequencies, self.logit_softcap, width, head_dim)
             _in_place.dense_in_place(total, float(comp.sigma_v2), float(comp.sigma_b2))
             return total
         root = _gram._symmetric_sqrt(self.score_kernel(comp, g))
@@ -241,6 +246,28 @@ class _CausalGramWalker(_gram._GramWalker):
             total += (attn @ g) @ attn.T
         total /= self.draws
         return float(comp.sigma_v2) * 0.5 * (total + total.T) + float(comp.sigma_b2)
+
+
+def finite_width(arch, width, method):
+    """``(d, d_H)`` of a causal Gram state at the stream width ``width`` (None: infinite width, None
+    returned): ``d_H`` the architecture's ``head_dim``, else ``width / heads``; ``d >= 2 d_H`` (a head's
+    query and key directions are two of the ``d``, docs/theory.md section 8.2); the fast method only."""
+    if width is None:
+        return None
+    width = check_count("width", width, 3)
+    if method != "fast":
+        raise ValueError("width needs method='fast': the exact method is the infinite-width law "
+                         "(docs/theory.md section 8.2)")
+    head_dim = arch.head_dim
+    if head_dim is None:
+        if width % arch.heads:
+            raise ValueError(f"width must be a multiple of heads ({arch.heads}) when arch.head_dim is None, "
+                             f"got {width}")
+        head_dim = width // arch.heads
+    if width < 2 * head_dim:
+        raise ValueError(f"width must be at least 2 head_dim = {2 * head_dim} (a head's query and key directions), "
+                         f"got {width}")
+    return width, int(head_dim)
 
 
 def _last_tokens(g, last):

@@ -56,14 +56,17 @@ def score_width(frequencies):
     return pair * -(-SCORE_WIDTH // pair)
 
 
-def draw_work(t, draws, frequencies=None, two_factors=False):
+def draw_work(t, draws, frequencies=None, two_factors=False, head_dim=None):
     """Floating-point operations of one layer of :func:`fast_attention_gram` (``t`` tokens, all keys
     causal): the Cholesky factor(s) ``T^3 / 3``, per draw the factor draws ``T^2 (2 m + n)`` (a
     triangular product), the causal half of the scores ``T^2 m`` and of ``A [W, X]`` ``T^2 (r + n)``,
-    and the output ``T^2 draws (r + n)`` (a symmetric rank-k update)."""
-    m, r = score_width(frequencies), nystrom_blocks(t)
+    and the output ``T^2 draws (r + n)`` (a symmetric rank-k update). At finite width (``head_dim``
+    given) ``m = d_H`` and the values gain the ``2 m`` columns of the tokens' own score parts."""
+    m = score_width(frequencies) if head_dim is None else int(head_dim)
+    r = nystrom_blocks(t)
+    cols = r + VALUE_WIDTH + (0 if head_dim is None else 2 * m)
     square = float(t) ** 2
-    per_draw = square * (2 * m + VALUE_WIDTH) + square * m + square * (r + VALUE_WIDTH) + square * (r + VALUE_WIDTH)
+    per_draw = square * (2 * m + VALUE_WIDTH) + square * m + square * cols + square * cols
     return (2 if two_factors else 1) * float(t) ** 3 / 3 + draws * per_draw
 
 
@@ -157,8 +160,10 @@ def _key_spans(seen):
     return spans
 
 
-def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_softcap=None):
-    r"""``E[A G A^T]`` (T x T, float64, symmetric) by factor-drawn scores and projected values.
+def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_softcap=None, width=None,
+                        head_dim=None):
+    r"""``E[A G A^T]`` (T x T, float64, symmetric) by factor-drawn scores and projected values; at a
+    finite width ``d`` the mean of ``A (X X^T / d) A^T`` over the tokens ``X`` themselves.
 
     Parameters
     ----------
@@ -177,9 +182,15 @@ def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_
         The head's ``theta_f`` (RoPE); None: no rotation.
     logit_softcap : float, optional
         Each drawn score becomes ``cap tanh(s / cap)``.
+    width, head_dim : int, optional
+        The stream's width ``d`` and a head's ``d_H`` (both or neither): the values are the tokens whose
+        queries and keys made the scores (docs/theory.md section 8.2), ``m = d_H`` score columns (a real
+        head's), and the result is ``(1 - 2 d_H / d) E[A G A^T] + E[(A U)(A U)^T + (A V)(A V)^T] / d``
+        with ``U, V`` the unrotated query and key factors of the tokens. None: infinite width, ``E[A G A^T]``.
     """
     t = g.shape[0]
-    m = score_width(frequencies)
+    finite = width is not None
+    m = int(head_dim) if finite else score_width(frequencies)
     f32 = np.float32
     lk32 = lower_factor32(kernel)
     lg32 = lk32 if kernel is g else lower_factor32(g)
@@ -190,21 +201,29 @@ def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_
         per_pair = np.tile(np.asarray(frequencies, dtype=np.float64), m // (2 * len(frequencies)))
         angles = (np.arange(t)[:, None] * per_pair[None, :]).astype(f32)
     spans = _key_spans(seen)
-    cols = r + VALUE_WIDTH
+    cols = r + VALUE_WIDTH + (2 * m if finite else 0)
     out = np.empty((t, draws * cols), dtype=f32)
     scale = f32(c / np.sqrt(m))
     cap = f32(0.0 if logit_softcap is None else logit_softcap)
+    if finite:
+        # X X^T / d = (1 - 2 d_H / d) G + (U U^T + V V^T) / d: the tokens' parts outside and inside the
+        # head's query and key directions; U = L_G Z (with QK-norm the kernel's factor, rescaled to G's norms)
+        shrink = f32(np.sqrt(1.0 - 2.0 * m / width))
+        own = (np.sqrt(np.diag(g) / np.diag(kernel)) / np.sqrt(width)).astype(f32)[:, None]
+    else:
+        shrink = f32(1.0)
     for d in range(draws):
         normals = rng.standard_normal((t, 2 * m + VALUE_WIDTH), dtype=f32)
         both = blas.strmm(1.0, lk32, normals[:, :2 * m], lower=1)
         x = blas.strmm(1.0, lg32, normals[:, 2 * m:], lower=1)
         u, v = both[:, :m], both[:, m:]
+        parts = [both * own] if finite else []   # before the rotation and the scaling of u (in place)
         if angles is not None:
             u, v = _rotate(u, angles), _rotate(v, angles)
         u *= scale
         # the remainder's samples: X - W (P X), covariance R = G - W W^T; values [W, X / sqrt(n)]
         x = x - (w @ (proj @ x)).astype(f32)
-        values = np.concatenate([w.astype(f32), x / f32(np.sqrt(VALUE_WIDTH))], axis=1)
+        values = np.concatenate([w.astype(f32) * shrink, x * (shrink / f32(np.sqrt(VALUE_WIDTH)))] + parts, axis=1)
         block = out[:, d * cols:(d + 1) * cols]
         for rows, lo, hi in spans:
             s = u[rows] @ v[lo:hi].T

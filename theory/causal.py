@@ -14,16 +14,12 @@ reduced scale (:mod:`remprop.theory.rem.causal`),
 
 and two rows t, t' near the end of the sequence have the cross-overlap ``1/t`` (independent
 rows over about t common keys; the encoder's finite-T map uses the tabulated overlap of
-correlated rows, :func:`~remprop.theory.cross_overlap_table`, which is not tabulated per
-position yet: at t = T, beta = 0.9, rho0 = 0.1 the two differ by 0.009 in the cosine after
-12 post-LN blocks). Late tokens (``t`` close to T) see almost the whole
-simplex of tokens, so their order parameters follow the encoder's block maps with these
-two replacements (docs/theory.md section 8); :func:`propagate_causal` iterates those maps for
-each position separately, and :func:`last_tokens_cosine` averages the cosine
-``rho_t = p_t / q_t`` over the last k positions. Early tokens break the simplex picture
-(position 1 attends to itself only; every early token has few keys): the prediction is
-meant for late positions, and its error against position is measured in
-``remprop.validation.causal``.
+correlated rows, :func:`~remprop.theory.cross_overlap_table`, not tabulated per position yet).
+Late tokens (``t`` close to T) see almost the whole simplex of tokens, so their order parameters
+follow the encoder's block maps with these two replacements (docs/theory.md section 8);
+:func:`propagate_causal` iterates those maps for each position separately, and
+:func:`last_tokens_cosine` averages ``rho_t = p_t / q_t`` over the last k positions. Early tokens
+break the simplex picture (few keys): the prediction is meant for late positions.
 
 Position 1 has no REM (one key): positions must be >= 2.
 
@@ -31,7 +27,7 @@ The late rows' keys are not in the late state (docs/theory.md section 8). :func:
 whole causal Gram matrix instead (docs/theory.md sections 8, 8.1 and 17; by default the fast method,
 ``O(T^2)`` per draw, :func:`causal_gram_flops`): rotary scores, QK-normed scores from the kernel
 ``kappa_n(C)``, capped scores, parallel branches, the norms' eps, the MLP moments at unequal token
-norms (:func:`pair_moment`). :func:`choose_causal_theory` is the rule of ``remprop check
+norms (:func:`pair_moment`), a finite width (section 8.2). :func:`choose_causal_theory` is the rule of ``remprop check
 --causal-theory`` between the maps and the Gram state.
 
 Attention masks (``window``, :mod:`remprop.theory.attention_masks`: sliding windows, chunks, a
@@ -348,7 +344,7 @@ CAUSAL_THEORIES = ("auto", "maps", "gram")
 CAUSAL_GRAM_METHODS = _gram.GRAM_METHODS
 
 
-def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast") -> float:
+def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast", width=None) -> float:
     r"""Floating-point operations of :func:`propagate_causal_gram`, counted before it runs.
 
     ``"fast"`` (docs/theory.md section 8.1), per layer: the Cholesky factor of the score kernel
@@ -361,21 +357,20 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast"
     homogeneous the MLP's pair moments: ``"exact"`` the quadrature of :func:`pair_moment` over the
     ``T (T + 1) / 2`` pairs (``N`` nodes per axis, about 30 operations a node), ``15 T (T + 1) N^2``;
     ``"fast"`` its table (:func:`~remprop.theory.activations.pair_moments.pair_moments_table`:
-    ``30 K^2 R N^2 + 6 K^2 T^2`` at ``K = 6``). The other ``O(T^2)`` pair maps are left out.
+    ``30 K^2 R N^2 + 6 K^2 T^2`` at ``K = 6``). The other ``O(T^2)`` pair maps are left out. At a finite
+    ``width`` (fast, docs/theory.md section 8.2) ``m = d_H`` and the values gain ``2 d_H`` columns.
 
     Parameters
     ----------
     arch : Architecture
     depth, seq_len, draws : int
     method : {"fast", "exact"}
+    width : int, optional
+        As :func:`propagate_causal_gram`.
 
     Returns
     -------
     float
-
-    References
-    ----------
-    docs/theory.md section 8 (the causal Gram state).
     """
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a remprop.theory.Architecture, got {type(arch).__name__}")
@@ -383,12 +378,13 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast"
     seq_len = check_seq_len(seq_len, allow_none=False)
     draws = check_count("draws", draws, 1)
     _gram.check_gram_method(method)
+    head_dim = (_causal_gram.finite_width(arch, width, method) or (None, None))[1]
     frequencies = scale.head_frequencies(arch) if arch.positions.rotary else None
     quadrature = 0.0
     if not arch.norm.has_norm and not activation_spec(arch.activation).homogeneous:
         quadrature = 15.0 * seq_len * (seq_len + 1.0) * (2 * PAIR_HALF_NODES + 1) ** 2
     if method == "fast":
-        return depth * (_fast.draw_work(seq_len, draws, frequencies, bool(arch.qk_norm))
+        return depth * (_fast.draw_work(seq_len, draws, frequencies, bool(arch.qk_norm), head_dim)
                         + (_fast.table_work(seq_len, PAIR_HALF_NODES) if quadrature else 0.0))
     cube, slow = float(seq_len) ** 3, _CausalGramWalker.SLOW
     rotating = 0 if frequencies is None else int(np.count_nonzero(frequencies * (seq_len - 1) >= slow))
@@ -470,7 +466,7 @@ def causal_gram_support_problem(arch: Architecture):
 
 def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=None,
                           draws=4, seed=0, norm_eps=0.0, window=None, method="fast",
-                          replicas=1) -> CausalGramTrajectory:
+                          replicas=1, width=None) -> CausalGramTrajectory:
     r"""Causal stack on the Gram matrix of the whole sequence: the late tokens with their true keys.
 
     The per-position maps of :func:`propagate_causal` give row t keys in the state of row t
@@ -540,6 +536,9 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     replicas : int
         Independent chains (seeds spawned from ``seed``), averaged; with 2 or more the result holds
         the standard error ``cosine_se`` (default 1: one chain of the seed ``seed``).
+    width : int, optional
+        The stream's width ``d`` (fast method): the values are the tokens whose queries and keys made
+        the scores, an ``O(T / d)`` effect on late rows (docs/theory.md section 8.2). None: infinite width.
 
     Returns
     -------
@@ -580,6 +579,7 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
     pattern = check_windows(window, seq_len=seq_len)
     _gram.check_gram_method(method)
     replicas = check_count("replicas", replicas, 1)
+    width = _causal_gram.finite_width(arch, width, method)
     arch = arch.replace(seq_len=seq_len)
     frequencies = scale.head_frequencies(arch) if arch.positions.rotary else None
     # the cap is applied to the drawn scores (exact), so the uncapped maps' tolerance check does not apply
@@ -590,11 +590,11 @@ def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0
         np.fill_diagonal(g0, q0)
         return g0
     walkers = [_CausalGramWalker(draws, np.random.default_rng(child), arch.activation, frequencies, arch.logit_softcap,
-                                 norm_eps, fast=method == "fast")
+                                 norm_eps, fast=method == "fast", width=width)
                for child in (np.random.SeedSequence(seed).spawn(replicas) if replicas > 1 else [seed])]
     (qs, ps, cosines), g = _causal_gram.walk_chains(walkers, block, initial, depth, pattern, last)
     settings = {"arch": arch.to_dict(), "beta": float(beta), "depth": depth, "seq_len": seq_len, "q0": q0,
                 "rho0": rho0, "last": last, "draws": draws, "seed": seed, "norm_eps": norm_eps, "window": pattern,
-                "method": method, "replicas": replicas}
+                "method": method, "replicas": replicas, "width": None if width is None else width[0]}
     se = cosines.std(axis=0, ddof=1) / np.sqrt(replicas) if replicas > 1 else None
     return CausalGramTrajectory(qs.mean(axis=0), ps.mean(axis=0), cosines.mean(axis=0), g, settings, se)

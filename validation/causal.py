@@ -220,8 +220,10 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, *, s
     encoder = propagate(arch.replace(seq_len=seq_len), stack.beta, stack.depth, q0=q_in, rho0=rho_in).rho
     theory_gram = None
     if gram:
+        # at the stack's width (docs/theory.md section 8.2), where a head's query and key directions are two
+        # of the d = H d_H (two heads or more); one head spanning the stream: the infinite-width law
         causal_gram = propagate_causal_gram(arch, stack.beta, stack.depth, seq_len, q_in, rho_in, last=last,
-                                            window=sliding)
+                                            window=sliding, width=stack.width if stack.heads >= 2 else None)
         theory_gram = causal_gram.rho if observable == "rho" else causal_gram.cosine
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "seeds": list(sim.seeds), "sequences": sim.sequences,
