@@ -56,6 +56,20 @@ def test_a_deep_propagation_takes_about_its_estimate(bench):
     assert 1 / RATIO_BOUND <= run["ratio"] <= RATIO_BOUND, run
 
 
+@pytest.mark.slow
+def test_a_small_simulation_takes_about_its_estimate(bench, tmp_path):
+    """``validate`` at the size of docs/getting_started.md (torch's import, the simulated stack at the rate
+    :func:`~remprop.validation.training.work.simulation_flop_rate` measures, the theory, the figure): the
+    measured work, import floor subtracted, within RATIO_BOUND of its estimate at the measured load."""
+    pytest.importorskip("torch")
+    floor = bench.import_floor()
+    run = bench.measure(["validate", "--depth", "4", "--width", "128", "--sim-seq-len", "64", "--seeds", "2",
+                         "--out", str(tmp_path)], floor=floor)
+    assert run["returncode"] == 0, run["stderr_tail"]
+    assert run["estimate_s"] >= 1.0, run
+    assert 1 / RATIO_BOUND <= run["ratio"] <= RATIO_BOUND, run
+
+
 def test_the_compile_estimate_sees_an_empty_cache(tmp_path):
     """On an empty numba cache every sweep of the engine is to be compiled (and counted by the compile
     estimate); in this process, after a propagation, the sweep it ran is not."""
@@ -152,6 +166,16 @@ def test_the_probe_reads_the_quiet_rate_from_cpu_time_and_keeps_it(probing):
         assert fresh.calls == [1, cores]
     kept = json.loads((Path(os.environ["REMPROP_CACHE_DIR"]) / probing.PROBE_FILE).read_text())
     assert kept["quiet_rates"] == {"1": 1000.0, "2": 1000.0, "4": 1000.0}
+
+
+def test_one_thread_is_no_slower_than_each_of_several(probing):
+    """A probe of one thread that read slower than each of two (its few milliseconds' spread) is capped."""
+    class Uneven(FakeProbe):
+        def __call__(self, threads):
+            self.share = 0.25 if threads == 1 else 0.5
+            return super().__call__(threads)
+
+    assert probing.probe_slowdowns(2, now=0.0, probe=Uneven()) == ((1, pytest.approx(2.0)), (2, pytest.approx(2.0)))
 
 
 def test_a_probe_of_another_host_or_an_unwritable_cache_is_not_an_error(probing, monkeypatch, tmp_path):

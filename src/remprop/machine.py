@@ -177,7 +177,9 @@ def probe_slowdowns(cores, *, now=None, probe=None) -> tuple:
 
     Each is a probe (``probe``, default :func:`probe_threads`) of that many threads: the blocks they hashed
     per wall second against the quiet rate, the blocks a thread hashes per second of CPU time
-    (:func:`slowdown`). The CPU time a thread is given does not depend on how long it waited for a core,
+    (:func:`slowdown`); the one thread's slowdown is at most the cores' (a lone thread gets at least the
+    share each of several does: the cap takes out the spread of a probe of milliseconds, whose one thread
+    read 1-4x slower where two read 1.6-2x, the shared two-core machine at load 4.5). The CPU time a thread is given does not depend on how long it waited for a core,
     so the quiet rate is measured even on a busy machine; the best rate seen on this host for each
     thread count is kept (two threads on the two hyperthreads of one core run slower whatever the load,
     and that is the quiet machine's speed, which the estimates were calibrated at). A probe taken in the
@@ -207,6 +209,8 @@ def probe_slowdowns(cores, *, now=None, probe=None) -> tuple:
         rate = blocks / cpu if cpu > 0 else 0.0
         best[str(threads)] = max(best.get(str(threads), 0.0), rate)
         slowdowns.append((threads, slowdown(blocks, wall, best[str(threads)])))
+    for k in range(len(slowdowns) - 2, -1, -1):  # a lone thread is given at least the share each of more get:
+        slowdowns[k] = (slowdowns[k][0], min(slowdowns[k][1], slowdowns[k + 1][1]))  # caps a short probe's noise
     record = {"host": _host(), "quiet_rates": best,
               "last": {"time": now, "cores": cores, "slowdowns": [list(pair) for pair in slowdowns]}}
     write_atomically(path, lambda handle: handle.write(json.dumps(record).encode("utf-8")))
