@@ -145,10 +145,10 @@ def test_the_slowdown_is_the_quiet_rate_over_the_rate_got(probing):
 
 
 def test_the_probe_reads_the_quiet_rate_from_cpu_time_and_keeps_it(probing):
-    # threads given half a core: 2x slower, on the rate their own CPU time says (no quiet run needed)
+    # a thread given half a core: 2x slower, on the rate its own CPU time says (no quiet run needed)
     fake = FakeProbe(rate=1000.0, share=0.5)
-    assert probing.probe_slowdowns(2, now=100.0, probe=fake) == ((1, pytest.approx(2.0)), (2, pytest.approx(2.0)))
-    assert fake.calls == [1, 2]
+    assert probing.probe_slowdowns(2, now=100.0, probe=fake) == ((1, pytest.approx(2.0)),)
+    assert fake.calls == [1]  # one thread, whatever the cores
     # within PROBE_CACHE_SECONDS the last probe is reused, not probed again
     again = FakeProbe(share=0.25)
     assert probing.probe_slowdowns(2, now=100.0 + probing.PROBE_CACHE_SECONDS - 1, probe=again)[0][1] == \
@@ -157,25 +157,15 @@ def test_the_probe_reads_the_quiet_rate_from_cpu_time_and_keeps_it(probing):
     # later: probed again; a slower CPU rate (contention that CPU time shows too) is measured against the best
     # rate kept, 1000: a quarter of a core at 800 blocks per CPU second is 5x slower
     later = FakeProbe(rate=800.0, share=0.25)
-    assert probing.probe_slowdowns(2, now=200.0, probe=later) == ((1, pytest.approx(5.0)), (2, pytest.approx(5.0)))
-    assert later.calls == [1, 2]
-    # a probe from the future (a clock set back), another core count or another host is not reused
+    assert probing.probe_slowdowns(2, now=200.0, probe=later) == ((1, pytest.approx(5.0)),)
+    assert later.calls == [1]
+    # a probe from the future (a clock set back), or taken with another core count, is not reused
     for cores, now in ((2, 150.0), (4, 201.0)):
         fresh = FakeProbe(share=1.0)
-        assert probing.probe_slowdowns(cores, now=now, probe=fresh)[-1] == (cores, 1.0)
-        assert fresh.calls == [1, cores]
+        assert probing.probe_slowdowns(cores, now=now, probe=fresh) == ((1, 1.0),)
+        assert fresh.calls == [1]
     kept = json.loads((Path(os.environ["REMPROP_CACHE_DIR"]) / probing.PROBE_FILE).read_text())
-    assert kept["quiet_rates"] == {"1": 1000.0, "2": 1000.0, "4": 1000.0}
-
-
-def test_one_thread_is_no_slower_than_each_of_several(probing):
-    """A probe of one thread that read slower than each of two (its few milliseconds' spread) is capped."""
-    class Uneven(FakeProbe):
-        def __call__(self, threads):
-            self.share = 0.25 if threads == 1 else 0.5
-            return super().__call__(threads)
-
-    assert probing.probe_slowdowns(2, now=0.0, probe=Uneven()) == ((1, pytest.approx(2.0)), (2, pytest.approx(2.0)))
+    assert kept["quiet_rates"] == {"1": 1000.0}
 
 
 def test_a_probe_of_another_host_or_an_unwritable_cache_is_not_an_error(probing, monkeypatch, tmp_path):
@@ -200,13 +190,15 @@ def test_the_measured_factor_replaces_the_load_average(probing):
     assert measured.describe() == "machine load 10 on 4 cores, measured 1.5-3x slower"
     assert MachineLoad(3.0, 1, ((1, 2.04),)).describe() == "machine load 3 on 1 core, measured 2x slower"
     assert MachineLoad(10.0, 4).factor(4) == pytest.approx(3.5)  # nothing measured: the load average's
+    one = MachineLoad(10.0, 2, ((1, 2.5),))  # what probe_slowdowns measures: one thread's, for any count
+    assert one.factor(1) == one.factor(2) == 2.5 and one.describe() == "machine load 10 on 2 cores, measured 2.5x slower"
 
 
 def test_the_real_probe_runs_its_threads_for_their_time(probing):
     blocks, cpu, wall = probing.probe_threads(2, seconds=0.005)
     assert blocks >= 2 and cpu > 0 and wall >= 2 * 0.005  # each thread hashes until its 5 ms are up
     load = probing.machine_load()
-    assert [threads for threads, _ in load.slowdowns] == sorted({1, load.cores})
+    assert [threads for threads, _ in load.slowdowns] == [1]
     assert all(value >= 1.0 for _, value in load.slowdowns)
     assert (Path(os.environ["REMPROP_CACHE_DIR"]) / probing.PROBE_FILE).is_file()
 

@@ -6,9 +6,9 @@ seconds; :func:`machine_load` says how many times longer work takes beside the o
 its estimates (:func:`remprop.cli.output.estimate_announcer`), and an estimate timed on the spot under the
 present load divides it out (``remprop.diagrams.diagnosis_work``).
 
-The factor is measured, not read off the load average: :func:`probe_slowdowns` keeps one and then every
-core busy for :data:`PROBE_SECONDS` each and compares the work they got done with what the same threads
-do per second of CPU time (the quiet machine's speed; the best seen on this host is kept). The load
+The factor is measured, not read off the load average: :func:`probe_slowdowns` keeps one thread busy for
+:data:`PROBE_SECONDS` and compares the work it got done with what it does per second of CPU time (the quiet
+machine's speed; the best seen on this host is kept). The load
 average counts threads, and where the kernel shares the cores among sessions before threads (Linux's
 autogroup) a few sessions of many threads slow the work 2-3x less than their count says. The measured
 slowdowns are kept for :data:`PROBE_CACHE_SECONDS` in remprop's cache folder (``machine-probe.json``,
@@ -28,10 +28,9 @@ from typing import NamedTuple
 __all__ = ["MachineLoad", "machine_load", "probe_slowdowns", "probe_threads", "slowdown", "PROBE_SECONDS",
            "PROBE_CACHE_SECONDS", "PROBE_FILE"]
 
-#: Wall seconds of each probe (one thread, then one a core): long enough for the scheduler to share the
-#: cores among the runnable threads a few times (its slices are a few milliseconds), short enough that the
-#: two probes cost under 50 ms.
-PROBE_SECONDS = 0.015
+#: Wall seconds of the probe: long enough for the scheduler to share the cores among the runnable threads a
+#: few times (its slices are a few milliseconds), short enough that the probe costs under 50 ms.
+PROBE_SECONDS = 0.03
 #: Seconds a measured slowdown is reused by later commands (:data:`PROBE_FILE`): a burst of commands probes
 #: once; the load average's own memory is a minute.
 PROBE_CACHE_SECONDS = 30.0
@@ -53,8 +52,9 @@ class MachineLoad(NamedTuple):
     cores : int
         The cores this process may run on.
     slowdowns : tuple
-        ``((threads, slowdown), ...)`` measured by :func:`probe_slowdowns`, by increasing threads; empty
-        where nothing was measured (the factor then falls back to the load average).
+        ``((threads, slowdown), ...)`` measured, by increasing threads (:func:`probe_slowdowns` measures
+        one thread: ``((1, f),)``); empty where nothing was measured (the factor then falls back to the
+        load average).
     """
 
     load: float
@@ -65,7 +65,8 @@ class MachineLoad(NamedTuple):
         r"""How many times longer work of ``threads`` threads takes than on a quiet machine.
 
         Measured (:attr:`slowdowns`): the slowdown of the probe with as many threads (at most one a core),
-        interpolated linearly between the thread counts probed. Otherwise from the load average, the
+        interpolated linearly between the thread counts probed and the last one's beyond (one thread's
+        for any count where only one thread was probed, :func:`probe_slowdowns`). Otherwise from the load average, the
         cores shared fairly among the ``n`` others' threads and the work's ``t``: each thread gets
         ``c / (n + t)`` of a core when there are more threads than the ``c`` cores, and the work, which on
         a quiet machine keeps ``min(t, c)`` cores busy, runs at ``t c / (n + t)`` of them:
@@ -85,8 +86,8 @@ class MachineLoad(NamedTuple):
         return max(1.0, min(threads, cores) * (max(0.0, float(self.load)) + threads) / (threads * cores))
 
     def describe(self) -> str:
-        """``"machine load 6.1 on 2 cores"``, and what was measured: ``", measured 1.2-2.1x slower"``
-        (one thread to one a core)."""
+        """``"machine load 6.1 on 2 cores"``, and what was measured: ``", measured 2.1x slower"`` (from
+        the fewest to the most threads probed: ``", measured 1.2-2.1x slower"``)."""
         text = f"machine load {self.load:.3g} on {self.cores} core{'s' if self.cores != 1 else ''}"
         if self.slowdowns:
             low, high = (max(1.0, value) for value in (self.slowdowns[0][1], self.slowdowns[-1][1]))
@@ -172,17 +173,18 @@ def _read_probe(path) -> dict:
 
 
 def probe_slowdowns(cores, *, now=None, probe=None) -> tuple:
-    """The slowdowns of work on one thread and on ``cores`` threads beside the machine's other work now:
-    ``((1, f1), (cores, fc))`` (``((1, f1),)`` on one core).
+    """The slowdown of the commands' work beside the machine's other work now, ``((1, f),)``: a probe
+    (``probe``, default :func:`probe_threads`) of one thread, the blocks it hashed per wall second against the
+    quiet rate, the blocks it hashes per second of CPU time (:func:`slowdown`).
 
-    Each is a probe (``probe``, default :func:`probe_threads`) of that many threads: the blocks they hashed
-    per wall second against the quiet rate, the blocks a thread hashes per second of CPU time
-    (:func:`slowdown`); the one thread's slowdown is at most the cores' (a lone thread gets at least the
-    share each of several does: the cap takes out the spread of a probe of milliseconds, whose one thread
-    read 1-4x slower where two read 1.6-2x, the shared two-core machine at load 4.5). The CPU time a thread is given does not depend on how long it waited for a core,
+    One thread, also for work on every core: measured on the shared two-core machine at loads 4-7
+    (benchmarks/bench_estimates.py, a 400 x 400 diagram on two numba threads), the commands ran at the
+    one-thread probe's slowdown, within 0.8-1.3x, and a probe of two threads read 2x slower than they ran
+    (their Python, imports and figures are one thread; where the kernel shares the cores among sessions, two
+    threads of one session get each half of its share). On many cores all busy a thread's slowdown
+    understates that of work on every core. The CPU time a thread is given does not depend on how long it waited for a core,
     so the quiet rate is measured even on a busy machine; the best rate seen on this host for each
-    thread count is kept (two threads on the two hyperthreads of one core run slower whatever the load,
-    and that is the quiet machine's speed, which the estimates were calibrated at). A probe taken in the
+    thread count is kept. A probe taken in the
     last :data:`PROBE_CACHE_SECONDS` on this host is reused (``now``: the time, default ``time.time()``).
     The file is :data:`PROBE_FILE` in :func:`remprop.cache.cache_directory`; a folder that cannot be
     written only means probing every time.
@@ -191,7 +193,7 @@ def probe_slowdowns(cores, *, now=None, probe=None) -> tuple:
 
     now = time.time() if now is None else float(now)
     probe = probe_threads if probe is None else probe
-    cores = max(1, int(cores))
+    cores = max(1, int(cores))  # the cores the probe was taken with: another count probes again
     path = cache_directory() / PROBE_FILE
     kept = _read_probe(path)
     last = kept.get("last") or {}
@@ -204,13 +206,11 @@ def probe_slowdowns(cores, *, now=None, probe=None) -> tuple:
     best = {str(k): float(v) for k, v in (kept.get("quiet_rates") or {}).items()
             if isinstance(v, (int, float)) and v > 0}
     slowdowns = []
-    for threads in sorted({1, cores}):
+    for threads in (1,):
         blocks, cpu, wall = probe(threads)
         rate = blocks / cpu if cpu > 0 else 0.0
         best[str(threads)] = max(best.get(str(threads), 0.0), rate)
         slowdowns.append((threads, slowdown(blocks, wall, best[str(threads)])))
-    for k in range(len(slowdowns) - 2, -1, -1):  # a lone thread is given at least the share each of more get:
-        slowdowns[k] = (slowdowns[k][0], min(slowdowns[k][1], slowdowns[k + 1][1]))  # caps a short probe's noise
     record = {"host": _host(), "quiet_rates": best,
               "last": {"time": now, "cores": cores, "slowdowns": [list(pair) for pair in slowdowns]}}
     write_atomically(path, lambda handle: handle.write(json.dumps(record).encode("utf-8")))
