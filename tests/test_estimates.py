@@ -191,7 +191,8 @@ def test_the_measured_factor_replaces_the_load_average(probing):
     assert MachineLoad(3.0, 1, ((1, 2.04),)).describe() == "machine load 3 on 1 core, measured 2x slower"
     assert MachineLoad(10.0, 4).factor(4) == pytest.approx(3.5)  # nothing measured: the load average's
     one = MachineLoad(10.0, 2, ((1, 2.5),))  # what probe_slowdowns measures: one thread's, for any count
-    assert one.factor(1) == one.factor(2) == 2.5 and one.describe() == "machine load 10 on 2 cores, measured 2.5x slower"
+    assert one.factor(1) == one.factor(2) == 2.5
+    assert one.describe() == "machine load 10 on 2 cores, measured 2.5x slower"
 
 
 def test_the_real_probe_runs_its_threads_for_their_time(probing):

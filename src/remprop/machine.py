@@ -177,15 +177,16 @@ def probe_slowdowns(cores, *, now=None, probe=None) -> tuple:
     (``probe``, default :func:`probe_threads`) of one thread, the blocks it hashed per wall second against the
     quiet rate, the blocks it hashes per second of CPU time (:func:`slowdown`).
 
-    One thread, also for work on every core: measured on the shared two-core machine at loads 4-7
-    (benchmarks/bench_estimates.py, a 400 x 400 diagram on two numba threads), the commands ran at the
-    one-thread probe's slowdown, within 0.8-1.3x, and a probe of two threads read 2x slower than they ran
+    One thread, also for work on every core: measured on the shared two-core machine at loads 4-7, the
+    README's commands ran at 0.5-1.1 of their estimates at the one-thread probe's slowdown
+    (benchmarks/bench_estimates.py; train and check --simulate aside) and a 400 x 400 diagram on two numba
+    threads at 0.7-0.8, while a probe of two threads read 2x slower than they ran
     (their Python, imports and figures are one thread; where the kernel shares the cores among sessions, two
     threads of one session get each half of its share). On many cores all busy a thread's slowdown
-    understates that of work on every core. The CPU time a thread is given does not depend on how long it waited for a core,
-    so the quiet rate is measured even on a busy machine; the best rate seen on this host for each
-    thread count is kept. A probe taken in the
-    last :data:`PROBE_CACHE_SECONDS` on this host is reused (``now``: the time, default ``time.time()``).
+    understates that of work on every core. The CPU time a thread is given does not depend on how long it
+    waited for a core, so the quiet rate is measured even on a busy machine; the best rate seen on this host
+    is kept. A probe taken in the last :data:`PROBE_CACHE_SECONDS` on this host with as many cores is reused
+    (``now``: the time, default ``time.time()``).
     The file is :data:`PROBE_FILE` in :func:`remprop.cache.cache_directory`; a folder that cannot be
     written only means probing every time.
     """
