@@ -126,7 +126,8 @@ def simulation_flop_rate(device) -> float:
     ``device``: on a CPU :data:`SIMULATION_RATE_SHARE` of :func:`flop_rate` timed on one torch thread
     (on two threads of a busy machine the short product reads 30-60x slower than on one, the fastest
     of its trials as slow as the rest: the two threads wait for each other while other work holds a core);
-    elsewhere :func:`flop_rate`, at least :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`."""
+    elsewhere :func:`flop_rate`; at least :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND` (the CPU's:
+    that share of it), so that a timing spoilt by other work does not refuse a simulation."""
     from remprop.theory.work_estimates import FLOPS_PER_SECOND
 
     device = torch.device(device)
@@ -135,7 +136,7 @@ def simulation_flop_rate(device) -> float:
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        return SIMULATION_RATE_SHARE * flop_rate(device)
+        return SIMULATION_RATE_SHARE * max(flop_rate(device), FLOPS_PER_SECOND)
     finally:
         torch.set_num_threads(threads)
 
