@@ -97,7 +97,11 @@ def pytest_collection_modifyitems(config, items):
 def quiet_machine(monkeypatch):
     """The commands run in a test's process read the machine as quiet (a load average of 0): whether a
     command prints its estimate (at 5 s at the machine's load, :func:`remprop.cli.output.show_progress`)
-    must not depend on what the other workers run meanwhile. Tests of the load set their own
-    ``os.getloadavg``; commands started as processes read the real one."""
+    must not depend on what the other workers run meanwhile; nor is the machine probed
+    (:func:`remprop.machine.probe_slowdowns` measures nothing, so the factor is the load average's). Tests of
+    the load set their own ``os.getloadavg`` and probe; commands started as processes read the real ones."""
+    import remprop.machine
+
     if hasattr(os, "getloadavg"):
         monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(remprop.machine, "probe_slowdowns", lambda cores, **kwargs: ())

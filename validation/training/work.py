@@ -36,7 +36,7 @@ import time
 import torch
 
 __all__ = ["training_bytes", "training_flops", "training_seconds", "flop_rate", "training_flop_rate",
-           "simulation_flop_rate", "SECONDS_PER_BLOCK_STEP"]
+           "simulation_flop_rate", "SECONDS_PER_BLOCK_STEP", "SIMULATION_RATE_SHARE"]
 
 #: Time of the small operations (launches, normalisations, activations) of one block in one step.
 SECONDS_PER_BLOCK_STEP = 2e-3
@@ -110,14 +110,35 @@ def training_flop_rate(device) -> float:
     return flop_rate(device)
 
 
+#: The share of one thread's float32 product rate (:func:`flop_rate` on one torch thread) at which a simulated
+#: stack's blocks run on a CPU, its counted operations
+#: (:func:`~remprop.theory.work_estimates.simulation_flops`) against the time of :func:`simulate_model
+#: <remprop.validation.hf_models.simulate_model>`: bert-48 blocks at d = 768, T = 512 and d = 384, T = 256 ran
+#: at 0.28 and 0.24 of it on one thread (4.3e10 and 3.6e10 against 1.5e11 FLOP/s, the shared two-core machine at
+#: load 5, both timings on one thread and so slowed alike). One thread is counted whatever the thread count:
+#: on two threads the same blocks ran 2.5x and 8x slower than on one at that load (the two threads wait for each
+#: other at every operation while other processes hold a core), on a quiet machine up to 2x faster.
+SIMULATION_RATE_SHARE = 0.25
+
+
 def simulation_flop_rate(device) -> float:
     """The rate (floating-point operations per second) at which a simulation's time is estimated on
-    ``device``: :func:`flop_rate`, at least :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`
-    (one core's low end: a short product timed on a loaded CPU reads far slower than a
-    simulation's large ones, and a false refusal costs more than a late one)."""
+    ``device``: on a CPU :data:`SIMULATION_RATE_SHARE` of :func:`flop_rate` timed on one torch thread
+    (on two threads of a busy machine the short product reads 30-60x slower than on one, the fastest
+    of its trials as slow as the rest: the two threads wait for each other while other work holds a core);
+    elsewhere :func:`flop_rate`; at least :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND` (the CPU's:
+    that share of it), so that a timing spoilt by other work does not refuse a simulation."""
     from remprop.theory.work_estimates import FLOPS_PER_SECOND
 
-    return max(flop_rate(device), FLOPS_PER_SECOND)
+    device = torch.device(device)
+    if device.type != "cpu":
+        return max(flop_rate(device), FLOPS_PER_SECOND)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        return SIMULATION_RATE_SHARE * max(flop_rate(device), FLOPS_PER_SECOND)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def training_seconds(config, vocab_size=None, device="cpu") -> float:

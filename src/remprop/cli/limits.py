@@ -8,7 +8,7 @@ take ``max_seconds`` / ``max_memory``: :data:`MAX_SECONDS` and :data:`MAX_BYTES`
 defaults of the two options (:func:`remprop.cli.options.add_work_limit_options`).
 
 The estimates are the work's seconds on a quiet machine. Other processes on the cores slow it down:
-:func:`remprop.machine.machine_load` reads the load once per command and
+:func:`remprop.machine.machine_load` measures the load once per command and
 :meth:`~remprop.machine.MachineLoad.factor` says by how much,
 which the estimate line prints (:func:`remprop.cli.output.estimate_announcer`). The limits compare the
 quiet machine's estimate, so that a command is run or refused the same way whatever the load.

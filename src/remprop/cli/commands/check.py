@@ -509,7 +509,7 @@ def _check_work(args, spec, theory) -> None:
     except ValueError as err:
         raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
-        startup = startup_seconds(figure=args.figure)  # before simulation_time, which imports torch
+        startup = startup_seconds(figure=args.figure, model=True)  # before simulation_time, which imports torch
         seconds = startup + len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
                                                               spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
         check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "

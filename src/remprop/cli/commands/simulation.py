@@ -234,14 +234,24 @@ def simulation_time(device, width, seq_len, batch, depth, *, d_ff=None, passes=1
 TORCH_IMPORT_SECONDS = 2.0
 
 
-def startup_seconds(figure=True) -> float:
-    """The one-time costs of a simulating command still to come: importing torch (unless this process has)
-    and, with ``figure``, its figure (:data:`TORCH_IMPORT_SECONDS`, :data:`~remprop.cli.output.FIGURE_SECONDS`)."""
+#: One-time cost of simulating a real model (``check --simulate``) on a quiet machine: importing transformers and
+#: building the model at random init, 2.3-2.4 s of CPU time (a 4-layer BERT of width 128 after torch, the shared
+#: two-core machine at load 5); uncounted, ``check bert-48 --simulate --depth 4 --width 128 --seq-len 64`` took
+#: 2.7x its estimate (benchmarks/bench_estimates.py).
+MODEL_BUILD_SECONDS = 2.3
+
+
+def startup_seconds(figure=True, model=False) -> float:
+    """The one-time costs of a simulating command still to come: importing torch (unless this process has),
+    with ``model`` importing transformers and building the model (unless transformers is imported) and, with
+    ``figure``, its figure (:data:`TORCH_IMPORT_SECONDS`, :data:`MODEL_BUILD_SECONDS`,
+    :data:`~remprop.cli.output.FIGURE_SECONDS`)."""
     import sys
 
     from ..output import FIGURE_SECONDS
 
-    return (0.0 if "torch" in sys.modules else TORCH_IMPORT_SECONDS) + (FIGURE_SECONDS if figure else 0.0)
+    return ((0.0 if "torch" in sys.modules else TORCH_IMPORT_SECONDS) + (FIGURE_SECONDS if figure else 0.0)
+            + (MODEL_BUILD_SECONDS if model and "transformers" not in sys.modules else 0.0))
 
 
 def _check_simulation_time(args, task, *, runs, parallel=1, d_ff=None):
