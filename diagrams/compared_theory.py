@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import brentq
 
+from remprop.theory import gram_width
 from remprop.theory.causal import (AUTO_GRAM_FLOPS, causal_gram_support_problem, choose_causal_theory,
                                    compared_last_tokens, last_tokens_cosine, propagate_causal_gram)
 
@@ -132,7 +133,7 @@ class CausalVerdictTheory:
             return last_tokens_cosine(run.arch, run.beta, depth, s.seq_len, last, run.q0, run.rho0, windows)
         return propagate_causal_gram(run.arch, run.beta, depth, s.seq_len, run.q0, run.rho0, last=last,
                                      draws=self.draws, seed=0, norm_eps=s.layer_norm_eps, window=windows,
-                                     width=s.width).rho
+                                     width=gram_width(run.arch, s.width)).rho
 
     def trajectory(self, run, max_depth):
         """(the cosine through the run's depth, collapse depth or None, the depth searched).

@@ -8,6 +8,7 @@ from __future__ import annotations
 from remprop.machine import machine_load
 from remprop.theory import ModelSpec, model_spec
 from remprop.theory import work_estimates
+from remprop.theory import gram_width
 from remprop.theory.causal import causal_gram_flops, compared_last_tokens
 from remprop.theory.checks import check_depth
 from remprop.theory.learning_rate import ceiling_seconds
@@ -55,13 +56,15 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
         seconds += MAPS_LAYER_SECONDS * (max_depth + (MAPS_ALPHA_RUNS + 4) * depth)
     if _uses_gram(spec, causal_theory, gram_draws, max_depth):
         layers = verdict_gram_layers(depth, max_depth)
-        seconds += causal_gram_seconds(arch, layers, spec.seq_len, gram_draws)
+        seconds += causal_gram_seconds(arch, layers, spec.seq_len, gram_draws,
+                                       width=gram_width(arch, spec.width))
     return seconds
 
 
-def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
+def causal_gram_seconds(arch, depth, seq_len, draws, width=None) -> float:
     """Estimated seconds of the causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`, its
-    default fast method) on this machine, from short timed calls made now (so under the machine's present load).
+    default fast method, at the stream ``width`` where given: docs/theory.md section 8.2) on this machine,
+    from short timed calls made now (so under the machine's present load).
 
     Its counted operations (:func:`~remprop.theory.causal.causal_gram_flops`) at the rate of a timed float32
     product of one chunk of query rows with every key (the shape of the draws' products), plus per layer
@@ -100,7 +103,7 @@ def causal_gram_seconds(arch, depth, seq_len, draws) -> float:
     chunk = rng.standard_normal((rows, t))
     per_pass = best(lambda: chunk * chunk) / chunk.size
     square = float(t) * t
-    seconds = (causal_gram_flops(arch, depth, t, draws) / rate
+    seconds = (causal_gram_flops(arch, depth, t, draws, width=width) / rate
                + depth * square * (draws * per_entry / 2 + GRAM_PAIR_PASSES * per_pass))
     load = machine_load()
     return seconds / load.factor(load.cores)

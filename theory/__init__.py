@@ -57,6 +57,7 @@ from .gradients import (
     query_gradient_norm,
     scaled_query_gradient_norm,
 )
+from ._causal_gram import gram_width
 from .causal import CausalGramTrajectory, last_tokens_cosine, propagate_causal, propagate_causal_gram
 from .gram_state import GramTrajectory, propagate_gram, simplex_distance
 from .models import ModelSpec, load_hf_config, model_spec, shipped_configs
@@ -75,7 +76,7 @@ __all__ = [
     "asymptotic_participation_moment", "pair_participation_moment", "participation_square",
     "cross_overlap", "cross_overlap_table",
     "query_gradient_norm", "key_gradient_norm", "scaled_query_gradient_norm", "gradient_row_moments",
-    "causal_participation_ratio", "propagate_causal", "last_tokens_cosine", "propagate_causal_gram",
+    "causal_participation_ratio", "propagate_causal", "last_tokens_cosine", "propagate_causal_gram", "gram_width",
     "CausalGramTrajectory",
     "ModelSpec", "model_spec", "load_hf_config", "shipped_configs",
     "attention_bulk_radius", "stochastic_bulk_radius",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from remprop.theory import Architecture
+from remprop.theory import Architecture, gram_width
 from remprop.theory.checks import check_choice
 from remprop.theory.causal import propagate_causal, propagate_causal_gram
 from remprop.theory.rem import ROPE_BASE, causal_participation_table
@@ -220,10 +220,9 @@ def causal_comparison(arch: Architecture | None = None, beta=0.5, depth=50, *, s
     encoder = propagate(arch.replace(seq_len=seq_len), stack.beta, stack.depth, q0=q_in, rho0=rho_in).rho
     theory_gram = None
     if gram:
-        # at the stack's width (docs/theory.md section 8.2), where a head's query and key directions are two
-        # of the d = H d_H (two heads or more); one head spanning the stream: the infinite-width law
+        # at the stack's width where a head's query and key directions fit in it (docs/theory.md section 8.2)
         causal_gram = propagate_causal_gram(arch, stack.beta, stack.depth, seq_len, q_in, rho_in, last=last,
-                                            window=sliding, width=stack.width if stack.heads >= 2 else None)
+                                            window=sliding, width=gram_width(arch, stack.width))
         theory_gram = causal_gram.rho if observable == "rho" else causal_gram.cosine
     settings = {"arch": arch.to_dict(), "beta": stack.beta, "depth": stack.depth, "seq_len": seq_len,
                 "width": stack.width, "d_ff": stack.d_ff, "seeds": list(sim.seeds), "sequences": sim.sequences,
