@@ -13,6 +13,7 @@ from remprop.diagrams import TrainabilityDiagram, diagnose, trainability_diagram
 from remprop.diagrams.compared_theory import last_tokens_theory
 from remprop.diagrams.diagnosis import COMFORTABLE_MARGINS
 from remprop.theory import model_spec
+from remprop.theory import gram_width
 from remprop.theory.causal import last_tokens_cosine, propagate_causal_gram
 
 from cli_checks import assert_one_line_error, run_cli
@@ -52,7 +53,7 @@ def test_check_reports_the_causal_gram_state_of_a_decoder(capsys, tmp_path, conf
     result = json.loads(out)
     spec = model_spec(configs["llama"], seq_len=64)
     gram = propagate_causal_gram(spec.architecture, spec.beta, 2, 64, spec.q0, spec.rho0, last=50, draws=8, seed=0,
-                                 norm_eps=spec.layer_norm_eps).rho
+                                 norm_eps=spec.layer_norm_eps, width=gram_width(spec.architecture, spec.width)).rho
     maps = last_tokens_cosine(spec.architecture, spec.beta, 2, 64, 50, spec.q0, spec.rho0)
     assert result["last_tokens_theory"] == "gram" and result["last_tokens_theory_label"] == "causal Gram state"
     assert "floating-point operations" in result["last_tokens_theory_reason"] and result["gram_draws"] == 8

@@ -14,7 +14,7 @@ import pytest
 
 from remprop.diagrams.compared_theory import COLLAPSE_SEARCH_RATIO, CausalVerdictTheory
 from remprop.diagrams.diagnosis import COMFORTABLE_MARGINS
-from remprop.theory import model_spec
+from remprop.theory import gram_width, model_spec
 from remprop.theory.causal import AUTO_GRAM_FLOPS, last_tokens_cosine, propagate_causal_gram
 
 from cli_checks import run_cli
@@ -33,7 +33,8 @@ def llama(tmp_path_factory):
 def _gram(spec, alpha=None, depth=None):
     arch = spec.architecture if alpha is None else spec.architecture.replace(alpha_sa=alpha)
     return propagate_causal_gram(arch, spec.beta, spec.depth if depth is None else depth, spec.seq_len, spec.q0,
-                                 spec.rho0, last=50, draws=8, seed=0, norm_eps=spec.layer_norm_eps).rho
+                                 spec.rho0, last=50, draws=8, seed=0, norm_eps=spec.layer_norm_eps,
+                                 width=gram_width(arch, spec.width)).rho   # at the model's width (theory.md 8.2)
 
 
 def test_headline_and_json_are_the_gram_states(capsys, tmp_path, llama):
