@@ -13,10 +13,14 @@ import math
 import numba
 import numpy as np
 
-from .._jit import JIT_OPTIONS, specialised
+from numba.extending import register_jitable
+
+from .._jit import CACHE, JIT_OPTIONS
 from ..checks import as_float_array
 from ..quadrature import gaussian_trapezoid
-from .registry import activation_spec
+from .closed_form import erf_function, linear_function, relu_function
+from .quadrature_moments import gelu_function, silu_function, tanh_function
+from .registry import ERF, GELU, LINEAR, RELU, SILU, TANH, activation_spec
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment", "pair_moments_table", "variance_nodes", "CORRELATION_NODES",
            "CHEBYSHEV_CORRELATIONS", "TABLE_SPREAD"]
@@ -26,20 +30,55 @@ __all__ = ["PAIR_HALF_NODES", "pair_moment", "pair_moments_table", "variance_nod
 PAIR_HALF_NODES = 32
 
 
+@register_jitable
+def _builtin_function(code, x):
+    """The built-in activation of ``code`` at ``x`` (NaN for any other code)."""
+    if code == RELU:
+        return relu_function(x)
+    if code == LINEAR:
+        return linear_function(x)
+    if code == TANH:
+        return tanh_function(x)
+    if code == ERF:
+        return erf_function(x)
+    if code == GELU:
+        return gelu_function(x)
+    if code == SILU:
+        return silu_function(x)
+    return math.nan
+
+
+@numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)
+def _builtin_pair_sums(code, root_a, root_b, r, s, z, w, out):
+    """The double sum of :func:`pair_moment` for the built-in activation of ``code``: one pass over the
+    pairs (on all threads), the K x K nodes of a pair summed in place, no temporaries. One compiled
+    function for every built-in activation, kept on disk (module-level, no closure)."""
+    for n in numba.prange(root_a.size):
+        total = 0.0
+        for k in range(z.size):
+            first = _builtin_function(code, root_a[n] * z[k]) * w[k]
+            if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
+                continue
+            shift = r[n] * z[k]
+            inner = 0.0
+            for l in range(z.size):
+                inner += _builtin_function(code, root_b[n] * (shift + s[n] * z[l])) * w[l]
+            total += first * inner
+        out[n] = total
+
+
 @functools.lru_cache(maxsize=None)
-def _pair_sums(code):
-    """The compiled double sum of :func:`pair_moment` for the activation of ``code``: one pass
-    over the pairs (on all threads), the K x K nodes of a pair summed in place, no temporaries.
-    Kept on disk for a built-in activation (as ``remprop.theory.activations.maps._over_arrays``)."""
-    spec = activation_spec(code)
-    phi = spec.function
+def _user_pair_sums(code):
+    """:func:`_builtin_pair_sums` for a user-registered activation: a closure over its function,
+    compiled in memory in the process that registered it."""
+    phi = activation_spec(code).function
 
     def pair_sums(root_a, root_b, r, s, z, w, out):
         for n in numba.prange(root_a.size):
             total = 0.0
             for k in range(z.size):
                 first = phi(root_a[n] * z[k]) * w[k]
-                if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
+                if first == 0.0:
                     continue
                 shift = r[n] * z[k]
                 inner = 0.0
@@ -48,7 +87,7 @@ def _pair_sums(code):
                 total += first * inner
             out[n] = total
 
-    return numba.njit(parallel=True, cache=spec.builtin, **JIT_OPTIONS)(specialised(pair_sums, f"code{code}"))
+    return numba.njit(parallel=True, cache=False, **JIT_OPTIONS)(pair_sums)
 
 
 def pair_moment(activation, var_a, var_b, cov):
@@ -63,7 +102,11 @@ def pair_moment(activation, var_a, var_b, cov):
     s = np.sqrt(1.0 - r * r)
     out = np.empty(a.shape)
     flat = (np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (np.sqrt(a), np.sqrt(b), r, s))
-    _pair_sums(spec.code)(*flat, np.ascontiguousarray(z), np.ascontiguousarray(w), out.reshape(-1))
+    nodes = (np.ascontiguousarray(z), np.ascontiguousarray(w), out.reshape(-1))
+    if spec.builtin:
+        _builtin_pair_sums(spec.code, *flat, *nodes)
+    else:
+        _user_pair_sums(spec.code)(*flat, *nodes)
     return out
 
 
@@ -133,7 +176,7 @@ def pair_moments_table(activation, variances, cov):
     return out
 
 
-@numba.njit(cache=True, **JIT_OPTIONS)
+@numba.njit(cache=CACHE, **JIT_OPTIONS)
 def _interpolate_pairs(logs, cov, fine, token_weights, out):
     """``out[i, j] = sum_kl w_ik w_jl F_kl(r_ij)``, ``F_kl`` linear on the fine correlation grid."""
     count, width = token_weights.shape[1], fine.shape[2]

@@ -19,7 +19,6 @@ import numba
 import numpy as np
 from numba import njit
 
-from .._jit import specialised
 from .closed_form import (
     erf_derivative_moment_core,
     erf_function,
@@ -195,7 +194,7 @@ def register_activation(name, function, *, derivative=None, parity=None, strip=m
     code = max(FIRST_USER_CODE - 1, *_BY_CODE) + 1
     tag = f"user{code}"
     if derivative is None:
-        dphi = _central_difference(phi, tag)
+        dphi = _central_difference(phi)
     else:
         dphi = _compile_scalar("derivative", derivative)
         _check_on_probe_grid(name, "derivative", derivative, dphi)
@@ -248,11 +247,13 @@ def _guarded(function):
     return njit(guarded)
 
 
-def _central_difference(phi, tag):
+def _central_difference(phi):
+    """A central difference of ``phi``, compiled in memory (a user activation's: never kept on disk)."""
+
     def derivative(x):
         step = 1e-5 * (1.0 + abs(x))
         return (phi(x + step) - phi(x - step)) / (2.0 * step)
-    return njit(specialised(derivative, tag))
+    return njit(derivative)
 
 
 def resolve_activation(activation, name="activation"):
