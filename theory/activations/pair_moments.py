@@ -7,7 +7,6 @@ importing the walkers.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numba
@@ -20,7 +19,7 @@ from ..checks import as_float_array
 from ..quadrature import gaussian_trapezoid
 from .closed_form import erf_function, linear_function, relu_function
 from .quadrature_moments import gelu_function, silu_function, tanh_function
-from .registry import ERF, GELU, LINEAR, RELU, SILU, TANH, activation_spec
+from .registry import ERF, FIRST_USER_CODE, GELU, LINEAR, RELU, SILU, TANH, activation_spec, compiled_user_function
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment", "pair_moments_table", "variance_nodes", "CORRELATION_NODES",
            "CHEBYSHEV_CORRELATIONS", "TABLE_SPREAD"]
@@ -31,8 +30,11 @@ PAIR_HALF_NODES = 32
 
 
 @register_jitable
-def _builtin_function(code, x):
-    """The built-in activation of ``code`` at ``x`` (NaN for any other code)."""
+def _activation(code, user_function, x):
+    """The activation of ``code`` at ``x``: a built-in one's own function, a user-registered one's
+    compiled function ``user_function`` (``registry.compiled_user_function``); NaN for an unknown code."""
+    if code >= FIRST_USER_CODE:
+        return user_function(x)
     if code == RELU:
         return relu_function(x)
     if code == LINEAR:
@@ -49,45 +51,22 @@ def _builtin_function(code, x):
 
 
 @numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)
-def _builtin_pair_sums(code, root_a, root_b, r, s, z, w, out):
-    """The double sum of :func:`pair_moment` for the built-in activation of ``code``: one pass over the
-    pairs (on all threads), the K x K nodes of a pair summed in place, no temporaries. One compiled
-    function for every built-in activation, kept on disk (module-level, no closure)."""
+def _pair_sums(code, user_function, root_a, root_b, r, s, z, w, out):
+    """The double sum of :func:`pair_moment` for the activation of ``code``: one pass over the pairs (on
+    all threads), the K x K nodes of a pair summed in place, no temporaries. One compiled function for
+    every activation, kept on disk (module-level, no closure)."""
     for n in numba.prange(root_a.size):
         total = 0.0
         for k in range(z.size):
-            first = _builtin_function(code, root_a[n] * z[k]) * w[k]
+            first = _activation(code, user_function, root_a[n] * z[k]) * w[k]
             if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
                 continue
             shift = r[n] * z[k]
             inner = 0.0
             for l in range(z.size):
-                inner += _builtin_function(code, root_b[n] * (shift + s[n] * z[l])) * w[l]
+                inner += _activation(code, user_function, root_b[n] * (shift + s[n] * z[l])) * w[l]
             total += first * inner
         out[n] = total
-
-
-@functools.lru_cache(maxsize=None)
-def _user_pair_sums(code):
-    """:func:`_builtin_pair_sums` for a user-registered activation: a closure over its function,
-    compiled in memory in the process that registered it."""
-    phi = activation_spec(code).function
-
-    def pair_sums(root_a, root_b, r, s, z, w, out):
-        for n in numba.prange(root_a.size):
-            total = 0.0
-            for k in range(z.size):
-                first = phi(root_a[n] * z[k]) * w[k]
-                if first == 0.0:
-                    continue
-                shift = r[n] * z[k]
-                inner = 0.0
-                for l in range(z.size):
-                    inner += phi(root_b[n] * (shift + s[n] * z[l])) * w[l]
-                total += first * inner
-            out[n] = total
-
-    return numba.njit(parallel=True, cache=False, **JIT_OPTIONS)(pair_sums)
 
 
 def pair_moment(activation, var_a, var_b, cov):
@@ -102,11 +81,8 @@ def pair_moment(activation, var_a, var_b, cov):
     s = np.sqrt(1.0 - r * r)
     out = np.empty(a.shape)
     flat = (np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (np.sqrt(a), np.sqrt(b), r, s))
-    nodes = (np.ascontiguousarray(z), np.ascontiguousarray(w), out.reshape(-1))
-    if spec.builtin:
-        _builtin_pair_sums(spec.code, *flat, *nodes)
-    else:
-        _user_pair_sums(spec.code)(*flat, *nodes)
+    _pair_sums(spec.code, compiled_user_function(spec.code, "function"), *flat, np.ascontiguousarray(z),
+               np.ascontiguousarray(w), out.reshape(-1))
     return out
 
 

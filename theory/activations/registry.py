@@ -11,13 +11,16 @@ run time).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numba
 import numpy as np
-from numba import njit
+from numba import cfunc, njit, types
+
+from .._jit import CACHE
 
 from .closed_form import (
     erf_derivative_moment_core,
@@ -254,6 +257,35 @@ def _central_difference(phi):
         step = 1e-5 * (1.0 + abs(x))
         return (phi(x + step) - phi(x - step)) / (2.0 * step)
     return njit(derivative)
+
+
+#: The numba types of a user activation's functions as compiled code takes them (first-class functions,
+#: :func:`compiled_user_function`): its moments ``(q1, p1) -> (m2, m11)``, its derivative moment and the
+#: activation itself ``x -> y``.
+USER_FUNCTION_TYPES = {"moments": types.UniTuple(types.float64, 2)(types.float64, types.float64),
+                       "derivative_moment": types.float64(types.float64), "function": types.float64(types.float64)}
+
+
+def _nan_pair(q1, p1):
+    return math.nan, math.nan
+
+
+def _nan(x):
+    return math.nan
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_user_function(code, kind):
+    """The ``kind`` (a key of :data:`USER_FUNCTION_TYPES`) of the user-registered activation of ``code``
+    compiled on its own (a ``numba.cfunc``), for the compiled loops that take it as an argument: the depth
+    kernels' sweeps, the moments over arrays, the pair sums. Those are compiled once for every activation
+    and kept on disk; only this is compiled, in memory, in the process that registered the activation.
+    For a built-in ``code`` (which those loops evaluate themselves) or a negative one (none) a NaN
+    stand-in, kept on disk."""
+    signature = USER_FUNCTION_TYPES[kind]
+    if code < 0 or activation_spec(code).builtin:
+        return cfunc(signature, cache=CACHE)(_nan_pair if kind == "moments" else _nan)
+    return cfunc(signature)(getattr(activation_spec(code), kind))
 
 
 def resolve_activation(activation, name="activation"):

@@ -17,24 +17,22 @@ attention's ``attention_step_core``, the skip's ``skip_core``. A new map is one 
 method of ``_tape.Tape``; a new component that composes existing maps needs neither.
 
 A user-registered activation cannot be a branch of code compiled before it existed: a program passes
-the sweeps its moments compiled on their own (:func:`user_moments_function`, a ``numba.cfunc``), a
-first-class function argument that ``moments`` calls for codes from 100 up (a NaN stand-in in programs
-without one). So every program, with or without one, runs in the same compiled sweeps, kept on disk;
+the sweeps its moments compiled on their own (``activations.registry.compiled_user_function``, a
+``numba.cfunc``), a first-class function argument that the MLP's moments loop
+(``activations.maps.moments_into``) calls for codes from 100 up (a NaN stand-in in programs without one). So every program, with or without one, runs in the same compiled sweeps, kept on disk;
 only the user activation's moments are compiled in the process that registered it. An edit to a core in another module is seen by numba's cache only through the
 folder it lies in, which is named after the theory's sources (``remprop.theory._jit``).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
-from numba import cfunc, njit, prange, types
+from numba import njit, prange
 from numba.extending import register_jitable
 
 from .._jit import CACHE, JIT_OPTIONS
-from ..activations.maps import builtin_moments_into, dense_core
-from ..activations.registry import FIRST_USER_CODE, activation_spec
+from ..activations.maps import dense_core, moments_into
 from ..components.attention import asymptotic_attention_step_core, finite_attention_step_core
 from ..components.base import least
 from ..components.gated_mlp import gated_hidden_core
@@ -69,26 +67,6 @@ def scale_factor(exponent):
     return math.ldexp(1.0, -int(max(min(exponent, 1100.0), -1000.0)))
 
 
-#: The type of a user activation's compiled moments ``(q1, p1) -> (m2, m11)``, as the sweeps take it (the
-#: program's last entry): a first-class function, so one compiled sweep calls any of them.
-USER_MOMENTS = types.UniTuple(types.float64, 2)(types.float64, types.float64)
-
-
-def _no_user_moments(q1, p1):
-    """The stand-in for a program without a user activation (never called)."""
-    return math.nan, math.nan
-
-
-@functools.lru_cache(maxsize=None)
-def user_moments_function(code):
-    """The compiled moments (a ``numba.cfunc`` of type :data:`USER_MOMENTS`) of the user-registered
-    activation of ``code``, or for ``code < 0`` the NaN stand-in of programs without one (kept on disk).
-    A user activation's are compiled in memory, once per process: the sweeps are not compiled again."""
-    if code < 0:
-        return cfunc(USER_MOMENTS, cache=CACHE)(_no_user_moments)
-    return cfunc(USER_MOMENTS)(activation_spec(code).moments)
-
-
 @register_jitable
 def operands(values, ops, i, n, s, args, count):
     """The first ``n`` operands of instruction ``i`` for the batch's cells, into ``args`` (n x cells):
@@ -106,18 +84,6 @@ def operands(values, ops, i, n, s, args, count):
         else:
             for j in range(count):
                 args[k, j] = values[slot, j]
-
-@register_jitable
-def moments(code, q1, p1, m2, m11, count, user_moments):
-    """The activation's Gaussian moments at ``(q1, p1)`` for the batch's cells (the code chosen once):
-    a built-in activation's loop (``activations.maps.builtin_moments_into``), or for a code from 100 up
-    ``user_moments``, the program's compiled user moments (:func:`user_moments_function`)."""
-    if code >= FIRST_USER_CODE:
-        for j in range(count):
-            m2[j], m11[j] = user_moments(q1[j], p1[j])
-    else:
-        builtin_moments_into(code, q1, p1, m2, m11, count)
-
 
 @register_jitable
 def run_program(ops, mode, table, work, count, user_moments):
@@ -147,7 +113,7 @@ def run_program(ops, mode, table, work, count, user_moments):
             operands(values, ops, i, 3, s, args, count)
             for j in range(count):
                 t[0, j], t[1, j] = dense_core(q[j], p[j], args[0, j], args[1, j])
-            moments(flags >> 8, t[0], t[1], t[2], t[3], count, user_moments)
+            moments_into(flags >> 8, user_moments, t[0], t[1], t[2], t[3], count)
             if (flags & MLP_GATED) != 0:
                 for j in range(count):
                     t[2, j], t[3, j] = gated_hidden_core(t[0, j], t[1, j], t[2, j], t[3, j])
@@ -275,7 +241,8 @@ def advance(program, table, work, first, low, count, first_layer, depth):
 def trajectories(program, params, depth, table, out):
     """Whole trajectories into ``out = (q, p, log2 scale, beta_c)``: (n, depth + 1) three times and
     (n, depth). ``program``: ``(ops, constants, mode, rescale_beta_c, stack, user moments)``
-    of a ``_tape.Program`` (the last :func:`user_moments_function` of its user activation)."""
+    of a ``_tape.Program`` (the last: the compiled moments of its user activation,
+    ``activations.registry.compiled_user_function``)."""
     _, constants, _, _, stack, _ = program
     q_out, p_out, e_out, beta_c_out = out
     for b in prange((params.shape[0] + BATCH - 1) // BATCH):

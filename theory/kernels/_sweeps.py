@@ -50,7 +50,8 @@ import numpy as np
 
 from ..components.base import Component
 from ..rem import cross_overlap_table, participation_table
-from ._engine import ENGINE, SCALE_EXPONENT, user_moments_function
+from ..activations.registry import compiled_user_function
+from ._engine import ENGINE, SCALE_EXPONENT
 from ._tape import COLUMNS, PARAMS, lower
 
 QK_NORM_DIM, Q0, P0 = (PARAMS.index(name) for name in ("qk_norm_dim", "q0", "p0"))
@@ -139,7 +140,7 @@ def _kernels(program):
     trajectories, final_states, min_alpha = ENGINE
     finite, columns = program.finite, program.columns
     head = (program.ops, program.constants, program.mode, program.rescale_beta_c, program.stack,  # one argument
-            user_moments_function(program.user_activation))
+            compiled_user_function(program.user_activation, "moments"))
 
     def checked(params, table):
         if params.ndim != 2 or params.shape[1] != len(PARAMS):

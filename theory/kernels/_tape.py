@@ -86,7 +86,7 @@ class Program(NamedTuple):
         The :data:`COLUMNS` the program reads.
     user_activation : int
         The code of a user-registered activation the program's MLPs use (-1: none; its moments
-        are compiled on their own and passed to the sweeps, ``_engine.user_moments_function``).
+        are compiled on their own and passed to the sweeps, ``activations.registry.compiled_user_function``).
     """
 
     ops: np.ndarray
