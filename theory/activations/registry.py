@@ -5,9 +5,10 @@ Each activation is an :class:`ActivationSpec`: the scalar function, its jittable
 integer code by which the depth kernels (:mod:`remprop.theory.kernels`) specialise on
 it. :func:`register_activation` adds any numba-jittable scalar function (a plain Python
 function is compiled with ``numba.njit``); ``Architecture(activation=fn)`` registers
-``fn`` on the fly (:func:`resolve_activation`). Kernels of user activations are
-compiled per process (numba cannot cache code that calls a function object created at
-run time).
+``fn`` on the fly (:func:`resolve_activation`). A user activation's functions are compiled
+on their own, in memory, in the process that registered it (:func:`compiled_user_function`), and
+passed to the compiled loops (the depth kernels, the moments over arrays), which are compiled once
+for every activation and kept on disk.
 """
 from __future__ import annotations
 

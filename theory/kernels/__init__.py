@@ -113,7 +113,7 @@ def needs_compiling(dispatcher) -> bool:
 
     Reads numba's cache index (its ``FunctionCache``) without loading or compiling anything; an index
     numba cannot read counts as missing (the call would compile). Kept here, in a module without a
-    numba import statement: the sources of those with one key the engine's disk cache
+    numba import statement: the sources of those with one name the folder of the engine's disk cache
     (``theory._jit.source_digest``), and an edit of them compiles the engine again.
     """
     if not hasattr(dispatcher, "signatures") or dispatcher.signatures:
