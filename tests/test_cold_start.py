@@ -52,10 +52,9 @@ def compiles(argv, env):
 def test_a_precompiled_command_compiles_nothing_on_its_first_call(tmp_path, monkeypatch):
     """After ``precompile_parts`` of a part, a fresh process running the part's command line
     loads every kernel from disk: zero compilations (a cold one compiles dozens), whether remprop
-    is loaded from its sources or from bytecode. Before: only if the precompiling processes loaded
-    remprop as later ones did (``write_bytecode`` first), since the engine's sweeps were closures
-    whose pickled cells, part of numba's cache key, differed. After: module-level sweeps without a
-    closure. Here the parts run from the sources only (``PYTHONDONTWRITEBYTECODE``, an empty
+    is loaded from its sources or from bytecode: the engine's sweeps are module-level functions without
+    a closure, so numba's key is their file's text and bytecode (the closures' pickled cells had been
+    part of it, and ``precompile`` wrote the package's bytecode first for them). Here the parts run from the sources only (``PYTHONDONTWRITEBYTECODE``, an empty
     ``PYTHONPYCACHEPREFIX``); the command then runs from the sources writing its bytecode into a
     second prefix, and again from that bytecode. The compiled engine lies in ``numba/`` of
     ``$REMPROP_CACHE_DIR`` (the one cache folder, :mod:`remprop.cache`)."""

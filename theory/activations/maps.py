@@ -5,7 +5,7 @@ A dense layer ``W ~ N(0, sigma_w2 / fan_in)`` with bias ``N(0, sigma_b2)`` maps
 ``W2 phi(W1 x + b1) + b2`` is two of them around the Gaussian moments of phi
 (docs/theory.md section 4). The moments of every registered activation
 (:mod:`remprop.theory.activations.registry`) are evaluated over arrays by one compiled function for the
-every activation (chosen by its code, :func:`moments_into`, the loops the depth kernels read too; a
+every activation (chosen by its code, ``moments_into``, the loops the depth kernels read too; a
 user-registered activation's moments compiled on their own and passed in as a first-class function).
 
 References
@@ -79,7 +79,7 @@ def moments_into(code, user_moments, q1, p1, m2, m11, count):
 @register_jitable
 def derivative_moment_into(code, user_derivative_moment, q1, out, count):
     """``E[phi'(u)^2]`` of the activation ``code`` at ``q1[j]`` into ``out[j]``, ``j < count`` (as
-    :func:`moments_into`)."""
+    ``moments_into``)."""
     if code >= FIRST_USER_CODE:
         for j in range(count):
             out[j] = user_derivative_moment(q1[j])

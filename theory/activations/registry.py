@@ -6,7 +6,7 @@ integer code by which the depth kernels (:mod:`remprop.theory.kernels`) speciali
 it. :func:`register_activation` adds any numba-jittable scalar function (a plain Python
 function is compiled with ``numba.njit``); ``Architecture(activation=fn)`` registers
 ``fn`` on the fly (:func:`resolve_activation`). A user activation's functions are compiled
-on their own, in memory, in the process that registered it (:func:`compiled_user_function`), and
+on their own, in memory, in the process that registered it (``compiled_user_function``), and
 passed to the compiled loops (the depth kernels, the moments over arrays), which are compiled once
 for every activation and kept on disk.
 """
@@ -261,7 +261,7 @@ def _central_difference(phi):
 
 
 #: The numba types of a user activation's functions as compiled code takes them (first-class functions,
-#: :func:`compiled_user_function`): its moments ``(q1, p1) -> (m2, m11)``, its derivative moment and the
+#: ``compiled_user_function``): its moments ``(q1, p1) -> (m2, m11)``, its derivative moment and the
 #: activation itself ``x -> y``.
 USER_FUNCTION_TYPES = {"moments": types.UniTuple(types.float64, 2)(types.float64, types.float64),
                        "derivative_moment": types.float64(types.float64), "function": types.float64(types.float64)}
