@@ -6,9 +6,12 @@ fresh process with ``pytest.main``: first on an empty numba cache (``REMPROP_CAC
 a fresh clone), then on the cache the first run filled (a suite after ``remprop precompile``, or
 any later run). In each it counts numba's ``"numba:compile"`` events (``numba.core.event``: one per
 compilation of a dispatcher for a signature; a load from the disk cache sends none), the distinct
-functions compiled, and the CPU seconds (``time.thread_time``) of the outermost compilations (a compilation inside
-another, a callee's, is counted once, inside its caller), against the process's CPU time
-(``time.process_time``: every thread). Compilations in subprocesses the tests start are not seen.
+functions compiled, and the CPU seconds (``time.thread_time``) of the outermost compilations (a
+compilation inside another, a callee's, is counted once, inside its caller), against the process's CPU time
+(``time.process_time``: every thread). A ``numba.cfunc`` (a user activation's compiled functions) sends
+no compile event: the CPU seconds under numba's compiler lock (``"numba:compiler_lock"``, outermost)
+count it, and loads from the disk cache too, an upper bound of numba's share. Compilations in
+subprocesses the tests start are not seen.
 
 ``--root`` is the checkout whose tests and ``remprop`` are run (run the script with that
 checkout's Python: ``/work/main/.venv/bin/python benchmarks/bench_suite_compile.py --root /work/main``
@@ -37,30 +40,36 @@ _MEASURE = r"""
 import json, sys, threading, time
 from numba.core import event
 
-depth = threading.local()
-compiled, outer = [], [0.0]
+compiled = []
 
-class Listener(event.Listener):
+class Outermost(event.Listener):  # CPU seconds of the outermost events of one kind (nested ones inside)
+    def __init__(self, record=False):
+        self.depth, self.seconds, self.record = threading.local(), 0.0, record
+
     def on_start(self, data):
-        level = getattr(depth, "level", 0)
-        depth.level = level + 1
+        level = getattr(self.depth, "level", 0)
+        self.depth.level = level + 1
         if level == 0:
-            depth.start = time.thread_time()
+            self.depth.start = time.thread_time()
 
     def on_end(self, data):
-        depth.level -= 1
-        dispatcher = data.data["dispatcher"]
-        compiled.append(f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}")
-        if depth.level == 0:
-            outer[0] += time.thread_time() - depth.start
+        self.depth.level -= 1
+        if self.record:
+            function = data.data["dispatcher"].py_func
+            compiled.append(f"{function.__module__}.{function.__qualname__}")
+        if self.depth.level == 0:
+            self.seconds += time.thread_time() - self.depth.start
 
-event.register("numba:compile", Listener())
+compiling, locked = Outermost(record=True), Outermost()
+event.register("numba:compile", compiling)
+event.register("numba:compiler_lock", locked)
 import pytest
 cpu, wall = time.process_time(), time.perf_counter()
 status = pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[1:]])
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
 print("MEASURED", json.dumps({"status": int(status), "cpu_seconds": cpu, "wall_seconds": wall,
-                              "compile_seconds": outer[0], "compilations": len(compiled),
+                              "compile_seconds": compiling.seconds, "compiler_lock_seconds": locked.seconds,
+                              "compilations": len(compiled),
                               "distinct": len(set(compiled)), "functions": sorted(set(compiled))}))
 """
 
@@ -93,13 +102,15 @@ def main(argv=None):
             runs[name] = measure(args.root.resolve(), args.tests, cache)
             runs[name]["elapsed"] = time.perf_counter() - start
     print(f"{args.root}: {' '.join(args.tests)}")
-    print(f"{'run':6s} {'status':>6s} {'compiles':>8s} {'distinct':>8s} {'compile s':>9s} {'CPU s':>8s} "
-          f"{'share':>6s} {'load':>5s}")
+    print(f"{'run':6s} {'status':>6s} {'compiles':>8s} {'distinct':>8s} {'compile s':>9s} {'lock s':>7s} "
+          f"{'CPU s':>8s} {'share':>6s} {'lock':>6s} {'load':>5s}")
     for name, run in runs.items():
         share = run["compile_seconds"] / run["cpu_seconds"] if run["cpu_seconds"] > 0 else float("nan")
         run["compile_share"] = share
+        lock = run["compiler_lock_seconds"] / run["cpu_seconds"] if run["cpu_seconds"] > 0 else float("nan")
         print(f"{name:6s} {run['status']:6d} {run['compilations']:8d} {run['distinct']:8d} "
-              f"{run['compile_seconds']:9.1f} {run['cpu_seconds']:8.1f} {share:6.1%} {run['load_average_1min']:5.2f}")
+              f"{run['compile_seconds']:9.1f} {run['compiler_lock_seconds']:7.1f} {run['cpu_seconds']:8.1f} "
+              f"{share:6.1%} {lock:6.1%} {run['load_average_1min']:5.2f}")
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(exist_ok=True)
     path = results / f"bench_suite_compile{'_' + args.label if args.label else ''}.json"

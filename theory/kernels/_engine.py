@@ -19,9 +19,11 @@ method of ``_tape.Tape``; a new component that composes existing maps needs neit
 A user-registered activation cannot be a branch of code compiled before it existed: a program passes
 the sweeps its moments compiled on their own (``activations.registry.compiled_user_function``, a
 ``numba.cfunc``), a first-class function argument that the MLP's moments loop
-(``activations.maps.moments_into``) calls for codes from 100 up (a NaN stand-in in programs without one). So every program, with or without one, runs in the same compiled sweeps, kept on disk;
-only the user activation's moments are compiled in the process that registered it. An edit to a core in another module is seen by numba's cache only through the
-folder it lies in, which is named after the theory's sources (``remprop.theory._jit``).
+(``activations.maps.moments_into``) calls for codes from 100 up (a NaN stand-in in programs without
+one). So every program, with or without one, runs in the same compiled sweeps, kept on disk; only the
+user activation's moments are compiled in the process that registered it. An edit to a core in
+another module is seen by numba's cache only through the folder it lies in, which is named after the
+theory's sources (``remprop.theory._jit``).
 """
 from __future__ import annotations
 
