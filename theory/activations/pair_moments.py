@@ -19,7 +19,7 @@ from ..checks import as_float_array
 from ..quadrature import gaussian_trapezoid
 from .closed_form import erf_function, linear_function, relu_function
 from .quadrature_moments import gelu_function, silu_function, tanh_function
-from .registry import ERF, FIRST_USER_CODE, GELU, LINEAR, RELU, SILU, TANH, activation_spec, compiled_user_function
+from .registry import ERF, GELU, LINEAR, RELU, SILU, TANH, activation_spec, compiled_user_function
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment", "pair_moments_table", "variance_nodes", "CORRELATION_NODES",
            "CHEBYSHEV_CORRELATIONS", "TABLE_SPREAD"]
@@ -30,43 +30,42 @@ PAIR_HALF_NODES = 32
 
 
 @register_jitable
-def _activation(code, user_function, x):
-    """The activation of ``code`` at ``x``: a built-in one's own function, a user-registered one's
-    compiled function ``user_function`` (``registry.compiled_user_function``); NaN for an unknown code."""
-    if code >= FIRST_USER_CODE:
-        return user_function(x)
-    if code == RELU:
-        return relu_function(x)
-    if code == LINEAR:
-        return linear_function(x)
-    if code == TANH:
-        return tanh_function(x)
-    if code == ERF:
-        return erf_function(x)
-    if code == GELU:
-        return gelu_function(x)
-    if code == SILU:
-        return silu_function(x)
-    return math.nan
+def _pair_total(phi, n, root_a, root_b, r, s, z, w):
+    """The K x K nodes of pair ``n`` summed in place, ``phi`` the activation (a jitable function)."""
+    total = 0.0
+    for k in range(z.size):
+        first = phi(root_a[n] * z[k]) * w[k]
+        if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
+            continue
+        shift = r[n] * z[k]
+        inner = 0.0
+        for l in range(z.size):
+            inner += phi(root_b[n] * (shift + s[n] * z[l])) * w[l]
+        total += first * inner
+    return total
 
 
 @numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)
 def _pair_sums(code, user_function, root_a, root_b, r, s, z, w, out):
     """The double sum of :func:`pair_moment` for the activation of ``code``: one pass over the pairs (on
-    all threads), the K x K nodes of a pair summed in place, no temporaries. One compiled function for
-    every activation, kept on disk (module-level, no closure)."""
+    all threads), no temporaries; a built-in activation's function is called directly, a user-registered
+    one's compiled function ``user_function`` (``registry.compiled_user_function``) through its pointer.
+    One compiled function for every activation, kept on disk (module-level, no closure)."""
     for n in numba.prange(root_a.size):
-        total = 0.0
-        for k in range(z.size):
-            first = _activation(code, user_function, root_a[n] * z[k]) * w[k]
-            if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
-                continue
-            shift = r[n] * z[k]
-            inner = 0.0
-            for l in range(z.size):
-                inner += _activation(code, user_function, root_b[n] * (shift + s[n] * z[l])) * w[l]
-            total += first * inner
-        out[n] = total
+        if code == RELU:
+            out[n] = _pair_total(relu_function, n, root_a, root_b, r, s, z, w)
+        elif code == LINEAR:
+            out[n] = _pair_total(linear_function, n, root_a, root_b, r, s, z, w)
+        elif code == TANH:
+            out[n] = _pair_total(tanh_function, n, root_a, root_b, r, s, z, w)
+        elif code == ERF:
+            out[n] = _pair_total(erf_function, n, root_a, root_b, r, s, z, w)
+        elif code == GELU:
+            out[n] = _pair_total(gelu_function, n, root_a, root_b, r, s, z, w)
+        elif code == SILU:
+            out[n] = _pair_total(silu_function, n, root_a, root_b, r, s, z, w)
+        else:  # a user activation (a NaN stand-in for any other code)
+            out[n] = _pair_total(user_function, n, root_a, root_b, r, s, z, w)
 
 
 def pair_moment(activation, var_a, var_b, cov):
