@@ -39,8 +39,9 @@ OUT ?= remprop-diagram
 # The venv gets pip from the interpreter's own pip (pip >= 22.3 installs into another
 # environment with --python) where it can, in about a second, else from ensurepip (about 8 s).
 # `make install` installs without byte-compiling every module (--no-compile): byte-compiling
-# all of scipy, matplotlib, sympy and numba took half a minute of a fresh `make run`;
-# `remprop precompile` writes the bytecode of the modules the commands import.
+# all of scipy, matplotlib, sympy and numba took half a minute of a fresh `make run`; the first
+# command writes the bytecode of the modules it imports (numba's cache of the engine is the same
+# whether remprop is loaded from its sources or its bytecode: tests/test_cold_start.py).
 $(VENV)/bin/python:
 	@test -n "$(PYTHON)" || { echo "no Python 3.10-3.13 found (python3.13 ... python3.10, python3): make PYTHON=/path/to/python"; exit 1; }
 	$(PYTHON) -m venv --without-pip $(VENV)
@@ -56,7 +57,6 @@ THEORY_SOURCES := $(shell find theory -name '*.py' 2>/dev/null)
 
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q --no-compile -e .
-	$(VENV)/bin/python -c "from remprop.cli.commands.precompile import write_bytecode; write_bytecode()"
 	touch $@
 
 $(VENV)/.precompiled: $(THEORY_SOURCES) | $(VENV)/.installed-run

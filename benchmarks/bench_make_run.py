@@ -6,7 +6,8 @@ table or bytecode) are set up in one run:
 1. **plain** -- the recipe ``make run`` had before issue 27: ``python -m venv`` (pip from
    ensurepip), ``pip install -e .`` (byte-compiling every installed module), ``remprop diagram``;
 2. **make run** -- ``make run`` itself: a venv without ensurepip (pip from the interpreter's
-   own pip), ``pip install --no-compile -e .``, remprop's bytecode, ``remprop diagram``, then
+   own pip), ``pip install --no-compile -e .``, ``remprop diagram`` (which writes the bytecode of
+   the modules it imports), then
    ``remprop precompile`` (the engine) started in the background (not waited for).
 
 Each step is timed; the ratio plain / ``make run`` is the speed-up. Target (issue 27):

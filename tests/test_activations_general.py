@@ -218,7 +218,7 @@ def test_callable_activation_in_an_architecture():
     assert arch.activation.startswith("user:") and arch.activation in ACTIVATIONS
     json.dumps(arch.to_dict())
     assert Architecture(activation=softsign).activation == arch.activation  # registered once
-    # kernels (compiled per process for user functions) == component composition
+    # kernels (the cached engine, the user's moments passed in compiled) == component composition
     traj = propagate(arch, 0.5, 4, rho0=0.2)
     q, p = 1.0, 0.2
     for layer in range(4):

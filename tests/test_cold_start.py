@@ -51,25 +51,36 @@ def compiles(argv, env):
 
 def test_a_precompiled_command_compiles_nothing_on_its_first_call(tmp_path, monkeypatch):
     """After ``precompile_parts`` of a part, a fresh process running the part's command line
-    loads every kernel from disk: zero compilations (a cold one compiles dozens). This holds
-    only if the precompiling processes load remprop as later ones do (from its bytecode:
-    ``write_bytecode``), since numba's cache keys differ otherwise. The compiled engine lies in
-    ``numba/`` of ``$REMPROP_CACHE_DIR`` (the one cache folder, :mod:`remprop.cache`)."""
+    loads every kernel from disk: zero compilations (a cold one compiles dozens), whether remprop
+    is loaded from its sources or from bytecode: the engine's sweeps are module-level functions without
+    a closure, so numba's key is their file's text and bytecode (the closures' pickled cells had been
+    part of it, and ``precompile`` wrote the package's bytecode first for them). Here the parts run from the sources only (``PYTHONDONTWRITEBYTECODE``, an empty
+    ``PYTHONPYCACHEPREFIX``); the command then runs from the sources writing its bytecode into a
+    second prefix, and again from that bytecode. The compiled engine lies in ``numba/`` of
+    ``$REMPROP_CACHE_DIR`` (the one cache folder, :mod:`remprop.cache`)."""
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path / "remprop"))
     env = dict(os.environ)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "no-bytecode"))
     monkeypatch.setitem(precompile.PARTS, "tiny", (TINY,))
     results = precompile.precompile_parts(["tiny"], jobs=1, log=None)
     assert results["tiny"][1] == 0, results
+    assert not (tmp_path / "no-bytecode").exists()  # the parts ran from the sources
     engine_index = [path.name for path in (tmp_path / "remprop" / "numba").rglob("*.nbi")
                     if path.name.startswith("_engine.")]
     # the sweep the command ran (propagate: trajectories), kept in the cache folder
-    assert any(".trajectories__" in name for name in engine_index), engine_index
-    count, line = compiles(TINY, env)
+    assert any(name.startswith("_engine.trajectories-") for name in engine_index), engine_index
+    bytecode_env = {name: value for name, value in env.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    bytecode_env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "bytecode")
+    count, line = compiles(TINY, bytecode_env)  # from the sources, writing the bytecode
+    assert count == 0, line
+    assert list((tmp_path / "bytecode").rglob("_engine.*.pyc")), "the first run wrote no bytecode"
+    count, line = compiles(TINY, bytecode_env)  # from that bytecode
     assert count == 0, line
     cold_env = dict(env, REMPROP_CACHE_DIR=str(tmp_path / "remprop-cold"))
     cold, line = compiles(TINY, cold_env)
-    assert cold > 10, line  # the same call on an empty cache compiles: the zero above is the cache's
+    assert cold > 10, line  # the same call on an empty cache compiles: the zeros above are the cache's
 
 
 def test_precompile_parts_reports_a_failing_command_line(monkeypatch):

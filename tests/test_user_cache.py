@@ -105,11 +105,14 @@ def test_a_writable_cache_folder_gets_the_compiled_code(tmp_path):
     env = {name: value for name, value in os.environ.items() if name != "NUMBA_CACHE_DIR"}
     env["REMPROP_CACHE_DIR"] = str(tmp_path)
     script = ("import numba, remprop.theory\nfrom remprop.theory.rem import table\n"
-              "print(numba.config.CACHE_DIR)\nprint(table._lookup_many._cache._cache_path)")
+              "from remprop.theory._jit import source_digest\n"
+              "print(numba.config.CACHE_DIR)\nprint(table._lookup_many._cache._cache_path)\nprint(source_digest())")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    config_dir, cache_path = done.stdout.split()
-    assert config_dir == str(tmp_path / "numba") and Path(cache_path).is_relative_to(tmp_path / "numba")
+    config_dir, cache_path, digest = done.stdout.split()
+    # in numba/ a folder named after the theory's sources (an edit compiles into a fresh one: remprop.theory._jit)
+    assert config_dir == str(tmp_path / "numba" / f"theory-{digest}")
+    assert Path(cache_path).is_relative_to(config_dir)
 
 
 def test_the_tokenizers_live_in_the_same_folder(monkeypatch, tmp_path):

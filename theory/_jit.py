@@ -1,26 +1,24 @@
-"""numba compilation helpers: unique names for specialised closures, inlined jitables.
-
-numba names compiled code after the Python function's ``__qualname__`` plus a
-per-process counter, and its on-disk cache restores those names. Two specialisations of
-one nested function (the moments of two activations, the engine before and after an edit)
-compiled in different processes can therefore carry the same symbol name, and once both
-are loaded from the cache into one process the second silently links to the first
-(wrong code, or a crash such as ``'descr' is NULL``). Giving every specialisation its
-own qualname before it is compiled rules this out, and keeps one cache index per
-specialisation.
-
-The name also carries :func:`source_digest`, a hash of every theory module that imports
-numba. numba keys its disk cache on the source file of the cached function and on its
-pickled closure, in which the jitted helpers of other modules (the attention, LayerNorm
-and activation cores, the components' ``*_core`` maps) appear by reference only: without the digest,
-an edit to one of them would leave the old compiled code in use. With it, changed
-sources get fresh cache entries (the stale files stay behind in the cache folder, as they
-do when numba itself recompiles after an edit).
+"""numba compilation helpers: where compiled code is kept, the options of every entry point, inlined jitables.
 
 Where numba keeps compiled code is decided here, before any theory module decorates a function:
 :data:`CACHE` is :func:`remprop.cache.configure_numba` (numba's cache pointed at the user cache
 folder, never the package's own ``__pycache__``), and every ``njit`` that keeps its code on disk
 passes ``cache=CACHE``, False where that folder cannot be written (compiled in memory).
+
+numba keys a cached function on the text of its own source file and on its bytecode (and its
+closure, which no cached function of theory has): an edit to a jitted helper in another module
+(a component's ``*_core``, an activation's moments, which the engine reaches as globals) would leave
+the old compiled code in use. The folder is therefore named after the theory's sources,
+:func:`source_digest` (``numba/theory-<digest>``): edited sources compile into a fresh folder (the old
+one stays behind until deleted, as numba's own stale entries do). That one name is the only place the
+digest enters; no compiled function is renamed for the cache.
+
+:func:`specialised` gives a nested function made by a factory a name of its own: numba names compiled
+code after ``module.qualname`` and a per-process counter, and two specialisations of one nested
+function compiled in different processes and loaded from the disk cache into one can carry the same
+symbol, the second then silently linking to the first (wrong code, or a crash such as ``'descr' is
+NULL``). It is left only where a factory still makes jitable specialisations: the trapezoid rules of
+:mod:`.activations.quadrature_moments`, one per smooth activation.
 
 Used by :mod:`.activations`, :mod:`.kernels` and :mod:`.rem.table`; it imports
 nothing from theory, so it sits below all three (inside :mod:`.kernels`, which imports
@@ -36,19 +34,6 @@ from pathlib import Path
 from remprop.cache import configure_numba
 
 __all__ = ["specialised", "inline_jitable", "source_digest", "JIT_OPTIONS", "CACHE"]
-
-#: Whether the theory's compiled functions are kept on disk (``njit(cache=CACHE)``): numba's cache
-#: folder is set (:func:`remprop.cache.configure_numba`) and writable.
-CACHE = configure_numba()
-
-#: The options of every compiled entry point of theory (``njit(cache=..., **JIT_OPTIONS)``). numba
-#: compiles a ``register_jitable`` helper once per set of its callers' flags (and a helper inherits
-#: ``error_model`` and ``forceinline`` from its caller): with one set for all entry points, a helper
-#: reached from several of them is compiled once. The loops of an activation's moments over arrays
-#: add ``forceinline``, as the kernel steps that call the same moments have it
-#: (``remprop.theory.activations.maps``): in a ``remprop check`` of a SiLU model the quadrature
-#: below the moments had been compiled twice.
-JIT_OPTIONS = dict(error_model="numpy", nogil=True)
 
 _IMPORTS_NUMBA = re.compile(rb"^\s*(?:from|import) numba\b", re.M)
 
@@ -72,9 +57,23 @@ def source_digest():
     return digest.hexdigest()[:8]
 
 
+#: Whether the theory's compiled functions are kept on disk (``njit(cache=CACHE)``): numba's cache
+#: folder is set (:func:`remprop.cache.configure_numba`, its ``theory-<source digest>`` folder) and writable.
+CACHE = configure_numba(f"theory-{source_digest()}")
+
+#: The options of every compiled entry point of theory (``njit(cache=..., **JIT_OPTIONS)``). numba
+#: compiles a ``register_jitable`` helper once per set of its callers' flags (and a helper inherits
+#: ``error_model`` and ``forceinline`` from its caller): with one set for all entry points, a helper
+#: reached from several of them is compiled once. The loops of an activation's moments over arrays
+#: add ``forceinline``, as the kernel steps that call the same moments have it
+#: (``remprop.theory.activations.maps``): in a ``remprop check`` of a SiLU model the quadrature
+#: below the moments had been compiled twice.
+JIT_OPTIONS = dict(error_model="numpy", nogil=True)
+
+
 def specialised(function, tag):
-    """Rename ``function`` (in place) to ``<qualname>__<tag>_<source digest>`` and return it."""
-    suffix = re.sub(r"\W", "_", f"{tag}_{source_digest()}")
+    """Rename ``function`` (in place) to ``<qualname>__<tag>`` and return it (module notes)."""
+    suffix = re.sub(r"\W", "_", str(tag))
     function.__qualname__ = f"{function.__qualname__}__{suffix}"
     function.__name__ = f"{function.__name__}__{suffix}"
     return function

@@ -5,7 +5,8 @@
 ``~/Library/Caches/remprop`` on macOS, ``%LOCALAPPDATA%\\remprop\\Cache`` on Windows). Inside it:
 
 * ``numba/`` -- the compiled engine and the theory's other compiled loops (numba's disk cache,
-  :func:`configure_numba`; ``$NUMBA_CACHE_DIR``, numba's own setting, wins where it is set);
+  :func:`configure_numba`, in a folder named after the theory's sources; ``$NUMBA_CACHE_DIR``, numba's
+  own setting, wins over ``numba/`` where it is set);
 * ``*.npy`` -- the tabulated REM quantities (:func:`cached_array`: the participation and
   cross-overlap tables);
 * ``tokenizers/`` -- the BPE tokenizers of the training runs (``remprop.validation.training``);
@@ -84,18 +85,20 @@ def is_writable(folder) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def configure_numba() -> bool:
-    """Point numba's disk cache at :func:`numba_cache_directory`; whether compiled code is kept on disk.
+def configure_numba(folder=None) -> bool:
+    """Point numba's disk cache at :func:`numba_cache_directory` (its sub-folder ``folder`` where given);
+    whether compiled code is kept on disk.
 
     Called once per process (later calls return the first answer), before the first function
     with a disk cache is decorated: numba places a function's cache when it is decorated
-    (``numba.config.CACHE_DIR``). Where the folder cannot be written, numba would fall back to
-    the ``__pycache__`` folders of the package or refuse the function; instead this returns False,
-    warns once (``RuntimeWarning``) and the theory compiles in memory (``cache=False``).
+    (``numba.config.CACHE_DIR``). ``remprop.theory._jit`` names the sub-folder after the theory's
+    sources, so that an edit compiles into a fresh folder. Where the folder cannot be written, numba
+    would fall back to the ``__pycache__`` folders of the package or refuse the function; instead this
+    returns False, warns once (``RuntimeWarning``) and the theory compiles in memory (``cache=False``).
     """
     import numba
 
-    folder = numba_cache_directory()
+    folder = numba_cache_directory() if folder is None else numba_cache_directory() / folder
     if not is_writable(folder):
         warnings.warn(f"cannot write remprop's cache folder {str(folder)!r}: the compiled code is kept in memory "
                       "only and compiled again by every process (set REMPROP_CACHE_DIR to a writable folder)",

@@ -4,7 +4,9 @@ A dense layer ``W ~ N(0, sigma_w2 / fan_in)`` with bias ``N(0, sigma_b2)`` maps
 ``(q, p) -> (sigma_w2 q + sigma_b2, sigma_w2 p + sigma_b2)``; the MLP
 ``W2 phi(W1 x + b1) + b2`` is two of them around the Gaussian moments of phi
 (docs/theory.md section 4). The moments of every registered activation
-(:mod:`remprop.theory.activations.registry`) are evaluated over arrays by one compiled loop per activation.
+(:mod:`remprop.theory.activations.registry`) are evaluated over arrays by one compiled function for the
+every activation (chosen by its code, ``moments_into``, the loops the depth kernels read too; a
+user-registered activation's moments compiled on their own and passed in as a first-class function).
 
 References
 ----------
@@ -13,17 +15,21 @@ chaos", NeurIPS 2016; S. Schoenholz et al., "Deep information propagation", ICLR
 """
 from __future__ import annotations
 
-import functools
+import math
 
 import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
-from .._jit import JIT_OPTIONS, specialised
+from .._jit import CACHE, JIT_OPTIONS
 from ..checks import as_float_array, check_overlap, output_pair, scalar_or_array
 from ..quadrature import HALF_WIDTH
-from .closed_form import relu_kernel_core
-from .registry import _BY_CODE, activation_spec
+from .closed_form import (erf_derivative_moment_core, erf_moments_core, linear_derivative_moment_core,
+                          linear_moments_core, relu_derivative_moment_core, relu_kernel_core, relu_moments_core)
+from .quadrature_moments import (gelu_derivative_moment_core, gelu_moments_core, silu_derivative_moment_core,
+                                 silu_moments_core, tanh_derivative_moment_core, tanh_moments_core)
+from .registry import (_BY_CODE, ERF, FIRST_USER_CODE, GELU, LINEAR, RELU, SILU, TANH, activation_spec,
+                       compiled_user_function)
 
 __all__ = [
     "dense_core", "moments_array", "relu_kernel", "activation_moments", "derivative_moment",
@@ -37,45 +43,92 @@ def dense_core(q, p, sigma_w2, sigma_b2):
     return sigma_w2 * q + sigma_b2, sigma_w2 * p + sigma_b2
 
 
-@functools.lru_cache(maxsize=None)
-def _over_arrays(code, kind):
-    """One compiled loop of an activation's ``moments`` (``kind="moments"``) or
-    ``derivative_moment`` (``kind="derivative"``) over flat arrays.
+@register_jitable
+def moments_into(code, user_moments, q1, p1, m2, m11, count):
+    """The moments of the activation ``code`` at ``(q1[j], p1[j])`` into ``m2[j], m11[j]`` for ``j < count``:
+    a built-in activation's own loop, for a user-registered one (codes from ``FIRST_USER_CODE``)
+    ``user_moments``, its compiled moments (``registry.compiled_user_function``); NaN for an unknown
+    code. The code is chosen once, outside the loop over the cells (one loop per activation, which LLVM
+    can vectorise). The kernels' MLP step reads the same loops."""
+    if code >= FIRST_USER_CODE:
+        for j in range(count):
+            m2[j], m11[j] = user_moments(q1[j], p1[j])
+    elif code == RELU:
+        for j in range(count):
+            m2[j], m11[j] = relu_moments_core(q1[j], p1[j])
+    elif code == LINEAR:
+        for j in range(count):
+            m2[j], m11[j] = linear_moments_core(q1[j], p1[j])
+    elif code == TANH:
+        for j in range(count):
+            m2[j], m11[j] = tanh_moments_core(q1[j], p1[j])
+    elif code == ERF:
+        for j in range(count):
+            m2[j], m11[j] = erf_moments_core(q1[j], p1[j])
+    elif code == GELU:
+        for j in range(count):
+            m2[j], m11[j] = gelu_moments_core(q1[j], p1[j])
+    elif code == SILU:
+        for j in range(count):
+            m2[j], m11[j] = silu_moments_core(q1[j], p1[j])
+    else:
+        for j in range(count):
+            m2[j], m11[j] = math.nan, math.nan
 
-    Cached on disk for built-in activations; the closure holds only the activation's
-    jittable function (see :mod:`remprop.theory.kernels` on stable cache keys).
-    """
-    spec = _BY_CODE[code]
-    # forceinline as in the kernel steps, which call the same moments: the helpers below them are
-    # then compiled once for both (remprop.theory._jit.JIT_OPTIONS)
-    jit = njit(cache=spec.builtin, forceinline=True, **JIT_OPTIONS)
-    if kind == "moments":
-        moments = spec.moments
 
-        def many(q1, p1):
-            m2 = np.empty(q1.size)
-            m11 = np.empty(q1.size)
-            for i in range(q1.size):
-                m2[i], m11[i] = moments(q1[i], p1[i])
-            return m2, m11
-        return jit(specialised(many, f"code{code}"))
-    derivative_moment = spec.derivative_moment
+@register_jitable
+def derivative_moment_into(code, user_derivative_moment, q1, out, count):
+    """``E[phi'(u)^2]`` of the activation ``code`` at ``q1[j]`` into ``out[j]``, ``j < count`` (as
+    ``moments_into``)."""
+    if code >= FIRST_USER_CODE:
+        for j in range(count):
+            out[j] = user_derivative_moment(q1[j])
+    elif code == RELU:
+        for j in range(count):
+            out[j] = relu_derivative_moment_core(q1[j])
+    elif code == LINEAR:
+        for j in range(count):
+            out[j] = linear_derivative_moment_core(q1[j])
+    elif code == TANH:
+        for j in range(count):
+            out[j] = tanh_derivative_moment_core(q1[j])
+    elif code == ERF:
+        for j in range(count):
+            out[j] = erf_derivative_moment_core(q1[j])
+    elif code == GELU:
+        for j in range(count):
+            out[j] = gelu_derivative_moment_core(q1[j])
+    elif code == SILU:
+        for j in range(count):
+            out[j] = silu_derivative_moment_core(q1[j])
+    else:
+        for j in range(count):
+            out[j] = math.nan
 
-    def many_derivatives(q1):
-        out = np.empty(q1.size)
-        for i in range(q1.size):
-            out[i] = derivative_moment(q1[i])
-        return out
-    return jit(specialised(many_derivatives, f"code{code}"))
 
+# forceinline as in the kernel steps, which call the same moments: the helpers below them are then
+# compiled once for both (remprop.theory._jit.JIT_OPTIONS). Module-level, without a closure: one
+# compiled loop for every activation, kept on disk.
+@njit(cache=CACHE, forceinline=True, **JIT_OPTIONS)
+def _moments_many(code, user_moments, q1, p1):
+    m2, m11 = np.empty(q1.size), np.empty(q1.size)
+    moments_into(code, user_moments, q1, p1, m2, m11, q1.size)
+    return m2, m11
+
+
+@njit(cache=CACHE, forceinline=True, **JIT_OPTIONS)
+def _derivative_moments_many(code, user_derivative_moment, q1):
+    out = np.empty(q1.size)
+    derivative_moment_into(code, user_derivative_moment, q1, out, q1.size)
+    return out
 
 
 def moments_array(code, q1, p1):
     """Moments over float arrays (already validated), broadcast together."""
     q1, p1 = np.broadcast_arrays(np.asarray(q1, dtype=np.float64), np.asarray(p1, dtype=np.float64))
     shape = q1.shape
-    many = _over_arrays(code, "moments")
-    m2, m11 = many(np.ascontiguousarray(q1).ravel(), np.ascontiguousarray(p1).ravel())
+    m2, m11 = _moments_many(code, compiled_user_function(code, "moments"), np.ascontiguousarray(q1).ravel(),
+                            np.ascontiguousarray(p1).ravel())
     _check_finite(code, q1.ravel(), m2, m11)
     return m2.reshape(shape), m11.reshape(shape)
 
@@ -169,7 +222,7 @@ def derivative_moment(q1, activation="tanh"):
     spec = activation_spec(activation)
     q1 = as_float_array("q1", q1, positive=True)
     flat = np.ascontiguousarray(q1).ravel()
-    out = _over_arrays(spec.code, "derivative")(flat)
+    out = _derivative_moments_many(spec.code, compiled_user_function(spec.code, "derivative_moment"), flat)
     _check_finite(spec.code, flat, out)
     return scalar_or_array(out.reshape(q1.shape))
 

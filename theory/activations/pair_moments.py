@@ -7,16 +7,16 @@ importing the walkers.
 """
 from __future__ import annotations
 
-import functools
-
 import numba
-import numba.extending
 import numpy as np
+from numba.extending import register_jitable
 
-from .._jit import JIT_OPTIONS, specialised
+from .._jit import CACHE, JIT_OPTIONS
 from ..checks import as_float_array
 from ..quadrature import gaussian_trapezoid
-from .registry import activation_spec
+from .closed_form import erf_function, linear_function, relu_function
+from .quadrature_moments import gelu_function, silu_function, tanh_function
+from .registry import ERF, GELU, LINEAR, RELU, SILU, TANH, activation_spec, compiled_user_function
 
 __all__ = ["PAIR_HALF_NODES", "pair_moment", "pair_moments_table", "variance_nodes", "CORRELATION_NODES",
            "CHEBYSHEV_CORRELATIONS", "TABLE_SPREAD", "pair_grid", "interpolated_moment"]
@@ -26,29 +26,43 @@ __all__ = ["PAIR_HALF_NODES", "pair_moment", "pair_moments_table", "variance_nod
 PAIR_HALF_NODES = 32
 
 
-@functools.lru_cache(maxsize=None)
-def _pair_sums(code):
-    """The compiled double sum of :func:`pair_moment` for the activation of ``code``: one pass
-    over the pairs (on all threads), the K x K nodes of a pair summed in place, no temporaries.
-    Kept on disk for a built-in activation (as ``remprop.theory.activations.maps._over_arrays``)."""
-    spec = activation_spec(code)
-    phi = spec.function
+@register_jitable
+def _pair_total(phi, n, root_a, root_b, r, s, z, w):
+    """The K x K nodes of pair ``n`` summed in place, ``phi`` the activation (a jitable function)."""
+    total = 0.0
+    for k in range(z.size):
+        first = phi(root_a[n] * z[k]) * w[k]
+        if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
+            continue
+        shift = r[n] * z[k]
+        inner = 0.0
+        for l in range(z.size):
+            inner += phi(root_b[n] * (shift + s[n] * z[l])) * w[l]
+        total += first * inner
+    return total
 
-    def pair_sums(root_a, root_b, r, s, z, w, out):
-        for n in numba.prange(root_a.size):
-            total = 0.0
-            for k in range(z.size):
-                first = phi(root_a[n] * z[k]) * w[k]
-                if first == 0.0:  # ReLU's negative half: no inner sum (exactly 0)
-                    continue
-                shift = r[n] * z[k]
-                inner = 0.0
-                for l in range(z.size):
-                    inner += phi(root_b[n] * (shift + s[n] * z[l])) * w[l]
-                total += first * inner
-            out[n] = total
 
-    return numba.njit(parallel=True, cache=spec.builtin, **JIT_OPTIONS)(specialised(pair_sums, f"code{code}"))
+@numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)
+def _pair_sums(code, user_function, root_a, root_b, r, s, z, w, out):
+    """The double sum of :func:`pair_moment` for the activation of ``code``: one pass over the pairs (on
+    all threads), no temporaries; a built-in activation's function is called directly, a user-registered
+    one's compiled function ``user_function`` (``registry.compiled_user_function``) through its pointer.
+    One compiled function for every activation, kept on disk (module-level, no closure)."""
+    for n in numba.prange(root_a.size):
+        if code == RELU:
+            out[n] = _pair_total(relu_function, n, root_a, root_b, r, s, z, w)
+        elif code == LINEAR:
+            out[n] = _pair_total(linear_function, n, root_a, root_b, r, s, z, w)
+        elif code == TANH:
+            out[n] = _pair_total(tanh_function, n, root_a, root_b, r, s, z, w)
+        elif code == ERF:
+            out[n] = _pair_total(erf_function, n, root_a, root_b, r, s, z, w)
+        elif code == GELU:
+            out[n] = _pair_total(gelu_function, n, root_a, root_b, r, s, z, w)
+        elif code == SILU:
+            out[n] = _pair_total(silu_function, n, root_a, root_b, r, s, z, w)
+        else:  # a user activation (a NaN stand-in for any other code)
+            out[n] = _pair_total(user_function, n, root_a, root_b, r, s, z, w)
 
 
 def pair_moment(activation, var_a, var_b, cov):
@@ -63,7 +77,8 @@ def pair_moment(activation, var_a, var_b, cov):
     s = np.sqrt(1.0 - r * r)
     out = np.empty(a.shape)
     flat = (np.ascontiguousarray(x, dtype=np.float64).ravel() for x in (np.sqrt(a), np.sqrt(b), r, s))
-    _pair_sums(spec.code)(*flat, np.ascontiguousarray(z), np.ascontiguousarray(w), out.reshape(-1))
+    _pair_sums(spec.code, compiled_user_function(spec.code, "function"), *flat, np.ascontiguousarray(z),
+               np.ascontiguousarray(w), out.reshape(-1))
     return out
 
 
@@ -142,7 +157,7 @@ def pair_moments_table(activation, variances, cov):
     return out
 
 
-@numba.extending.register_jitable
+@register_jitable
 def interpolated_moment(cov, root_i, root_j, fine, weights_i, weights_j):
     """One pair of :func:`pair_moments_table`: ``sum_kl w_ik w_jl F_kl(r)`` at ``r = cov / (root_i root_j)``
     (clipped to [-1, 1]), ``F_kl`` linear on the fine correlation grid."""
@@ -161,7 +176,7 @@ def interpolated_moment(cov, root_i, root_j, fine, weights_i, weights_j):
     return total
 
 
-@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
+@numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)
 def _interpolate_pairs(roots, cov, fine, token_weights, out):
     """``out[i, j]``: :func:`interpolated_moment` of every pair (rows on all threads)."""
     for i in numba.prange(roots.size):   # every pair twice: row-major writes (the transposed ones miss the cache)

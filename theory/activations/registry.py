@@ -5,21 +5,24 @@ Each activation is an :class:`ActivationSpec`: the scalar function, its jittable
 integer code by which the depth kernels (:mod:`remprop.theory.kernels`) specialise on
 it. :func:`register_activation` adds any numba-jittable scalar function (a plain Python
 function is compiled with ``numba.njit``); ``Architecture(activation=fn)`` registers
-``fn`` on the fly (:func:`resolve_activation`). Kernels of user activations are
-compiled per process (numba cannot cache code that calls a function object created at
-run time).
+``fn`` on the fly (:func:`resolve_activation`). A user activation's functions are compiled
+on their own, in memory, in the process that registered it (``compiled_user_function``), and
+passed to the compiled loops (the depth kernels, the moments over arrays), which are compiled once
+for every activation and kept on disk.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numba
 import numpy as np
-from numba import njit
+from numba import cfunc, njit, types
 
-from .._jit import specialised
+from .._jit import CACHE
+
 from .closed_form import (
     erf_derivative_moment_core,
     erf_function,
@@ -195,7 +198,7 @@ def register_activation(name, function, *, derivative=None, parity=None, strip=m
     code = max(FIRST_USER_CODE - 1, *_BY_CODE) + 1
     tag = f"user{code}"
     if derivative is None:
-        dphi = _central_difference(phi, tag)
+        dphi = _central_difference(phi)
     else:
         dphi = _compile_scalar("derivative", derivative)
         _check_on_probe_grid(name, "derivative", derivative, dphi)
@@ -248,11 +251,42 @@ def _guarded(function):
     return njit(guarded)
 
 
-def _central_difference(phi, tag):
+def _central_difference(phi):
+    """A central difference of ``phi``, compiled in memory (a user activation's: never kept on disk)."""
+
     def derivative(x):
         step = 1e-5 * (1.0 + abs(x))
         return (phi(x + step) - phi(x - step)) / (2.0 * step)
-    return njit(specialised(derivative, tag))
+    return njit(derivative)
+
+
+#: The numba types of a user activation's functions as compiled code takes them (first-class functions,
+#: ``compiled_user_function``): its moments ``(q1, p1) -> (m2, m11)``, its derivative moment and the
+#: activation itself ``x -> y``.
+USER_FUNCTION_TYPES = {"moments": types.UniTuple(types.float64, 2)(types.float64, types.float64),
+                       "derivative_moment": types.float64(types.float64), "function": types.float64(types.float64)}
+
+
+def _nan_pair(q1, p1):
+    return math.nan, math.nan
+
+
+def _nan(x):
+    return math.nan
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_user_function(code, kind):
+    """The ``kind`` (a key of :data:`USER_FUNCTION_TYPES`) of the user-registered activation of ``code``
+    compiled on its own (a ``numba.cfunc``), for the compiled loops that take it as an argument: the depth
+    kernels' sweeps, the moments over arrays, the pair sums. Those are compiled once for every activation
+    and kept on disk; only this is compiled, in memory, in the process that registered the activation.
+    For a built-in ``code`` (which those loops evaluate themselves) or a negative one (none) a NaN
+    stand-in, kept on disk."""
+    signature = USER_FUNCTION_TYPES[kind]
+    if code < 0 or activation_spec(code).builtin:
+        return cfunc(signature, cache=CACHE)(_nan_pair if kind == "moments" else _nan)
+    return cfunc(signature)(getattr(activation_spec(code), kind))
 
 
 def resolve_activation(activation, name="activation"):

@@ -27,8 +27,8 @@ architecture: each instruction is a loop over a batch of cells calling the core 
 that emitted it, and batches run in parallel (``prange``). A new component that composes existing
 maps (a scaled identity is ``tape.dense(c**2, 0)``) needs no new code; a new map is one
 instruction: a ``Tape`` method and its branch in ``_engine``. A tree whose MLP uses a
-user-registered activation runs in an interpreter compiled for that activation, in the process
-that registered it.
+user-registered activation runs in the same sweeps: the activation's moments are compiled on their
+own, in the process that registered it, and passed to them as a first-class function.
 
 The carried scale of deep pre-LN and no-LN streams is a property of the tree
 (:attr:`~remprop.theory.components.Component.scale_free`,
@@ -113,7 +113,7 @@ def needs_compiling(dispatcher) -> bool:
 
     Reads numba's cache index (its ``FunctionCache``) without loading or compiling anything; an index
     numba cannot read counts as missing (the call would compile). Kept here, in a module without a
-    numba import statement: the sources of those with one key the engine's disk cache
+    numba import statement: the sources of those with one name the folder of the engine's disk cache
     (``theory._jit.source_digest``), and an edit of them compiles the engine again.
     """
     if not hasattr(dispatcher, "signatures") or dispatcher.signatures:

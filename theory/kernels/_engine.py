@@ -6,7 +6,9 @@ instructions in turn, each instruction a loop over the batch's cells (so the dis
 code is paid once per instruction and batch, and the loop over cells is the component's own
 ``*_core`` map, which LLVM can vectorise). The sweeps (:func:`trajectories`,
 :func:`final_states`, :func:`min_alpha`) run blocks over depth, batches in parallel
-(``numba.prange``); they are compiled once, on first use, and kept on disk (``cache=True``).
+(``numba.prange``); they are plain module-level functions, compiled once, on first use, and kept
+on disk (``cache=CACHE``): numba keys that cache on this file's text and each sweep's bytecode, the same
+whether the module was loaded from its source or its ``.pyc``.
 
 Every op calls the core of the component that emits it, imported from that component's module:
 LayerNorm's and RMSNorm's ``*_core``, ``dense_core``, the MLP's dense-moments-hidden-dense chain
@@ -14,24 +16,25 @@ with the activation's moments chosen by its code (one loop per activation), the
 attention's ``attention_step_core``, the skip's ``skip_core``. A new map is one op here and one
 method of ``_tape.Tape``; a new component that composes existing maps needs neither.
 
-A user-registered activation cannot be a branch of code compiled before it existed: a program
-that uses one runs in an interpreter made for that activation (:func:`engine_for`), compiled in
-the process that registered it and not kept on disk.
+A user-registered activation cannot be a branch of code compiled before it existed: a program passes
+the sweeps its moments compiled on their own (``activations.registry.compiled_user_function``, a
+``numba.cfunc``), a first-class function argument that the MLP's moments loop
+(``activations.maps.moments_into``) calls for codes from 100 up (a NaN stand-in in programs without
+one). So every program, with or without one, runs in the same compiled sweeps, kept on disk; only the
+user activation's moments are compiled in the process that registered it. An edit to a core in
+another module is seen by numba's cache only through the folder it lies in, which is named after the
+theory's sources (``remprop.theory._jit``).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from .._jit import CACHE, JIT_OPTIONS, specialised
-from ..activations.closed_form import erf_moments_core, linear_moments_core, relu_moments_core
-from ..activations.maps import dense_core
-from ..activations.quadrature_moments import gelu_moments_core, silu_moments_core, tanh_moments_core
-from ..activations.registry import ERF, GELU, LINEAR, RELU, SILU, TANH, activation_spec
+from .._jit import CACHE, JIT_OPTIONS
+from ..activations.maps import dense_core, moments_into
 from ..components.attention import asymptotic_attention_step_core, finite_attention_step_core
 from ..components.base import least
 from ..components.gated_mlp import gated_hidden_core
@@ -67,334 +70,281 @@ def scale_factor(exponent):
 
 
 @register_jitable
-def no_user_moments(q1, p1):
-    """The interpreter's stand-in for a user activation's moments (a program without one never calls it)."""
-    return math.nan, math.nan
-
-
-def _make_engine(user_moments, cache, tag):
-    """The interpreter and its three sweeps around ``user_moments`` (the moments of the one user
-    activation a program may use; :func:`no_user_moments` for the built-in engine), named after ``tag``
-    and the theory's sources (``remprop.theory._jit.specialised``): numba keys the disk cache on this
-    file and the sweeps' closures, in which the components' cores appear by reference only, so an
-    edit to a core must change the name for the cached sweeps to be compiled again."""
-
-    @register_jitable
-    def operands(values, ops, i, n, s, args, count):
-        """The first ``n`` operands of instruction ``i`` for the batch's cells, into ``args`` (n x cells):
-        each its slot's value times ``s**degree`` (slot and degree read once, outside the cells' loop).
-        Copies, not views of ``values``: LLVM then knows that the cells' loops of an instruction read
-        memory they do not write, and vectorises them (views made them 1.5x slower)."""
-        for k in range(n):
-            slot, degree = ops[i, 2 + k], ops[i, 2 + MAX_OPERANDS + k]
-            if degree == 1:
-                for j in range(count):
-                    args[k, j] = values[slot, j] * s[j]
-            elif degree == -1:
-                for j in range(count):
-                    args[k, j] = values[slot, j] / s[j]
-            else:
-                for j in range(count):
-                    args[k, j] = values[slot, j]
-
-    @register_jitable
-    def moments(code, q1, p1, m2, m11, count):
-        """The activation's Gaussian moments at ``(q1, p1)`` for the batch's cells (the code chosen once)."""
-        if code >= 100:
+def operands(values, ops, i, n, s, args, count):
+    """The first ``n`` operands of instruction ``i`` for the batch's cells, into ``args`` (n x cells):
+    each its slot's value times ``s**degree`` (slot and degree read once, outside the cells' loop).
+    Copies, not views of ``values``: LLVM then knows that the cells' loops of an instruction read
+    memory they do not write, and vectorises them (views made them 1.5x slower)."""
+    for k in range(n):
+        slot, degree = ops[i, 2 + k], ops[i, 2 + MAX_OPERANDS + k]
+        if degree == 1:
             for j in range(count):
-                m2[j], m11[j] = user_moments(q1[j], p1[j])
-        elif code == RELU:
+                args[k, j] = values[slot, j] * s[j]
+        elif degree == -1:
             for j in range(count):
-                m2[j], m11[j] = relu_moments_core(q1[j], p1[j])
-        elif code == LINEAR:
-            for j in range(count):
-                m2[j], m11[j] = linear_moments_core(q1[j], p1[j])
-        elif code == TANH:
-            for j in range(count):
-                m2[j], m11[j] = tanh_moments_core(q1[j], p1[j])
-        elif code == ERF:
-            for j in range(count):
-                m2[j], m11[j] = erf_moments_core(q1[j], p1[j])
-        elif code == GELU:
-            for j in range(count):
-                m2[j], m11[j] = gelu_moments_core(q1[j], p1[j])
-        elif code == SILU:
-            for j in range(count):
-                m2[j], m11[j] = silu_moments_core(q1[j], p1[j])
+                args[k, j] = values[slot, j] / s[j]
         else:
             for j in range(count):
-                m2[j], m11[j] = math.nan, math.nan
+                args[k, j] = values[slot, j]
 
-    @register_jitable
-    def run_program(ops, mode, table, work, count):
-        """Advance the ``count`` cells of a batch through one block: the instructions of ``ops`` in
-        turn, each a loop over the cells. ``work`` is the batch's buffers (:func:`buffers`): ``values``
-        (slots x cells) holds each cell's columns then the program's constants, ``s`` the carried scale,
-        ``beta_c`` receives the block's smallest critical beta; ``args`` (operands x cells) and ``t``
-        (4 x cells) are scratch."""
-        values, q, p, _, s, beta_c, stack_q, stack_p, args, t = work
-        for j in range(count):
-            beta_c[j] = np.inf
-        top = 0
-        for i in range(ops.shape[0]):
-            code, flags = ops[i, 0], ops[i, 1]
-            if code == OP_NORM:
-                if flags == NORM_RMS:
-                    for j in range(count):
-                        q[j], p[j] = rmsnorm_core(q[j], p[j])
-                else:
-                    for j in range(count):
-                        q[j], p[j] = layernorm_core(q[j], p[j])
-            elif code == OP_DENSE:
-                operands(values, ops, i, 2, s, args, count)
+@register_jitable
+def run_program(ops, mode, table, work, count, user_moments):
+    """Advance the ``count`` cells of a batch through one block: the instructions of ``ops`` in
+    turn, each a loop over the cells. ``work`` is the batch's buffers (:func:`buffers`): ``values``
+    (slots x cells) holds each cell's columns then the program's constants, ``s`` the carried scale,
+    ``beta_c`` receives the block's smallest critical beta; ``args`` (operands x cells) and ``t``
+    (4 x cells) are scratch."""
+    values, q, p, _, s, beta_c, stack_q, stack_p, args, t = work
+    for j in range(count):
+        beta_c[j] = np.inf
+    top = 0
+    for i in range(ops.shape[0]):
+        code, flags = ops[i, 0], ops[i, 1]
+        if code == OP_NORM:
+            if flags == NORM_RMS:
                 for j in range(count):
-                    q[j], p[j] = dense_core(q[j], p[j], args[0, j], args[1, j])
-            elif code == OP_MLP:
-                operands(values, ops, i, 3, s, args, count)
+                    q[j], p[j] = rmsnorm_core(q[j], p[j])
+            else:
                 for j in range(count):
-                    t[0, j], t[1, j] = dense_core(q[j], p[j], args[0, j], args[1, j])
-                moments(flags >> 8, t[0], t[1], t[2], t[3], count)
-                if (flags & MLP_GATED) != 0:
-                    for j in range(count):
-                        t[2, j], t[3, j] = gated_hidden_core(t[0, j], t[1, j], t[2, j], t[3, j])
+                    q[j], p[j] = layernorm_core(q[j], p[j])
+        elif code == OP_DENSE:
+            operands(values, ops, i, 2, s, args, count)
+            for j in range(count):
+                q[j], p[j] = dense_core(q[j], p[j], args[0, j], args[1, j])
+        elif code == OP_MLP:
+            operands(values, ops, i, 3, s, args, count)
+            for j in range(count):
+                t[0, j], t[1, j] = dense_core(q[j], p[j], args[0, j], args[1, j])
+            moments_into(flags >> 8, user_moments, t[0], t[1], t[2], t[3], count)
+            if (flags & MLP_GATED) != 0:
                 for j in range(count):
-                    q[j], p[j] = dense_core(t[2, j], t[3, j], args[2, j], args[1, j])
-            elif code == OP_ATTENTION:
-                operands(values, ops, i, 5, s, args, count)
-                gain_controlled = (flags & ATTENTION_GAIN_CONTROLLED) != 0
-                rope, qk = (flags & ATTENTION_ROPE) != 0, (flags & ATTENTION_QK_NORM) != 0
-                # one loop per kind of attention (the flags chosen outside the cells' loop, which LLVM
-                # then vectorises): 4x faster than one loop that tests the flags per cell
-                if (flags & ATTENTION_FINITE) != 0:
-                    if gain_controlled or rope or qk:
-                        for j in range(count):
-                            q[j], p[j], t[0, j] = finite_attention_step_core(
-                                q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], args[4, j],
-                                gain_controlled, rope, qk, table)
-                    else:  # plain softmax, the flags constants (cbar and qk_dim unread): 1.1x faster
-                        for j in range(count):
-                            q[j], p[j], t[0, j] = finite_attention_step_core(
-                                q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, 1.0, False, False, False, table)
-                elif rope:
+                    t[2, j], t[3, j] = gated_hidden_core(t[0, j], t[1, j], t[2, j], t[3, j])
+            for j in range(count):
+                q[j], p[j] = dense_core(t[2, j], t[3, j], args[2, j], args[1, j])
+        elif code == OP_ATTENTION:
+            operands(values, ops, i, 5, s, args, count)
+            gain_controlled = (flags & ATTENTION_GAIN_CONTROLLED) != 0
+            rope, qk = (flags & ATTENTION_ROPE) != 0, (flags & ATTENTION_QK_NORM) != 0
+            # one loop per kind of attention (the flags chosen outside the cells' loop, which LLVM
+            # then vectorises): 4x faster than one loop that tests the flags per cell
+            if (flags & ATTENTION_FINITE) != 0:
+                if gain_controlled or rope or qk:
                     for j in range(count):
-                        q[j], p[j], t[0, j] = asymptotic_attention_step_core(
-                            q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], gain_controlled, True)
-                elif gain_controlled:
+                        q[j], p[j], t[0, j] = finite_attention_step_core(
+                            q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], args[4, j],
+                            gain_controlled, rope, qk, table)
+                else:  # plain softmax, the flags constants (cbar and qk_dim unread): 1.1x faster
                     for j in range(count):
-                        q[j], p[j], t[0, j] = asymptotic_attention_step_core(
-                            q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, True, False)
-                else:
-                    for j in range(count):
-                        q[j], p[j], t[0, j] = asymptotic_attention_step_core(
-                            q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, False, False)
+                        q[j], p[j], t[0, j] = finite_attention_step_core(
+                            q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, 1.0, False, False, False, table)
+            elif rope:
                 for j in range(count):
-                    beta_c[j] = least(beta_c[j], t[0, j])
-            elif code == OP_PUSH or code == OP_SWAP_IN:
+                    q[j], p[j], t[0, j] = asymptotic_attention_step_core(
+                        q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], gain_controlled, True)
+            elif gain_controlled:
                 for j in range(count):
-                    stack_q[top, j] = q[j]
-                    stack_p[top, j] = p[j]
-                top += 1
-                if code == OP_SWAP_IN:  # the next branch reads the input saved beneath
-                    for j in range(count):
-                        q[j] = stack_q[top - 2, j]
-                        p[j] = stack_p[top - 2, j]
-            elif code == OP_SKIP:
-                top -= 1
-                operands(values, ops, i, 1, s, args, count)
-                alpha = args[0]
-                if mode == SCALE_BRANCHES:  # the branch times the carried scale of a pre-LN stream
-                    for j in range(count):
-                        q[j] = s[j] * q[j]
-                        p[j] = s[j] * p[j]
-                huge = False  # a skip so strong that alpha**2 would leave float64 (rare: checked per batch)
-                if (flags & SKIP_SCALE_FREE) != 0:
-                    for j in range(count):
-                        huge |= alpha[j] > SCALED_SKIP_ABOVE
-                if huge:
-                    for j in range(count):
-                        if alpha[j] > SCALED_SKIP_ABOVE:
-                            q[j], p[j] = skip_over_alpha2_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
-                        else:
-                            q[j], p[j] = skip_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
-                else:
-                    for j in range(count):
+                    q[j], p[j], t[0, j] = asymptotic_attention_step_core(
+                        q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, True, False)
+            else:
+                for j in range(count):
+                    q[j], p[j], t[0, j] = asymptotic_attention_step_core(
+                        q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, False, False)
+            for j in range(count):
+                beta_c[j] = least(beta_c[j], t[0, j])
+        elif code == OP_PUSH or code == OP_SWAP_IN:
+            for j in range(count):
+                stack_q[top, j] = q[j]
+                stack_p[top, j] = p[j]
+            top += 1
+            if code == OP_SWAP_IN:  # the next branch reads the input saved beneath
+                for j in range(count):
+                    q[j] = stack_q[top - 2, j]
+                    p[j] = stack_p[top - 2, j]
+        elif code == OP_SKIP:
+            top -= 1
+            operands(values, ops, i, 1, s, args, count)
+            alpha = args[0]
+            if mode == SCALE_BRANCHES:  # the branch times the carried scale of a pre-LN stream
+                for j in range(count):
+                    q[j] = s[j] * q[j]
+                    p[j] = s[j] * p[j]
+            huge = False  # a skip so strong that alpha**2 would leave float64 (rare: checked per batch)
+            if (flags & SKIP_SCALE_FREE) != 0:
+                for j in range(count):
+                    huge |= alpha[j] > SCALED_SKIP_ABOVE
+            if huge:
+                for j in range(count):
+                    if alpha[j] > SCALED_SKIP_ABOVE:
+                        q[j], p[j] = skip_over_alpha2_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
+                    else:
                         q[j], p[j] = skip_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
-            elif code == OP_ADD_POP:
-                top -= 1
+            else:
                 for j in range(count):
-                    q[j] = stack_q[top, j] + q[j]
-                    p[j] = stack_p[top, j] + p[j]
-            elif code == OP_DROP:
-                top -= 1
+                    q[j], p[j] = skip_core(q[j], p[j], stack_q[top, j], stack_p[top, j], alpha[j])
+        elif code == OP_ADD_POP:
+            top -= 1
+            for j in range(count):
+                q[j] = stack_q[top, j] + q[j]
+                p[j] = stack_p[top, j] + p[j]
+        elif code == OP_DROP:
+            top -= 1
 
-    @register_jitable
-    def load_batch(params, constants, start, count, values, q, p, e, s):
-        """Rows ``start:start + count`` into a batch's buffers (columns and constants into ``values``)."""
+@register_jitable
+def load_batch(params, constants, start, count, values, q, p, e, s):
+    """Rows ``start:start + count`` into a batch's buffers (columns and constants into ``values``)."""
+    for j in range(count):
+        for k in range(N_COLUMNS):
+            values[k, j] = params[start + j, k]
+        for k in range(constants.size):
+            values[N_COLUMNS + k, j] = constants[k]
+        q[j] = params[start + j, Q0]
+        p[j] = params[start + j, P0]
+        e[j] = params[start + j, LOG2_SCALE]
+        s[j] = scale_factor(e[j])
+
+@register_jitable
+def buffers(constants, stack):
+    """A batch's work buffers: ``(values, q, p, e, s, beta_c, stack_q, stack_p, args, t)``, the
+    state ``(q, p) 2**e`` with ``s = 2**-e`` (:func:`run_program` reads them)."""
+    return (np.empty((N_COLUMNS + constants.size, BATCH)), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH),
+            np.empty(BATCH), np.empty(BATCH), np.empty((stack, BATCH)), np.empty((stack, BATCH)),
+            np.empty((MAX_OPERANDS, BATCH)), np.empty((4, BATCH)))
+
+@register_jitable
+def advance(program, table, work, first, low, count, first_layer, depth):
+    """Advance ``count`` cells of a batch (``work``, :func:`buffers`) by ``depth`` blocks of
+    ``program`` (the sweeps' first argument) in place, keeping the first layer's critical beta (in
+    ``first``, where ``first_layer``) and the smallest (``low``)."""
+    ops, _, mode, rescale_beta_c, _, user_moments = program
+    values, q, p, e, s, bc = work[0], work[1], work[2], work[3], work[4], work[5]
+    every = 3  # renormalise after blocks 4k - 1 (and the last), or after every block (fast growth)
+    for j in range(count):
+        if values[ALPHA_SA, j] > _FAST_GROWTH or values[ALPHA_MLP, j] > _FAST_GROWTH:
+            every = 0
+    for layer in range(depth):
+        run_program(ops, mode, table, work, count, user_moments)
         for j in range(count):
-            for k in range(N_COLUMNS):
-                values[k, j] = params[start + j, k]
-            for k in range(constants.size):
-                values[N_COLUMNS + k, j] = constants[k]
-            q[j] = params[start + j, Q0]
-            p[j] = params[start + j, P0]
-            e[j] = params[start + j, LOG2_SCALE]
-            s[j] = scale_factor(e[j])
+            b = bc[j]
+            if rescale_beta_c and b < np.inf:  # inf (collapsed tokens) stays inf
+                b = b * s[j]
+            if first_layer and layer == 0:
+                first[j] = b
+            low[j] = min(low[j], b)
+        if mode != NO_SCALE and ((layer & every) == every or layer == depth - 1):
+            for j in range(count):
+                if (q[j] > _BIG or q[j] < _SMALL) and q[j] > 0.0 and q[j] < np.inf:
+                    mantissa, exponent = math.frexp(q[j])
+                    q[j] = mantissa
+                    p[j] = math.ldexp(p[j], -exponent)
+                    e[j] += exponent
+                    s[j] = scale_factor(e[j])
 
-    @register_jitable
-    def buffers(constants, stack):
-        """A batch's work buffers: ``(values, q, p, e, s, beta_c, stack_q, stack_p, args, t)``, the
-        state ``(q, p) 2**e`` with ``s = 2**-e`` (:func:`run_program` reads them)."""
-        return (np.empty((N_COLUMNS + constants.size, BATCH)), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH),
-                np.empty(BATCH), np.empty(BATCH), np.empty((stack, BATCH)), np.empty((stack, BATCH)),
-                np.empty((MAX_OPERANDS, BATCH)), np.empty((4, BATCH)))
-
-    @register_jitable
-    def advance(program, table, work, first, low, count, first_layer, depth):
-        """Advance ``count`` cells of a batch (``work``, :func:`buffers`) by ``depth`` blocks of
-        ``program`` (the sweeps' first argument) in place, keeping the first layer's critical beta (in
-        ``first``, where ``first_layer``) and the smallest (``low``)."""
-        ops, _, mode, rescale_beta_c, _ = program
-        values, q, p, e, s, bc = work[0], work[1], work[2], work[3], work[4], work[5]
-        every = 3  # renormalise after blocks 4k - 1 (and the last), or after every block (fast growth)
+@njit(cache=CACHE, parallel=True, **JIT_OPTIONS)
+def trajectories(program, params, depth, table, out):
+    """Whole trajectories into ``out = (q, p, log2 scale, beta_c)``: (n, depth + 1) three times and
+    (n, depth). ``program``: ``(ops, constants, mode, rescale_beta_c, stack, user moments)``
+    of a ``_tape.Program`` (the last: the compiled moments of its user activation,
+    ``activations.registry.compiled_user_function``)."""
+    _, constants, _, _, stack, _ = program
+    q_out, p_out, e_out, beta_c_out = out
+    for b in prange((params.shape[0] + BATCH - 1) // BATCH):
+        work = buffers(constants, stack)
+        values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
+        first, low = np.empty(BATCH), np.empty(BATCH)
+        start = b * BATCH
+        count = min(params.shape[0], start + BATCH) - start
+        load_batch(params, constants, start, count, values, q, p, e, s)
         for j in range(count):
-            if values[ALPHA_SA, j] > _FAST_GROWTH or values[ALPHA_MLP, j] > _FAST_GROWTH:
-                every = 0
+            q_out[start + j, 0] = q[j]
+            p_out[start + j, 0] = p[j]
+            e_out[start + j, 0] = e[j]
         for layer in range(depth):
-            run_program(ops, mode, table, work, count)
             for j in range(count):
-                b = bc[j]
-                if rescale_beta_c and b < np.inf:  # inf (collapsed tokens) stays inf
-                    b = b * s[j]
-                if first_layer and layer == 0:
-                    first[j] = b
-                low[j] = min(low[j], b)
-            if mode != NO_SCALE and ((layer & every) == every or layer == depth - 1):
-                for j in range(count):
-                    if (q[j] > _BIG or q[j] < _SMALL) and q[j] > 0.0 and q[j] < np.inf:
-                        mantissa, exponent = math.frexp(q[j])
-                        q[j] = mantissa
-                        p[j] = math.ldexp(p[j], -exponent)
-                        e[j] += exponent
-                        s[j] = scale_factor(e[j])
-
-    def jit(sweep):
-        return njit(cache=cache, parallel=True, **JIT_OPTIONS)(specialised(sweep, tag))
-
-    @jit
-    def trajectories(program, params, depth, table, out):
-        """Whole trajectories into ``out = (q, p, log2 scale, beta_c)``: (n, depth + 1) three times and
-        (n, depth). ``program``: ``(ops, constants, mode, rescale_beta_c, stack)`` of a ``_tape.Program``."""
-        _, constants, _, _, stack = program
-        q_out, p_out, e_out, beta_c_out = out
-        for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-            work = buffers(constants, stack)
-            values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
-            first, low = np.empty(BATCH), np.empty(BATCH)
-            start = b * BATCH
-            count = min(params.shape[0], start + BATCH) - start
-            load_batch(params, constants, start, count, values, q, p, e, s)
-            for j in range(count):
-                q_out[start + j, 0] = q[j]
-                p_out[start + j, 0] = p[j]
-                e_out[start + j, 0] = e[j]
-            for layer in range(depth):
-                for j in range(count):
-                    low[j] = np.inf
-                advance(program, table, work, first, low, count, False, 1)
-                for j in range(count):
-                    q_out[start + j, layer + 1] = q[j]
-                    p_out[start + j, layer + 1] = p[j]
-                    e_out[start + j, layer + 1] = e[j]
-                    beta_c_out[start + j, layer] = low[j]
-
-    @jit
-    def final_states(program, params, depth, table, out):
-        """Final q, p, the first/smallest beta_c and the log2 scale of every row, into ``out`` (n, 5)."""
-        _, constants, _, _, stack = program
-        for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-            work = buffers(constants, stack)
-            values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
-            first, low = np.empty(BATCH), np.empty(BATCH)
-            start = b * BATCH
-            count = min(params.shape[0], start + BATCH) - start
-            load_batch(params, constants, start, count, values, q, p, e, s)
-            for j in range(count):
-                first[j] = np.inf
                 low[j] = np.inf
-            advance(program, table, work, first, low, count, True, depth)
+            advance(program, table, work, first, low, count, False, 1)
             for j in range(count):
-                out[start + j, 0] = q[j]
-                out[start + j, 1] = p[j]
-                out[start + j, 2] = first[j]
-                out[start + j, 3] = low[j]
-                out[start + j, 4] = e[j]
+                q_out[start + j, layer + 1] = q[j]
+                p_out[start + j, layer + 1] = p[j]
+                e_out[start + j, layer + 1] = e[j]
+                beta_c_out[start + j, layer] = low[j]
 
-    @jit
-    def min_alpha(program, params, depth, search, table, out):
-        """Smallest alpha_sa with final rho <= threshold per row, by bisection (``out``, n).
+@njit(cache=CACHE, parallel=True, **JIT_OPTIONS)
+def final_states(program, params, depth, table, out):
+    """Final q, p, the first/smallest beta_c and the log2 scale of every row, into ``out`` (n, 5)."""
+    _, constants, _, _, stack, _ = program
+    for b in prange((params.shape[0] + BATCH - 1) // BATCH):
+        work = buffers(constants, stack)
+        values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
+        first, low = np.empty(BATCH), np.empty(BATCH)
+        start = b * BATCH
+        count = min(params.shape[0], start + BATCH) - start
+        load_batch(params, constants, start, count, values, q, p, e, s)
+        for j in range(count):
+            first[j] = np.inf
+            low[j] = np.inf
+        advance(program, table, work, first, low, count, True, depth)
+        for j in range(count):
+            out[start + j, 0] = q[j]
+            out[start + j, 1] = p[j]
+            out[start + j, 2] = first[j]
+            out[start + j, 3] = low[j]
+            out[start + j, 4] = e[j]
 
-        Assumes the final cosine does not increase with alpha_sa. 0 when alpha_sa = 0 already
-        satisfies the threshold, +inf when alpha_max does not. The cells of a batch bisect in
-        lock-step for ``iterations`` halvings (bracket width ``alpha_max / 2**iterations``); ``search`` is
-        ``(threshold, alpha_max, iterations)``."""
-        _, constants, _, _, stack = program
-        threshold, alpha_max, iterations = search
-        for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-            work = buffers(constants, stack)
-            values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
-            first, low_bc = np.empty(BATCH), np.empty(BATCH)
-            low, high, trial, at_zero = np.empty(BATCH), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH)
-            start = b * BATCH
-            count = min(params.shape[0], start + BATCH) - start
-            # pass 0 at alpha_sa = 0, pass 1 at alpha_max, then the bisection's midpoints
-            for stage in range(iterations + 2):
-                for j in range(count):
-                    if stage == 0:
-                        low[j] = 0.0
-                        high[j] = alpha_max
-                        trial[j] = 0.0
-                    elif stage == 1:
-                        trial[j] = alpha_max
-                    else:
-                        trial[j] = 0.5 * (low[j] + high[j])
-                load_batch(params, constants, start, count, values, q, p, e, s)
-                for j in range(count):
-                    values[ALPHA_SA, j] = trial[j]
-                    first[j] = np.inf
-                    low_bc[j] = np.inf
-                advance(program, table, work, first, low_bc, count, True, depth)
-                for j in range(count):
-                    below = p[j] / q[j] <= threshold
-                    if stage == 0:
-                        at_zero[j] = 1.0 if below else 0.0
-                    elif stage == 1:
-                        if at_zero[j] == 1.0:
-                            out[start + j] = 0.0
-                        elif not below:
-                            out[start + j] = np.inf
-                        else:
-                            out[start + j] = -1.0  # to be bisected
-                    elif below:
-                        high[j] = trial[j]
-                    else:
-                        low[j] = trial[j]
+@njit(cache=CACHE, parallel=True, **JIT_OPTIONS)
+def min_alpha(program, params, depth, search, table, out):
+    """Smallest alpha_sa with final rho <= threshold per row, by bisection (``out``, n).
+
+    Assumes the final cosine does not increase with alpha_sa. 0 when alpha_sa = 0 already
+    satisfies the threshold, +inf when alpha_max does not. The cells of a batch bisect in
+    lock-step for ``iterations`` halvings (bracket width ``alpha_max / 2**iterations``); ``search`` is
+    ``(threshold, alpha_max, iterations)``."""
+    _, constants, _, _, stack, _ = program
+    threshold, alpha_max, iterations = search
+    for b in prange((params.shape[0] + BATCH - 1) // BATCH):
+        work = buffers(constants, stack)
+        values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
+        first, low_bc = np.empty(BATCH), np.empty(BATCH)
+        low, high, trial, at_zero = np.empty(BATCH), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH)
+        start = b * BATCH
+        count = min(params.shape[0], start + BATCH) - start
+        # pass 0 at alpha_sa = 0, pass 1 at alpha_max, then the bisection's midpoints
+        for stage in range(iterations + 2):
             for j in range(count):
-                if out[start + j] < 0.0:
-                    out[start + j] = high[j]
+                if stage == 0:
+                    low[j] = 0.0
+                    high[j] = alpha_max
+                    trial[j] = 0.0
+                elif stage == 1:
+                    trial[j] = alpha_max
+                else:
+                    trial[j] = 0.5 * (low[j] + high[j])
+            load_batch(params, constants, start, count, values, q, p, e, s)
+            for j in range(count):
+                values[ALPHA_SA, j] = trial[j]
+                first[j] = np.inf
+                low_bc[j] = np.inf
+            advance(program, table, work, first, low_bc, count, True, depth)
+            for j in range(count):
+                below = p[j] / q[j] <= threshold
+                if stage == 0:
+                    at_zero[j] = 1.0 if below else 0.0
+                elif stage == 1:
+                    if at_zero[j] == 1.0:
+                        out[start + j] = 0.0
+                    elif not below:
+                        out[start + j] = np.inf
+                    else:
+                        out[start + j] = -1.0  # to be bisected
+                elif below:
+                    high[j] = trial[j]
+                else:
+                    low[j] = trial[j]
+        for j in range(count):
+            if out[start + j] < 0.0:
+                out[start + j] = high[j]
 
-    return trajectories, final_states, min_alpha
 
 
-#: The interpreter of every program with built-in activations: compiled once, kept on disk.
-ENGINE = _make_engine(no_user_moments, CACHE, "engine")
-
-
-@functools.lru_cache(maxsize=None)
-def _user_engine(code):
-    return _make_engine(activation_spec(code).moments, False, f"engine_user{code}")
-
-
-def engine_for(program):
-    """The sweeps ``(trajectories, final_states, min_alpha)`` that run ``program``: :data:`ENGINE`, or
-    for a program with a user-registered activation an interpreter made for it (per process)."""
-    return ENGINE if program.cacheable else _user_engine(program.user_activation)
+#: The interpreter of every program, of every architecture and activation: plain module-level functions,
+#: compiled once and kept on disk (numba keys the cache on this file and each sweep's bytecode; no closure).
+ENGINE = (trajectories, final_states, min_alpha)

@@ -50,7 +50,8 @@ import numpy as np
 
 from ..components.base import Component
 from ..rem import cross_overlap_table, participation_table
-from ._engine import SCALE_EXPONENT, engine_for
+from ..activations.registry import compiled_user_function
+from ._engine import ENGINE, SCALE_EXPONENT
 from ._tape import COLUMNS, PARAMS, lower
 
 QK_NORM_DIM, Q0, P0 = (PARAMS.index(name) for name in ("qk_norm_dim", "q0", "p0"))
@@ -82,8 +83,9 @@ class Kernels(NamedTuple):
     columns : tuple of str
         The :data:`COLUMNS` the tree reads (the others are ignored).
     cacheable : bool
-        Whether the interpreter that runs the tree is the one kept on disk (False with a
-        user-registered activation: an interpreter compiled for it in this process).
+        Whether the interpreter that runs the tree is the one kept on disk: always True (a tree
+        with a user-registered activation passes its moments, compiled on their own, to the same
+        sweeps).
     program : remprop.theory.kernels._tape.Program
         The lowered tree.
     """
@@ -124,7 +126,7 @@ def kernels_for(tree) -> Kernels:
         Sweeps over rows packed as :data:`PARAMS`. Two trees with the same
         :meth:`~remprop.theory.components.Component.kernel_key` (the same structure, columns and
         constants; only whether T is finite, not T) share them. The interpreter is compiled once and
-        kept on disk; a tree with a user-registered activation runs in one compiled for it.
+        kept on disk, for every tree (a user-registered activation's moments are compiled on their own).
     """
     if not isinstance(tree, Component):
         raise ValueError(f"tree must be a component (remprop.theory.components), got {tree!r}")
@@ -135,9 +137,10 @@ def kernels_for(tree) -> Kernels:
 
 
 def _kernels(program):
-    trajectories, final_states, min_alpha = engine_for(program)
+    trajectories, final_states, min_alpha = ENGINE
     finite, columns = program.finite, program.columns
-    head = (program.ops, program.constants, program.mode, program.rescale_beta_c, program.stack)  # one argument
+    head = (program.ops, program.constants, program.mode, program.rescale_beta_c, program.stack,  # one argument
+            compiled_user_function(program.user_activation, "moments"))
 
     def checked(params, table):
         if params.ndim != 2 or params.shape[1] != len(PARAMS):
@@ -178,7 +181,7 @@ def _kernels(program):
     run_trajectories.__doc__, run_final_states.__doc__, run_min_alpha_bisection.__doc__ = (
         function.__doc__ for function in (trajectories, final_states, min_alpha))
     return Kernels(run_trajectories, run_final_states, run_min_alpha_bisection, finite, columns,
-                   program.cacheable, program)
+                   True, program)
 
 
 def packed_table(seq_len):

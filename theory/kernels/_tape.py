@@ -85,8 +85,8 @@ class Program(NamedTuple):
     columns : tuple of str
         The :data:`COLUMNS` the program reads.
     user_activation : int
-        The code of a user-registered activation the program's MLPs use (-1: none; such a
-        program runs in an interpreter compiled for that activation, per process).
+        The code of a user-registered activation the program's MLPs use (-1: none; its moments
+        are compiled on their own and passed to the sweeps, ``activations.registry.compiled_user_function``).
     """
 
     ops: np.ndarray
@@ -97,11 +97,6 @@ class Program(NamedTuple):
     finite: bool
     columns: tuple
     user_activation: int = -1
-
-    @property
-    def cacheable(self) -> bool:
-        """Whether the interpreter that runs it is compiled once and kept on disk (no user activation)."""
-        return self.user_activation < 0
 
 
 class Tape:

@@ -14,9 +14,10 @@ The parts (:data:`PARTS`), each run in its own process, up to ``--jobs`` side by
 * ``check`` -- ``remprop check`` of ``bert-base`` and ``gpt2``: what a check compiles beside the
   engine (the causal Gram state's loops) and the tables and font list it reads.
 
-Python's bytecode is written first (:func:`write_bytecode`): ``make install`` installs without it
-(half a minute quicker), and every process would otherwise compile numba's and scipy's modules
-again on import (about 1.2 s).
+The engine's disk cache does not depend on how remprop was loaded: its sweeps are module-level
+functions without closures, which numba keys on their file's text and bytecode, the same from the
+source or a ``.pyc`` (tests/test_cold_start.py). Python's own bytecode is written by the first process
+that imports a module, as usual.
 
 ``--background`` starts the parts in a detached process and returns at once (its output goes
 to ``precompile.log`` in remprop's cache folder, :func:`remprop.cache.cache_directory`); a command started meanwhile compiles what
@@ -33,7 +34,7 @@ import time
 from ..converters import count
 from ..errors import CommandLineError
 
-__all__ = ["DEFAULT_PARTS", "PARTS", "PART_SECONDS", "add_precompile_parser", "run_precompile", "precompile_parts", "write_bytecode"]
+__all__ = ["DEFAULT_PARTS", "PARTS", "PART_SECONDS", "add_precompile_parser", "run_precompile", "precompile_parts"]
 
 #: Part -> the ``remprop`` command lines it runs ("{out}" is a temporary folder).
 PARTS = {
@@ -103,8 +104,6 @@ def precompile_parts(parts, jobs=None, log=sys.stderr, threads=None):
     if unknown:
         raise ValueError(f"parts must be among {', '.join(PARTS)}, got {', '.join(map(repr, unknown))}")
     jobs = max(1, int(jobs or os.cpu_count() or 1))
-    write_bytecode()
-    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
     def run(part, out):
         start = time.perf_counter()
@@ -112,7 +111,7 @@ def precompile_parts(parts, jobs=None, log=sys.stderr, threads=None):
             words = [word.format(out=out) for word in line] + ([] if threads is None else ["--threads", str(threads)])
             done = subprocess.run([sys.executable, "-m", "remprop", *words],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True, env=environment)
+                                  text=True)
             if done.returncode != 0:
                 error = done.stderr.strip().splitlines()
                 status = f"failed: remprop {' '.join(line[:2])}: {error[-1] if error else done.returncode}"
@@ -129,20 +128,6 @@ def precompile_parts(parts, jobs=None, log=sys.stderr, threads=None):
         return {part: future.result() for part, future in futures.items()}
 
 
-def write_bytecode():
-    """Byte-compile every module of remprop (its sub-packages may sit in separate folders: an
-    editable install), where the files are missing or stale; unwritable folders are skipped."""
-    import compileall
-    import importlib.util
-
-    folders = set()
-    for name in ("remprop", "remprop.theory", "remprop.diagrams", "remprop.validation"):
-        spec = importlib.util.find_spec(name)
-        folders.update(spec.submodule_search_locations or () if spec is not None else ())
-    for folder in sorted(folders):
-        compileall.compile_dir(folder, quiet=2, workers=1)
-
-
 def run_precompile(args) -> int:
     """Compile the kernels of the named parts (by default those of the commands users run first); 0 when every
     part ran."""
@@ -150,7 +135,6 @@ def run_precompile(args) -> int:
 
     parts = list(args.parts) or list(DEFAULT_PARTS)
     if args.background:
-        write_bytecode()  # before returning: a command started meanwhile loads remprop from bytecode, as the parts do
         folder = cache_directory()
         log = folder / "precompile.log"
         command = [sys.executable, "-m", "remprop", "precompile", *parts]
