@@ -57,8 +57,7 @@ from .gradients import (
     query_gradient_norm,
     scaled_query_gradient_norm,
 )
-from ._causal_gram import gram_width
-from .causal import CausalGramTrajectory, last_tokens_cosine, propagate_causal, propagate_causal_gram
+from .causal import CausalGramTrajectory, gram_width, last_tokens_cosine, propagate_causal, propagate_causal_gram
 from .gram_state import GramTrajectory, propagate_gram, simplex_distance
 from .models import ModelSpec, load_hf_config, model_spec, shipped_configs
 

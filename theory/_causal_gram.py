@@ -270,16 +270,6 @@ def finite_width(arch, width, method):
     return width, int(head_dim)
 
 
-def gram_width(arch, width):
-    """The width at which the causal Gram state of a model of stream width ``width`` runs (the ``width``
-    argument of :func:`~remprop.theory.propagate_causal_gram`): ``width`` where a head's query and key
-    directions are two of its ``d`` (``2 d_H <= d``, docs/theory.md section 8.2), else None (one head
-    spanning the stream: the infinite-width law). ``d_H`` as :func:`finite_width` reads it."""
-    width = check_count("width", width, 1)
-    head_dim = arch.head_dim if arch.head_dim is not None else width // arch.heads
-    return width if width >= 2 * head_dim and (arch.head_dim is not None or width % arch.heads == 0) else None
-
-
 def _last_tokens(g, last):
     """(q, p, mean pair cosine) of the last ``last`` tokens of ``g``."""
     sub = g[-last:, -last:]

@@ -30,16 +30,11 @@ whole causal Gram matrix instead (docs/theory.md sections 8, 8.1 and 17; by defa
 norms (:func:`pair_moment`), a finite width (section 8.2). :func:`choose_causal_theory` is the rule of ``remprop check
 --causal-theory`` between the maps and the Gram state.
 
-Attention masks (``window``, :mod:`remprop.theory.attention_masks`: sliding windows, chunks, a
-bidirectional prefix): row t of a windowed layer sees its last ``min(t, w)`` keys, of a chunked one
-``((t - 1) mod c) + 1``, a prefix row P; the maps read the REM of that many keys (cross-overlap one over
-it), the Gram state masks the scores.
-QK-norm: each row's beta at the state it sees, ``Architecture.effective_beta(beta, q=q, p=p)``.
-
-Rotary positions (``arch.positions == "rope"``): row t sees its t keys through the rotary
-correlation ``c(m - l)``, so its REM reads ``p cbar_t`` in place of ``p`` (the mean pair correlation of
-t keys, :func:`~remprop.theory.rem.causal.causal_rope_correlation`), ``x_t = beta sqrt(q (q - p cbar_t))``,
-while the values (not rotated) keep ``p`` and the cross-overlap stays ``1/t``.
+Attention masks (``window``, :mod:`remprop.theory.attention_masks`): a row of a windowed layer sees its
+last ``min(t, w)`` keys, of a chunked one ``((t - 1) mod c) + 1``, a prefix row P; the maps read the REM of
+that many keys, the Gram state masks the scores. QK-norm: each row's beta at the state it sees
+(``Architecture.effective_beta``). RoPE: row t's REM reads ``p cbar_t`` in place of ``p``
+(:func:`~remprop.theory.rem.causal.causal_rope_correlation`); the values keep ``p``.
 
 References
 ----------
@@ -69,7 +64,7 @@ from .rem.causal import causal_rope_correlation
 __all__ = ["row_rope_correlation", "CausalTrajectory", "propagate_causal", "last_tokens_cosine",
            "CausalGramTrajectory", "propagate_causal_gram", "causal_gram_support_problem", "causal_gram_flops",
            "pair_moment", "PAIR_HALF_NODES", "choose_causal_theory", "AUTO_GRAM_FLOPS", "CAUSAL_THEORIES",
-           "LAST_TOKENS", "compared_last_tokens", "MAX_GRAM_SEQ_LEN", "CAUSAL_GRAM_METHODS"]
+           "LAST_TOKENS", "compared_last_tokens", "MAX_GRAM_SEQ_LEN", "CAUSAL_GRAM_METHODS", "gram_width"]
 
 #: Late tokens that follow the encoder maps: the last 50 of T = 512 (docs/theory.md section 8).
 LAST_TOKENS = 50
@@ -317,10 +312,6 @@ def pair_moment(activation, var_a, var_b, cov):
     cov : array_like
         Covariance, ``|cov| <= sqrt(var_a var_b)`` (clipped there: rounding).
 
-    Returns
-    -------
-    ndarray
-
     References
     ----------
     Trefethen & Weideman, SIAM Review 56, 385 (2014); docs/theory.md section 8.
@@ -462,6 +453,15 @@ def causal_gram_support_problem(arch: Architecture):
     if not arch.norm.has_norm:
         probe = probe.replace(activation="relu")   # an MLP at unequal norms: pair_moment's quadrature
     return _gram.gram_support_problem(probe)
+
+
+def gram_width(arch, width):
+    """The ``width`` of :func:`propagate_causal_gram` for a model of stream width ``width``: itself where a head's
+    query and key directions are two of its d (``2 d_H <= d``, ``d_H = arch.head_dim`` or ``width / heads``;
+    docs/theory.md section 8.2), else None (one head spanning the stream: the infinite-width law)."""
+    width = check_count("width", width, 1)
+    head_dim = arch.head_dim if arch.head_dim is not None else width // arch.heads
+    return width if width >= 2 * head_dim and (arch.head_dim is not None or width % arch.heads == 0) else None
 
 
 def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=None,
