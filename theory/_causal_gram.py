@@ -12,7 +12,7 @@ import numpy as np
 from . import _gram_in_place as _in_place
 from . import gram_state as _gram
 from .activations import activation_spec, dense_core, moments_array
-from .activations.pair_moments import PAIR_HALF_NODES, TABLE_SPREAD, pair_grid, pair_moment, pair_moments_table
+from .activations.pair_moments import PAIR_HALF_NODES, TABLE_SPREAD, pair_grid, pair_moment
 from .components import MLP, Dense, Serial
 from .attention_masks import causal_window_mask, layer_window
 from ._fast_gram_attention import fast_attention_gram
@@ -59,7 +59,7 @@ class _CausalGramWalker(_gram._GramWalker):
         self.norm_eps = float(norm_eps)
         #: The sliding window of the layer walked (None: the full causal mask), set per layer.
         self.window = None
-        self._masks = {}
+        self._mask_of = (None, None)   # ((t, window), its causal_window_mask): see _mask
 
     def parallel(self, comp, g):
         # x -> alpha x + sum_i F_i(x): independent branches, their Gram matrices add (section 19)
@@ -119,8 +119,7 @@ class _CausalGramWalker(_gram._GramWalker):
             if out is not None:
                 return out
         diag = np.diag(g)
-        if 0 < np.ptp(diag) <= self.EQUAL_NORMS * diag.max():
-            # equal norms up to rounding (norm="none" with branch norms: every token q0 + k)
+        if self._equal_up_to_rounding(diag):
             g = g.copy()
             np.fill_diagonal(g, diag.mean())
             diag = np.diag(g)
@@ -131,11 +130,8 @@ class _CausalGramWalker(_gram._GramWalker):
         spec = activation_spec(comp.activation)
         rows = np.broadcast_to(diag[:, None], g.shape)
 
-        def moments(q1, p1):
+        def moments(q1, p1):   # (the fast method's table, :meth:`_fast_mlp`, took the narrower spreads)
             m2 = np.broadcast_to(moments_array(spec.code, np.diag(q1), np.diag(q1))[0][:, None], q1.shape)
-            if self.fast and np.ptp(np.log(np.diag(q1))) <= TABLE_SPREAD:
-                # the quadrature on a grid of variances and correlations, interpolated: O(T^2)
-                return m2, pair_moments_table(comp.activation, np.diag(q1), p1)
             upper = np.triu_indices(q1.shape[0])
             m11 = np.empty(q1.shape)
             m11[upper] = pair_moment(comp.activation, q1[upper], q1.T[upper], p1[upper])
@@ -147,13 +143,18 @@ class _CausalGramWalker(_gram._GramWalker):
         np.fill_diagonal(g_out, np.diag(q_out))
         return g_out
 
+    def _equal_up_to_rounding(self, diag):
+        """Whether the token norms ``diag`` differ by rounding only (norm="none" with branch norms: every
+        token ``q0 + k``), so that an MLP takes them as one."""
+        return 0 < np.ptp(diag) <= self.EQUAL_NORMS * diag.max()
+
     def _fast_mlp(self, comp, g, overwrite):
         """The MLP on ``g`` by the pair-moment table (``_gram_in_place.mlp_pairs``), the diagonal by the
         component's own maps per token; None where the token variances spread wider than the table's
         ``TABLE_SPREAD`` (then :meth:`mlp` takes the per-pair quadrature)."""
         diag = np.diag(g).copy()
-        if 0 < np.ptp(diag) <= self.EQUAL_NORMS * diag.max():
-            diag[:] = diag.mean()   # equal norms up to rounding (norm="none" with branch norms)
+        if self._equal_up_to_rounding(diag):
+            diag[:] = diag.mean()
         sigma_w2, sigma_b2 = float(comp.sigma_w2), float(comp.sigma_b2)
         q1 = dense_core(diag, diag, sigma_w2, sigma_b2)[0]
         if np.ptp(np.log(q1)) > TABLE_SPREAD:
@@ -215,10 +216,9 @@ class _CausalGramWalker(_gram._GramWalker):
 
     def _mask(self, t):
         """``causal_window_mask(t, self.window)``, kept for the layers that share the window (one per walk)."""
-        key = (t, self.window)
-        if self._masks.get("key") != key:
-            self._masks = {"key": key, "seen": causal_window_mask(t, self.window)}
-        return self._masks["seen"]
+        if self._mask_of[0] != (t, self.window):
+            self._mask_of = ((t, self.window), causal_window_mask(t, self.window))
+        return self._mask_of[1]
 
     def attention(self, comp, g):
         if comp.gain_controlled:
@@ -248,6 +248,14 @@ class _CausalGramWalker(_gram._GramWalker):
         return float(comp.sigma_v2) * 0.5 * (total + total.T) + float(comp.sigma_b2)
 
 
+def head_width(arch, width):
+    """A head's ``d_H`` at the stream width ``width``: ``arch.head_dim``, else ``width / heads`` (None where
+    ``heads`` does not divide ``width``)."""
+    if arch.head_dim is not None:
+        return int(arch.head_dim)
+    return width // arch.heads if width % arch.heads == 0 else None
+
+
 def finite_width(arch, width, method):
     """``(d, d_H)`` of a causal Gram state at the stream width ``width`` (None: infinite width, None
     returned): ``d_H`` the architecture's ``head_dim``, else ``width / heads``; ``d >= 2 d_H`` (a head's
@@ -258,12 +266,10 @@ def finite_width(arch, width, method):
     if method != "fast":
         raise ValueError("width needs method='fast': the exact method is the infinite-width law "
                          "(docs/theory.md section 8.2)")
-    head_dim = arch.head_dim
+    head_dim = head_width(arch, width)
     if head_dim is None:
-        if width % arch.heads:
-            raise ValueError(f"width must be a multiple of heads ({arch.heads}) when arch.head_dim is None, "
-                             f"got {width}")
-        head_dim = width // arch.heads
+        raise ValueError(f"width must be a multiple of heads ({arch.heads}) when arch.head_dim is None, "
+                         f"got {width}")
     if width < 2 * head_dim:
         raise ValueError(f"width must be at least 2 head_dim = {2 * head_dim} (a head's query and key directions), "
                          f"got {width}")

@@ -460,8 +460,8 @@ def gram_width(arch, width):
     query and key directions are two of its d (``2 d_H <= d``, ``d_H = arch.head_dim`` or ``width / heads``;
     docs/theory.md section 8.2), else None (one head spanning the stream: the infinite-width law)."""
     width = check_count("width", width, 1)
-    head_dim = arch.head_dim if arch.head_dim is not None else width // arch.heads
-    return width if width >= 2 * head_dim and (arch.head_dim is not None or width % arch.heads == 0) else None
+    head_dim = _causal_gram.head_width(arch, width)
+    return width if head_dim is not None and width >= 2 * head_dim else None
 
 
 def propagate_causal_gram(arch: Architecture, beta, depth, seq_len, q0=1.0, rho0=0.0, *, last=None,
