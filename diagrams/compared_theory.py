@@ -8,11 +8,16 @@ its phase, final cosine, ``alpha*(L)``, collapse depth and the effect of each ch
 :data:`~remprop.theory.causal.AUTO_GRAM_FLOPS`, else the per-position maps
 (:func:`~remprop.theory.causal.last_tokens_cosine`) -- and reports the layer maps beside it.
 
-The work of that verdict is counted before it runs (:func:`verdict_gram_layers`): the model
-through ``COMFORTABLE_MARGINS["collapse_depth_ratio"]`` times its depth (its trajectory and the
-collapse depth the graded verdict asks about), the ``alpha*`` search (:data:`GRAM_ALPHA_RUNS` runs
-of the model's depth, a root search from the per-position maps' ``alpha*``) and the changes
-(:data:`GRAM_CHANGE_RUNS` runs).
+The work of that verdict is counted before it runs, in two parts under the one bound
+:data:`~remprop.theory.causal.AUTO_GRAM_FLOPS`: the headline (:func:`headline_gram_layers`: the
+model through ``COMFORTABLE_MARGINS["collapse_depth_ratio"]`` times its depth, its trajectory, phase,
+final cosine and the collapse depth the graded verdict asks about), which decides
+:func:`last_tokens_theory`; and with it the margins (:func:`verdict_gram_layers`: the ``alpha*``
+search, :data:`GRAM_ALPHA_RUNS` runs of the model's depth, a root search from the per-position
+maps' ``alpha*``, and the changes, :data:`GRAM_CHANGE_RUNS` runs), which decide
+:func:`margins_theory`. A full-size decoder at T = 2048 affords the first and not always the
+second: its headline is the Gram state's, its ``alpha*`` and changes the per-position maps', and
+the report says so.
 """
 from __future__ import annotations
 
@@ -28,7 +33,8 @@ from remprop.theory.causal import (AUTO_GRAM_FLOPS, causal_gram_support_problem,
 
 from .residual_strength import ALPHA_MAX
 
-__all__ = ["CausalVerdictTheory", "last_tokens_theory", "verdict_gram_layers", "CAUSAL_THEORY_LABELS",
+__all__ = ["CausalVerdictTheory", "last_tokens_theory", "margins_theory", "headline_gram_layers", "verdict_gram_layers",
+           "CAUSAL_THEORY_LABELS",
            "GRAM_DRAWS", "GRAM_ALPHA_RUNS", "GRAM_CHANGE_RUNS", "COLLAPSE_SEARCH_RATIO"]
 
 #: Monte Carlo draws per attention layer of the causal Gram state of a diagnosis.
@@ -47,22 +53,31 @@ GRAM_CHANGE_RUNS = 3
 COLLAPSE_SEARCH_RATIO = 2
 
 
+def headline_gram_layers(depth, max_depth) -> int:
+    """Layers of causal Gram state of a diagnosis' headline (trajectory, phase, final cosine, collapse
+    depth): the model to ``min(max_depth, COLLAPSE_SEARCH_RATIO depth)``, at least its depth."""
+    return max(depth, min(max_depth, COLLAPSE_SEARCH_RATIO * depth))
+
+
 def verdict_gram_layers(depth, max_depth) -> int:
-    """Layers of causal Gram state that a diagnosis of a ``depth``-layer model runs: the model to
-    ``min(max_depth, COLLAPSE_SEARCH_RATIO depth)`` (at least its depth) and
-    ``GRAM_ALPHA_RUNS + GRAM_CHANGE_RUNS`` runs of its depth."""
-    return max(depth, min(max_depth, COLLAPSE_SEARCH_RATIO * depth)) + (GRAM_ALPHA_RUNS + GRAM_CHANGE_RUNS) * depth
+    """Layers of causal Gram state of a whole diagnosis of a ``depth``-layer model: the headline
+    (:func:`headline_gram_layers`) and ``GRAM_ALPHA_RUNS + GRAM_CHANGE_RUNS`` runs of its depth
+    (``alpha*`` and the changes)."""
+    return headline_gram_layers(depth, max_depth) + (GRAM_ALPHA_RUNS + GRAM_CHANGE_RUNS) * depth
 
 
 def last_tokens_theory(spec, choice="auto", draws=GRAM_DRAWS, max_depth=None):
-    """Which theory judges a causal model in :func:`~remprop.diagrams.diagnose`, and why.
+    """Which theory judges a causal model in :func:`~remprop.diagrams.diagnose` (its last tokens'
+    trajectory, phase, final cosine and collapse depth), and why.
 
-    The causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram`: each late row
-    with its true keys, docs/theory.md section 8; docs/real_models.md section 5.4 measures it
-    against the real modules) where it can run the model and the whole verdict is affordable, else
-    the per-position maps: :func:`~remprop.theory.causal.choose_causal_theory` at the model's
-    architecture and T over the verdict's layers (:func:`verdict_gram_layers`; ``"auto"``: the Gram
-    state up to :data:`~remprop.theory.causal.AUTO_GRAM_FLOPS` floating-point operations).
+    The causal Gram state (:func:`~remprop.theory.causal.propagate_causal_gram` at the model's width,
+    :func:`~remprop.theory.gram_width`: each late row with its true keys, docs/theory.md sections 8 and
+    8.2; docs/real_models.md sections 5.4 and 5.6 measure it against the real modules) where it can
+    run the model and the headline is affordable, else the per-position maps:
+    :func:`~remprop.theory.causal.choose_causal_theory` at the model's architecture and T over the
+    headline's layers (:func:`headline_gram_layers`; ``"auto"``: the Gram state up to
+    :data:`~remprop.theory.causal.AUTO_GRAM_FLOPS` floating-point operations). The ``alpha*`` and the
+    changes follow :func:`margins_theory`.
 
     Parameters
     ----------
@@ -85,12 +100,33 @@ def last_tokens_theory(spec, choice="auto", draws=GRAM_DRAWS, max_depth=None):
             raise ValueError(f"causal_theory='gram': {spec.name} is not a causal model (its tokens follow the "
                              "layer maps)")
         return None
-    depth = spec.depth
-    layers = verdict_gram_layers(depth, COLLAPSE_SEARCH_RATIO * depth if max_depth is None else max_depth)
+    layers = headline_gram_layers(spec.depth, _searched(spec, max_depth))
+    return _choose(spec, layers, choice, draws, "the headline's")
+
+
+def margins_theory(spec, choice="auto", draws=GRAM_DRAWS, max_depth=None):
+    """Which theory gives a causal model's ``alpha*`` and the changes' effects in
+    :func:`~remprop.diagrams.diagnose`, and why: the causal Gram state where :func:`last_tokens_theory`
+    takes it and, under ``"auto"``, the whole verdict (:func:`verdict_gram_layers`) is within
+    :data:`~remprop.theory.causal.AUTO_GRAM_FLOPS`; else the per-position maps. Parameters and
+    return value as :func:`last_tokens_theory`."""
+    headline = last_tokens_theory(spec, choice, draws, max_depth)
+    if headline is None or headline[0] == "maps" or choice == "gram":
+        return headline
+    return _choose(spec, verdict_gram_layers(spec.depth, _searched(spec, max_depth)), choice, draws,
+                   "the whole verdict's (with alpha* and the changes)")
+
+
+def _searched(spec, max_depth):
+    return COLLAPSE_SEARCH_RATIO * spec.depth if max_depth is None else max_depth
+
+
+def _choose(spec, layers, choice, draws, what):
+    """:func:`~remprop.theory.causal.choose_causal_theory` over ``layers`` of the model at its width."""
     name, reason = choose_causal_theory(spec.architecture, layers, spec.seq_len, draws=draws, choice=choice,
-                                        budget=AUTO_GRAM_FLOPS)
+                                        budget=AUTO_GRAM_FLOPS, width=gram_width(spec.architecture, spec.width))
     if "floating-point operations" in reason:
-        reason += f" for the verdict's {layers} layers of Gram state ({layers / depth:.3g} x the depth)"
+        reason += f" for {what} {layers} layers of Gram state ({layers / spec.depth:.3g} x the depth)"
     return name, reason
 
 

@@ -31,12 +31,12 @@ from remprop.theory import (DEFAULT_THRESHOLD, ModelSpec, RunSettings, key_gradi
 from remprop.theory import softcap
 from remprop.theory.learning_rate import DEFAULT_STEPS
 from remprop.theory.models.measured_weights import ZERO_BETA
-from remprop.theory.causal import LAST_TOKENS, compared_last_tokens
+from remprop.theory.causal import LAST_TOKENS
 from remprop.theory.checks import check_count, check_depth
-from remprop.theory.work_estimates import spread_indices
 
-from .compared_theory import CAUSAL_THEORY_LABELS, GRAM_DRAWS, CausalVerdictTheory, last_tokens_theory
-from .learning_rate import lr_ceiling_summary, lr_line
+from .diagnosis_report import REPORT_LAYERS, report_text
+from .compared_theory import CAUSAL_THEORY_LABELS, GRAM_DRAWS, CausalVerdictTheory, last_tokens_theory, margins_theory
+from .learning_rate import lr_ceiling_summary
 from .phases import PHASE_LABELS, classify_phases
 from . import init_deviations, residual_strength
 
@@ -113,7 +113,8 @@ class Diagnosis:
         Critical beta deciding entropy collapse (first attention layer for post-LN,
         smallest over layers otherwise).
     alpha_star : float
-        Minimum ``alpha_sa`` that avoids rank collapse at this depth and beta, by :attr:`theory`.
+        Minimum ``alpha_sa`` that avoids rank collapse at this depth and beta, by :attr:`theory` (a causal
+        model: by ``margins_theory``).
     phase : str
         By :attr:`theory`: its final cosine against ``threshold``, ``beta`` against ``beta_critical``.
     collapse_depth : int or None
@@ -140,6 +141,9 @@ class Diagnosis:
         Why that theory: the work it takes, or why the Gram state cannot run.
     gram_draws : int or None
         Monte Carlo draws per attention layer of the Gram state (when it is used).
+    margins_theory, margins_reason : str or None
+        Causal models: the theory of ``alpha_star`` and of the changes, and why
+        (:func:`~remprop.diagrams.compared_theory.margins_theory`).
     lr_ceiling : dict or None
         The learning-rate ceiling (:func:`~remprop.diagrams.learning_rate.lr_ceiling_summary`).
     layer_maps : dict or None
@@ -174,6 +178,8 @@ class Diagnosis:
     last_tokens_theory: str | None = None
     last_tokens_reason: str | None = None
     gram_draws: int | None = None
+    margins_theory: str | None = None
+    margins_reason: str | None = None
     lr_ceiling: dict | None = None
     layer_maps: dict | None = None
     alpha_star_error: float = 0.0
@@ -281,6 +287,7 @@ class Diagnosis:
             "last_tokens_theory": self.last_tokens_theory,
             "last_tokens_theory_label": CAUSAL_THEORY_LABELS.get(self.last_tokens_theory),
             "last_tokens_theory_reason": self.last_tokens_reason, "gram_draws": self.gram_draws,
+            "margins_theory": self.margins_theory, "margins_theory_reason": self.margins_reason,
             "theory": self.theory, "final_rho": self.final_rho,
             "layer_maps": None if self.layer_maps is None else dict(self.layer_maps),
             "alpha_star_error": self.alpha_star_error,
@@ -295,97 +302,10 @@ class Diagnosis:
             **({} if self.init is None else {"init_deviations": self.init.to_dict()})}
 
     def report(self) -> str:
-        """A plain-text report: placement, per-layer cosine, gradients, recommended changes."""
-        s, a = self.spec, self.spec.architecture
-        lines = [f"model            {s.name} ({s.family}: {a.norm}-LN, {s.depth} layers, d = {s.width}, "
-                 f"d_ff = {s.d_ff}, {s.heads} heads, T = {s.seq_len}{', causal' if s.causal else ''})",
-                 f"initialisation   {s.initialisation}",
-                 f"query/key        beta = {s.beta:.4f}   beta_c = {self.beta_critical:.4f}   "
-                 f"beta / beta_c = {s.beta / self.beta_critical:.3f}   Y2(layer 1) = {self.y2_first:.4f}",
-                 f"skip             alpha_SA = {self.alpha_sa:g}   alpha*(L = {s.depth}) = {_num(self.alpha_star)}"
-                 + (f" (to {self.alpha_star_error:.2g})" if self.alpha_star_error > 0 else "")
-                 + f"   alpha_SA / alpha* = {self.margins['alpha_ratio']:.3g}" + self._beside("alpha_star")
-                 + ("" if self.init is None else self.init.skip_line()),
-                 f"phase            {self.phase} (final cosine {self.final_rho:.4f}, threshold {self.threshold:g})"
-                 + self._beside("phase"),
-                 f"verdict          {self.verdict['text']}",
-                 "collapse depth   " + _collapse_text(self.collapse_depth, self.max_depth) + self._beside("collapse"),
-                 f"query gradient   E|dS/dW_Q|^2 = {self.gradient_first:.4g} (layer 1), "
-                 f"{self.gradient_last:.4g} (layer {s.depth})" + (
-                     f"; falls {self.margins['gradient_decay']:.3g}x over the stack" if self.gradient_first > 0 else ""),
-                 f"key gradient     E|dS/dW_K|^2 = {self.key_gradient_first:.4g} (layer 1), "
-                 f"{self.key_gradient_last:.4g} (layer {s.depth})"]
-        if self.lr_ceiling is not None:
-            lines.append("lr ceiling       " + lr_line(self.lr_ceiling))
-        if self.layer_maps is not None:
-            lines.append(f"theory           alpha*, phase, collapse depth and changes by the {self.theory} of the "
-                         "last tokens (the theory compared with measurements); the layer maps, the diagram's, "
-                         "beside them")
-        lines.append("")
-        lines += self._cosine_lines()
-        lines += self._changes_lines()
-        return "\n".join(lines)
+        """A plain-text report: placement, per-layer cosine, gradients, recommended changes
+        (:func:`remprop.diagrams.diagnosis_report.report_text`)."""
+        return report_text(self)
 
-    def _beside(self, what) -> str:
-        """The layer maps' value beside the compared theory's, in a report line (causal models)."""
-        maps = self.layer_maps
-        if maps is None:
-            return ""
-        if what == "alpha_star":
-            return f"   (layer maps: {_num(maps['alpha_star'])})"
-        if what == "phase":
-            return f"   (layer maps: {maps['phase']}, {maps['final_rho']:.4f})"
-        return f"   (layer maps: {_collapse_text(maps['collapse_depth'], maps['max_depth'])})"
-
-    def _cosine_lines(self) -> list:
-        """The per-layer cosine of :meth:`report`; causal models with the last tokens' theory named."""
-        s = self.spec
-        lines = ["predicted cosine per layer (rho = p / q by the layer maps, the diagram's" + (
-            "; the verdict by the last tokens' theory)" if self.layer_maps is not None
-            else "; phase and alpha* from these layer maps)")]
-        gram = self.last_tokens_theory == "gram"
-        if self.rho_last_tokens is not None:
-            last = compared_last_tokens(s.seq_len)
-            lines.append(f"causal: mean over the last {last} positions by the "
-                         f"{CAUSAL_THEORY_LABELS[self.last_tokens_theory]}"
-                         + (f" ({self.gram_draws} draws per layer)" if gram else "")
-                         + f": {self.last_tokens_reason}")
-        layers = spread_indices(s.depth + 1, REPORT_LAYERS)
-        for layer in layers:
-            extra = ""
-            if self.rho_last_tokens is not None:
-                extra = f"   last {last}: {self.rho_last_tokens[layer]:.4f}"
-                if gram:
-                    extra += f"   (per-position maps {self.rho_last_tokens_maps[layer]:.4f})"
-            lines.append(f"  layer {layer:3d}   rho = {self.rho[layer]:.4f}   q = {self.q[layer]:.4g}{extra}")
-        if len(layers) < s.depth + 1:
-            lines.append(f"  ({len(layers)} of {s.depth + 1} layers shown, evenly spread; to_dict() and "
-                         "remprop check --json give all)")
-        return lines
-
-    def _changes_lines(self) -> list:
-        s = self.spec
-        lines = ["", "changes and their predicted effect"]
-        for change in self.changes:
-            lines.append(f"  - {change.name}: {change.action}")
-            lines.append(f"      -> final cosine {change.final_rho:.4f}, {change.phase}"
-                         + (f" ({change.theory})" if change.theory != self.theory else ""))
-        lines += ([] if self.init is None else self.init.lines(s.depth)) + ["", "assumptions the model breaks"]
-        lines += [f"  - {text}" for text in s.assumptions]
-        return lines
-
-
-#: Most layers :meth:`Diagnosis.report` prints (evenly spread, both ends included).
-REPORT_LAYERS = 1001
-
-
-def _collapse_text(depth, searched) -> str:
-    return (f"rank collapse sets in at layer {depth}" if depth is not None
-            else f"no rank collapse within {searched} layers")
-
-
-def _num(value) -> str:
-    return "inf (no alpha_SA up to the search bound)" if not math.isfinite(value) else f"{value:.4f}"
 
 
 def _verdict(run: RunSettings, source, **changes):
@@ -480,19 +400,21 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
     collapse_depth, searched = _collapse_depth(run, max_depth), max_depth
     chosen = last_tokens_theory(spec, causal_theory, gram_draws, max_depth)
     last_theory, last_reason = chosen if chosen is not None else (None, None)
-    theory = rho_last = rho_last_maps = layer_maps = None
+    margins_name, margins_reason = margins_theory(spec, causal_theory, gram_draws, max_depth) or (None, None)
+    theory = margin = rho_last = rho_last_maps = layer_maps = None
     if chosen is not None:  # a causal model: the verdict by its last tokens' theory, the layer maps beside
         layer_maps = {"final_rho": final_rho, "phase": phase, "alpha_star": alpha_star,
                       "collapse_depth": collapse_depth, "max_depth": max_depth}
         theory = CausalVerdictTheory(last_theory, spec, gram_draws)
         maps = CausalVerdictTheory("maps", spec)
+        margin = theory if margins_name == last_theory else maps   # alpha* and the changes
         rho_last, collapse_depth, searched = theory.trajectory(run, max_depth)
         rho_last_maps = rho_last if theory.name == "maps" else maps.cosine(run)
         final_rho = float(rho_last[-1])
         phase = _phase(beta, beta_c, final_rho, threshold)
         alpha_star, alpha_error = maps.alpha_star(run, float(rho_last_maps[-1]), math.nan)
-        if theory.name != "maps":
-            alpha_star, alpha_error = theory.alpha_star(run, final_rho, alpha_star)
+        if margin.name != "maps":
+            alpha_star, alpha_error = margin.alpha_star(run, final_rho, alpha_star)
 
     # attention inputs of the first and last layer (LayerNorm'd for pre-LN); every head
     # runs at the effective beta
@@ -526,7 +448,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
                               {"alpha_star": alpha_star}, verdict_theory))
     elif phase == "rank-collapse":
         alpha = ALPHA_MARGIN * alpha_star
-        rho_a, phase_a, by = _judge(run, source, theory, arch=arch.replace(alpha_sa=alpha))
+        rho_a, phase_a, by = _judge(run, source, margin, arch=arch.replace(alpha_sa=alpha))
         changes.append(Change(
             "skip scaling", f"scale the attention skip path to alpha_SA = {alpha:.3f} ({ALPHA_MARGIN:g} alpha*): "
             f"x -> {alpha:.3f} x + SA(x), or equivalently the attention branch by 1/{alpha:.3f}",
@@ -548,7 +470,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
         # a layer-1 gradient that underflows to 0 (initializer_range ~ 1e-150): the factor is unbounded
         factor = gradient_b / gradient_first if gradient_first > 0 else math.inf
         changes.append(_query_key_change(spec, beta, target, beta_c, inputs[2], factor,
-                                         _judge(run, source, theory, beta=target)))
+                                         _judge(run, source, margin, beta=target)))
     # 3. LayerNorm placement
     other = arch.norm.other.value
     norm_name = arch.norm_type.title
@@ -561,12 +483,12 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
                               f"(its map holds at {' and '.join(arch.norm_type.kind.placements)} only)", final_rho,
                               phase, {"norm": arch.norm}, verdict_theory))
     else:
-        rho_n, phase_n, by = _judge(run, source, theory, arch=arch.replace(norm=other))
+        rho_n, phase_n, by = _judge(run, source, margin, arch=arch.replace(norm=other))
         changes.append(Change("LayerNorm placement",
                               f"move {norm_name} to {other}-{arch.norm_type.short}",
                               rho_n, phase_n, {"norm": other}, by))
     # 4. gain-controlled attention
-    rho_g, phase_g, by = _judge(run, source, theory, arch=arch.replace(attention="gain-controlled"))
+    rho_g, phase_g, by = _judge(run, source, margin, arch=arch.replace(attention="gain-controlled"))
     changes.append(Change("gain-controlled attention",
                           "subtract the sequence mean of the attention output (gain-controlled attention)",
                           rho_g, phase_g, {"attention": "gain-controlled"}, by))
@@ -577,6 +499,7 @@ def diagnose(spec, threshold=DEFAULT_THRESHOLD, *, max_depth=MAX_COLLAPSE_DEPTH,
                      gradient_last=gradient_last, key_gradient_first=key_first, key_gradient_last=key_last,
                      changes=tuple(changes), rho_last_tokens_maps=rho_last_maps, last_tokens_theory=last_theory,
                      last_tokens_reason=last_reason, gram_draws=gram_draws if last_theory == "gram" else None,
+                     margins_theory=margins_name, margins_reason=margins_reason,
                      lr_ceiling=lr_ceiling_summary(spec, check_count("lr_steps", lr_steps), lr=lr, recipe=recipe),
                      layer_maps=layer_maps, alpha_star_error=alpha_error, init=init)
 

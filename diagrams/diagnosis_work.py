@@ -13,12 +13,13 @@ from remprop.theory.causal import causal_gram_flops, compared_last_tokens
 from remprop.theory.checks import check_depth
 from remprop.theory.learning_rate import ceiling_seconds
 
-from .compared_theory import GRAM_DRAWS, last_tokens_theory, verdict_gram_layers
+from .compared_theory import (GRAM_DRAWS, headline_gram_layers, last_tokens_theory, margins_theory,
+                              verdict_gram_layers)
 from .diagnosis import MAX_COLLAPSE_DEPTH
 from .init_deviations import effect_seconds
 from .residual_strength import search_seconds
 
-__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS",
+__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "gram_layers", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS",
            "GRAM_PAIR_PASSES"]
 
 
@@ -34,9 +35,8 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     tokens' per-position maps, as many cells, and at :data:`MAPS_LAYER_SECONDS` a layer through
     ``max_depth`` blocks (their collapse depth) and :data:`MAPS_ALPHA_RUNS` times the depth (their
     ``alpha*``), and where
-    :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it the causal Gram state over the
-    verdict's layers (:func:`~remprop.diagrams.compared_theory.verdict_gram_layers`,
-    :func:`causal_gram_seconds`, timed on this machine); the learning-rate ceiling's walk
+    :func:`~remprop.diagrams.compared_theory.last_tokens_theory` takes it the causal Gram state over
+    :func:`gram_layers` (:func:`causal_gram_seconds`, timed on this machine); the learning-rate ceiling's walk
     (:func:`~remprop.theory.learning_rate.ceiling_seconds`); a model measured on its own weights, the runs
     of its deviations from the default init (:func:`~remprop.diagrams.init_deviations.effect_seconds`).
     """
@@ -54,10 +54,9 @@ def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto
     if last:  # the late tokens' per-position maps (NumPy, not the kernels): collapse search, alpha*, changes
         seconds += work_estimates.run_seconds(arch, last, depth)
         seconds += MAPS_LAYER_SECONDS * (max_depth + (MAPS_ALPHA_RUNS + 4) * depth)
-    if _uses_gram(spec, causal_theory, gram_draws, max_depth):
-        layers = verdict_gram_layers(depth, max_depth)
-        seconds += causal_gram_seconds(arch, layers, spec.seq_len, gram_draws,
-                                       width=gram_width(arch, spec.width))
+    layers = gram_layers(spec, causal_theory, gram_draws, max_depth)
+    if layers:
+        seconds += causal_gram_seconds(arch, layers, spec.seq_len, gram_draws, width=gram_width(arch, spec.width))
     return seconds
 
 
@@ -81,7 +80,9 @@ def causal_gram_seconds(arch, depth, seq_len, draws, width=None) -> float:
 
     import numpy as np
 
-    from remprop.theory.work_estimates import GRAM_ROW_CHUNK, causal_score_width
+    from threadpoolctl import threadpool_limits
+
+    from remprop.theory.work_estimates import GRAM_BLAS_THREADS, GRAM_ROW_CHUNK, causal_score_width
 
     def best(run, repeats=3):
         times = []
@@ -97,7 +98,8 @@ def causal_gram_seconds(arch, depth, seq_len, draws, width=None) -> float:
     m = causal_score_width(arch)
     u = rng.standard_normal((rows, m), dtype=np.float32)
     v = rng.standard_normal((t, m), dtype=np.float32)
-    rate = 2.0 * rows * t * m / max(best(lambda: u @ v.T), 1e-9)
+    with threadpool_limits(limits=GRAM_BLAS_THREADS, user_api="blas"):   # as the Gram state's attention runs
+        rate = 2.0 * rows * t * m / max(best(lambda: u @ v.T), 1e-9)
     scores = u @ v.T
     per_entry = best(lambda: np.exp(scores)) / scores.size
     chunk = rng.standard_normal((rows, t))
@@ -110,9 +112,11 @@ def causal_gram_seconds(arch, depth, seq_len, draws, width=None) -> float:
 
 
 #: The time of one block's pair maps (norms, dense layers, the MLP's pair-moment table, skips, the fast
-#: attention's float32 copies) in passes over the ``T x T`` Gram matrix: measured 1.0 s a layer of Llama 3.2 1B
-#: at T = 1024 beside 0.7 ms a pass (a product, best of 5) on two busy cores, about 1500; rounded down.
-GRAM_PAIR_PASSES = 1000
+#: attention's float32 copies and the products slower than the timed chunk) in passes over the ``T x T``
+#: Gram matrix: 8 layers at T = 2048, the model's width, 8 draws, one BLAS thread, load 3.4 on two cores:
+#: Llama 3.2 1B 6.7 s, SmolLM2 135M 8.6 s, OLMo 2 1B 12.5 s, beside 2.1-3.0 s for the counted operations
+#: at the timed rate and 0.6-0.7 ns a pass entry: 190, 330 and 430 passes.
+GRAM_PAIR_PASSES = 300
 
 
 #: Runs of the per-position maps that Brent's search of their ``alpha*`` takes at most (counted: about
@@ -123,9 +127,18 @@ MAPS_ALPHA_RUNS = 60
 MAPS_LAYER_SECONDS = 2e-4
 
 
-def _uses_gram(spec, causal_theory, gram_draws, max_depth) -> bool:
+def gram_layers(spec, causal_theory="auto", gram_draws=GRAM_DRAWS, max_depth=MAX_COLLAPSE_DEPTH) -> int:
+    """Layers of causal Gram state a diagnosis of ``spec`` runs: none where the per-position maps judge it
+    (:func:`~remprop.diagrams.compared_theory.last_tokens_theory`), the headline's
+    (:func:`~remprop.diagrams.compared_theory.headline_gram_layers`) and, where
+    :func:`~remprop.diagrams.compared_theory.margins_theory` takes the Gram state too, the whole verdict's
+    (:func:`~remprop.diagrams.compared_theory.verdict_gram_layers`)."""
     chosen = last_tokens_theory(spec, causal_theory, gram_draws, max_depth)
-    return chosen is not None and chosen[0] == "gram"
+    if chosen is None or chosen[0] != "gram":
+        return 0
+    if margins_theory(spec, causal_theory, gram_draws, max_depth)[0] == "gram":
+        return verdict_gram_layers(spec.depth, max_depth)
+    return headline_gram_layers(spec.depth, max_depth)
 
 
 def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> int:
@@ -146,7 +159,7 @@ def diagnosis_bytes(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto",
     depth = spec.depth
     last = compared_last_tokens(spec.seq_len) if spec.causal else 0
     gram = (work_estimates.causal_gram_bytes(spec.architecture, depth, spec.seq_len, gram_draws)
-            if _uses_gram(spec, causal_theory, gram_draws, max_depth) else 0)
+            if gram_layers(spec, causal_theory, gram_draws, max_depth) else 0)
     return (work_estimates.trajectory_bytes(4 + last, depth + 1) + work_estimates.trajectory_bytes(1 + last, max_depth + 1)
             + 300 * (depth + 1) + gram)
 

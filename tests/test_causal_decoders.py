@@ -337,10 +337,15 @@ def test_choose_causal_theory_rule():
     arch = _decoder(256, 64)
     assert choose_causal_theory(arch.replace(seq_len=256), 8, 256)[0] == "gram"
     assert choose_causal_theory(arch.replace(seq_len=1024), 8, 1024)[0] == "gram"
-    assert choose_causal_theory(arch.replace(seq_len=2048), 32, 2048)[0] == "maps"
-    assert causal_gram_flops(arch.replace(seq_len=2048), 32, 2048, 4) > AUTO_GRAM_FLOPS
-    assert choose_causal_theory(arch.replace(seq_len=2048), 32, 2048, choice="gram")[0] == "gram"
-    assert choose_causal_theory(arch.replace(seq_len=8192), 2, 8192)[0] == "maps"
+    # the shallowest stack over the bound at T = 2048 and 8192 (the bound's own count, not a number written here)
+    for t in (2048, 8192):
+        over = int(AUTO_GRAM_FLOPS // causal_gram_flops(arch.replace(seq_len=t), 1, t, 4)) + 1
+        assert choose_causal_theory(arch.replace(seq_len=t), over - 1, t)[0] == "gram"
+        assert choose_causal_theory(arch.replace(seq_len=t), over, t)[0] == "maps"
+        assert choose_causal_theory(arch.replace(seq_len=t), over, t, choice="gram")[0] == "gram"
+    # at a finite width the values gain 2 d_H columns: more work, counted
+    assert (causal_gram_flops(arch.replace(seq_len=2048), 1, 2048, 4, width=256)
+            > causal_gram_flops(arch.replace(seq_len=2048), 1, 2048, 4))
     assert choose_causal_theory(arch.replace(seq_len=64), 2, 64, choice="maps") == ("maps", "asked for")
     ratio = causal_gram_flops(arch.replace(seq_len=128), 2, 128, method="exact") / causal_gram_flops(
         arch.replace(seq_len=64), 2, 64, method="exact")

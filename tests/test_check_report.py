@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from remprop.diagrams import TrainabilityDiagram, diagnose, trainability_diagram
-from remprop.diagrams.compared_theory import last_tokens_theory
+from remprop.diagrams.compared_theory import last_tokens_theory, margins_theory
 from remprop.diagrams.diagnosis import COMFORTABLE_MARGINS
 from remprop.theory import model_spec
 from remprop.theory import gram_width
@@ -75,11 +75,14 @@ def test_the_maps_where_the_gram_state_is_not_affordable(configs):
     """Past the Gram state's T (8192) or its work bound the maps are used, with the reason stated."""
     name, reason = last_tokens_theory(model_spec(configs["llama"], seq_len=16384))
     assert name == "maps" and "8192" in reason
-    # the fast Gram state runs the 2-layer model at T 1024 within the bound (its verdict: 18 layers, 7.4e10
-    # operations); at T 4096 (1.5e12) it passes the bound
+    # the fast Gram state runs the 2-layer model at T 1024 within the bound, its whole verdict too (18 layers);
+    # 64 layers at T 4096 pass the bound (the headline, 128 layers, 1.1e13 operations)
     assert last_tokens_theory(model_spec(configs["llama"], seq_len=1024))[0] == "gram"
-    name, reason = last_tokens_theory(model_spec(configs["llama"], seq_len=4096))
-    assert name == "maps" and "floating-point operations" in reason
+    assert margins_theory(model_spec(configs["llama"], seq_len=1024))[0] == "gram"
+    deep = model_spec(dict(TINY_LLAMA, num_hidden_layers=64), seq_len=4096)
+    name, reason = last_tokens_theory(deep)
+    assert name == "maps" and "floating-point operations" in reason and "headline" in reason
+    assert margins_theory(deep) == (name, reason)
     assert last_tokens_theory(model_spec(configs["bert"])) is None  # an encoder has no last tokens
     with pytest.raises(ValueError, match="causal_theory"):
         last_tokens_theory(model_spec(configs["bert"]), "gram")

@@ -124,3 +124,39 @@ def test_one_work_bound_in_help_report_and_docs(capsys, tmp_path, llama):
             if path.suffix in (".py", ".md"):
                 assert "DIAGNOSIS_GRAM_FLOPS" not in path.read_text(), path
     assert math.isfinite(AUTO_GRAM_FLOPS)
+
+
+def test_headline_by_the_gram_state_margins_by_the_maps_where_only_the_headline_fits(monkeypatch, llama):
+    """Where the bound covers the headline's Gram state (the model to twice its depth) but not the whole
+    verdict (with alpha* and the changes, 9 x the depth), auto gives the headline by the Gram state and
+    alpha* and the changes by the per-position maps, says so in the report and the JSON, and counts only
+    the headline's layers in the estimate. The bound is set between the two counts of this small model
+    (4 and 18 layers at T 64), so the rule, not a size, is what is tested."""
+    import remprop.diagrams.compared_theory as compared
+    from remprop.diagrams import diagnose
+    from remprop.diagrams.diagnosis_work import gram_layers
+    from remprop.theory.causal import causal_gram_flops
+
+    spec = model_spec(llama, seq_len=64)
+    arch = spec.architecture
+    per_layer = causal_gram_flops(arch, 1, 64, 8, width=gram_width(arch, spec.width))
+    monkeypatch.setattr(compared, "AUTO_GRAM_FLOPS", 10 * per_layer)   # 4 <= 10 < 18 layers
+    assert compared.headline_gram_layers(spec.depth, 4) == 4 and compared.verdict_gram_layers(spec.depth, 4) == 18
+    split = diagnose(spec, max_depth=4)
+    assert (split.last_tokens_theory, split.margins_theory) == ("gram", "maps")
+    assert "whole verdict" in split.margins_reason and "18 layers" in split.margins_reason
+    assert gram_layers(spec, max_depth=4) == 4
+    gram, maps = diagnose(spec, max_depth=4, causal_theory="gram"), diagnose(spec, max_depth=4, causal_theory="maps")
+    assert gram.margins_theory == "gram" and maps.margins_theory == "maps"
+    assert gram_layers(spec, "gram", max_depth=4) == 18
+    # the headline is the Gram state's (the same seed: equal to rounding), alpha* and the changes the maps'
+    np.testing.assert_allclose(split.rho_last_tokens, gram.rho_last_tokens, rtol=1e-12)
+    assert split.phase == gram.phase and split.collapse_depth == gram.collapse_depth
+    assert split.alpha_star == maps.alpha_star
+    by = {c.name: c for c in split.changes}
+    assert by["gain-controlled attention"].theory == "layer maps"
+    for name in ("query/key std", "LayerNorm placement"):
+        assert by[name].theory == "per-position maps" and by[name].final_rho == {c.name: c for c in maps.changes}[name].final_rho
+    report = split.report()
+    assert "alpha* and changes by the per-position maps" in report and "phase, collapse depth by the causal Gram" in report
+    assert split.to_dict()["margins_theory"] == "maps" and gram.to_dict()["margins_theory"] == "gram"

@@ -21,9 +21,7 @@ follow the encoder's block maps with these two replacements (docs/theory.md sect
 :func:`last_tokens_cosine` averages ``rho_t = p_t / q_t`` over the last k positions. Early tokens
 break the simplex picture (few keys): the prediction is meant for late positions.
 
-Position 1 has no REM (one key): positions must be >= 2.
-
-The late rows' keys are not in the late state (docs/theory.md section 8). :func:`propagate_causal_gram` carries the
+Position 1 has no REM (one key): positions must be >= 2. The late rows' keys are not in the late state (docs/theory.md section 8). :func:`propagate_causal_gram` carries the
 whole causal Gram matrix instead (docs/theory.md sections 8, 8.1 and 17; by default the fast method,
 ``O(T^2)`` per draw, :func:`causal_gram_flops`): rotary scores, QK-normed scores from the kernel
 ``kappa_n(C)``, capped scores, parallel branches, the norms' eps, the MLP moments at unequal token
@@ -47,11 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _causal_gram
-from . import _fast_gram_attention as _fast
+from . import _causal_gram, components as C, gram_state as _gram, _fast_gram_attention as _fast
 from .attention_masks import check_windows, layer_window, window_keys
-from . import components as C
-from . import gram_state as _gram
 from ._causal_gram import _CausalGramWalker
 from .activations import activation_spec
 from .architecture import Architecture
@@ -325,8 +320,9 @@ MAX_GRAM_SEQ_LEN = 8192
 
 
 #: Most work (:func:`causal_gram_flops`, fast method) for which ``choose_causal_theory(..., "auto")`` takes
-#: the Gram state: tens of seconds on two busy CPU cores (a stack of 2.9e11 took 31-98 s at loads 7-11).
-AUTO_GRAM_FLOPS = 1e11
+#: the Gram state: about two minutes on two cores (8.5e11, Llama 3.2 1B's 32 layers at T = 2048 and its
+#: width, 20-25 s at load 3; 1.6e12, SmolLM2's 60 layers, 57 s), every shipped decoder's headline at T 2048.
+AUTO_GRAM_FLOPS = 4e12
 
 #: The causal theories a measurement can be compared with.
 CAUSAL_THEORIES = ("auto", "maps", "gram")
@@ -382,7 +378,8 @@ def causal_gram_flops(arch: Architecture, depth, seq_len, draws=4, method="fast"
     return depth * (10.0 * cube + draws * cube * (8.0 + 8.0 * rotating) + quadrature)
 
 
-def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice="auto", budget=AUTO_GRAM_FLOPS):
+def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice="auto", budget=AUTO_GRAM_FLOPS,
+                         width=None):
     """Which causal theory a measurement of the last tokens is compared with, and why.
 
     ``"maps"``: the per-position maps (:func:`last_tokens_cosine`); ``"gram"``: the causal Gram
@@ -402,6 +399,8 @@ def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice=
     choice : {"auto", "maps", "gram"}
     budget : float
         Most floating-point work ``"auto"`` spends on the Gram state.
+    width : int, optional
+        The stream width the Gram state runs at (:func:`gram_width`; its work, :func:`causal_gram_flops`).
 
     Returns
     -------
@@ -426,7 +425,7 @@ def choose_causal_theory(arch: Architecture, depth, seq_len, *, draws=4, choice=
         return "maps", f"the causal Gram state cannot run it ({problem})"
     if choice == "gram":
         return "gram", "asked for"
-    flops = causal_gram_flops(arch, depth, seq_len, draws)
+    flops = causal_gram_flops(arch, depth, seq_len, draws, width=width)
     if flops > budget:
         return "maps", (f"the causal Gram state (fast method) would take {flops:.2g} floating-point operations "
                         f"(auto takes it up to {budget:.0e}; causal_theory='gram' runs it)")

@@ -95,8 +95,9 @@ def add_check_parser(commands):
                             "late row with its true keys, the accurate one: by its fast method, O(draws T^2) per layer "
                             "and one T^3 / 3 factor); 'auto' "
                             f"(default) takes 'gram' when it runs the model at T <= {MAX_GRAM_SEQ_LEN} and the "
-                            f"verdict's Gram state takes at most {AUTO_GRAM_FLOPS:.0e} floating-point operations, "
-                            "else 'maps', and the report says which and why")
+                            f"headline's Gram state (the model to twice its depth) takes at most {AUTO_GRAM_FLOPS:.0e} "
+                            "floating-point operations, else 'maps'; alpha* and the changes by 'gram' too when the "
+                            "whole verdict (about 9 x the depth) fits the same bound; the report says which and why")
     check.add_argument("--gram-draws", type=count(1), default=None, metavar="N",
                        help=f"Monte Carlo draws per attention layer of the causal Gram state (default: {GRAM_DRAWS})")
     add_output_options(check)
