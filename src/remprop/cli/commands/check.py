@@ -207,12 +207,16 @@ def run_check(args) -> int:
     (OUT/NAME.diagram.npz, .json), the one :func:`remprop.diagrams.trainability_diagram` gives
     from the model's spec and input state.
     """
+    from .simulation import startup_seconds
+
+    # the one-time costs of --simulate, read before anything imports torch (a reduced --width does, in _model_spec)
+    startup = startup_seconds(figure=args.figure, model=True) if args.simulate else 0.0
     spec, length = _model_spec(args)
     directory = writable_directory(args.out)
     theory = _theory_choice(args)
     changed, overrides = _what_if(spec, args)
     stem = directory / (args.name or output_stem(args, spec, length, overrides))
-    _check_work(args, spec, theory)
+    _check_work(args, spec, theory, startup)
     if overrides:
         _check_work(args, changed, theory)
     before = None
@@ -483,7 +487,7 @@ def _own_weights_spec(args, folder, seq_len):
         return own_weights_spec(folder, seq_len=seq_len)
 
 
-def _check_work(args, spec, theory) -> None:
+def _check_work(args, spec, theory, startup=0.0) -> None:
     """Refuse a check whose estimated work exceeds --max-seconds or --max-memory (one line with the estimate).
 
     The diagnosis (:func:`~remprop.diagrams.diagnosis_work.diagnosis_seconds`, ``diagnosis_bytes``:
@@ -492,13 +496,14 @@ def _check_work(args, spec, theory) -> None:
     :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); with --simulate the tensors of one
     block of --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a
     model too large for memory is run one block at a time); the figure unless --no-figure
-    (:data:`~remprop.cli.output.FIGURE_SECONDS`).
+    (:data:`~remprop.cli.output.FIGURE_SECONDS`); ``startup``: --simulate's one-time costs, torch, transformers,
+    the model and the figure (:func:`~remprop.cli.commands.simulation.startup_seconds` when the command starts).
     """
     from remprop.diagrams.compared_theory import last_tokens_theory
     from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
     from remprop.theory import work_estimates as work
 
-    from .simulation import simulation_time, startup_seconds
+    from .simulation import simulation_time
 
     limits = work_limits(args)
     model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
@@ -509,7 +514,6 @@ def _check_work(args, spec, theory) -> None:
     except ValueError as err:
         raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
-        startup = startup_seconds(figure=args.figure, model=True)  # before simulation_time, which imports torch
         seconds = startup + len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
                                                               spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
         check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "
