@@ -131,6 +131,18 @@ def test_the_load_factor_shares_the_cores_among_all_threads():
     assert MachineLoad(8.0, 2).describe() == "machine load 8 on 2 cores"
 
 
+def test_the_free_cores_are_the_cores_less_the_load_and_one_when_the_probe_finds_none():
+    from remprop.machine import BUSY_SLOWDOWN, MachineLoad
+
+    assert MachineLoad(0.2, 2).free_cores() == 2
+    assert MachineLoad(0.6, 2).free_cores() == MachineLoad(1.4, 2).free_cores() == 1  # one other thread's core
+    assert MachineLoad(6.0, 2).free_cores() == MachineLoad(0.0, 1).free_cores() == 1  # at least one
+    assert MachineLoad(2.0, 16).free_cores() == 14
+    # a quiet load average, but the probe's thread got less than a core: none free
+    assert MachineLoad(0.2, 2, ((1, BUSY_SLOWDOWN),)).free_cores() == 1
+    assert MachineLoad(0.2, 2, ((1, 1.05),)).free_cores() == 2
+
+
 def test_the_load_is_read_from_the_system_and_quiet_without_it(monkeypatch):
     from remprop.machine import machine_load
 

@@ -19,8 +19,8 @@ from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
                        add_progress_option, add_seeds_option, add_threads_option, add_work_limit_options,
                        architecture_overrides, point_at_option, work_limits)
-from ..output import (FIGURE_SECONDS, dumps, format_number, format_table, name_stem, show_progress,
-                      writable_directory)
+from ..output import (FIGURE_SECONDS, SIMULATION_THREADS_TEXT, dumps, format_number, format_table, name_stem,
+                      show_progress, writable_directory)
 
 __all__ = ["add_check_parser", "run_check", "output_stem", "ANSWER_OPTIONS", "DEFAULT_SEQ_LEN"]
 
@@ -103,7 +103,8 @@ def add_check_parser(commands):
     add_work_limit_options(check)
     _add_what_if_options(check)
     add_progress_option(check)
-    add_threads_option(check, what="CPU threads of the theory's numba kernels and of --simulate's torch")
+    add_threads_option(check, what="CPU threads of the theory's numba kernels and of --simulate's torch",
+                       default_text=f"all cores; with --simulate {SIMULATION_THREADS_TEXT}")
     check.add_argument("--name", type=file_stem, default=None,
                        help="file name stem (default: check-<model>, then -<option>=<value> for each option given "
                             "that changes the answer, e.g. check-meta-llama_Llama-3.2-1B-depth=64)")
