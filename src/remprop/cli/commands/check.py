@@ -497,7 +497,8 @@ def _check_work(args, spec, theory, startup=0.0) -> None:
     :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); with --simulate the tensors of one
     block of --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a
     model too large for memory is run one block at a time); the figure unless --no-figure
-    (:data:`~remprop.cli.output.FIGURE_SECONDS`); ``startup``: --simulate's one-time costs, torch, transformers,
+    (:data:`~remprop.cli.output.FIGURE_SECONDS`, and the trainability diagram it draws the model on, as
+    --diagram's); ``startup``: --simulate's one-time costs, torch, transformers,
     the model and the figure (:func:`~remprop.cli.commands.simulation.startup_seconds` when the command starts).
     """
     from remprop.diagrams.compared_theory import last_tokens_theory
@@ -527,11 +528,12 @@ def _check_work(args, spec, theory, startup=0.0) -> None:
                + (FIGURE_SECONDS if args.figure and not args.simulate else 0.0),  # --simulate's: in its startup
                nbytes=diagnosis_bytes(spec, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws),
                **limits)
-    if args.diagram:
+    if args.diagram or args.figure:  # the figure draws the model on the same diagram (96 layers: 10 s of it)
         from remprop.diagrams.model_figures import MODEL_DIAGRAM_RESOLUTION as n
         from remprop.diagrams.residual_strength import search_seconds
 
-        check_work(f"the trainability diagram around {model} ({n} x {n} cells, --diagram)",
+        check_work(f"the trainability diagram around {model} ({n} x {n} cells, "
+                   f"{'--diagram' if args.diagram else 'for the figure'})",
                    seconds=work.run_seconds(spec.architecture, n * n, spec.depth)
                    + search_seconds(spec.architecture, spec.depth, n),
                    nbytes=work.diagram_bytes(n, n), **limits)

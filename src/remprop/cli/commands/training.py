@@ -103,7 +103,7 @@ def check_training_work(args, config, vocab_size, runs=1, parallel=1, task=None,
     """Refuse training above --max-memory / --max-seconds (one line with the estimate).
 
     ``runs`` training runs of ``config`` (``parallel`` at a time), on ``config.device``, and ``startup``
-    seconds of the command's one-time costs (:func:`~remprop.cli.commands.simulation.startup_seconds`).
+    seconds of the command's one-time costs (``remprop.cli.commands.simulation.startup_seconds``).
     """
     from remprop.validation.backend import resolve_device
     from remprop.validation.training.work import training_bytes, training_seconds
@@ -134,8 +134,8 @@ def run_train(args) -> int:
     """Train one stack; write OUT/NAME.json and OUT/NAME.png; print a summary (or --json) ending with
     the verdict: the theory's phase at init beside the final test loss against the unigram loss
     (:func:`remprop.validation.training.trained_diagram.run_verdict`). Its estimate counts the one-time costs
-    beside the training: importing torch, the first optimiser and the figure (:func:`.simulation.startup_seconds`,
-    read before anything imports torch)."""
+    beside the training: importing torch, the first optimiser and the figure
+    (``remprop.cli.commands.simulation.startup_seconds``, read before anything imports torch)."""
     from .simulation import startup_seconds
 
     startup = startup_seconds(figure=True, optimiser=True)
