@@ -27,7 +27,7 @@ import time
 
 from _common import print_table, remprop_executable, write_json
 
-#: (name, remprop arguments; "{tmp}" is a temporary folder): the README's and docs/getting_started.md's
+#: (name, remprop arguments; "{tmp}" is a new temporary folder for each run, :func:`outputs_in`): the README's and docs/getting_started.md's
 #: commands at sizes of seconds to a minute. No name holds a comma: ``--only`` and ``--cold`` split on commas.
 COMMANDS = (
     ("diagram (getting started)", ["diagram", "--depth", "12", "--beta", "0.05:3:60", "--alpha", "0:3:60",
@@ -65,6 +65,13 @@ def estimated_seconds(stderr, quiet=False) -> float:
 def fresh_caches(tmp) -> dict:
     """The environment of a fresh install: new, empty numba and remprop caches under ``tmp``."""
     return dict(os.environ, NUMBA_CACHE_DIR=tempfile.mkdtemp(dir=tmp), REMPROP_CACHE_DIR=tempfile.mkdtemp(dir=tmp))
+
+
+def outputs_in(argv, tmp) -> list:
+    """``argv`` with ``{tmp}`` a new folder under ``tmp``: every run writes into its own folder, so that no run
+    reuses what another left (``check --simulate`` resumes from the seeds kept beside its outputs)."""
+    folder = tempfile.mkdtemp(dir=tmp)
+    return [word.replace("{tmp}", folder) for word in argv]
 
 
 def import_floor(env=None) -> float:
@@ -121,11 +128,10 @@ def main():
         for name, argv in COMMANDS:
             if name not in only:
                 continue
-            argv = [word.replace("{tmp}", tmp) for word in argv]
-            entry = {"command": " ".join(argv), "warm": measure(argv, floor=floor)}
+            entry = {"command": " ".join(argv), "warm": measure(outputs_in(argv, tmp), floor=floor)}
             if name in cold:
                 env = fresh_caches(tmp)
-                entry["cold"] = measure(argv, env=env, floor=import_floor(env))
+                entry["cold"] = measure(outputs_in(argv, tmp), env=env, floor=import_floor(env))
             results[name] = entry
             for mode in ("warm", "cold"):
                 if mode in entry:

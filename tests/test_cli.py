@@ -302,6 +302,27 @@ def test_validate_missing_torch_at_run_time_is_one_line_and_status_2(capsys, mon
     assert "validation extra" not in err
 
 
+def test_validate_simulates_on_one_thread_per_free_core_unless_told(capsys, monkeypatch, tmp_path):
+    """Without --threads, torch simulates on the cores the load average leaves free (2 at load 0.2 on two
+    cores, 1 at load 1 or 6); --threads N is kept whatever the load."""
+    torch = pytest.importorskip("torch")
+    import remprop.validation as validation
+
+    seen = []
+
+    def compare(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        raise ValueError("stopped before simulating")
+
+    monkeypatch.setattr(validation, "compare", compare)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    for load, extra in ((0.2, ()), (1.0, ()), (6.0, ()), (6.0, ("--threads", "2"))):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        code, _, err = run_cli(capsys, "validate", "--depth", "2", "--out", tmp_path, "--no-progress", *extra)
+        assert code == 2 and "stopped before simulating" in err, err
+    assert seen == [2, 1, 1, 2]
+
+
 def test_validate_keeps_the_two_sequence_lengths_as_overrides_of_seq_len(capsys):
     """validate has both T's (simulated, theory): --seq-len sets both, the two others one each;
     sweep has only the simulated one, --seq-len."""

@@ -70,6 +70,34 @@ def test_a_small_simulation_takes_about_its_estimate(bench, tmp_path):
     assert 1 / RATIO_BOUND <= run["ratio"] <= RATIO_BOUND, run
 
 
+@pytest.mark.slow
+def test_a_small_training_takes_about_its_estimate(bench, tmp_path):
+    """``train`` at a size whose training is a second (its estimate mostly the one-time costs: torch's import,
+    the first optimiser's, the figure): the measured work, import floor subtracted, within RATIO_BOUND of its
+    estimate at the measured load. Uncounted, those costs had made the run 4.2x its estimate."""
+    pytest.importorskip("torch")
+    floor = bench.import_floor()
+    run = bench.measure(["train", "--alpha", "0.1", "--depth", "2", "--width", "32", "--seq-len", "32", "--steps",
+                         "20", "--out", str(tmp_path)], floor=floor)
+    assert run["returncode"] == 0, run["stderr_tail"]
+    assert run["estimate_s"] >= 1.0, run
+    assert 1 / RATIO_BOUND <= run["ratio"] <= RATIO_BOUND, run
+
+
+def test_the_one_time_costs_count_what_this_process_has_not_imported():
+    """:func:`~remprop.cli.commands.simulation.startup_seconds` in a fresh process counts importing torch, the
+    first optimiser (torch._dynamo) and the figure; once they are imported, the figure alone."""
+    pytest.importorskip("torch")
+    code = ("import sys; from remprop.cli.commands import simulation as s; from remprop.cli.output import F"
+            "IGURE_SECONDS as f\nbefore = s.startup_seconds(figure=True, optimiser=True)\nimport torch\n"
+            "torch.optim.AdamW([torch.zeros(1, requires_grad=True)])\n"
+            "print(before - (s.TORCH_IMPORT_SECONDS + s.OPTIMISER_IMPORT_SECONDS + f), "
+            "s.startup_seconds(figure=True, optimiser=True) - f, s.startup_seconds(figure=False))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [float(word) for word in done.stdout.split()] == [0.0, 0.0, 0.0]
+
+
 def test_the_compile_estimate_sees_an_empty_cache(tmp_path):
     """On an empty numba cache every sweep of the engine is to be compiled (and counted by the compile
     estimate); in this process, after a propagation, the sweep it ran is not."""
@@ -101,6 +129,18 @@ def test_the_load_factor_shares_the_cores_among_all_threads():
     assert MachineLoad(0.0, 2).factor(4) == 1.0
     assert MachineLoad(8.0, 2).factor(4) == pytest.approx(3.0)
     assert MachineLoad(8.0, 2).describe() == "machine load 8 on 2 cores"
+
+
+def test_the_free_cores_are_the_cores_less_the_load_and_one_when_the_probe_finds_none():
+    from remprop.machine import BUSY_SLOWDOWN, MachineLoad
+
+    assert MachineLoad(0.2, 2).free_cores() == 2
+    assert MachineLoad(0.6, 2).free_cores() == MachineLoad(1.4, 2).free_cores() == 1  # one other thread's core
+    assert MachineLoad(6.0, 2).free_cores() == MachineLoad(0.0, 1).free_cores() == 1  # at least one
+    assert MachineLoad(2.0, 16).free_cores() == 14
+    # a quiet load average, but the probe's thread got less than a core: none free
+    assert MachineLoad(0.2, 2, ((1, BUSY_SLOWDOWN),)).free_cores() == 1
+    assert MachineLoad(0.2, 2, ((1, 1.05),)).free_cores() == 2
 
 
 def test_the_load_is_read_from_the_system_and_quiet_without_it(monkeypatch):

@@ -26,7 +26,7 @@ import time
 from typing import NamedTuple
 
 __all__ = ["MachineLoad", "machine_load", "probe_slowdowns", "probe_threads", "slowdown", "PROBE_SECONDS",
-           "PROBE_CACHE_SECONDS", "PROBE_FILE"]
+           "PROBE_CACHE_SECONDS", "PROBE_FILE", "BUSY_SLOWDOWN"]
 
 #: Wall seconds of the probe: long enough for the scheduler to share the cores among the runnable threads a
 #: few times (its slices are a few milliseconds), short enough that the probe costs under 50 ms.
@@ -39,6 +39,9 @@ PROBE_FILE = "machine-probe.json"
 #: The probe's unit of work: hashing this block (``hashlib`` lets go of the GIL on blocks this large, so
 #: the probe's threads run on as many cores as they are given).
 _BLOCK = b"\x5a" * (1 << 16)
+#: A one-thread probe slowed down this much or more (:func:`probe_slowdowns`) means that no core is free: the
+#: thread got at most 4/5 of one (:meth:`MachineLoad.free_cores`).
+BUSY_SLOWDOWN = 1.25
 
 
 class MachineLoad(NamedTuple):
@@ -84,6 +87,20 @@ class MachineLoad(NamedTuple):
         if self.slowdowns:
             return max(1.0, _interpolate(self.slowdowns, min(threads, cores)))
         return max(1.0, min(threads, cores) * (max(0.0, float(self.load)) + threads) / (threads * cores))
+
+    def free_cores(self) -> int:
+        """The cores other processes leave free, at least 1: the cores less the load average rounded (half a
+        thread waiting on average counts as one), and 1 where the one-thread probe measured a slowdown of
+        :data:`BUSY_SLOWDOWN` or more (a core free would have given it all of one). The default thread count
+        of torch's simulations on the command line (``validate``, ``check --simulate``): on the shared two-core
+        machine, beside the other processes, two torch threads ran ``check bert-48 --simulate``
+        0.9-2.2x as long as one (benchmarks/bench_simulation_threads.py), as they wait for each other at every operation while
+        another process holds a core."""
+        cores = max(1, int(self.cores))
+        free = cores - int(max(0.0, float(self.load)) + 0.5)
+        if self.slowdowns and _interpolate(self.slowdowns, 1) >= BUSY_SLOWDOWN:
+            free = min(free, 1)
+        return max(1, min(cores, free))
 
     def describe(self) -> str:
         """``"machine load 6.1 on 2 cores"``, and what was measured: ``", measured 2.1x slower"`` (from

@@ -15,7 +15,7 @@ import warnings
 from .commands import COMMANDS
 from .errors import CommandLineError, one_line
 from .options import ARCHITECTURE_OPTIONS, point_at_option
-from .output import compile_notices
+from .output import compile_notices, simulation_threads
 from .parser import DEBUG_VARIABLE, build_parser
 
 __all__ = ["main"]
@@ -88,6 +88,8 @@ def _dispatch(argv) -> int:
     if args.command is None:
         raise CommandLineError(f"a command is required: one of {', '.join(COMMANDS)} "
                                "(remprop --help lists them)", prog="remprop")
+    if getattr(args, "threads", None) is None and (args.command == "validate" or getattr(args, "simulate", False)):
+        args.threads = simulation_threads(args)  # torch's simulations: one thread per free core
     with command_threads(getattr(args, "threads", None), torch=getattr(args, "simulate", False)):
         with compile_notices(args):  # a cold engine's compile is most of a first call: its estimate first
             return int(args.handler(args) or 0)

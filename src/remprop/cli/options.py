@@ -41,7 +41,7 @@ from .converters import (
     seed_list,
 )
 from .errors import CommandLineError, one_line
-from .output import JSON_NOTE, LONG_WORK_SECONDS
+from .output import JSON_NOTE, LONG_WORK_SECONDS, SIMULATION_THREADS_TEXT
 
 __all__ = [
     "OneLineArgumentParser",
@@ -449,7 +449,7 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
 
     Adds ``--seeds --sequences --width --seq-len --inputs --dtype --threads --device``; the
     keyword arguments are the command's defaults (``seeds=None``: :data:`SIMULATION_SEEDS`,
-    ``threads=None``: torch's own). ``theory_too``: ``--seq-len`` (parsed as ``seq_len``,
+    ``threads=None``: one per free core, :func:`remprop.cli.output.simulation_threads`). ``theory_too``: ``--seq-len`` (parsed as ``seq_len``,
     default None) sets the theory's T and the simulated T together, and ``--sim-seq-len``
     (``sim_seq_len``) overrides the simulated one (default ``sim_seq_len``, resolved by
     :func:`simulated_seq_len`); else ``--seq-len`` (``seq_len``) is the simulated T.
@@ -476,7 +476,8 @@ def add_simulation_options(parser, *, width, sim_seq_len, inputs, threads, seeds
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                         help="simulation precision (default: %(default)s)")
     add_threads_option(parser, threads, what="torch and numba CPU threads while simulating",
-                       default_text=None if threads is None else "%(default)s, fixed so that results are reproducible")
+                       default_text=SIMULATION_THREADS_TEXT if threads is None
+                       else "%(default)s, fixed so that results are reproducible")
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA where available), cpu or cuda[:n] (default: auto)")
 

@@ -21,7 +21,7 @@ __all__ = ["JSON_NOTE", "to_jsonable", "dumps", "format_number", "format_table",
            "show_progress", "estimate_announcer", "progress_bar", "LONG_WORK_SECONDS", "writable_directory", "writable_file",
            "name_stem", "compile_notices", "COMPILE_SECONDS_PER_SWEEP", "COMPILE_SECONDS_OTHER", "SWEEPS_OF",
            "LOAD_SECONDS_PER_SWEEP", "load_seconds", "command_load", "work_threads", "loaded_seconds", "load_note",
-           "FIGURE_SECONDS"]
+           "FIGURE_SECONDS", "simulation_threads", "SIMULATION_THREADS_TEXT"]
 
 
 def format_number(value, digits=6) -> str:
@@ -141,6 +141,20 @@ def command_load(args):
 
         load = args.machine_load = machine_load()
     return load
+
+
+#: How ``--threads`` defaults where a command simulates with torch (``validate``, ``check --simulate``):
+#: :func:`simulation_threads`.
+SIMULATION_THREADS_TEXT = "one per core other processes leave free, 1 on a busy machine"
+
+
+def simulation_threads(args) -> int:
+    """The torch (and numba) threads of a simulating command whose ``--threads`` is not given: one per free
+    core of the command's load (:meth:`remprop.machine.MachineLoad.free_cores` of :func:`command_load`). On
+    two shared cores, beside other processes, two threads ran ``check bert-48 --simulate`` 0.9-2.2x as long as
+    one (docs/data/bench-simulation-threads.json): each waits for the other at every operation while another
+    process holds a core."""
+    return command_load(args).free_cores()
 
 
 def work_threads(args) -> int:

@@ -19,8 +19,8 @@ from ..limits import check_work
 from ..options import (ARCHITECTURE_OPTIONS, add_architecture_arguments, add_command, add_output_options,
                        add_progress_option, add_seeds_option, add_threads_option, add_work_limit_options,
                        architecture_overrides, point_at_option, work_limits)
-from ..output import (FIGURE_SECONDS, dumps, format_number, format_table, name_stem, show_progress,
-                      writable_directory)
+from ..output import (FIGURE_SECONDS, SIMULATION_THREADS_TEXT, dumps, format_number, format_table, name_stem,
+                      show_progress, writable_directory)
 
 __all__ = ["add_check_parser", "run_check", "output_stem", "ANSWER_OPTIONS", "DEFAULT_SEQ_LEN"]
 
@@ -104,7 +104,8 @@ def add_check_parser(commands):
     add_work_limit_options(check)
     _add_what_if_options(check)
     add_progress_option(check)
-    add_threads_option(check, what="CPU threads of the theory's numba kernels and of --simulate's torch")
+    add_threads_option(check, what="CPU threads of the theory's numba kernels and of --simulate's torch",
+                       default_text=f"all cores; with --simulate {SIMULATION_THREADS_TEXT}")
     check.add_argument("--name", type=file_stem, default=None,
                        help="file name stem (default: check-<model>, then -<option>=<value> for each option given "
                             "that changes the answer, e.g. check-meta-llama_Llama-3.2-1B-depth=64)")
@@ -208,12 +209,16 @@ def run_check(args) -> int:
     (OUT/NAME.diagram.npz, .json), the one :func:`remprop.diagrams.trainability_diagram` gives
     from the model's spec and input state.
     """
+    from .simulation import startup_seconds
+
+    # the one-time costs of --simulate, read before anything imports torch (a reduced --width does, in _model_spec)
+    startup = startup_seconds(figure=args.figure, model=True) if args.simulate else 0.0
     spec, length = _model_spec(args)
     directory = writable_directory(args.out)
     theory = _theory_choice(args)
     changed, overrides = _what_if(spec, args)
     stem = directory / (args.name or output_stem(args, spec, length, overrides))
-    _check_work(args, spec, theory)
+    _check_work(args, spec, theory, startup)
     if overrides:
         _check_work(args, changed, theory)
     before = None
@@ -484,7 +489,7 @@ def _own_weights_spec(args, folder, seq_len):
         return own_weights_spec(folder, seq_len=seq_len)
 
 
-def _check_work(args, spec, theory) -> None:
+def _check_work(args, spec, theory, startup=0.0) -> None:
     """Refuse a check whose estimated work exceeds --max-seconds or --max-memory (one line with the estimate).
 
     The diagnosis (:func:`~remprop.diagrams.diagnosis_work.diagnosis_seconds`, ``diagnosis_bytes``:
@@ -493,13 +498,15 @@ def _check_work(args, spec, theory) -> None:
     :data:`~remprop.theory.work_estimates.FLOPS_PER_SECOND`); with --simulate the tensors of one
     block of --sequences sequences (:func:`~remprop.theory.work_estimates.simulation_bytes`: a
     model too large for memory is run one block at a time); the figure unless --no-figure
-    (:data:`~remprop.cli.output.FIGURE_SECONDS`).
+    (:data:`~remprop.cli.output.FIGURE_SECONDS`, and the trainability diagram it draws the model on, as
+    --diagram's); ``startup``: --simulate's one-time costs, torch, transformers,
+    the model and the figure (:func:`~remprop.cli.commands.simulation.startup_seconds` when the command starts).
     """
     from remprop.diagrams.compared_theory import last_tokens_theory
     from remprop.diagrams.diagnosis_work import diagnosis_bytes, diagnosis_seconds
     from remprop.theory import work_estimates as work
 
-    from .simulation import simulation_time, startup_seconds
+    from .simulation import simulation_time
 
     limits = work_limits(args)
     model = f"{spec.name} ({spec.depth} layers, d = {spec.width}, T = {spec.seq_len})"
@@ -510,7 +517,6 @@ def _check_work(args, spec, theory) -> None:
     except ValueError as err:
         raise CommandLineError(f"--causal-theory {choice}: {err}") from None
     if args.simulate:
-        startup = startup_seconds(figure=args.figure, model=True)  # before simulation_time, which imports torch
         seconds = startup + len(args.seeds) * simulation_time(args.device, spec.width, spec.seq_len, args.sequences,
                                                               spec.depth, d_ff=spec.d_ff, passes=2 if spec.causal else 1)
         check_work(f"simulating {len(args.seeds)} seed(s) x {args.sequences} sequence(s) of {model} (--seeds, "
@@ -523,11 +529,12 @@ def _check_work(args, spec, theory) -> None:
                + (FIGURE_SECONDS if args.figure and not args.simulate else 0.0),  # --simulate's: in its startup
                nbytes=diagnosis_bytes(spec, max_depth=args.max_depth, causal_theory=choice, gram_draws=draws),
                **limits)
-    if args.diagram:
+    if args.diagram or args.figure:  # the figure draws the model on the same diagram (96 layers: 10 s of it)
         from remprop.diagrams.model_figures import MODEL_DIAGRAM_RESOLUTION as n
         from remprop.diagrams.residual_strength import search_seconds
 
-        check_work(f"the trainability diagram around {model} ({n} x {n} cells, --diagram)",
+        check_work(f"the trainability diagram around {model} ({n} x {n} cells, "
+                   f"{'--diagram' if args.diagram else 'for the figure'})",
                    seconds=work.run_seconds(spec.architecture, n * n, spec.depth)
                    + search_seconds(spec.architecture, spec.depth, n),
                    nbytes=work.diagram_bytes(n, n), **limits)

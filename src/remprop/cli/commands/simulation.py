@@ -237,21 +237,31 @@ TORCH_IMPORT_SECONDS = 2.0
 #: One-time cost of simulating a real model (``check --simulate``) on a quiet machine: importing transformers and
 #: building the model at random init, 2.3-2.4 s of CPU time (a 4-layer BERT of width 128 after torch, the shared
 #: two-core machine at load 5); uncounted, ``check bert-48 --simulate --depth 4 --width 128 --seq-len 64`` took
-#: 2.7x its estimate (benchmarks/bench_estimates.py).
+#: 2.7x its estimate (benchmarks/bench_estimates.py; benchmarks/bench_startup.py times it again).
 MODEL_BUILD_SECONDS = 2.3
 
 
-def startup_seconds(figure=True, model=False) -> float:
-    """The one-time costs of a simulating command still to come: importing torch (unless this process has),
-    with ``model`` importing transformers and building the model (unless transformers is imported) and, with
+#: One-time cost of a training run's first optimiser on a quiet machine: torch's first AdamW of a process imports
+#: ``torch._dynamo``, 0.8 s of CPU time (benchmarks/bench_startup.py, ``optimiser``), which the training's first
+#: step waits for; with the torch import and the figure it was most of the 4.2x by which ``train --depth 4
+#: --width 32 --steps 100`` outran its estimate of the training alone.
+OPTIMISER_IMPORT_SECONDS = 0.8
+
+
+def startup_seconds(figure=True, model=False, optimiser=False) -> float:
+    """The one-time costs of a simulating or training command still to come: importing torch (unless this
+    process has), with ``model`` importing transformers and building the model (unless transformers is
+    imported), with ``optimiser`` the first optimiser's import of ``torch._dynamo`` (unless imported) and, with
     ``figure``, its figure (:data:`TORCH_IMPORT_SECONDS`, :data:`MODEL_BUILD_SECONDS`,
-    :data:`~remprop.cli.output.FIGURE_SECONDS`)."""
+    :data:`OPTIMISER_IMPORT_SECONDS`, :data:`~remprop.cli.output.FIGURE_SECONDS`). A command calls it when it
+    starts, before anything it runs imports torch: the estimate it prints later counts these seconds."""
     import sys
 
     from ..output import FIGURE_SECONDS
 
     return ((0.0 if "torch" in sys.modules else TORCH_IMPORT_SECONDS) + (FIGURE_SECONDS if figure else 0.0)
-            + (MODEL_BUILD_SECONDS if model and "transformers" not in sys.modules else 0.0))
+            + (MODEL_BUILD_SECONDS if model and "transformers" not in sys.modules else 0.0)
+            + (OPTIMISER_IMPORT_SECONDS if optimiser and "torch._dynamo" not in sys.modules else 0.0))
 
 
 def _check_simulation_time(args, task, *, runs, parallel=1, d_ff=None):

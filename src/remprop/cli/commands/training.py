@@ -99,17 +99,18 @@ def training_architecture(args, **overrides):
     return architecture_from_args(args, **overrides)
 
 
-def check_training_work(args, config, vocab_size, runs=1, parallel=1, task=None):
+def check_training_work(args, config, vocab_size, runs=1, parallel=1, task=None, startup=0.0):
     """Refuse training above --max-memory / --max-seconds (one line with the estimate).
 
-    ``runs`` training runs of ``config`` (``parallel`` at a time), on ``config.device``.
+    ``runs`` training runs of ``config`` (``parallel`` at a time), on ``config.device``, and ``startup``
+    seconds of the command's one-time costs (``remprop.cli.commands.simulation.startup_seconds``).
     """
     from remprop.validation.backend import resolve_device
     from remprop.validation.training.work import training_bytes, training_seconds
 
     parallel = max(1, min(parallel, runs))
     nbytes = training_bytes(config, vocab_size) * parallel
-    seconds = training_seconds(config, vocab_size, resolve_device(config.device)) * runs / parallel
+    seconds = startup + training_seconds(config, vocab_size, resolve_device(config.device)) * runs / parallel
     task = task or (f"training {config.steps} steps of depth {config.depth}, width {config.width}, "
                     f"{config.batch_size} x {config.seq_len} tokens, vocabulary {vocab_size}")
     check_work(task, seconds=seconds, nbytes=nbytes, **work_limits(args))
@@ -132,7 +133,12 @@ def _config(args, arch):
 def run_train(args) -> int:
     """Train one stack; write OUT/NAME.json and OUT/NAME.png; print a summary (or --json) ending with
     the verdict: the theory's phase at init beside the final test loss against the unigram loss
-    (:func:`remprop.validation.training.trained_diagram.run_verdict`)."""
+    (:func:`remprop.validation.training.trained_diagram.run_verdict`). Its estimate counts the one-time costs
+    beside the training: importing torch, the first optimiser and the figure
+    (``remprop.cli.commands.simulation.startup_seconds``, read before anything imports torch)."""
+    from .simulation import startup_seconds
+
+    startup = startup_seconds(figure=True, optimiser=True)
     arch = training_architecture(args)
     directory = writable_directory(args.out)
     json_path, png_path = directory / f"{args.name}.json", directory / f"{args.name}.png"
@@ -157,7 +163,7 @@ def run_train(args) -> int:
                 corpus.check_seq_len(config.seq_len)
             except ValueError as err:
                 raise CommandLineError(point_at_option(err, TRAIN_OPTIONS)) from None
-            check_training_work(args, config, corpus.vocab_size)
+            check_training_work(args, config, corpus.vocab_size, startup=startup)
             with progress_bar(config.steps, enabled=show_progress(args), desc="train", unit="step") as bar:
                 def progress(step, total):
                     bar.update(step - bar.n)
