@@ -31,7 +31,18 @@ arXiv 2505.24333.
 """
 from __future__ import annotations
 
+import os as _os
+
 from ._lazy import lazy_attributes as _lazy_attributes
+
+#: OpenMP settings remprop's process starts with unless they are set already (they are read when the
+#: OpenMP runtime loads, at numba's first parallel kernel): idle threads sleep instead of spinning.
+#: With spinning threads, on two cores shared with other work, a parallel pass over a 256 x 256 Gram
+#: matrix took 7 ms against 0.02 ms, and ``check gpt2 --seq-len 256`` 22 s against 12 s
+#: (benchmarks/bench_omp_wait.py); on a quiet machine the two are alike.
+OPENMP_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+for _name, _value in OPENMP_DEFAULTS.items():
+    _os.environ.setdefault(_name, _value)
 
 try:
     from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
