@@ -7,6 +7,9 @@ importing the walkers.
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numba
 import numpy as np
 from numba.extending import register_jitable
@@ -129,14 +132,39 @@ def pair_grid(activation, variances):
     lo, hi = float(logs.min()), float(logs.max())
     if hi - lo > TABLE_SPREAD:
         raise ValueError(f"the log-variances spread over {hi - lo:.3g} > {TABLE_SPREAD} (pair_moments_table)")
-    count = variance_nodes(hi - lo)
-    nodes, node_weights = _chebyshev(count, lo, hi)
-    r_nodes, r_weights = _chebyshev(CHEBYSHEV_CORRELATIONS, -1.0, 1.0)
+    if hi > lo and spec.builtin:   # the table on the enclosing cells of GRID_STEP, kept across layers and runs
+        lo, hi = GRID_STEP * math.floor(lo / GRID_STEP), GRID_STEP * math.ceil(hi / GRID_STEP)
+        nodes, node_weights, fine = _cached_grid(spec.name, lo, hi)
+    else:
+        nodes, node_weights, fine = _grid(spec.name, lo, hi)
+    token_weights = np.ones((logs.size, 1)) if nodes.size == 1 else _barycentric(nodes, node_weights, logs)
+    return fine, np.ascontiguousarray(token_weights), np.exp(0.5 * logs)
+
+
+#: Step of the log-variance bounds of a built-in activation's cached table (:func:`pair_grid`): the bounds are
+#: widened outwards to multiples of it, so that the layers of a walk, whose token variances move a little,
+#: share one quadrature (the table's error stays that of its node count: :func:`variance_nodes`).
+GRID_STEP = 1.0 / 64
+
+
+def _grid(name, lo, hi):
+    """``(nodes, node_weights, fine)``: the quadrature of ``name`` on the Chebyshev grid over ``[lo, hi]``."""
+    nodes, node_weights = _chebyshev(variance_nodes(hi - lo), lo, hi)
+    r_nodes, _ = _chebyshev(CHEBYSHEV_CORRELATIONS, -1.0, 1.0)
     a, b, r = np.meshgrid(np.exp(nodes), np.exp(nodes), r_nodes, indexing="ij")
-    coarse = pair_moment(spec.name, a, b, r * np.sqrt(a * b))                   # (K, K, R)
-    fine = coarse @ _barycentric(r_nodes, r_weights, np.linspace(-1.0, 1.0, CORRELATION_NODES)).T
-    token_weights = np.ones((logs.size, 1)) if count == 1 else _barycentric(nodes, node_weights, logs)
-    return np.ascontiguousarray(fine), np.ascontiguousarray(token_weights), np.exp(0.5 * logs)
+    coarse = pair_moment(name, a, b, r * np.sqrt(a * b))                   # (K, K, R)
+    return nodes, node_weights, np.ascontiguousarray(coarse @ _resampling())
+
+
+#: (writable arrays: numba compiles another signature for read-only ones; the callers only read them)
+_cached_grid = functools.lru_cache(maxsize=256)(_grid)
+
+
+@functools.lru_cache(maxsize=1)
+def _resampling():
+    """``(R, CORRELATION_NODES)``: the Chebyshev correlation nodes' values on the fine uniform grid."""
+    r_nodes, r_weights = _chebyshev(CHEBYSHEV_CORRELATIONS, -1.0, 1.0)
+    return np.ascontiguousarray(_barycentric(r_nodes, r_weights, np.linspace(-1.0, 1.0, CORRELATION_NODES)).T)
 
 
 def pair_moments_table(activation, variances, cov):
