@@ -320,8 +320,9 @@ MAX_GRAM_SEQ_LEN = 8192
 
 
 #: Most work (:func:`causal_gram_flops`, fast method) for which ``choose_causal_theory(..., "auto")`` takes
-#: the Gram state: about two minutes on two cores (8.5e11, Llama 3.2 1B's 32 layers at T = 2048 and its
-#: width, 20-25 s at load 3; 1.6e12, SmolLM2's 60 layers, 57 s), every shipped decoder's headline at T 2048.
+#: the Gram state: about two minutes on two cores (3.8e12, Llama 3.2 1B's whole verdict at T = 2048 and its
+#: width, 144 layers: 95 s at load 1; 1.6e12, SmolLM2's 60 layers, 57 s at load 3); every shipped decoder's
+#: headline at T 2048 (Gemma 2 2B's 3.7e12 the largest).
 AUTO_GRAM_FLOPS = 4e12
 
 #: The causal theories a measurement can be compared with.
