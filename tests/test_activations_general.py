@@ -136,8 +136,8 @@ def test_silu_sums_beyond_the_factorised_range_equal_the_plain_sums():
 
     @numba.njit
     def both(q1, p1):
-        plain = quadrature._plain_moments(quadrature.SILU_REMAINDER, None, quadrature.EVEN, 0.5,
-                                          quadrature._SILU_STRIP, q1, p1)
+        plain = quadrature._plain_moments(quadrature.SILU_REMAINDER, quadrature.EVEN, 0.5, quadrature._SILU_STRIP,
+                                          q1, p1)
         return plain, quadrature.silu_moments_core(q1, p1)
 
     for q1 in [900.5, 2e3, 1e4, 1e6, 1e12]:

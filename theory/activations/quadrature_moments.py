@@ -47,7 +47,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba.extending import register_jitable
+from numba.core import types
+from numba.extending import overload, register_jitable
 
 from ..quadrature import HALF_WIDTH, trapezoid_half_nodes
 
@@ -116,23 +117,23 @@ def _covariance_rules(q1, p1, strip):
 
 
 @register_jitable
-def _mean_square(kind, user, q1, strip, symmetric):
-    """``E[f(u)^2]``, ``u ~ N(0, q1)``, by the symmetric half rule: ``f`` the built-in integrand
-    ``kind`` (:func:`_integrand`) or, where ``user`` is given, ``user`` (a compiled function).
+def _mean_square(integrand, q1, strip, symmetric):
+    """``E[f(u)^2]``, ``u ~ N(0, q1)``, by the symmetric half rule: ``f`` is ``integrand``, the code of a
+    built-in integrand or a user-registered activation's compiled function (:func:`_integrand`).
 
     ``symmetric``: ``f`` is odd or even, so ``f(-x)^2 = f(x)^2`` and only the nodes
     ``x >= 0`` are evaluated.
     """
     s = math.sqrt(q1)
     h, w = _half_rule(trapezoid_half_nodes(s, strip))
-    f0 = _integrand(kind, user, 0.0)
+    f0 = _integrand(integrand, 0.0)
     acc = w[0] * f0 * f0
     for j in range(1, w.size):
-        fp = _integrand(kind, user, s * j * h)
+        fp = _integrand(integrand, s * j * h)
         if symmetric:
             acc += w[j] * (2.0 * fp * fp)
         else:
-            fm = _integrand(kind, user, -s * j * h)
+            fm = _integrand(integrand, -s * j * h)
             acc += w[j] * (fp * fp + fm * fm)
     return acc
 
@@ -141,12 +142,12 @@ def _mean_square(kind, user, q1, strip, symmetric):
 # Any activation phi(x) = slope x + r(x)
 # ---------------------------------------------------------------------------------
 @register_jitable
-def _plain_moments(kind, user, parity, slope, strip, q1, p1):
+def _plain_moments(integrand, parity, slope, strip, q1, p1):
     """``(E[phi(u)^2], E[phi(u) phi(v)])`` of ``phi(x) = slope x + r(x)`` by the plain sums
-    (module notes): ``r`` the built-in integrand ``kind`` (:func:`_integrand`), or ``user`` where
-    given, with the given parity (ODD, EVEN or GENERAL); ``strip`` its analyticity half-width (sets
+    (module notes): ``r`` is ``integrand``, the code of a built-in integrand or a user-registered
+    activation's compiled function (:func:`_integrand`), with the given parity (ODD, EVEN or GENERAL); ``strip`` its analyticity half-width (sets
     the trapezoid steps)."""
-    m2 = slope * slope * q1 + _mean_square(kind, user, q1, strip, parity != GENERAL)
+    m2 = slope * slope * q1 + _mean_square(integrand, q1, strip, parity != GENERAL)
     a, h_out, w_out, b, h_in, w_in, sign = _covariance_rules(q1, p1, strip)
     m_out = w_out.size - 1
     if parity == EVEN:
@@ -158,10 +159,10 @@ def _plain_moments(kind, user, parity, slope, strip, q1, p1):
     g_values = np.zeros(2 * m_out + 1)
     for i in range(first, m_out + 1):
         x = a * i * h_out
-        g = w_in[0] * _integrand(kind, user, x)
+        g = w_in[0] * _integrand(integrand, x)
         for j in range(1, w_in.size):
             y = b * j * h_in
-            g += w_in[j] * (_integrand(kind, user, x + y) + _integrand(kind, user, x - y))
+            g += w_in[j] * (_integrand(integrand, x + y) + _integrand(integrand, x - y))
         g_values[i + m_out] = g
     acc = 0.0
     if parity == GENERAL:
@@ -188,7 +189,7 @@ def make_quadrature_moments(remainder, parity, slope, strip):
     on disk: ``registry.compiled_user_function``).
     """
     def moments(q1, p1):
-        return _plain_moments(0, remainder, parity, slope, strip, q1, p1)
+        return _plain_moments(remainder, parity, slope, strip, q1, p1)
 
     return register_jitable(moments)
 
@@ -197,7 +198,7 @@ def make_derivative_moment(derivative, strip):
     """Jittable ``q1 -> E[phi'(u)^2]`` of a user-registered activation by the trapezoid rule
     (``derivative`` compiled; in memory, as :func:`make_quadrature_moments`)."""
     def derivative_moment(q1):
-        return _mean_square(0, derivative, q1, strip, False)
+        return _mean_square(derivative, q1, strip, False)
 
     return register_jitable(derivative_moment)
 
@@ -249,8 +250,8 @@ def tanh_moments_core(q1, p1):
     """(E[tanh(u)^2], E[tanh(u) tanh(v)]) by the factorised trapezoid rule (``q1 <= 900``; beyond, where
     the exp factors would overflow, the plain sums)."""
     if q1 > _FACTORISED_Q1_MAX:
-        return _plain_moments(TANH_FUNCTION, None, ODD, 0.0, _TANH_STRIP, q1, p1)
-    return _with_slope(0.0, q1, p1, _mean_square(TANH_POSITIVE, None, q1, _TANH_STRIP, True), _tanh_cross(q1, p1))
+        return _plain_moments(TANH_FUNCTION, ODD, 0.0, _TANH_STRIP, q1, p1)
+    return _with_slope(0.0, q1, p1, _mean_square(TANH_POSITIVE, q1, _TANH_STRIP, True), _tanh_cross(q1, p1))
 
 
 # ---------------------------------------------------------------------------------
@@ -369,7 +370,7 @@ def silu_moments_core(q1, p1):
     """(E[silu(u)^2], E[silu(u) silu(v)]) by the factorised trapezoid rule (``q1 <= 900``; beyond, the
     same sums rearranged, :func:`_silu_remainder_cross_wide`)."""
     cross = _silu_remainder_cross_wide(q1, p1) if q1 > _FACTORISED_Q1_MAX else _silu_remainder_cross(q1, p1)
-    return _with_slope(0.5, q1, p1, _mean_square(SILU_POSITIVE, None, q1, _SILU_STRIP, True), cross)
+    return _with_slope(0.5, q1, p1, _mean_square(SILU_POSITIVE, q1, _SILU_STRIP, True), cross)
 
 
 @register_jitable
@@ -409,25 +410,25 @@ def _tanh_derivative(x):
 @register_jitable
 def gelu_moments_core(q1, p1):
     """(E[gelu(u)^2], E[gelu(u) gelu(v)]) by the trapezoid rule (even remainder (x/2) erf(x/sqrt 2))."""
-    return _plain_moments(GELU_REMAINDER, None, EVEN, 0.5, _GELU_STRIP, q1, p1)
+    return _plain_moments(GELU_REMAINDER, EVEN, 0.5, _GELU_STRIP, q1, p1)
 
 
 @register_jitable
 def tanh_derivative_moment_core(q1):
     """E[(1 - tanh(u)^2)^2] by the trapezoid rule."""
-    return _mean_square(TANH_DERIVATIVE, None, q1, _TANH_STRIP, False)
+    return _mean_square(TANH_DERIVATIVE, q1, _TANH_STRIP, False)
 
 
 @register_jitable
 def silu_derivative_moment_core(q1):
     """E[silu'(u)^2] by the trapezoid rule."""
-    return _mean_square(SILU_DERIVATIVE, None, q1, _SILU_STRIP, False)
+    return _mean_square(SILU_DERIVATIVE, q1, _SILU_STRIP, False)
 
 
 @register_jitable
 def gelu_derivative_moment_core(q1):
     """E[gelu'(u)^2] by the trapezoid rule (gelu'(x) = Phi(x) + x N(x))."""
-    return _mean_square(GELU_DERIVATIVE, None, q1, _GELU_STRIP, False)
+    return _mean_square(GELU_DERIVATIVE, q1, _GELU_STRIP, False)
 
 
 # ---------------------------------------------------------------------------------
@@ -441,27 +442,42 @@ def gelu_derivative_moment_core(q1):
 
 
 @register_jitable
-def _integrand(kind, user, x):
-    """The integrand of a trapezoid rule at ``x``: ``user(x)`` where ``user`` (a compiled function, a
-    user-registered activation's) is given, else the built-in of code ``kind``. One compiled rule
-    serves every built-in activation (no factory, no per-activation specialisation); ``user`` is None
-    there, and numba prunes its branch while compiling."""
-    if user is None:
-        if kind == TANH_FUNCTION:
-            return tanh_function(x)
-        if kind == TANH_POSITIVE:
-            return _tanh_positive(x)
-        if kind == SILU_POSITIVE:
-            return _silu_remainder_positive(x)
-        if kind == SILU_REMAINDER:
-            return _silu_remainder(x)
-        if kind == GELU_REMAINDER:
-            return _gelu_remainder(x)
-        if kind == TANH_DERIVATIVE:
-            return _tanh_derivative(x)
-        if kind == SILU_DERIVATIVE:
-            return _silu_derivative(x)
-        if kind == GELU_DERIVATIVE:
-            return _gelu_derivative(x)
-        return math.nan
-    return user(x)
+def _builtin_integrand(kind, x):
+    """The built-in integrand of code ``kind`` at ``x`` (NaN for an unknown code)."""
+    if kind == TANH_FUNCTION:
+        return tanh_function(x)
+    if kind == TANH_POSITIVE:
+        return _tanh_positive(x)
+    if kind == SILU_POSITIVE:
+        return _silu_remainder_positive(x)
+    if kind == SILU_REMAINDER:
+        return _silu_remainder(x)
+    if kind == GELU_REMAINDER:
+        return _gelu_remainder(x)
+    if kind == TANH_DERIVATIVE:
+        return _tanh_derivative(x)
+    if kind == SILU_DERIVATIVE:
+        return _silu_derivative(x)
+    if kind == GELU_DERIVATIVE:
+        return _gelu_derivative(x)
+    return math.nan
+
+
+def _integrand(integrand, x):
+    """The integrand of a trapezoid rule at ``x``: for an integer ``integrand`` the built-in of that code
+    (:func:`_builtin_integrand`), else ``integrand(x)`` (a user-registered activation's compiled function).
+
+    Compiled, the choice is made on the argument's type while the rule is compiled: the rules
+    (:func:`_mean_square`, :func:`_plain_moments`) are compiled once for every built-in activation
+    (an integer code, kept on disk inside their callers) and once per user activation (its function,
+    in memory only), which then compiles none of the built-in integrands."""
+    if isinstance(integrand, (int, np.integer)):
+        return _builtin_integrand(integrand, x)
+    return integrand(x)
+
+
+@overload(_integrand)
+def _integrand_overload(integrand, x):
+    if isinstance(integrand, types.Integer):
+        return lambda integrand, x: _builtin_integrand(integrand, x)
+    return lambda integrand, x: integrand(x)
