@@ -145,8 +145,8 @@ def _mean_square(integrand, q1, strip, symmetric):
 def _plain_moments(integrand, parity, slope, strip, q1, p1):
     """``(E[phi(u)^2], E[phi(u) phi(v)])`` of ``phi(x) = slope x + r(x)`` by the plain sums
     (module notes): ``r`` is ``integrand``, the code of a built-in integrand or a user-registered
-    activation's compiled function (:func:`_integrand`), with the given parity (ODD, EVEN or GENERAL); ``strip`` its analyticity half-width (sets
-    the trapezoid steps)."""
+    activation's compiled function (:func:`_integrand`), with the given parity (ODD, EVEN or
+    GENERAL); ``strip`` its analyticity half-width (sets the trapezoid steps)."""
     m2 = slope * slope * q1 + _mean_square(integrand, q1, strip, parity != GENERAL)
     a, h_out, w_out, b, h_in, w_in, sign = _covariance_rules(q1, p1, strip)
     m_out = w_out.size - 1
@@ -368,7 +368,7 @@ def _silu_remainder_positive(x):
 @register_jitable
 def silu_moments_core(q1, p1):
     """(E[silu(u)^2], E[silu(u) silu(v)]) by the factorised trapezoid rule (``q1 <= 900``; beyond, the
-    same sums rearranged, :func:`_silu_remainder_cross_wide`)."""
+    same sums rearranged, ``_silu_remainder_cross_wide``)."""
     cross = _silu_remainder_cross_wide(q1, p1) if q1 > _FACTORISED_Q1_MAX else _silu_remainder_cross(q1, p1)
     return _with_slope(0.5, q1, p1, _mean_square(SILU_POSITIVE, q1, _SILU_STRIP, True), cross)
 

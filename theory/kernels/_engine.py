@@ -168,7 +168,8 @@ def run_program(ops, mode, table, work, count, user_moments):
                 else:  # plain softmax, the flags constants (cbar and qk_dim unread): 1.1x faster
                     for j in range(count):
                         q[j], p[j], t[0, j] = finite_attention_step_core(
-                            q[j], p[j], args[a, j], args[a + 1, j], args[a + 2, j], 1.0, 1.0, False, False, False, table)
+                            q[j], p[j], args[a, j], args[a + 1, j], args[a + 2, j], 1.0, 1.0, False, False, False,
+                            table)
             elif rope:
                 for j in range(count):
                     q[j], p[j], t[0, j] = asymptotic_attention_step_core(
