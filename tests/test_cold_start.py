@@ -130,6 +130,8 @@ def test_work_estimates_time_nothing_and_write_nothing(tmp_path, monkeypatch):
     attention more than the asymptotic one; a round is one batch per thread)."""
     import numba
 
+    from remprop.theory.kernels import BATCH
+
     monkeypatch.setenv("REMPROP_CACHE_DIR", str(tmp_path))
 
     def no_clock():
@@ -144,7 +146,7 @@ def test_work_estimates_time_nothing_and_write_nothing(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
     assert gelu.round_seconds > 10 * speed.round_seconds and finite.round_seconds > speed.round_seconds
-    assert speed.cells_per_round == 64 * numba.get_num_threads() and speed.call_seconds == work_estimates.CALL_SECONDS
+    assert speed.cells_per_round == BATCH * numba.get_num_threads() and speed.call_seconds == work_estimates.CALL_SECONDS
     # kernel_seconds: calls x call + depth x rounds x round
     cells = 3 * speed.cells_per_round
     assert work_estimates.kernel_seconds(relu, cells, 100, calls=2) == pytest.approx(

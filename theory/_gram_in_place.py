@@ -13,14 +13,14 @@ the numpy maps as its reference.
 """
 from __future__ import annotations
 
-import functools
-
 import numba
 import numpy as np
 
-from ._jit import CACHE, JIT_OPTIONS, specialised
+from ._jit import CACHE, JIT_OPTIONS
 from .activations.maps import dense_core
 from .activations.pair_moments import interpolated_moment
+from .components.gated_mlp import gated_hidden_core
+from .components.mlp import own_hidden_core
 from .components.residual import skip_core
 
 #: Rows and columns of the tiles in which a lower triangle is mirrored (the transposed reads stay in cache).
@@ -76,36 +76,40 @@ def skip_in_place(branch, g, alpha):
             branch[i, j] = skip_core(branch[i, j], branch[i, j], g[i, j], g[i, j], alpha)[1]
 
 
-@functools.lru_cache(maxsize=None)
-def _mlp_pairs(hidden_core, tag):
-    """The compiled off-diagonal pass of an MLP with the hidden core ``hidden_core`` (``tag`` names
-    it in the disk cache): ``out[i, j] = dense_out(hidden(q1_i, p1_ij, m2_i, m11(p1_ij)))`` with
-    ``p1_ij = dense(g_ij)`` and ``m11`` the pair-moment table's interpolation, lower triangle only
-    (``out`` may be ``g``: entry (i, j) is read before it is written, the upper triangle never read)."""
-
-    def pairs(g, q1, m2, roots, fine, token_weights, sigma_w2, sigma_b2, sigma_out, out):
-        t = g.shape[0]
-        for i in numba.prange(t):
-            for j in range(i):
-                p1 = dense_core(g[i, j], g[i, j], sigma_w2, sigma_b2)[1]
-                m11 = interpolated_moment(p1, roots[i], roots[j], fine, token_weights[i], token_weights[j])
-                h11 = hidden_core(q1[i], p1, m2[i], m11)[1]
-                out[i, j] = dense_core(h11, h11, sigma_out, sigma_b2)[1]
-
-    return numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)(specialised(pairs, tag))
+@numba.njit(parallel=True, cache=CACHE, **JIT_OPTIONS)
+def _mlp_pairs(gated, g, q1, m2, roots, fine, token_weights, sigma_w2, sigma_b2, sigma_out, out):
+    """The compiled off-diagonal pass of an MLP, its hidden core chosen by ``gated`` (the gated MLP's
+    ``gated_hidden_core``, else ``own_hidden_core``; one compiled pass for both, chosen outside the
+    entries' loop, as the engine's MLP instruction does): ``out[i, j] = dense_out(hidden(q1_i, p1_ij,
+    m2_i, m11(p1_ij)))`` with ``p1_ij = dense(g_ij)`` and ``m11`` the pair-moment table's
+    interpolation, lower triangle only (``out`` may be ``g``: entry (i, j) is read before it is
+    written, the upper triangle never read)."""
+    t = g.shape[0]
+    for i in numba.prange(t):
+        for j in range(i):
+            p1 = dense_core(g[i, j], g[i, j], sigma_w2, sigma_b2)[1]
+            m11 = interpolated_moment(p1, roots[i], roots[j], fine, token_weights[i], token_weights[j])
+            if gated:
+                h11 = gated_hidden_core(q1[i], p1, m2[i], m11)[1]
+            else:
+                h11 = own_hidden_core(q1[i], p1, m2[i], m11)[1]
+            out[i, j] = dense_core(h11, h11, sigma_out, sigma_b2)[1]
 
 
 def mlp_pairs(comp, g, q1, m2, grid, out):
-    """The off-diagonal entries of ``comp``'s Gram map (an MLP, its ``hidden_core``) written into ``out``
-    (both triangles; the diagonal is left to the caller): ``q1``, ``m2`` per token, ``grid`` the
-    ``(fine, token_weights, roots)`` of :func:`~remprop.theory.activations.pair_moments.pair_grid` at ``q1``."""
+    """The off-diagonal entries of ``comp``'s Gram map (an MLP, its ``hidden_core``: the own one or the
+    gated one, ``comp.gated``) written into ``out`` (both triangles; the diagonal is left to the caller):
+    ``q1``, ``m2`` per token, ``grid`` the ``(fine, token_weights, roots)`` of
+    :func:`~remprop.theory.activations.pair_moments.pair_grid` at ``q1``."""
     fine, token_weights, roots = grid
+    if comp.hidden_core not in (own_hidden_core, gated_hidden_core):
+        raise ValueError(f"{type(comp).__name__}: the fast Gram state runs an MLP's own or gated hidden core, "
+                         f"got {comp.hidden_core!r}")
     sigma_out = comp.sigma_w2 if comp.sigma_w2_out is None else comp.sigma_w2_out
-    kernel = _mlp_pairs(comp.hidden_core, f"{type(comp).__name__}_{comp.hidden_core.__name__}")
-    kernel(g, q1, m2, roots, fine, token_weights, float(comp.sigma_w2), float(comp.sigma_b2), float(sigma_out), out)
+    _mlp_pairs(comp.hidden_core is gated_hidden_core, g, q1, m2, roots, fine, token_weights, float(comp.sigma_w2),
+               float(comp.sigma_b2), float(sigma_out), out)
     mirror_lower(out)
     return out
-
 
 
 def masked_softmax(s, seen, cap):

@@ -13,12 +13,15 @@ the old compiled code in use. The folder is therefore named after the theory's s
 one stays behind until deleted, as numba's own stale entries do). That one name is the only place the
 digest enters; no compiled function is renamed for the cache.
 
-:func:`specialised` gives a nested function made by a factory a name of its own: numba names compiled
-code after ``module.qualname`` and a per-process counter, and two specialisations of one nested
-function compiled in different processes and loaded from the disk cache into one can carry the same
+No compiled function of theory is made by a factory: numba names compiled code after
+``module.qualname`` and a per-process counter, and two specialisations of one nested function
+compiled in different processes and loaded from the disk cache into one could carry the same
 symbol, the second then silently linking to the first (wrong code, or a crash such as ``'descr' is
-NULL``). It is left only where a factory still makes jitable specialisations: the trapezoid rules of
-:mod:`.activations.quadrature_moments`, one per smooth activation.
+NULL``). The engine's sweeps, the trapezoid rules of the smooth activations
+(:mod:`.activations.quadrature_moments`, the integrand chosen by an integer code) and the fast Gram
+state's MLP pass (``_gram_in_place``, the hidden core chosen by a flag) are module-level functions,
+compiled once. A user-registered activation's rules are closures over its compiled function, compiled
+in memory only (never kept on disk), where numba's per-process counter keeps their names apart.
 
 Used by :mod:`.activations`, :mod:`.kernels` and :mod:`.rem.table`; it imports
 nothing from theory, so it sits below all three (inside :mod:`.kernels`, which imports
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from remprop.cache import configure_numba
 
-__all__ = ["specialised", "inline_jitable", "source_digest", "JIT_OPTIONS", "CACHE"]
+__all__ = ["inline_jitable", "source_digest", "JIT_OPTIONS", "CACHE"]
 
 _IMPORTS_NUMBA = re.compile(rb"^\s*(?:from|import) numba\b", re.M)
 
@@ -69,14 +72,6 @@ CACHE = configure_numba(f"theory-{source_digest()}")
 #: (``remprop.theory.activations.maps``): in a ``remprop check`` of a SiLU model the quadrature
 #: below the moments had been compiled twice.
 JIT_OPTIONS = dict(error_model="numpy", nogil=True)
-
-
-def specialised(function, tag):
-    """Rename ``function`` (in place) to ``<qualname>__<tag>`` and return it (module notes)."""
-    suffix = re.sub(r"\W", "_", str(tag))
-    function.__qualname__ = f"{function.__qualname__}__{suffix}"
-    function.__name__ = f"{function.__name__}__{suffix}"
-    return function
 
 
 def inline_jitable(function):

@@ -12,6 +12,13 @@
 * ``tokenizers/`` -- the BPE tokenizers of the training runs (``remprop.validation.training``);
 * ``precompile.log`` -- the output of ``remprop precompile --background``.
 
+Beside numba's files, the folder :func:`configure_numba` names holds remprop's own record of what is
+compiled there: an empty marker file per compiled function and machine (:func:`mark_compiled`,
+written after the function's first successful call in a process, which numba has by then kept on
+disk), so that whether a call will compile is known without reading numba's private cache index
+(:func:`is_marked_compiled`). The folder is named after the theory's sources, so an edit leaves
+the old markers behind with the old code.
+
 The theory package computes and writes nothing itself: its compiled functions are cached where
 :func:`configure_numba` points numba (``remprop.theory._jit`` calls it before anything is
 compiled), and its tables go through :func:`cached_array`. A cache folder that cannot be written
@@ -29,7 +36,7 @@ import warnings
 from pathlib import Path
 
 __all__ = ["cache_directory", "user_cache_directory", "numba_cache_directory", "is_writable", "configure_numba",
-           "cached_array", "write_atomically"]
+           "compiled_marker", "mark_compiled", "is_marked_compiled", "cached_array", "write_atomically"]
 
 
 def user_cache_directory(platform=None, environ=None, home=None) -> Path:
@@ -105,7 +112,46 @@ def configure_numba(folder=None) -> bool:
                       RuntimeWarning, stacklevel=2)
         return False
     numba.config.CACHE_DIR = str(folder)
+    global _NUMBA_FOLDER
+    _NUMBA_FOLDER = folder
     return True
+
+
+#: The folder :func:`configure_numba` pointed numba at (None: not configured, or compiled in memory).
+_NUMBA_FOLDER = None
+
+
+@functools.lru_cache(maxsize=None)
+def _machine_key() -> str:
+    """Eight hex digits naming this machine's code generation (llvmlite's public host CPU name and
+    features, what numba's compiled code depends on besides the sources)."""
+    from llvmlite import binding
+
+    host = f"{binding.get_process_triple()} {binding.get_host_cpu_name()} {binding.get_host_cpu_features().flatten()}"
+    return hashlib.sha256(host.encode()).hexdigest()[:8]
+
+
+def compiled_marker(name: str):
+    """The marker file of the compiled function ``name`` (e.g. ``"kernels._engine.final_states"``) for this
+    machine in the folder :func:`configure_numba` configured, or None where nothing is kept on disk."""
+    if _NUMBA_FOLDER is None:
+        return None
+    return _NUMBA_FOLDER / f"{name}-{_machine_key()}.compiled"
+
+
+def mark_compiled(name: str) -> bool:
+    """Record that ``name`` is compiled and kept in numba's disk cache (module notes); whether the marker
+    was written (False: no disk cache, or a folder that cannot be written)."""
+    marker = compiled_marker(name)
+    if marker is None:
+        return False
+    return marker.exists() or write_atomically(marker, lambda handle: None)
+
+
+def is_marked_compiled(name: str) -> bool:
+    """Whether :func:`mark_compiled` recorded ``name`` for this machine and these sources."""
+    marker = compiled_marker(name)
+    return marker is not None and marker.exists()
 
 
 @functools.lru_cache(maxsize=None)

@@ -44,13 +44,12 @@ SIAM Review 56, 385 (2014).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
-from numba.extending import register_jitable
+from numba.core import types
+from numba.extending import overload, register_jitable
 
-from .._jit import specialised
 from ..quadrature import HALF_WIDTH, trapezoid_half_nodes
 
 __all__ = [
@@ -117,109 +116,99 @@ def _covariance_rules(q1, p1, strip):
     return a, h_out, w_out, b, h_in, w_in, sign
 
 
-@functools.lru_cache(maxsize=None)
-def _mean_square(function, strip, symmetric, tag):
-    """Jittable ``q1 -> E[f(u)^2]``, ``u ~ N(0, q1)``, by the symmetric half rule.
+@register_jitable
+def _mean_square(integrand, q1, strip, symmetric):
+    """``E[f(u)^2]``, ``u ~ N(0, q1)``, by the symmetric half rule: ``f`` is ``integrand``, the code of a
+    built-in integrand or a user-registered activation's compiled function (:func:`_integrand`).
 
     ``symmetric``: ``f`` is odd or even, so ``f(-x)^2 = f(x)^2`` and only the nodes
-    ``x >= 0`` are evaluated. One compiled function per argument tuple.
+    ``x >= 0`` are evaluated.
     """
-
-    def mean_square(q1):
-        s = math.sqrt(q1)
-        h, w = _half_rule(trapezoid_half_nodes(s, strip))
-        f0 = function(0.0)
-        acc = w[0] * f0 * f0
-        for j in range(1, w.size):
-            fp = function(s * j * h)
-            if symmetric:
-                acc += w[j] * (2.0 * fp * fp)
-            else:
-                fm = function(-s * j * h)
-                acc += w[j] * (fp * fp + fm * fm)
-        return acc
-
-    return register_jitable(specialised(mean_square, tag))
+    s = math.sqrt(q1)
+    h, w = _half_rule(trapezoid_half_nodes(s, strip))
+    f0 = _integrand(integrand, 0.0)
+    acc = w[0] * f0 * f0
+    for j in range(1, w.size):
+        fp = _integrand(integrand, s * j * h)
+        if symmetric:
+            acc += w[j] * (2.0 * fp * fp)
+        else:
+            fm = _integrand(integrand, -s * j * h)
+            acc += w[j] * (fp * fp + fm * fm)
+    return acc
 
 
 # ---------------------------------------------------------------------------------
 # Any activation phi(x) = slope x + r(x)
 # ---------------------------------------------------------------------------------
-def make_quadrature_moments(remainder, parity, slope, strip, tag):
-    """Jittable ``(q1, p1) -> moments`` of ``phi(x) = slope x + remainder(x)``.
-
-    ``remainder`` is a jittable scalar function with the given parity (ODD, EVEN or
-    GENERAL); ``strip`` its analyticity half-width (sets the trapezoid steps); ``tag``
-    names this specialisation (see ``remprop.theory._jit``).
-    """
-    remainder_square = _mean_square(remainder, strip, parity != GENERAL, f"{tag}_remainder")
-
-    def moments(q1, p1):
-        m2 = slope * slope * q1 + remainder_square(q1)
-        a, h_out, w_out, b, h_in, w_in, sign = _covariance_rules(q1, p1, strip)
-        m_out = w_out.size - 1
-        if parity == EVEN:
-            first = 0
-        elif parity == ODD:
-            first = 1
-        else:
-            first = -m_out
-        g_values = np.zeros(2 * m_out + 1)
+@register_jitable
+def _plain_moments(integrand, parity, slope, strip, q1, p1):
+    """``(E[phi(u)^2], E[phi(u) phi(v)])`` of ``phi(x) = slope x + r(x)`` by the plain sums
+    (module notes): ``r`` is ``integrand``, the code of a built-in integrand or a user-registered
+    activation's compiled function (:func:`_integrand`), with the given parity (ODD, EVEN or
+    GENERAL); ``strip`` its analyticity half-width (sets the trapezoid steps)."""
+    m2 = slope * slope * q1 + _mean_square(integrand, q1, strip, parity != GENERAL)
+    a, h_out, w_out, b, h_in, w_in, sign = _covariance_rules(q1, p1, strip)
+    m_out = w_out.size - 1
+    if parity == EVEN:
+        first = 0
+    elif parity == ODD:
+        first = 1
+    else:
+        first = -m_out
+    g_values = np.zeros(2 * m_out + 1)
+    for i in range(first, m_out + 1):
+        x = a * i * h_out
+        g = w_in[0] * _integrand(integrand, x)
+        for j in range(1, w_in.size):
+            y = b * j * h_in
+            g += w_in[j] * (_integrand(integrand, x + y) + _integrand(integrand, x - y))
+        g_values[i + m_out] = g
+    acc = 0.0
+    if parity == GENERAL:
+        for i in range(-m_out, m_out + 1):
+            mirror = i if sign > 0.0 else -i
+            acc += w_out[abs(i)] * g_values[i + m_out] * g_values[mirror + m_out]
+    else:
         for i in range(first, m_out + 1):
-            x = a * i * h_out
-            g = w_in[0] * remainder(x)
-            for j in range(1, w_in.size):
-                y = b * j * h_in
-                g += w_in[j] * (remainder(x + y) + remainder(x - y))
-            g_values[i + m_out] = g
-        acc = 0.0
-        if parity == GENERAL:
-            for i in range(-m_out, m_out + 1):
-                mirror = i if sign > 0.0 else -i
-                acc += w_out[abs(i)] * g_values[i + m_out] * g_values[mirror + m_out]
-        else:
-            for i in range(first, m_out + 1):
-                g = g_values[i + m_out]
-                acc += (w_out[0] if i == 0 else 2.0 * w_out[i]) * g * g
-            if parity == ODD:
-                acc *= sign
-        return m2, capped_covariance(m2, slope * slope * p1 + acc)
-
-    return register_jitable(specialised(moments, tag))
+            g = g_values[i + m_out]
+            acc += (w_out[0] if i == 0 else 2.0 * w_out[i]) * g * g
+        if parity == ODD:
+            acc *= sign
+    return m2, capped_covariance(m2, slope * slope * p1 + acc)
 
 
-def make_derivative_moment(derivative, strip, tag):
-    """Jittable ``q1 -> E[phi'(u)^2]`` by the trapezoid rule (``tag``: see ``remprop.theory._jit``)."""
-    return _mean_square(derivative, strip, False, f"{tag}_derivative")
+def make_quadrature_moments(remainder, parity, slope, strip):
+    """Jittable ``(q1, p1) -> moments`` of ``phi(x) = slope x + remainder(x)`` (a user-registered
+    activation's).
 
-
-def _factorised_moments(remainder, parity, slope, strip, positive_remainder, remainder_cross, tag,
-                        wide_cross=None):
-    """Moments of ``phi(x) = slope x + remainder(x)`` (remainder odd or even) by faster sums.
-
-    For ``q1 <= 900`` the diagonal sum evaluates ``positive_remainder``, the remainder
-    written with ``exp`` and valid for ``x >= 0``, and ``remainder_cross(q1, p1)`` gives
-    ``E[r(u) r(v)]`` by the factorised inner sums (module notes); beyond, where the exp
-    factors would overflow, ``wide_cross(q1, p1)`` where given (the same sums rearranged,
-    ``_silu_remainder_cross_wide``), else the plain sums of :func:`make_quadrature_moments`.
+    ``remainder`` is a compiled (``numba.njit``) scalar function with the given parity (ODD, EVEN or
+    GENERAL); ``strip`` its analyticity half-width (sets the trapezoid steps). The plain sums of the
+    built-in activations, compiled once for all of them, with ``remainder`` in place of the
+    built-in integrand. Compiled in memory, in the process that registers the activation (never kept
+    on disk: ``registry.compiled_user_function``).
     """
-    remainder_square = _mean_square(positive_remainder, strip, True, f"{tag}_positive_remainder")
-    if wide_cross is not None:
-        def moments(q1, p1):
-            cross = wide_cross(q1, p1) if q1 > _FACTORISED_Q1_MAX else remainder_cross(q1, p1)
-            m2 = slope * slope * q1 + remainder_square(q1)
-            return m2, capped_covariance(m2, slope * slope * p1 + cross)
-
-        return register_jitable(specialised(moments, f"{tag}_factorised_wide"))
-    direct = make_quadrature_moments(remainder, parity, slope, strip, tag)
-
     def moments(q1, p1):
-        if q1 > _FACTORISED_Q1_MAX:
-            return direct(q1, p1)
-        m2 = slope * slope * q1 + remainder_square(q1)
-        return m2, capped_covariance(m2, slope * slope * p1 + remainder_cross(q1, p1))
+        return _plain_moments(remainder, parity, slope, strip, q1, p1)
 
-    return register_jitable(specialised(moments, f"{tag}_factorised"))
+    return register_jitable(moments)
+
+
+def make_derivative_moment(derivative, strip):
+    """Jittable ``q1 -> E[phi'(u)^2]`` of a user-registered activation by the trapezoid rule
+    (``derivative`` compiled; in memory, as :func:`make_quadrature_moments`)."""
+    def derivative_moment(q1):
+        return _mean_square(derivative, q1, strip, False)
+
+    return register_jitable(derivative_moment)
+
+
+@register_jitable
+def _with_slope(slope, q1, p1, square, cross):
+    """The moments of ``phi(x) = slope x + r(x)`` from ``E[r(u)^2]`` and ``E[r(u) r(v)]`` (the cross terms
+    vanish by symmetry, module notes), the covariance capped."""
+    m2 = slope * slope * q1 + square
+    return m2, capped_covariance(m2, slope * slope * p1 + cross)
 
 
 # ---------------------------------------------------------------------------------
@@ -256,9 +245,13 @@ def _tanh_positive(x):
     return 2.0 / (1.0 + math.exp(-2.0 * x)) - 1.0
 
 
-#: (E[tanh(u)^2], E[tanh(u) tanh(v)]) by the factorised trapezoid rule.
-tanh_moments_core = _factorised_moments(tanh_function, ODD, 0.0, _TANH_STRIP, _tanh_positive, _tanh_cross,
-                                        "tanh")
+@register_jitable
+def tanh_moments_core(q1, p1):
+    """(E[tanh(u)^2], E[tanh(u) tanh(v)]) by the factorised trapezoid rule (``q1 <= 900``; beyond, where
+    the exp factors would overflow, the plain sums)."""
+    if q1 > _FACTORISED_Q1_MAX:
+        return _plain_moments(TANH_FUNCTION, ODD, 0.0, _TANH_STRIP, q1, p1)
+    return _with_slope(0.0, q1, p1, _mean_square(TANH_POSITIVE, q1, _TANH_STRIP, True), _tanh_cross(q1, p1))
 
 
 # ---------------------------------------------------------------------------------
@@ -372,9 +365,12 @@ def _silu_remainder_positive(x):
     return x / (1.0 + math.exp(-x)) - 0.5 * x
 
 
-#: (E[silu(u)^2], E[silu(u) silu(v)]) by the factorised trapezoid rule.
-silu_moments_core = _factorised_moments(_silu_remainder, EVEN, 0.5, _SILU_STRIP, _silu_remainder_positive,
-                                        _silu_remainder_cross, "silu", wide_cross=_silu_remainder_cross_wide)
+@register_jitable
+def silu_moments_core(q1, p1):
+    """(E[silu(u)^2], E[silu(u) silu(v)]) by the factorised trapezoid rule (``q1 <= 900``; beyond, the
+    same sums rearranged, ``_silu_remainder_cross_wide``)."""
+    cross = _silu_remainder_cross_wide(q1, p1) if q1 > _FACTORISED_Q1_MAX else _silu_remainder_cross(q1, p1)
+    return _with_slope(0.5, q1, p1, _mean_square(SILU_POSITIVE, q1, _SILU_STRIP, True), cross)
 
 
 @register_jitable
@@ -411,9 +407,77 @@ def _tanh_derivative(x):
     return 1.0 - t * t
 
 
-#: (E[gelu(u)^2], E[gelu(u) gelu(v)]) by the trapezoid rule (even remainder (x/2) erf(x/sqrt 2)).
-gelu_moments_core = make_quadrature_moments(_gelu_remainder, EVEN, 0.5, _GELU_STRIP, "gelu")
-#: E[(1 - tanh(u)^2)^2], E[silu'(u)^2], E[gelu'(u)^2] (gelu'(x) = Phi(x) + x N(x)).
-tanh_derivative_moment_core = make_derivative_moment(_tanh_derivative, _TANH_STRIP, "tanh")
-silu_derivative_moment_core = make_derivative_moment(_silu_derivative, _SILU_STRIP, "silu")
-gelu_derivative_moment_core = make_derivative_moment(_gelu_derivative, _GELU_STRIP, "gelu")
+@register_jitable
+def gelu_moments_core(q1, p1):
+    """(E[gelu(u)^2], E[gelu(u) gelu(v)]) by the trapezoid rule (even remainder (x/2) erf(x/sqrt 2))."""
+    return _plain_moments(GELU_REMAINDER, EVEN, 0.5, _GELU_STRIP, q1, p1)
+
+
+@register_jitable
+def tanh_derivative_moment_core(q1):
+    """E[(1 - tanh(u)^2)^2] by the trapezoid rule."""
+    return _mean_square(TANH_DERIVATIVE, q1, _TANH_STRIP, False)
+
+
+@register_jitable
+def silu_derivative_moment_core(q1):
+    """E[silu'(u)^2] by the trapezoid rule."""
+    return _mean_square(SILU_DERIVATIVE, q1, _SILU_STRIP, False)
+
+
+@register_jitable
+def gelu_derivative_moment_core(q1):
+    """E[gelu'(u)^2] by the trapezoid rule (gelu'(x) = Phi(x) + x N(x))."""
+    return _mean_square(GELU_DERIVATIVE, q1, _GELU_STRIP, False)
+
+
+# ---------------------------------------------------------------------------------
+# The built-in integrands, by code
+# ---------------------------------------------------------------------------------
+#: Codes of the built-in integrands of the trapezoid rules (:func:`_integrand`).
+#: ``SILU_REMAINDER`` (the plain sums of SiLU) is what its rearranged sums beyond ``q1 = 900`` equal
+#: (tests/test_activations_general.py).
+(TANH_FUNCTION, TANH_POSITIVE, SILU_POSITIVE, SILU_REMAINDER, GELU_REMAINDER, TANH_DERIVATIVE, SILU_DERIVATIVE,
+ GELU_DERIVATIVE) = range(1, 9)
+
+
+@register_jitable
+def _builtin_integrand(kind, x):
+    """The built-in integrand of code ``kind`` at ``x`` (NaN for an unknown code)."""
+    if kind == TANH_FUNCTION:
+        return tanh_function(x)
+    if kind == TANH_POSITIVE:
+        return _tanh_positive(x)
+    if kind == SILU_POSITIVE:
+        return _silu_remainder_positive(x)
+    if kind == SILU_REMAINDER:
+        return _silu_remainder(x)
+    if kind == GELU_REMAINDER:
+        return _gelu_remainder(x)
+    if kind == TANH_DERIVATIVE:
+        return _tanh_derivative(x)
+    if kind == SILU_DERIVATIVE:
+        return _silu_derivative(x)
+    if kind == GELU_DERIVATIVE:
+        return _gelu_derivative(x)
+    return math.nan
+
+
+def _integrand(integrand, x):
+    """The integrand of a trapezoid rule at ``x``: for an integer ``integrand`` the built-in of that code
+    (:func:`_builtin_integrand`), else ``integrand(x)`` (a user-registered activation's compiled function).
+
+    Compiled, the choice is made on the argument's type while the rule is compiled: the rules
+    (:func:`_mean_square`, :func:`_plain_moments`) are compiled once for every built-in activation
+    (an integer code, kept on disk inside their callers) and once per user activation (its function,
+    in memory only), which then compiles none of the built-in integrands."""
+    if isinstance(integrand, (int, np.integer)):
+        return _builtin_integrand(integrand, x)
+    return integrand(x)
+
+
+@overload(_integrand)
+def _integrand_overload(integrand, x):
+    if isinstance(integrand, types.Integer):
+        return lambda integrand, x: _builtin_integrand(integrand, x)
+    return lambda integrand, x: integrand(x)

@@ -196,15 +196,14 @@ def register_activation(name, function, *, derivative=None, parity=None, strip=m
     phi = _compile_scalar("function", function)
     _check_on_probe_grid(name, "function", function, phi)
     code = max(FIRST_USER_CODE - 1, *_BY_CODE) + 1
-    tag = f"user{code}"
     if derivative is None:
         dphi = _central_difference(phi)
     else:
         dphi = _compile_scalar("derivative", derivative)
         _check_on_probe_grid(name, "derivative", derivative, dphi)
     spec = ActivationSpec(name, code, phi,
-                          make_quadrature_moments(_guarded(phi), _PARITIES[parity], 0.0, strip, tag),
-                          make_derivative_moment(_guarded(dphi), strip, tag), builtin=False)
+                          make_quadrature_moments(_guarded(phi), _PARITIES[parity], 0.0, strip),
+                          make_derivative_moment(_guarded(dphi), strip), builtin=False)
     previous = _SPECS.get(name)
     _SPECS[name] = spec
     _BY_CODE[spec.code] = spec

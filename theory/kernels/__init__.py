@@ -61,9 +61,12 @@ it) check the kernels against the tree iterated in NumPy for every structural ch
 tests/test_kernel_tree.py that one engine serves every architecture, with the same disk-cache
 keys in every process.
 """
+from remprop.cache import is_marked_compiled
+
+from .._jit import CACHE
 from ._engine import BATCH
-from ._sweeps import (COLUMNS, PARAMS, SCALE_EXPONENT, Kernels, bisection_steps, kernels_for, min_alpha_bisection,
-                      packed_table, propagate_tree)
+from ._sweeps import (COLUMNS, PARAMS, SCALE_EXPONENT, Kernels, bisection_steps, compiled_name, kernels_for,
+                      min_alpha_bisection, packed_table, propagate_tree)
 
 __all__ = ["BATCH", "PARAMS", "COLUMNS", "SCALE_EXPONENT", "Kernels", "kernels_for", "packed_table", "min_alpha_bisection",
            "bisection_steps", "propagate_tree", "ENGINE_SWEEPS", "sweeps_to_compile", "sweeps_to_load",
@@ -76,7 +79,7 @@ ENGINE_SWEEPS = ("trajectories", "final_states", "min_alpha")
 def sweeps_to_compile(names=ENGINE_SWEEPS) -> tuple:
     """The sweeps among ``names`` (of :data:`ENGINE_SWEEPS`) whose next call compiles: neither compiled
     in this process nor kept for this machine in numba's disk cache of today's sources (a fresh
-    install, or sources edited since). Reads the cache's index only; nothing is loaded or compiled.
+    install, or sources edited since; :func:`needs_compiling`). Nothing is loaded or compiled.
 
     Parameters
     ----------
@@ -107,20 +110,17 @@ def _named_sweeps(names):
 
 
 def needs_compiling(dispatcher) -> bool:
-    """Whether the first call of ``dispatcher`` (a numba ``njit`` function) in this process will compile:
-    nothing compiled for it in this process and, for a cached one, no entry for this machine in
-    numba's disk cache of its current source (numba reads an index written for other sources as empty).
+    """Whether the first call of ``dispatcher`` (one of the engine's sweeps, :data:`ENGINE_SWEEPS`) in this
+    process will compile: nothing compiled for it in this process and, with a disk cache, no record
+    that it is kept there for this machine and today's sources.
 
-    Reads numba's cache index (its ``FunctionCache``) without loading or compiling anything; an index
-    numba cannot read counts as missing (the call would compile). Kept here, in a module without a
-    numba import statement: the sources of those with one name the folder of the engine's disk cache
-    (``theory._jit.source_digest``), and an edit of them compiles the engine again.
+    The record is remprop's own (:func:`remprop.cache.mark_compiled`, a marker in the cache folder named
+    after the theory's sources), written after the sweep's first successful call in any process; numba's
+    private cache index is not read. A cache whose markers are missing (numba's files from before them)
+    counts as empty until its next call. Kept here, in a module without a numba import statement: the
+    sources of those with one name the folder of the engine's disk cache (``theory._jit.source_digest``),
+    and an edit of them compiles the engine again.
     """
     if not hasattr(dispatcher, "signatures") or dispatcher.signatures:
         return False  # compiled in this process, or plain Python (numba's JIT disabled): nothing to compile
-    try:
-        index = dispatcher._cache._cache_file._load_index()
-        magic = dispatcher.targetctx.codegen().magic_tuple()
-    except Exception:  # no disk cache (cache=False), or an index numba cannot read
-        return True
-    return not any(key[1] == magic for key in index)
+    return not (CACHE and is_marked_compiled(compiled_name(dispatcher)))

@@ -51,8 +51,10 @@ N_PARAMS = len(PARAMS)
 ALPHA_SA, ALPHA_MLP, Q0, P0, LOG2_SCALE = (PARAMS.index(name) for name in
                                            ("alpha_sa", "alpha_mlp", "q0", "p0", "log2_scale"))
 #: Cells advanced together: each instruction is a loop over a batch's cells, so the op dispatch is
-#: paid once per batch, and independent cells hide each other's chains of divisions and roots.
-BATCH = 64
+#: paid once per batch, and independent cells hide each other's chains of divisions and roots. 128
+#: against 64: 14.1 against 16.1 ns per block update of a 500 x 500 x 60 post-LN diagram on one
+#: thread (CPU time, load about 3 on the two shared cores; 256 and 512 within 3% of 128).
+BATCH = 128
 #: A cell's q is kept in [2**-SCALE_EXPONENT, 2**SCALE_EXPONENT]; the rest is its exponent.
 SCALE_EXPONENT = 128
 _BIG = 2.0 ** SCALE_EXPONENT
@@ -70,31 +72,61 @@ def scale_factor(exponent):
 
 
 @register_jitable
-def operands(values, ops, i, n, s, args, count):
-    """The first ``n`` operands of instruction ``i`` for the batch's cells, into ``args`` (n x cells):
-    each its slot's value times ``s**degree`` (slot and degree read once, outside the cells' loop).
-    Copies, not views of ``values``: LLVM then knows that the cells' loops of an instruction read
-    memory they do not write, and vectorises them (views made them 1.5x slower)."""
-    for k in range(n):
-        slot, degree = ops[i, 2 + k], ops[i, 2 + MAX_OPERANDS + k]
-        if degree == 1:
-            for j in range(count):
-                args[k, j] = values[slot, j] * s[j]
-        elif degree == -1:
-            for j in range(count):
-                args[k, j] = values[slot, j] / s[j]
-        else:
-            for j in range(count):
-                args[k, j] = values[slot, j]
+def operand_count(code):
+    """How many operands an instruction of op ``code`` reads (the rows :func:`fill_operands` fills)."""
+    if code == OP_ATTENTION:
+        return 5
+    if code == OP_MLP:
+        return 3
+    if code == OP_DENSE:
+        return 2
+    if code == OP_SKIP:
+        return 1
+    return 0
+
+
+@register_jitable
+def operand_rows(ops):
+    """``at``: the operands of instruction ``i`` are rows ``at[i]:at[i + 1]`` of a batch's operand
+    block (:func:`buffers`), ``at[-1]`` rows in all."""
+    at = np.zeros(ops.shape[0] + 1, dtype=np.int64)
+    for i in range(ops.shape[0]):
+        at[i + 1] = at[i] + operand_count(ops[i, 0])
+    return at
+
+
+@register_jitable
+def fill_operands(values, ops, at, s, args, count, scaled_only):
+    """Every instruction's operands for the batch's cells into ``args`` (rows ``at[i] + k``):
+    each its slot's value times ``s**degree`` (slot and degree read once, outside the cells' loop);
+    with ``scaled_only`` only those of degree +-1 (after the carried scale ``s`` changed). The
+    operands of a program hold for every block until ``s`` changes, so they are filled once per
+    batch and depth run, not once per block. Copies, not views of ``values``: LLVM then knows that the
+    cells' loops of an instruction read memory they do not write, and vectorises them (views made
+    them 1.5x slower)."""
+    for i in range(ops.shape[0]):
+        for k in range(at[i + 1] - at[i]):
+            row = at[i] + k
+            slot, degree = ops[i, 2 + k], ops[i, 2 + MAX_OPERANDS + k]
+            if degree == 1:
+                for j in range(count):
+                    args[row, j] = values[slot, j] * s[j]
+            elif degree == -1:
+                for j in range(count):
+                    args[row, j] = values[slot, j] / s[j]
+            elif not scaled_only:
+                for j in range(count):
+                    args[row, j] = values[slot, j]
+
 
 @register_jitable
 def run_program(ops, mode, table, work, count, user_moments):
     """Advance the ``count`` cells of a batch through one block: the instructions of ``ops`` in
-    turn, each a loop over the cells. ``work`` is the batch's buffers (:func:`buffers`): ``values``
-    (slots x cells) holds each cell's columns then the program's constants, ``s`` the carried scale,
-    ``beta_c`` receives the block's smallest critical beta; ``args`` (operands x cells) and ``t``
-    (4 x cells) are scratch."""
-    values, q, p, _, s, beta_c, stack_q, stack_p, args, t = work
+    turn, each a loop over the cells. ``work`` is the batch's buffers (:func:`buffers`): ``s`` the
+    carried scale, ``beta_c`` receives the block's smallest critical beta, ``args`` (operand rows x
+    cells, filled by :func:`fill_operands`) holds instruction ``i``'s operands from row ``at[i]``;
+    ``t`` (4 x cells) is scratch."""
+    _, q, p, _, s, beta_c, stack_q, stack_p, args, t, at = work
     for j in range(count):
         beta_c[j] = np.inf
     top = 0
@@ -108,21 +140,21 @@ def run_program(ops, mode, table, work, count, user_moments):
                 for j in range(count):
                     q[j], p[j] = layernorm_core(q[j], p[j])
         elif code == OP_DENSE:
-            operands(values, ops, i, 2, s, args, count)
+            a = at[i]
             for j in range(count):
-                q[j], p[j] = dense_core(q[j], p[j], args[0, j], args[1, j])
+                q[j], p[j] = dense_core(q[j], p[j], args[a, j], args[a + 1, j])
         elif code == OP_MLP:
-            operands(values, ops, i, 3, s, args, count)
+            a = at[i]
             for j in range(count):
-                t[0, j], t[1, j] = dense_core(q[j], p[j], args[0, j], args[1, j])
+                t[0, j], t[1, j] = dense_core(q[j], p[j], args[a, j], args[a + 1, j])
             moments_into(flags >> 8, user_moments, t[0], t[1], t[2], t[3], count)
             if (flags & MLP_GATED) != 0:
                 for j in range(count):
                     t[2, j], t[3, j] = gated_hidden_core(t[0, j], t[1, j], t[2, j], t[3, j])
             for j in range(count):
-                q[j], p[j] = dense_core(t[2, j], t[3, j], args[2, j], args[1, j])
+                q[j], p[j] = dense_core(t[2, j], t[3, j], args[a + 2, j], args[a + 1, j])
         elif code == OP_ATTENTION:
-            operands(values, ops, i, 5, s, args, count)
+            a = at[i]
             gain_controlled = (flags & ATTENTION_GAIN_CONTROLLED) != 0
             rope, qk = (flags & ATTENTION_ROPE) != 0, (flags & ATTENTION_QK_NORM) != 0
             # one loop per kind of attention (the flags chosen outside the cells' loop, which LLVM
@@ -131,24 +163,25 @@ def run_program(ops, mode, table, work, count, user_moments):
                 if gain_controlled or rope or qk:
                     for j in range(count):
                         q[j], p[j], t[0, j] = finite_attention_step_core(
-                            q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], args[4, j],
+                            q[j], p[j], args[a, j], args[a + 1, j], args[a + 2, j], args[a + 3, j], args[a + 4, j],
                             gain_controlled, rope, qk, table)
                 else:  # plain softmax, the flags constants (cbar and qk_dim unread): 1.1x faster
                     for j in range(count):
                         q[j], p[j], t[0, j] = finite_attention_step_core(
-                            q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, 1.0, False, False, False, table)
+                            q[j], p[j], args[a, j], args[a + 1, j], args[a + 2, j], 1.0, 1.0, False, False, False,
+                            table)
             elif rope:
                 for j in range(count):
                     q[j], p[j], t[0, j] = asymptotic_attention_step_core(
-                        q[j], p[j], args[0, j], args[1, j], args[2, j], args[3, j], gain_controlled, True)
+                        q[j], p[j], args[a, j], args[a + 1, j], args[a + 2, j], args[a + 3, j], gain_controlled, True)
             elif gain_controlled:
                 for j in range(count):
                     q[j], p[j], t[0, j] = asymptotic_attention_step_core(
-                        q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, True, False)
+                        q[j], p[j], args[a, j], args[a + 1, j], args[a + 2, j], 1.0, True, False)
             else:
                 for j in range(count):
                     q[j], p[j], t[0, j] = asymptotic_attention_step_core(
-                        q[j], p[j], args[0, j], args[1, j], args[2, j], 1.0, False, False)
+                        q[j], p[j], args[a, j], args[a + 1, j], args[a + 2, j], 1.0, False, False)
             for j in range(count):
                 beta_c[j] = least(beta_c[j], t[0, j])
         elif code == OP_PUSH or code == OP_SWAP_IN:
@@ -162,8 +195,7 @@ def run_program(ops, mode, table, work, count, user_moments):
                     p[j] = stack_p[top - 2, j]
         elif code == OP_SKIP:
             top -= 1
-            operands(values, ops, i, 1, s, args, count)
-            alpha = args[0]
+            alpha = args[at[i]]
             if mode == SCALE_BRANCHES:  # the branch times the carried scale of a pre-LN stream
                 for j in range(count):
                     q[j] = s[j] * q[j]
@@ -203,12 +235,14 @@ def load_batch(params, constants, start, count, values, q, p, e, s):
         s[j] = scale_factor(e[j])
 
 @register_jitable
-def buffers(constants, stack):
-    """A batch's work buffers: ``(values, q, p, e, s, beta_c, stack_q, stack_p, args, t)``, the
-    state ``(q, p) 2**e`` with ``s = 2**-e`` (:func:`run_program` reads them)."""
+def buffers(ops, constants, stack):
+    """A batch's work buffers: ``(values, q, p, e, s, beta_c, stack_q, stack_p, args, t, at)``, the
+    state ``(q, p) 2**e`` with ``s = 2**-e``, the operands of instruction ``i`` in ``args`` from row
+    ``at[i]`` (:func:`operand_rows`; :func:`run_program` reads them)."""
+    at = operand_rows(ops)
     return (np.empty((N_COLUMNS + constants.size, BATCH)), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH),
             np.empty(BATCH), np.empty(BATCH), np.empty((stack, BATCH)), np.empty((stack, BATCH)),
-            np.empty((MAX_OPERANDS, BATCH)), np.empty((4, BATCH)))
+            np.empty((max(at[-1], 1), BATCH)), np.empty((4, BATCH)), at)
 
 @register_jitable
 def advance(program, table, work, first, low, count, first_layer, depth):
@@ -216,20 +250,23 @@ def advance(program, table, work, first, low, count, first_layer, depth):
     ``program`` (the sweeps' first argument) in place, keeping the first layer's critical beta (in
     ``first``, where ``first_layer``) and the smallest (``low``)."""
     ops, _, mode, rescale_beta_c, _, user_moments = program
-    values, q, p, e, s, bc = work[0], work[1], work[2], work[3], work[4], work[5]
+    values, q, p, e, s, bc, args, at = work[0], work[1], work[2], work[3], work[4], work[5], work[8], work[10]
+    fill_operands(values, ops, at, s, args, count, False)
     every = 3  # renormalise after blocks 4k - 1 (and the last), or after every block (fast growth)
     for j in range(count):
         if values[ALPHA_SA, j] > _FAST_GROWTH or values[ALPHA_MLP, j] > _FAST_GROWTH:
             every = 0
     for layer in range(depth):
         run_program(ops, mode, table, work, count, user_moments)
+        if rescale_beta_c:  # the branches chosen outside the cells' loops
+            for j in range(count):
+                if bc[j] < np.inf:  # inf (collapsed tokens) stays inf
+                    bc[j] = bc[j] * s[j]
+        if first_layer and layer == 0:
+            for j in range(count):
+                first[j] = bc[j]
         for j in range(count):
-            b = bc[j]
-            if rescale_beta_c and b < np.inf:  # inf (collapsed tokens) stays inf
-                b = b * s[j]
-            if first_layer and layer == 0:
-                first[j] = b
-            low[j] = min(low[j], b)
+            low[j] = min(low[j], bc[j])
         if mode != NO_SCALE and ((layer & every) == every or layer == depth - 1):
             for j in range(count):
                 if (q[j] > _BIG or q[j] < _SMALL) and q[j] > 0.0 and q[j] < np.inf:
@@ -238,6 +275,7 @@ def advance(program, table, work, first, low, count, first_layer, depth):
                     p[j] = math.ldexp(p[j], -exponent)
                     e[j] += exponent
                     s[j] = scale_factor(e[j])
+            fill_operands(values, ops, at, s, args, count, True)  # the operands that carry the scale
 
 @njit(cache=CACHE, parallel=True, **JIT_OPTIONS)
 def trajectories(program, params, depth, table, out):
@@ -248,7 +286,7 @@ def trajectories(program, params, depth, table, out):
     _, constants, _, _, stack, _ = program
     q_out, p_out, e_out, beta_c_out = out
     for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-        work = buffers(constants, stack)
+        work = buffers(program[0], constants, stack)
         values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
         first, low = np.empty(BATCH), np.empty(BATCH)
         start = b * BATCH
@@ -273,7 +311,7 @@ def final_states(program, params, depth, table, out):
     """Final q, p, the first/smallest beta_c and the log2 scale of every row, into ``out`` (n, 5)."""
     _, constants, _, _, stack, _ = program
     for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-        work = buffers(constants, stack)
+        work = buffers(program[0], constants, stack)
         values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
         first, low = np.empty(BATCH), np.empty(BATCH)
         start = b * BATCH
@@ -301,7 +339,7 @@ def min_alpha(program, params, depth, search, table, out):
     _, constants, _, _, stack, _ = program
     threshold, alpha_max, iterations = search
     for b in prange((params.shape[0] + BATCH - 1) // BATCH):
-        work = buffers(constants, stack)
+        work = buffers(program[0], constants, stack)
         values, q, p, e, s = work[0], work[1], work[2], work[3], work[4]
         first, low_bc = np.empty(BATCH), np.empty(BATCH)
         low, high, trial, at_zero = np.empty(BATCH), np.empty(BATCH), np.empty(BATCH), np.empty(BATCH)

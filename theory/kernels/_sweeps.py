@@ -48,6 +48,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from remprop.cache import mark_compiled
+
+from .._jit import CACHE
 from ..components.base import Component
 from ..rem import cross_overlap_table, participation_table
 from ..activations.registry import compiled_user_function
@@ -97,6 +100,27 @@ class Kernels(NamedTuple):
     columns: tuple = ()
     cacheable: bool = True
     program: object = None
+
+
+def compiled_name(dispatcher) -> str:
+    """The name under which ``dispatcher`` (a compiled function) is recorded as kept on disk
+    (:func:`remprop.cache.mark_compiled`): its module and qualified name."""
+    function = getattr(dispatcher, "py_func", dispatcher)
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+#: The sweeps that ran in this process (their disk-cache record written).
+_RAN: set = set()
+
+
+def _ran(sweep):
+    """After a sweep's call returned: its code is compiled (or loaded) and, with a disk cache, kept on disk by
+    numba; the first time in a process, record that (the marker :func:`needs_compiling
+    <remprop.theory.kernels.needs_compiling>` reads)."""
+    if sweep not in _RAN:
+        _RAN.add(sweep)
+        if CACHE:
+            mark_compiled(compiled_name(sweep))
 
 
 def _contiguous(params):
@@ -162,6 +186,7 @@ def _kernels(program):
         q, p, e, beta_c = np.empty((n, depth + 1)), np.empty((n, depth + 1)), np.empty((n, depth + 1)), \
             np.empty((n, depth))
         trajectories(head, params, depth, table, (q, p, e, beta_c))
+        _ran(trajectories)
         return q, p, e, beta_c
 
     def run_final_states(params, depth, table=None):
@@ -169,6 +194,7 @@ def _kernels(program):
         table, depth = checked(params, table), int(depth)
         out = np.empty((params.shape[0], 5))
         final_states(head, params, depth, table, out)
+        _ran(final_states)
         return out
 
     def run_min_alpha_bisection(params, depth, threshold, alpha_max, iterations, table=None):
@@ -176,6 +202,7 @@ def _kernels(program):
         table, depth = checked(params, table), int(depth)
         out = np.empty(params.shape[0])
         min_alpha(head, params, depth, (float(threshold), float(alpha_max), int(iterations)), table, out)
+        _ran(min_alpha)
         return out
 
     run_trajectories.__doc__, run_final_states.__doc__, run_min_alpha_bisection.__doc__ = (
