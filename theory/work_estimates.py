@@ -30,7 +30,7 @@ import numpy as np
 
 from ._fast_gram_attention import BLAS_THREADS, ROW_CHUNK, VALUE_WIDTH, nystrom_blocks, score_width
 from .activations import activation_spec
-from .activations.pair_moments import CHEBYSHEV_CORRELATIONS, CORRELATION_NODES
+from .activations.pair_moments import CORRELATION_NODES
 from .checks import check_count
 from .components.attention_scale import head_frequencies
 from .kernels import kernels_for
@@ -407,10 +407,12 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     table's: only without any norm) about seven ``T x T`` temporaries, ``56 T^2``. Beside them the draws'
     values ``4 T draws (r + n)`` (``r`` Nystrom blocks, ``n`` value columns), the score chunks
     (``GRAM_ROW_CHUNK x T`` float32, four copies) and for an activation that is not positively homogeneous
-    the pair-moment table's resampling (three ``N_r x R`` float64 arrays, 6.2 MB):
+    a new pair-moment table of three variance nodes (``9 N_r`` float64; the tables and their resampling
+    matrix are kept for the process, at most ``pair_moments.KEPT_TABLES`` of them, and the resampling's
+    three ``N_r x R`` temporaries, 6.2 MB, are built once a process):
 
     .. math:: b = (27 + 32 [\text{QK-norm}] + 56 [\text{numpy MLP}])\, T^2 + 4 T\, n_{\rm draws} (r + n)
-              + 16\, C\, T + 24\, N_r R
+              + 16\, C\, T + 72\, N_r
 
     Measured (tracemalloc peak, benchmarks/bench_causal_gram.py, Llama 3.2 1B): 31.4, 28.2, 26.6 and
     25.8 T^2 at T = 1024, 2048, 4096 and 8192, 0.79-0.92 of the estimate (80 T^2 before the in-place walk).
@@ -423,7 +425,7 @@ def causal_gram_bytes(arch, depth, seq_len, draws=4) -> int:
     numpy_mlp = homogeneous or not (arch.norm.has_norm or arch.branch_norm)
     per_square = 27 + (32 if arch.qk_norm else 0) + (56 if numpy_mlp else 0)
     values = 4 * seq_len * draws * (nystrom_blocks(seq_len) + VALUE_WIDTH)
-    table = 0 if homogeneous else 24 * CORRELATION_NODES * CHEBYSHEV_CORRELATIONS
+    table = 0 if homogeneous else 72 * CORRELATION_NODES
     return per_square * square + values + 16 * ROW_CHUNK * seq_len + table
 
 

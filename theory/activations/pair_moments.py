@@ -156,8 +156,10 @@ def _grid(name, lo, hi):
     return nodes, node_weights, np.ascontiguousarray(coarse @ _resampling())
 
 
+#: Tables :func:`pair_grid` keeps (the most recent; ``8 K^2 N_r`` bytes each, 0.3 MB at three variance nodes).
+KEPT_TABLES = 16
 #: (writable arrays: numba compiles another signature for read-only ones; the callers only read them)
-_cached_grid = functools.lru_cache(maxsize=256)(_grid)
+_cached_grid = functools.lru_cache(maxsize=KEPT_TABLES)(_grid)
 
 
 @functools.lru_cache(maxsize=1)
