@@ -62,32 +62,32 @@ _SMALL_WORK = 1 << 16
 
 # The speed of the kernels: constants measured by benchmarks/bench_work_estimates.py on 2026-12-02 (its
 # results: docs/data/work-estimates.json), which times the engine on 35 architectures with one thread
-# (the least of 3 passes) and fits these costs to the programs' instructions (non-negative least squares
-# on relative errors): two shared cores at a load of about 9, each timing the least of its passes, which
-# read about a quiet machine's speed: ``propagate --depth 3000000`` (one cell, 12 calls) is estimated at 2.2 s
-# and took 2.5 s of CPU time (its wall time on a quiet machine) at load 3 and at load 9. They are a quiet
-# machine's seconds, as every estimate here: the command line multiplies them by the machine's load
-# (:mod:`remprop.machine`); nothing here reads the machine. The estimates of the 70 timings: median 0.97 of
-# the measured; 0.45-1.48 with a norm in the
-# stream (50 timings), 0.014-1.3 without (20): there smooth activations cost 10-100x more deep in the
-# stack than near its input (the benchmark's docstring), which constants measured near the input miss.
+# (the least of 2 passes) and fits these costs to the programs' instructions (non-negative least squares
+# on relative errors): refitted after the engine's batches grew to 128 cells with their operands filled
+# once a depth run, on two cores at a load of 3 (the least of its passes reads about a quiet machine).
+# They are a quiet machine's seconds, as every estimate here: the command line multiplies them by the
+# machine's load (:mod:`remprop.machine`); nothing here reads the machine. The estimates of the 70 timings: median 0.995 of the measured,
+# 0.49-1.33 with a norm in the stream; without one, smooth activations cost 10-100x more deep in the
+# stack than near its input (the benchmark's docstring; down to 0.004 there), which constants measured
+# near the input miss.
 #: Seconds per cell of one instruction of each kind (:func:`instruction_kinds`), cells in batches (a
 #: zero: within the spread of :data:`BLOCK_SECONDS` and :data:`DISPATCH_SECONDS`, into which the fit folds it).
 INSTRUCTION_SECONDS = {
-    "norm": 5.92e-10, "stack": 0.0,
-    "attention": 0.0, "attention_finite": 2.29e-08, "gain_controlled": 1.81e-09, "rope": 0.0, "qk_norm": 2.73e-07,
-    "mlp_relu": 1.28e-08, "mlp_linear": 0.0, "mlp_erf": 1.58e-08, "mlp_tanh": 1.6e-06, "mlp_gelu": 7.1e-06,
-    "mlp_silu": 1.73e-06, "gated": 1.36e-09,
-    "mlp_relu_raw": 2.13e-08, "mlp_linear_raw": 4.5e-09, "mlp_erf_raw": 1.36e-08, "mlp_tanh_raw": 3e-05,
-    "mlp_gelu_raw": 2.83e-06, "mlp_silu_raw": 2.45e-06,
+    "norm": 6.68e-10, "stack": 1.96e-11,
+    "attention": 3.19e-09, "attention_finite": 1.79e-08, "gain_controlled": 0.0, "rope": 0.0, "qk_norm": 1.69e-07,
+    "mlp_relu": 6.67e-09, "mlp_linear": 0.0, "mlp_erf": 1.11e-08, "mlp_tanh": 7.13e-07, "mlp_gelu": 3.6e-06,
+    "mlp_silu": 8.15e-07, "gated": 0.0,
+    "mlp_relu_raw": 3.86e-09, "mlp_linear_raw": 6.19e-09, "mlp_erf_raw": 1.13e-08, "mlp_tanh_raw": 1.33e-05,
+    "mlp_gelu_raw": 1.8e-06, "mlp_silu_raw": 7.99e-07,
 }
-#: Seconds per cell and block besides the instructions (loading the state, the critical beta, the scale).
-BLOCK_SECONDS = 9.32e-09
+#: Seconds per cell and block besides the instructions (loading the state, the critical beta, the scale;
+#: the fit folds it into the instructions at this batch size).
+BLOCK_SECONDS = 0.0
 #: Seconds per instruction and batch: reading its op code and operands (paid once per batch of cells).
-DISPATCH_SECONDS = 8.8e-08
+DISPATCH_SECONDS = 4.55e-08
 #: Fixed seconds of one kernel call (starting the threads, checking the arguments): the median over
 #: the architectures (0 to 12 ms on the shared cores).
-CALL_SECONDS = 3.95e-04
+CALL_SECONDS = 1.42e-04
 
 
 class WorkInterrupted(KeyboardInterrupt):
@@ -458,7 +458,7 @@ def rope_seconds(head_dim) -> float:
 _SMALL_ROPE_HEAD = 1 << 21
 #: Seconds per frequency of the rotary sum (:func:`rope_seconds`), measured by
 #: benchmarks/bench_work_estimates.py (``_mean_correlation`` at T = 512 over 2**18 frequencies).
-ROPE_FREQUENCY_SECONDS = 9.22e-08
+ROPE_FREQUENCY_SECONDS = 8.31e-08
 #: Floating-point operations per second assumed by :func:`flops_seconds`: the low end of the
 #: 10-20 GFLOP/s of one CPU core on the matrix products of the causal Gram walker
 #: (:data:`remprop.theory.causal.AUTO_GRAM_FLOPS`).
