@@ -66,7 +66,8 @@ _SMALL_WORK = 1 << 16
 # on relative errors): refitted after the engine's batches grew to 128 cells with their operands filled
 # once a depth run, on two cores at a load of 3 (the least of its passes reads about a quiet machine).
 # They are a quiet machine's seconds, as every estimate here: the command line multiplies them by the
-# machine's load (:mod:`remprop.machine`); nothing here reads the machine. The estimates of the 70 timings: median 0.995 of the measured,
+# machine's load (:mod:`remprop.machine`); nothing here reads the machine. The estimates of the 70
+# timings: median 0.995 of the measured,
 # 0.49-1.33 with a norm in the stream; without one, smooth activations cost 10-100x more deep in the
 # stack than near its input (the benchmark's docstring; down to 0.004 there), which constants measured
 # near the input miss.
