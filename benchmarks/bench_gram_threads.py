@@ -1,4 +1,5 @@
-"""The fast causal Gram state's BLAS threads: one (the default, ``GRAM_BLAS_THREADS``) against all cores.
+"""The fast causal Gram state's BLAS threads: one (the default, ``remprop.theory.gram_threads.BLAS_THREADS``)
+against all cores.
 
 ``check NAME``'s headline runs the causal Gram state at the model's width (docs/theory.md section 8.2). Its
 attention layer is many thin float32 products (chunks of ``GRAM_ROW_CHUNK`` query rows, factors of ``d_H``
@@ -29,7 +30,7 @@ def main(argv=None):
 
     import numpy as np
 
-    import remprop.theory._fast_gram_attention as fast
+    from remprop.theory import gram_threads
     from remprop.theory import gram_width, model_spec
     from remprop.theory.causal import compared_last_tokens, propagate_causal_gram
 
@@ -41,17 +42,17 @@ def main(argv=None):
                                      draws=8, seed=0, norm_eps=spec.layer_norm_eps,
                                      window=spec.attention_windows or None, width=gram_width(arch, spec.width)).rho
 
-    default = fast.BLAS_THREADS
+    default = gram_threads.BLAS_THREADS
     times = {1: [], args.threads: []}
     rho = {}
     run()  # compile and load
     for _ in range(args.repeat):
         for threads in times:
-            fast.BLAS_THREADS = threads
+            gram_threads.BLAS_THREADS = threads
             start = time.perf_counter()
             rho[threads] = run()
             times[threads].append(time.perf_counter() - start)
-    fast.BLAS_THREADS = default
+    gram_threads.BLAS_THREADS = default
     best = {k: min(v) for k, v in times.items()}
     difference = float(np.max(np.abs(rho[1] - rho[args.threads])))
     print_table(f"Causal Gram state, {spec.name}, {args.layers} layers, T = {t}, model's width, 8 draws", [

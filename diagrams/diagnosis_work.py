@@ -80,9 +80,8 @@ def causal_gram_seconds(arch, depth, seq_len, draws, width=None) -> float:
 
     import numpy as np
 
-    from threadpoolctl import threadpool_limits
-
-    from remprop.theory.work_estimates import GRAM_BLAS_THREADS, GRAM_ROW_CHUNK, causal_score_width
+    from remprop.theory.gram_threads import gram_blas_threads
+    from remprop.theory.work_estimates import GRAM_ROW_CHUNK, causal_score_width
 
     def best(run, repeats=3):
         times = []
@@ -98,7 +97,7 @@ def causal_gram_seconds(arch, depth, seq_len, draws, width=None) -> float:
     m = causal_score_width(arch)
     u = rng.standard_normal((rows, m), dtype=np.float32)
     v = rng.standard_normal((t, m), dtype=np.float32)
-    with threadpool_limits(limits=GRAM_BLAS_THREADS, user_api="blas"):   # as the Gram state's attention runs
+    with gram_blas_threads():   # as the Gram state's attention runs
         rate = 2.0 * rows * t * m / max(best(lambda: u @ v.T), 1e-9)
     scores = u @ v.T
     per_entry = best(lambda: np.exp(scores)) / scores.size

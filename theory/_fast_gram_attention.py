@@ -22,9 +22,8 @@ per draw in place of ``O(T^3)``:
   see (:func:`~remprop.theory.attention_masks.causal_window_mask` read once), so the causal half
   of ``T x T`` is never drawn and no ``T x T`` score matrix is held.
 
-Its BLAS calls run on one thread (``threadpoolctl``): the products are of ``ROW_CHUNK``-row chunks and
-thin factors, and with two OpenBLAS threads beside numba's own (the masked softmax) one layer of
-Llama 3.2 1B at T 2048 took 1.5x longer on a two-core machine (benchmarks/bench_causal_gram.py).
+Its BLAS calls run on :data:`~remprop.theory.gram_threads.BLAS_THREADS` threads (one;
+:func:`~remprop.theory.gram_threads.gram_blas_threads`).
 
 The draws and the score kernel's Cholesky factor run in float32 (the Monte Carlo error, 1e-3, is far
 above float32's rounding: the Gram state moves by about 1e-7 relative against a float64 factor).
@@ -33,9 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import blas, lapack
-from threadpoolctl import threadpool_limits
 
 from ._gram_in_place import masked_softmax
+from .gram_threads import gram_blas_threads
 from .activations.pair_moments import CHEBYSHEV_CORRELATIONS
 
 #: Query rows drawn at once (the scores of one chunk: ``ROW_CHUNK x`` its keys' span).
@@ -47,8 +46,6 @@ SCORE_WIDTH = 64
 VALUE_WIDTH = 64
 #: Blocks of contiguous positions of the Nystrom part (fewer for short sequences: at most T / 4).
 NYSTROM_BLOCKS = 32
-#: BLAS threads of one layer (see the module's docstring).
-BLAS_THREADS = 1
 #: Relative jitter steps of the Cholesky factor of a (nearly) singular kernel, before the eigh root.
 JITTER = (0.0, 1e-12, 1e-10, 1e-8)
 #: Relative jitter steps of the float32 Cholesky factor (:func:`lower_factor32`), before the float64 one.
@@ -195,7 +192,7 @@ def fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies=None, logit_
         head's), and the result is ``(1 - 2 d_H / d) E[A G A^T] + E[(A U)(A U)^T + (A V)(A V)^T] / d``
         with ``U, V`` the unrotated query and key factors of the tokens. None: infinite width, ``E[A G A^T]``.
     """
-    with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
+    with gram_blas_threads():
         return _fast_attention_gram(g, kernel, c, seen, rng, draws, frequencies, logit_softcap, width, head_dim)
 
 

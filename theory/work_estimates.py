@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._fast_gram_attention import BLAS_THREADS, ROW_CHUNK, VALUE_WIDTH, nystrom_blocks, score_width
+from ._fast_gram_attention import ROW_CHUNK, VALUE_WIDTH, nystrom_blocks, score_width
 from .activations import activation_spec
 from .activations.pair_moments import CORRELATION_NODES
 from .checks import check_count
@@ -42,7 +42,7 @@ __all__ = ["SEGMENT_SECONDS", "SEGMENT_BYTES", "SEGMENTED_ABOVE_SECONDS", "MAX_D
            "cell_block_seconds", "INSTRUCTION_SECONDS", "BLOCK_SECONDS", "DISPATCH_SECONDS", "CALL_SECONDS",
            "ROPE_FREQUENCY_SECONDS", "kernel_seconds", "run_seconds", "segment_layers", "trajectory_bytes",
            "diagram_bytes", "simulation_bytes", "simulation_flops", "simulation_seconds", "SIMULATION_BLOCK_SECONDS",
-           "gram_theory_bytes", "causal_gram_bytes", "causal_score_width", "GRAM_ROW_CHUNK", "GRAM_BLAS_THREADS", "rope_seconds",
+           "gram_theory_bytes", "causal_gram_bytes", "causal_score_width", "GRAM_ROW_CHUNK", "rope_seconds",
            "FLOPS_PER_SECOND", "flops_seconds",
            "spread_indices"]
 
@@ -438,8 +438,6 @@ def causal_score_width(arch) -> int:
 
 #: Query rows the fast causal Gram state draws at once (the shape of its score products).
 GRAM_ROW_CHUNK = ROW_CHUNK
-#: BLAS threads of the fast causal Gram state's attention (one: thin products beside numba's threads).
-GRAM_BLAS_THREADS = BLAS_THREADS
 
 
 def rope_seconds(head_dim) -> float:
