@@ -7,7 +7,9 @@ spins, waiting for the next one, and on a machine with as many workers as cores 
 threads take the cores from the other workers' tests.
 
 This script runs the same test files twice per repeat, alternating, in one run: **defaults**
-(``REMPROP_SUITE_THREAD_DEFAULTS=1``: conftest leaves the environment alone) and **quiet** (the
+(``REMPROP_SUITE_THREAD_DEFAULTS=1``: conftest leaves the environment alone; since ``import remprop``
+sets ``remprop.OPENMP_DEFAULTS`` in every process, OpenMP's threads sleep both ways and the two differ in
+OpenBLAS's threads only) and **quiet** (the
 suite's settings), each ``pytest FILES -n WORKERS --dist loadfile``. It records the wall-clock
 seconds and the CPU seconds of pytest and its workers (``getrusage`` of the waited-for children);
 the ratios defaults / quiet are the gain. Writes ``benchmarks/results/bench_suite_threads.json``.

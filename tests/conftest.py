@@ -23,14 +23,15 @@ two workers on two cores, each running two-thread numba kernels, torch and BLAS,
 threads take the cores from the other worker's work.
 
 * OpenMP (numba's threading layer, torch): ``OMP_WAIT_POLICY=PASSIVE``, ``KMP_BLOCKTIME=0``,
-  idle threads sleep. Measured, the seven notebooks on two workers: 188 -> 124 CPU-seconds,
-  116 -> 91 s.
+  idle threads sleep (``remprop.OPENMP_DEFAULTS``, which ``import remprop`` sets in every process
+  where they are unset, the suite's included). Measured, the seven notebooks on two workers:
+  188 -> 124 CPU-seconds, 116 -> 91 s.
 * OpenBLAS (numpy's BLAS): under xdist with more than one worker, one BLAS thread per worker
   (``OPENBLAS_NUM_THREADS=1``; the workers are the parallelism). Measured, five simulation
   files (96 tests) on two workers, OpenMP already passive: 131 -> 85 CPU-seconds, 79 -> 53 s.
 
-``REMPROP_SUITE_THREAD_DEFAULTS=1`` leaves the libraries' defaults (``benchmarks/bench_suite_threads.py``
-times a part of the suite both ways in one run).
+``REMPROP_SUITE_THREAD_DEFAULTS=1`` leaves OpenBLAS's default (``benchmarks/bench_suite_threads.py``
+times a part of the suite both ways in one run); OpenMP's is remprop's own there too (its import).
 
 ``make test`` compiles the common numba kernels once before pytest starts (``remprop
 precompile``, the engine, in the Makefile), so that the workers load them from disk
@@ -44,7 +45,9 @@ import os
 
 import pytest
 
-_QUIET_THREADS = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+from remprop import OPENMP_DEFAULTS  # light: numpy, numba and torch stay unloaded
+
+_QUIET_THREADS = dict(OPENMP_DEFAULTS)
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:  # set by xdist before this file loads
     _QUIET_THREADS["OPENBLAS_NUM_THREADS"] = "1"
 if os.environ.get("REMPROP_SUITE_THREAD_DEFAULTS") != "1":
