@@ -61,7 +61,8 @@ def main(argv=None):
         (f"{args.threads} threads / 1 thread", best[args.threads] / best[1], "x"),
         ("largest cosine difference", difference, ""),
     ])
-    write_json("bench_gram_threads", {"machine": machine(), "args": vars(args), "times": {str(k): v for k, v in times.items()},
+    write_json("bench_gram_threads", {"machine": machine(), "args": vars(args),
+                                      "times": {str(k): v for k, v in times.items()},
                                       "best": {str(k): v for k, v in best.items()}, "max_cosine_difference": difference})
 
 

@@ -43,7 +43,8 @@ def report_text(d) -> str:
         lines.append("lr ceiling       " + lr_line(d.lr_ceiling))
     if d.layer_maps is not None:
         split = d.margins_theory not in (None, d.last_tokens_theory)
-        lines.append(f"theory           {'phase, collapse depth' if split else 'alpha*, phase, collapse depth and changes'}"
+        whose = "phase, collapse depth" if split else "alpha*, phase, collapse depth and changes"
+        lines.append(f"theory           {whose}"
                      f" by the {d.theory} of the last tokens (the theory compared with measurements)"
                      + (f"; alpha* and changes by the {CAUSAL_THEORY_LABELS[d.margins_theory]}: "
                         f"{d.margins_reason}" if split else "") + "; the layer maps, the diagram's, beside them")

@@ -19,8 +19,8 @@ from .diagnosis import MAX_COLLAPSE_DEPTH
 from .init_deviations import effect_seconds
 from .residual_strength import search_seconds
 
-__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "gram_layers", "MAPS_ALPHA_RUNS", "MAPS_LAYER_SECONDS",
-           "GRAM_PAIR_PASSES"]
+__all__ = ["diagnosis_seconds", "diagnosis_bytes", "causal_gram_seconds", "gram_layers", "MAPS_ALPHA_RUNS",
+           "MAPS_LAYER_SECONDS", "GRAM_PAIR_PASSES"]
 
 
 def diagnosis_seconds(spec, *, max_depth=MAX_COLLAPSE_DEPTH, causal_theory="auto", gram_draws=GRAM_DRAWS) -> float:

@@ -153,10 +153,11 @@ def test_headline_by_the_gram_state_margins_by_the_maps_where_only_the_headline_
     np.testing.assert_allclose(split.rho_last_tokens, gram.rho_last_tokens, rtol=1e-12)
     assert split.phase == gram.phase and split.collapse_depth == gram.collapse_depth
     assert split.alpha_star == maps.alpha_star
-    by = {c.name: c for c in split.changes}
+    by, by_maps = {c.name: c for c in split.changes}, {c.name: c for c in maps.changes}
     assert by["gain-controlled attention"].theory == "layer maps"
     for name in ("query/key std", "LayerNorm placement"):
-        assert by[name].theory == "per-position maps" and by[name].final_rho == {c.name: c for c in maps.changes}[name].final_rho
+        assert by[name].theory == "per-position maps" and by[name].final_rho == by_maps[name].final_rho
     report = split.report()
-    assert "alpha* and changes by the per-position maps" in report and "phase, collapse depth by the causal Gram" in report
+    assert "alpha* and changes by the per-position maps" in report
+    assert "phase, collapse depth by the causal Gram" in report
     assert split.to_dict()["margins_theory"] == "maps" and gram.to_dict()["margins_theory"] == "gram"
